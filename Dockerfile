@@ -1,0 +1,54 @@
+# syntax=docker/dockerfile:1
+# One image for both roles: `hookbridge api` (the default CMD) and `hookbridge worker`.
+# Build: docker build -t hookbridge:0.1.0 .
+# The base is pinned to a patch release; pin it further to a digest in your registry mirror
+# (FROM python:3.11.13-slim-bookworm@sha256:...) once you have resolved one.
+
+FROM python:3.11.13-slim-bookworm AS builder
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+
+WORKDIR /src
+
+# The venv is the only thing the final stage takes from here.
+RUN python -m venv /opt/venv
+ENV PATH="/opt/venv/bin:${PATH}"
+
+# Build a wheel of the project alone, then install it with its runtime dependencies only
+# (no [dev] extra) into the venv.
+COPY pyproject.toml README.md ./
+COPY service ./service
+# pip byte-compiles what it installs, so the read-only final image never needs to write .pyc files.
+RUN pip wheel --no-deps --wheel-dir /wheels . \
+    && pip install /wheels/hookbridge-*.whl
+
+
+FROM python:3.11.13-slim-bookworm
+
+LABEL org.opencontainers.image.title="hookbridge" \
+      org.opencontainers.image.description="Turns polling-only document-extraction vendor APIs into signed webhook callbacks" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PATH="/opt/venv/bin:${PATH}"
+
+# A numeric, non-root user, so that Kubernetes' runAsNonRoot can verify it without /etc/passwd.
+RUN groupadd --system --gid 10001 hookbridge \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+       --shell /usr/sbin/nologin hookbridge
+
+COPY --from=builder /opt/venv /opt/venv
+
+# Nothing is written to the working directory; /tmp is the only writable path in the chart.
+WORKDIR /app
+USER 10001:10001
+
+# 8080: the API (and its /healthz, /readyz, /metrics); 9090: the worker's /healthz and /metrics.
+EXPOSE 8080 9090
+
+ENTRYPOINT ["hookbridge"]
+CMD ["api", "--host", "0.0.0.0", "--port", "8080"]
