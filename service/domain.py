@@ -1,0 +1,145 @@
+"""The domain's vocabulary: statuses, event types, ids and the exception tree.
+
+Exceptions::
+
+    HookbridgeError
+    ├── NotFound                 404 not_found / result_not_ready
+    ├── Conflict                 409 run_not_cancelable / idempotency_key_reused
+    ├── Gone                     410 result_gone
+    ├── InvalidInput             400/413/415/422 (invalid_json, validation_error, ...)
+    ├── Unauthorized             401 unauthorized
+    ├── RateLimited              429 rate_limited
+    └── StoreUnavailable         503 (Redis is down)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+QUEUED, SUBMITTED, RUNNING = "queued", "submitted", "running"
+SUCCEEDED, FAILED, CANCELED = "succeeded", "failed", "canceled"
+RUN_STATUSES = (QUEUED, SUBMITTED, RUNNING, SUCCEEDED, FAILED, CANCELED)
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELED})
+
+EVENT_SUBMITTED = "run.submitted"
+EVENT_PROGRESS = "run.progress"
+EVENT_SUCCEEDED = "run.succeeded"
+EVENT_FAILED = "run.failed"
+EVENT_CANCELED = "run.canceled"
+EVENT_TEST = "subscription.test"
+RUN_EVENTS = (EVENT_SUBMITTED, EVENT_PROGRESS, EVENT_SUCCEEDED, EVENT_FAILED, EVENT_CANCELED)
+EVENT_TYPES = (*RUN_EVENTS, EVENT_TEST)
+DEFAULT_EVENT_TYPES = (EVENT_SUCCEEDED, EVENT_FAILED, EVENT_CANCELED)
+TERMINAL_EVENT = {SUCCEEDED: EVENT_SUCCEEDED, FAILED: EVENT_FAILED, CANCELED: EVENT_CANCELED}
+
+# Run error codes (CONTRACT §4).
+VENDOR_REJECTED = "vendor_rejected"
+VENDOR_FAILED = "vendor_failed"
+VENDOR_UNREACHABLE = "vendor_unreachable"
+TIMED_OUT = "timed_out"
+VENDOR_EXPIRED = "vendor_expired"
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_id(prefix: str) -> str:
+    """A ULID-like id: 48 bits of milliseconds, 80 random bits, Crockford base32, so ids sort by time."""
+    value = (int(time.time() * 1000) << 80) | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return f"{prefix}_{''.join(reversed(chars))}"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def rfc3339(ms: int | float | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def event_matches(event_type: str, wanted: list[str] | None) -> bool:
+    """Whether a subscription that asked for ``wanted`` gets ``event_type``.
+
+    No list means the three terminal run events; ``run.*`` matches every run event.
+    ``subscription.test`` is sent only by the test endpoint, to the subscription it names.
+    """
+    if event_type == EVENT_TEST:
+        return True
+    types = wanted or DEFAULT_EVENT_TYPES
+    return event_type in types or (event_type.startswith("run.") and "run.*" in types)
+
+
+class HookbridgeError(Exception):
+    status = 500
+    code = "internal_error"
+    title = "Internal error"
+
+    def __init__(self, detail: str, *, code: str | None = None, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        if code is not None:
+            self.code = code
+        self.extra = extra
+
+
+class NotFound(HookbridgeError):
+    status, code, title = 404, "not_found", "Not found"
+
+
+class Conflict(HookbridgeError):
+    status, code, title = 409, "conflict", "Conflict"
+
+
+class Gone(HookbridgeError):
+    status, code, title = 410, "result_gone", "Gone"
+
+
+class InvalidInput(HookbridgeError):
+    status, code, title = 422, "validation_error", "Invalid request"
+
+    def __init__(self, detail: str, *, code: str | None = None, status: int | None = None, **extra: Any):
+        super().__init__(detail, code=code, **extra)
+        if status is not None:
+            self.status = status
+
+
+class Unauthorized(HookbridgeError):
+    status, code, title = 401, "unauthorized", "Unauthorized"
+
+
+class RateLimited(HookbridgeError):
+    status, code, title = 429, "rate_limited", "Too many requests"
+
+
+class StoreUnavailable(HookbridgeError):
+    status, code, title = 503, "unavailable", "Service unavailable"
+
+
+@dataclass(frozen=True)
+class FieldError:
+    field: str
+    message: str
+
+
+@dataclass
+class ValidationErrors:
+    errors: list[FieldError] = field(default_factory=list)
+
+    def add(self, name: str, message: str) -> None:
+        self.errors.append(FieldError(name, message))
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            raise InvalidInput(
+                "The request has invalid fields.",
+                errors=[{"field": e.field, "message": e.message} for e in self.errors],
+            )

@@ -1,0 +1,406 @@
+"""The Redis store: the only module that knows key names (``keys``) and changes state (``scripts``).
+
+Every state change is one Lua script, so a change and the events and deliveries it implies are
+written together or not at all. See ``keys.py`` for the data layout.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+
+from service.settings import Settings
+from service.store import keys
+from service.store.connection import connect
+from service.store.scripts import Scripts
+
+__all__ = ["ClaimedDelivery", "ClaimedRun", "Page", "Store", "Transition", "connect", "keys"]
+
+Doc = dict[str, Any]
+
+
+def _s(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _hash(raw: Sequence[bytes] | dict[bytes, bytes]) -> dict[str, str]:
+    if isinstance(raw, dict):
+        return {_s(k): _s(v) for k, v in raw.items()}
+    it = iter(raw)
+    return {_s(k): _s(v) for k, v in zip(it, it, strict=True)}
+
+
+def encode_cursor(score: float, member: str) -> str:
+    return base64.urlsafe_b64encode(f"{score!r}|{member}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    """Raises ValueError on a cursor we did not make."""
+    padded = cursor + "=" * (-len(cursor) % 4)
+    score, _, member = base64.urlsafe_b64decode(padded.encode()).decode().partition("|")
+    return float(score), member
+
+
+@dataclass(frozen=True)
+class Page:
+    data: list[Any]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    run: Doc
+    due_ms: float  # when the step was planned
+    slot_ms: float  # when the vendor budget lets its first request go
+
+
+@dataclass(frozen=True)
+class ClaimedDelivery:
+    delivery: dict[str, str]
+    subscription: dict[str, str]  # empty when the subscription is gone
+    body: bytes | None  # None when the event body is gone (zero retention, expired)
+
+
+@dataclass
+class Transition:
+    """One state change of a run: the new document and what it implies."""
+
+    run: Doc  # the new run, ``_v`` already incremented
+    expect_v: int
+    events: list[dict[str, Any]] = field(default_factory=list)
+    due_ms: float | None = None  # next step due at; None with remove_due=False leaves it alone
+    remove_due: bool = False
+    result: bytes | None = None
+    delete_document: bool = False
+    ttl_ms: int | None = None
+
+
+class Store:
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.scripts = Scripts(redis)
+        self._retention_ms = int(settings.retention_s * 1000)
+
+    async def ping(self) -> bool:
+        return bool(await self.redis.ping())
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    # Runs ---------------------------------------------------------------------------------------
+
+    async def create_run(
+        self, run: Doc, document: bytes | None, idem: tuple[str, str] | None
+    ) -> str | None:
+        """Writes a new run. With ``idem=(key, fingerprint)`` returns the stored ``"fingerprint run_id"``
+        instead when the key was used before (and writes nothing)."""
+        run_id, client = run["id"], run["client"]
+        ks = [keys.run(run_id), keys.document(run_id), keys.client_runs(client), keys.due_runs(run["vendor"])]
+        args: list[Any] = [json.dumps(run, separators=(",", ":")), document or b"", run["created_at"], run_id]
+        if idem:
+            ks.append(keys.idempotency(client, idem[0]))
+            args += [f"{idem[1]} {run_id}", int(self.settings.idempotency_ttl_s * 1000)]
+        reply = await self.scripts.create_run(keys=ks, args=args)
+        return _s(reply[1]) if _s(reply[0]) == "exists" else None
+
+    async def idempotency_record(self, client: str, key: str) -> str | None:
+        value = await self.redis.get(keys.idempotency(client, key))
+        return _s(value) if value is not None else None
+
+    async def get_run(self, run_id: str) -> Doc | None:
+        raw = await self.redis.get(keys.run(run_id))
+        return json.loads(raw) if raw else None
+
+    async def get_runs(self, run_ids: Sequence[str]) -> list[Doc | None]:
+        if not run_ids:
+            return []
+        raws = await self.redis.mget([keys.run(r) for r in run_ids])
+        return [json.loads(raw) if raw else None for raw in raws]
+
+    async def get_document(self, run_id: str) -> bytes | None:
+        raw = await self.redis.get(keys.document(run_id))
+        return bytes(raw) if raw is not None else None
+
+    async def get_result(self, run_id: str) -> bytes | None:
+        raw = await self.redis.get(keys.result(run_id))
+        return bytes(raw) if raw is not None else None
+
+    async def run_events(self, run_id: str) -> list[dict[str, Any]]:
+        ids = [_s(i) for i in await self.redis.lrange(keys.run_events(run_id), 0, -1)]
+        if not ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for event_id in ids:
+            pipe.hmget(keys.event(event_id), "type", "created", "body")
+        rows = await pipe.execute()
+        events = []
+        for event_id, (etype, created, body) in zip(ids, rows, strict=True):
+            if etype is None:
+                continue
+            events.append(
+                {"id": event_id, "type": _s(etype), "created_ms": int(_s(created)), "body": body and bytes(body)}
+            )
+        return events
+
+    async def list_runs(
+        self, client: str, *, limit: int, cursor: str | None, status: str | None, vendor: str | None
+    ) -> Page:
+        def keep(doc: Doc) -> bool:
+            return (status is None or doc["status"] == status) and (vendor is None or doc["vendor"] == vendor)
+
+        return await self._page(keys.client_runs(client), limit, cursor, self.get_runs, keep)
+
+    async def transition(self, change: Transition) -> tuple[str, Doc | None, int]:
+        """Applies ``change`` if the run is still at version ``expect_v``.
+
+        Returns ``("ok", None, deliveries_created)``, ``("conflict", current_run, 0)`` or
+        ``("missing", None, 0)``.
+        """
+        run = change.run
+        ops: dict[str, Any] = {
+            "run_id": run["id"],
+            "client": run["client"],
+            "expect_v": change.expect_v,
+            "doc": json.dumps(run, separators=(",", ":")),
+            "now": run["updated_at"],
+            "retention_ms": self._retention_ms,
+            "zr": "1" if run.get("zero_retention") else "0",
+            "due_key": keys.due_runs(run["vendor"]),
+            "events": change.events,
+            "sub_filter": run.get("subscription_ids") or [],
+            "del_doc": change.delete_document,
+        }
+        if change.due_ms is not None:
+            ops["due_score"] = int(change.due_ms)
+        elif change.remove_due:
+            ops["due_remove"] = True
+        if change.result is not None:
+            ops["result"] = change.result.decode()
+        if change.ttl_ms is not None:
+            ops["ttl_ms"] = change.ttl_ms
+        reply = await self.scripts.transition(keys=[keys.run(run["id"])], args=[json.dumps(ops)])
+        outcome = _s(reply[0])
+        if outcome == "conflict":
+            return outcome, json.loads(reply[1]), 0
+        if outcome == "ok":
+            return outcome, None, int(reply[1])
+        return outcome, None, 0
+
+    async def schedule_run(self, vendor: str, run_id: str, due_ms: float) -> None:
+        """Moves a run's next step (no state change: a retry after a transient fault)."""
+        await self.redis.zadd(keys.due_runs(vendor), {run_id: int(due_ms)}, xx=True)
+
+    async def unschedule_run(self, vendor: str, run_id: str) -> None:
+        await self.redis.zrem(keys.due_runs(vendor), run_id)
+
+    async def claim_runs(
+        self, vendor: str, now_ms: int, limit: int, lease_ms: int, interval_ms: float, lookahead_ms: int
+    ) -> tuple[list[ClaimedRun], float | None]:
+        reply = await self.scripts.claim_runs(
+            keys=[keys.due_runs(vendor), keys.vendor_budget(vendor)],
+            args=[now_ms, limit, lease_ms, interval_ms, lookahead_ms],
+        )
+        flat, nxt = reply
+        claimed = [
+            ClaimedRun(json.loads(flat[i + 3]), float(flat[i + 1]), float(flat[i + 2]))
+            for i in range(0, len(flat), 4)
+        ]
+        return claimed, float(nxt) if nxt else None
+
+    async def budget_take(self, vendor: str, now_ms: int, interval_ms: float) -> float:
+        """Reserves the vendor's next request slot; returns when (ms) the request may go."""
+        slot = await self.scripts.budget(keys=[keys.vendor_budget(vendor)], args=[now_ms, interval_ms, "take", 0])
+        return float(slot)
+
+    async def budget_push(self, vendor: str, now_ms: int, until_ms: float) -> None:
+        """No request to the vendor before ``until_ms`` (it answered 429 with Retry-After)."""
+        await self.scripts.budget(keys=[keys.vendor_budget(vendor)], args=[now_ms, 0, "push", int(until_ms)])
+
+    async def due_counts(self, vendors: Sequence[str], now_ms: int) -> dict[str, int]:
+        """How many runs per vendor and deliveries are due now and unclaimed (the ready-jobs gauge)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for vendor in vendors:
+            pipe.zcount(keys.due_runs(vendor), "-inf", now_ms)
+        pipe.zcount(keys.DUE_DELIVERIES, "-inf", now_ms)
+        counts = await pipe.execute()
+        out = dict(zip(vendors, counts, strict=False))
+        out["deliveries"] = counts[-1]
+        return out
+
+    async def in_flight_count(self, vendors: Sequence[str]) -> int:
+        pipe = self.redis.pipeline(transaction=False)
+        for vendor in vendors:
+            pipe.zcard(keys.due_runs(vendor))
+        return sum(await pipe.execute())
+
+    # Subscriptions ------------------------------------------------------------------------------
+
+    async def create_subscription(self, sub: dict[str, str]) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(keys.subscription(sub["id"]), mapping=sub)
+        pipe.zadd(keys.client_subs(sub["client"]), {sub["id"]: int(sub["created"])})
+        await pipe.execute()
+
+    async def get_subscription(self, sub_id: str) -> dict[str, str] | None:
+        raw = await self.redis.hgetall(keys.subscription(sub_id))
+        return _hash(raw) if raw else None
+
+    async def get_subscriptions(self, sub_ids: Sequence[str]) -> list[dict[str, str] | None]:
+        pipe = self.redis.pipeline(transaction=False)
+        for sub_id in sub_ids:
+            pipe.hgetall(keys.subscription(sub_id))
+        return [_hash(raw) if raw else None for raw in await pipe.execute()]
+
+    async def list_subscriptions(self, client: str, *, limit: int, cursor: str | None) -> Page:
+        return await self._page(keys.client_subs(client), limit, cursor, self.get_subscriptions, None)
+
+    async def update_subscription(self, sub_id: str, fields: dict[str, str]) -> None:
+        # WATCH-free: the fields written here are the user's own; health fields are the scripts'.
+        await self.redis.hset(keys.subscription(sub_id), mapping=fields)
+
+    async def delete_subscription(self, sub_id: str, client: str) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(keys.subscription(sub_id))
+        pipe.zrem(keys.client_subs(client), sub_id)
+        await pipe.execute()
+
+    async def emit_test_event(self, client: str, sub_id: str, event: dict[str, Any], now_ms: int) -> int:
+        ops = {
+            "client": client,
+            "now": now_ms,
+            "retention_ms": self._retention_ms,
+            "event": event,
+            "sub_filter": [sub_id],
+        }
+        return int(await self.scripts.emit(keys=[keys.event(event["id"])], args=[json.dumps(ops)]))
+
+    # Deliveries ---------------------------------------------------------------------------------
+
+    async def claim_deliveries(
+        self, now_ms: int, limit: int, lease_ms: int
+    ) -> tuple[list[ClaimedDelivery], float | None]:
+        reply = await self.scripts.claim_deliveries(
+            keys=[keys.DUE_DELIVERIES],
+            args=[now_ms, limit, lease_ms, self.settings.subscription_max_in_flight],
+        )
+        rows, nxt = reply
+        claimed = [
+            ClaimedDelivery(_hash(dlv), _hash(sub) if sub else {}, bytes(body) if body else None)
+            for dlv, sub, body in rows
+        ]
+        return claimed, float(nxt) if nxt else None
+
+    async def record_attempt(
+        self,
+        delivery_id: str,
+        outcome: str,
+        *,
+        now_ms: int,
+        attempt: dict[str, Any] | None,
+        next_at_ms: int | None = None,
+        status_code: int | None = None,
+    ) -> str:
+        """Records an attempt and its outcome; returns the next delivery of the chain made due, or ""."""
+        ops: dict[str, Any] = {
+            "id": delivery_id,
+            "outcome": outcome,
+            "now": now_ms,
+            "retention_ms": self._retention_ms,
+            "disable_after_ms": int(self.settings.subscription_disable_after_s * 1000),
+            "keep_attempts": 100,
+            "status_code": "" if status_code is None else str(status_code),
+        }
+        if attempt is not None:
+            ops["attempt"] = json.dumps(attempt, separators=(",", ":"))
+        if next_at_ms is not None:
+            ops["next_at"] = next_at_ms
+        reply = await self.scripts.delivery_result(keys=[keys.delivery(delivery_id)], args=[json.dumps(ops)])
+        return _s(reply[1]) if len(reply) > 1 else ""
+
+    async def get_delivery(self, delivery_id: str) -> dict[str, str] | None:
+        raw = await self.redis.hgetall(keys.delivery(delivery_id))
+        return _hash(raw) if raw else None
+
+    async def get_deliveries(self, ids: Sequence[str]) -> list[dict[str, str] | None]:
+        pipe = self.redis.pipeline(transaction=False)
+        for delivery_id in ids:
+            pipe.hgetall(keys.delivery(delivery_id))
+        return [_hash(raw) if raw else None for raw in await pipe.execute()]
+
+    async def delivery_attempts(self, delivery_id: str) -> list[dict[str, Any]]:
+        return [json.loads(a) for a in await self.redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)]
+
+    async def list_deliveries(
+        self, sub_id: str, *, limit: int, cursor: str | None, status: str | None
+    ) -> Page:
+        def keep(d: dict[str, str]) -> bool:
+            return status is None or d.get("status") == status
+
+        return await self._page(keys.sub_deliveries(sub_id), limit, cursor, self.get_deliveries, keep)
+
+    async def failed_deliveries_since(self, sub_id: str, since_ms: int) -> list[str]:
+        ids = [_s(i) for i in await self.redis.zrangebyscore(keys.sub_deliveries(sub_id), since_ms, "+inf")]
+        rows = await self.get_deliveries(ids)
+        return [d["id"] for d in rows if d and d.get("status") == "failed"]
+
+    async def retry_delivery(self, delivery_id: str, now_ms: int) -> bool:
+        return bool(await self.scripts.retry_delivery(keys=[keys.delivery(delivery_id)], args=[now_ms]))
+
+    # Workers ------------------------------------------------------------------------------------
+
+    async def heartbeat(self, worker_id: str, payload: str, ttl_s: float) -> None:
+        await self.redis.set(keys.worker(worker_id), payload, px=int(ttl_s * 1000))
+
+    # Retention ----------------------------------------------------------------------------------
+
+    async def purge_indexes(self, now_ms: int) -> int:
+        """Drops listing entries older than the retention window (their records have expired)."""
+        cutoff = now_ms - self._retention_ms
+        removed = 0
+        async for key in self.redis.scan_iter(match=f"{keys.PREFIX}client:*", count=500):
+            removed += await self.redis.zremrangebyscore(key, "-inf", cutoff)
+        async for key in self.redis.scan_iter(match=f"{keys.PREFIX}sub:*:deliveries", count=500):
+            removed += await self.redis.zremrangebyscore(key, "-inf", cutoff)
+        return removed
+
+    # Paging -------------------------------------------------------------------------------------
+
+    async def _page(self, index: str, limit: int, cursor: str | None, fetch: Any, keep: Any) -> Page:
+        """Newest first. Scans at most 20 chunks so that a rare filter cannot make one request unbounded;
+        the cursor then points past what was scanned."""
+        max_score: float | str = "+inf"
+        after: str | None = None
+        if cursor:
+            max_score, after = decode_cursor(cursor)
+        out: list[Any] = []
+        last: tuple[float, str] | None = None
+        chunk = max(limit, 50)
+        for _ in range(20):
+            rows = await self.redis.zrevrangebyscore(index, max_score, "-inf", start=0, num=chunk + 1, withscores=True)
+            members = [(_s(m), float(s)) for m, s in rows]
+            if after is not None:
+                # Skip up to and including the cursor's member (several may share its score).
+                skip = next((i + 1 for i, (m, _) in enumerate(members) if m == after), 0)
+                members = members[skip:]
+            if not members:
+                return Page(out, None)
+            docs = await fetch([m for m, _ in members])
+            for (member, score), doc in zip(members, docs, strict=True):
+                last = (score, member)
+                if doc is not None and (keep is None or keep(doc)):
+                    out.append(doc)
+                    if len(out) == limit:
+                        return Page(out, encode_cursor(score, member))
+            if len(rows) <= chunk:
+                return Page(out, None)
+            assert last is not None
+            max_score, after = last
+        return Page(out, encode_cursor(*last) if last else None)

@@ -1,0 +1,111 @@
+"""Every Redis key that hookbridge uses, in one place.
+
+All keys share the prefix ``hb:``. Values:
+
+================================  ======  =========================================================
+key                               type    holds
+================================  ======  =========================================================
+hb:run:{run}                      string  the run as JSON (public fields and ``_``-prefixed internals)
+hb:doc:{run}                      string  the submitted document bytes, until the vendor accepted it
+hb:result:{run}                   string  the vendor's result as JSON (not kept with zero retention)
+hb:run:{run}:events               list    the run's event ids, oldest first
+hb:evt:{evt}                      hash    type, run, client, created, body (the exact bytes sent),
+                                          pending (deliveries not yet final), zr (zero retention)
+hb:client:{client}:runs           zset    run ids by creation time (listing)
+hb:client:{client}:subs           zset    subscription ids by creation time
+hb:sub:{sub}                      hash    the subscription (lists as JSON strings), health counters
+hb:sub:{sub}:deliveries           zset    delivery ids by creation time (the delivery log)
+hb:sub:{sub}:inflight             zset    delivery ids being attempted, by lease expiry
+hb:chain:{sub}:{run}              list    undelivered deliveries of one run to one subscription, in
+                                          order; only the head is ever due (ordering per run)
+hb:dlv:{dlv}                      hash    one delivery: event, subscription, status, attempts, ...
+hb:dlv:{dlv}:attempts             list    every attempt as JSON
+hb:due:runs:{vendor}              zset    run ids by the time their next step is due (or lease end)
+hb:due:deliveries                 zset    delivery ids by the time their next attempt is due
+hb:idem:{client}:{sha256(key)}    string  "fingerprint run_id" for Idempotency-Key, with a TTL
+hb:budget:{vendor}                string  the vendor budget's theoretical arrival time (GCRA), ms
+hb:budget:sub:{sub}               string  the same for a subscription's delivery rate
+hb:worker:{worker}                string  a worker's heartbeat, with a TTL
+================================  ======  =========================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+PREFIX = "hb:"
+DUE_DELIVERIES = f"{PREFIX}due:deliveries"
+WORKERS = f"{PREFIX}worker:"
+
+
+def run(run_id: str) -> str:
+    return f"{PREFIX}run:{run_id}"
+
+
+def document(run_id: str) -> str:
+    return f"{PREFIX}doc:{run_id}"
+
+
+def result(run_id: str) -> str:
+    return f"{PREFIX}result:{run_id}"
+
+
+def run_events(run_id: str) -> str:
+    return f"{PREFIX}run:{run_id}:events"
+
+
+def event(event_id: str) -> str:
+    return f"{PREFIX}evt:{event_id}"
+
+
+def client_runs(client: str) -> str:
+    return f"{PREFIX}client:{client}:runs"
+
+
+def client_subs(client: str) -> str:
+    return f"{PREFIX}client:{client}:subs"
+
+
+def subscription(sub_id: str) -> str:
+    return f"{PREFIX}sub:{sub_id}"
+
+
+def sub_deliveries(sub_id: str) -> str:
+    return f"{PREFIX}sub:{sub_id}:deliveries"
+
+
+def sub_inflight(sub_id: str) -> str:
+    return f"{PREFIX}sub:{sub_id}:inflight"
+
+
+def chain(sub_id: str, run_id: str) -> str:
+    return f"{PREFIX}chain:{sub_id}:{run_id}"
+
+
+def delivery(dlv_id: str) -> str:
+    return f"{PREFIX}dlv:{dlv_id}"
+
+
+def delivery_attempts(dlv_id: str) -> str:
+    return f"{PREFIX}dlv:{dlv_id}:attempts"
+
+
+def due_runs(vendor: str) -> str:
+    return f"{PREFIX}due:runs:{vendor}"
+
+
+def idempotency(client: str, key: str) -> str:
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    return f"{PREFIX}idem:{client}:{digest}"
+
+
+def vendor_budget(vendor: str) -> str:
+    return f"{PREFIX}budget:{vendor}"
+
+
+def sub_budget(sub_id: str) -> str:
+    return f"{PREFIX}budget:sub:{sub_id}"
+
+
+def worker(worker_id: str) -> str:
+    return f"{WORKERS}{worker_id}"

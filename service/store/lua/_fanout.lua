@@ -1,0 +1,61 @@
+-- Shared by transition.lua and emit.lua (prepended by scripts.py).
+-- Creates one delivery per matching active subscription for one event, in the same atomic step that
+-- emits the event: there is never an event without its deliveries.
+local DEFAULT_TYPES = {'run.succeeded', 'run.failed', 'run.canceled'}
+
+local function matches(etype, types_json)
+  if etype == 'subscription.test' then return true end
+  local types = DEFAULT_TYPES
+  if types_json and types_json ~= '' and types_json ~= 'null' then
+    types = cjson.decode(types_json)
+  end
+  for _, t in ipairs(types) do
+    if t == etype then return true end
+    if t == 'run.*' and string.sub(etype, 1, 4) == 'run.' then return true end
+  end
+  return false
+end
+
+-- Deliveries of one run to one subscription form a chain; only its head is ever due, so a later event
+-- waits until the earlier one is delivered or has failed for good.
+local function create_delivery(ev, sid, run_id, client, now, retention_ms)
+  local did = 'dlv_' .. string.sub(redis.sha1hex(ev['id'] .. ':' .. sid), 1, 26)
+  local dkey = 'hb:dlv:' .. did
+  if redis.call('EXISTS', dkey) == 1 then return 0 end
+  redis.call('HSET', dkey, 'id', did, 'event', ev['id'], 'type', ev['type'], 'sub', sid, 'run', run_id,
+    'client', client, 'status', 'pending', 'attempts', 0, 'created', now, 'updated', now,
+    'next_at', now, 'chained', 1, 'counted', 0, 'series', 0)
+  redis.call('ZADD', 'hb:sub:' .. sid .. ':deliveries', now, did)
+  if redis.call('RPUSH', 'hb:chain:' .. sid .. ':' .. run_id, did) == 1 then
+    redis.call('ZADD', 'hb:due:deliveries', now, did)
+  end
+  return 1
+end
+
+-- Emits one event: stores its body, appends it to the run, fans it out. Returns deliveries created.
+local function emit(ev, run_id, client, subs, filter, zr, now, retention_ms)
+  local ekey = 'hb:evt:' .. ev['id']
+  if redis.call('EXISTS', ekey) == 1 then return 0 end
+  redis.call('HSET', ekey, 'id', ev['id'], 'type', ev['type'], 'run', run_id, 'client', client,
+    'created', ev['created'], 'body', ev['body'], 'zr', zr)
+  if run_id ~= '' then redis.call('RPUSH', 'hb:run:' .. run_id .. ':events', ev['id']) end
+  local n = 0
+  for _, sid in ipairs(subs) do
+    if filter == nil or filter[sid] then
+      local s = redis.call('HMGET', 'hb:sub:' .. sid, 'disabled', 'event_types')
+      if s[1] == '0' and matches(ev['type'], s[2]) then
+        n = n + create_delivery(ev, sid, run_id, client, now, retention_ms)
+      end
+    end
+  end
+  redis.call('HSET', ekey, 'pending', n)
+  redis.call('PEXPIRE', ekey, retention_ms)
+  return n
+end
+
+local function as_filter(list)
+  if list == nil or #list == 0 then return nil end
+  local set = {}
+  for _, v in ipairs(list) do set[v] = true end
+  return set
+end

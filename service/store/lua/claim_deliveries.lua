@@ -1,0 +1,45 @@
+-- Claims up to `limit` due deliveries under a lease, within each subscription's in-flight limit and
+-- rate. A delivery held back by a limit is re-scored to when it may go, not dropped.
+-- KEYS: due_deliveries. ARGV: now_ms, limit, lease_ms, default_max_in_flight
+-- Returns {{delivery_fields, subscription_fields, event_body}, ...}, next_due_score | false}.
+local now, limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local default_max = tonumber(ARGV[4])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+local out = {}
+for _, id in ipairs(due) do
+  local dkey = 'hb:dlv:' .. id
+  local d = redis.call('HMGET', dkey, 'sub', 'event', 'status')
+  if not d[1] or d[3] ~= 'pending' then
+    redis.call('ZREM', KEYS[1], id)
+  else
+    local sid = d[1]
+    local skey = 'hb:sub:' .. sid
+    local s = redis.call('HMGET', skey, 'max_in_flight', 'rate_per_s')
+    local ikey = 'hb:sub:' .. sid .. ':inflight'
+    redis.call('ZREMRANGEBYSCORE', ikey, '-inf', now)
+    local held = false
+    if redis.call('ZCARD', ikey) >= (tonumber(s[1]) or default_max) then
+      redis.call('ZADD', KEYS[1], now + 100, id)
+      held = true
+    end
+    local rate = tonumber(s[2]) or 0
+    if not held and rate > 0 then
+      local bkey = 'hb:budget:sub:' .. sid
+      local tat = math.max(tonumber(redis.call('GET', bkey) or '0'), now)
+      if tat > now then
+        redis.call('ZADD', KEYS[1], tat, id)
+        held = true
+      else
+        redis.call('SET', bkey, tostring(tat + 1000 / rate), 'PX', 3600000)
+      end
+    end
+    if not held then
+      redis.call('ZADD', ikey, now + lease, id)
+      redis.call('ZADD', KEYS[1], now + lease, id)
+      local body = redis.call('HGET', 'hb:evt:' .. d[2], 'body')
+      table.insert(out, {redis.call('HGETALL', dkey), redis.call('HGETALL', skey), body or false})
+    end
+  end
+end
+local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {out, nxt[2] or false}

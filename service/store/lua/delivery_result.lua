@@ -1,0 +1,76 @@
+-- Records one delivery attempt and its consequence, atomically.
+-- KEYS[1] delivery key. ARGV[1] JSON: id, outcome ('succeeded'|'retry'|'failed'|'gone'|'skipped'),
+--   next_at (for retry), attempt (JSON string, absent for 'skipped' without attempt), now,
+--   retention_ms, disable_after_ms, keep_attempts, status_code
+-- 'gone' is a failure that disables the subscription (410); 'skipped' fails it without counting
+-- against the subscription's health (subscription deleted or disabled).
+-- Returns {'ok', next_in_chain | ''} | {'missing'}.
+local ops = cjson.decode(ARGV[1])
+local id, outcome, now = ops['id'], ops['outcome'], tonumber(ops['now'])
+local d = redis.call('HMGET', KEYS[1], 'sub', 'run', 'event', 'chained', 'counted', 'created')
+if not d[1] then return {'missing'} end
+local sid, run_id, evt = d[1], d[2], d[3]
+local skey = 'hb:sub:' .. sid
+redis.call('ZREM', 'hb:sub:' .. sid .. ':inflight', id)
+if ops['attempt'] then
+  local akey = 'hb:dlv:' .. id .. ':attempts'
+  redis.call('RPUSH', akey, ops['attempt'])
+  redis.call('LTRIM', akey, -ops['keep_attempts'], -1)
+  redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+end
+redis.call('HSET', KEYS[1], 'updated', now, 'last_code', ops['status_code'] or '')
+
+if outcome == 'retry' then
+  redis.call('HSET', KEYS[1], 'status', 'pending', 'next_at', ops['next_at'])
+  redis.call('ZADD', 'hb:due:deliveries', ops['next_at'], id)
+  return {'ok', ''}
+end
+
+local final = 'failed'
+if outcome == 'succeeded' then final = 'succeeded' end
+redis.call('ZREM', 'hb:due:deliveries', id)
+redis.call('HSET', KEYS[1], 'status', final, 'next_at', '')
+
+local nxt = ''
+if d[4] == '1' then
+  local ckey = 'hb:chain:' .. sid .. ':' .. run_id
+  if redis.call('LINDEX', ckey, 0) == id then
+    redis.call('LPOP', ckey)
+    nxt = redis.call('LINDEX', ckey, 0) or ''
+    if nxt ~= '' then redis.call('ZADD', 'hb:due:deliveries', now, nxt) end
+  else
+    redis.call('LREM', ckey, 1, id)
+  end
+  redis.call('HSET', KEYS[1], 'chained', 0)
+end
+
+if d[5] == '0' then
+  redis.call('HSET', KEYS[1], 'counted', 1)
+  local ekey = 'hb:evt:' .. evt
+  if redis.call('EXISTS', ekey) == 1 and redis.call('HINCRBY', ekey, 'pending', -1) <= 0 then
+    -- Zero retention: once every delivery of the event is final, its body (the result) is dropped.
+    if redis.call('HGET', ekey, 'zr') == '1' then redis.call('HDEL', ekey, 'body') end
+  end
+end
+redis.call('PEXPIRE', KEYS[1], ops['retention_ms'])
+redis.call('PEXPIRE', 'hb:dlv:' .. id .. ':attempts', ops['retention_ms'])
+
+if redis.call('EXISTS', skey) == 1 then
+  if outcome == 'succeeded' then
+    redis.call('HSET', skey, 'failing_since', '', 'consecutive_failures', 0)
+  elseif outcome == 'gone' then
+    redis.call('HSET', skey, 'disabled', 1, 'disabled_reason', 'the endpoint answered 410 Gone', 'updated', now)
+  elseif outcome == 'failed' then
+    redis.call('HINCRBY', skey, 'consecutive_failures', 1)
+    local since = redis.call('HGET', skey, 'failing_since')
+    if not since or since == '' then
+      since = d[6]
+      redis.call('HSET', skey, 'failing_since', since)
+    end
+    if now - tonumber(since) >= tonumber(ops['disable_after_ms']) then
+      redis.call('HSET', skey, 'disabled', 1, 'updated', now,
+        'disabled_reason', 'deliveries kept failing since ' .. since .. ' (ms since epoch)')
+    end
+  end
+end
+return {'ok', nxt}

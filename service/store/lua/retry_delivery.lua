@@ -1,0 +1,11 @@
+-- Sends a delivery again now, on a fresh retry series, outside its chain (the user asked for it).
+-- KEYS[1] delivery key. ARGV: now_ms. Returns 1, or 0 when it is missing or already pending.
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st or st == 'pending' then return 0 end
+local id = redis.call('HGET', KEYS[1], 'id')
+local attempts = redis.call('HGET', KEYS[1], 'attempts')
+redis.call('HSET', KEYS[1], 'status', 'pending', 'next_at', ARGV[1], 'series', attempts, 'updated', ARGV[1])
+redis.call('PERSIST', KEYS[1])
+redis.call('PERSIST', 'hb:dlv:' .. id .. ':attempts')
+redis.call('ZADD', 'hb:due:deliveries', ARGV[1], id)
+return 1
