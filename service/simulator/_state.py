@@ -1,0 +1,164 @@
+"""Simulator state shared by the vendors: the clock, the seeded RNGs, run timelines and the request log.
+
+A run's status is never stored: it is recomputed from its :class:`Timeline` and the monotonic clock on
+every request, so the simulator needs no background tasks and a test can swap in a :class:`ManualClock`.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from starlette.requests import Request
+
+from ._documents import SLOW_FACTOR
+from .config import SimulatorConfig
+
+QUEUED_SHARE = 0.2
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def time(self) -> float: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+
+class ManualClock:
+    """A clock that moves only when told to; for tests of long timelines (retention, processing limits)."""
+
+    def __init__(self, start: float = 1_000.0, wall: float = 1_800_000_000.0) -> None:
+        self._mono = start
+        self._offset = wall - start
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def time(self) -> float:
+        return self._mono + self._offset
+
+    def advance(self, seconds: float) -> None:
+        self._mono += seconds
+
+
+class Phase(enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """When a run leaves the queue and when it finishes; ``finishes_at`` None means never."""
+
+    created_at: float
+    starts_at: float
+    finishes_at: float | None
+
+    def phase(self, now: float) -> Phase:
+        if now < self.starts_at:
+            return Phase.QUEUED
+        if self.finishes_at is None or now < self.finishes_at:
+            return Phase.RUNNING
+        return Phase.FINISHED
+
+    def fraction(self, now: float, nominal_finish: float) -> float:
+        """Share of the running phase done, measured against ``nominal_finish`` for runs that never end."""
+        span = nominal_finish - self.starts_at
+        if span <= 0:
+            return 1.0
+        return min(1.0, max(0.0, (now - self.starts_at) / span))
+
+
+@dataclass
+class LogEntry:
+    t: float
+    vendor: str
+    method: str
+    path: str
+    status: int | None = None
+    fault: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "t": self.t,
+            "vendor": self.vendor,
+            "method": self.method,
+            "path": self.path,
+            "status": self.status,
+            "fault": self.fault,
+        }
+
+
+def _rng(seed: int, purpose: str) -> random.Random:
+    # Separate streams, so that e.g. a fault draw never shifts the durations of later runs.
+    return random.Random(f"{seed}:{purpose}")
+
+
+@dataclass
+class SimState:
+    config: SimulatorConfig
+    clock: Clock
+    log: list[LogEntry] = field(default_factory=list)
+    fault_rng: random.Random = field(init=False)
+    run_rng: random.Random = field(init=False)
+    id_rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.reseed()
+
+    def reseed(self) -> None:
+        seed = self.config.seed
+        self.fault_rng = _rng(seed, "faults")
+        self.run_rng = _rng(seed, "runs")
+        self.id_rng = _rng(seed, "ids")
+
+    def now(self) -> float:
+        return self.clock.monotonic()
+
+    def wall_iso(self, monotonic: float | None = None, *, zulu: bool = True) -> str:
+        """RFC 3339 time of a monotonic instant (default now); ``zulu=False`` gives Uptiq's naive form."""
+        now = self.clock.monotonic()
+        at = self.clock.time() - (now - (monotonic if monotonic is not None else now))
+        stamp = datetime.fromtimestamp(at, tz=UTC)
+        if zulu:
+            return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return stamp.replace(tzinfo=None).isoformat(timespec="microseconds")
+
+    def new_uuid(self) -> str:
+        return str(uuid.UUID(int=self.id_rng.getrandbits(128), version=4))
+
+    def new_nutrient_id(self) -> str:
+        return "".join(self.id_rng.choice(_CROCKFORD) for _ in range(26))
+
+    def new_timeline(self, *, slow: bool, never_finishes: bool) -> Timeline:
+        low, high = self.config.duration_s
+        duration = self.run_rng.uniform(low, high) * (SLOW_FACTOR if slow else 1.0)
+        now = self.now()
+        starts_at = now + duration * QUEUED_SHARE
+        return Timeline(
+            created_at=now, starts_at=starts_at, finishes_at=None if never_finishes else now + duration
+        )
+
+    def nominal_duration(self, timeline: Timeline) -> float:
+        """Length a run would have had; gives stuck runs a progress scale."""
+        return (timeline.starts_at - timeline.created_at) / QUEUED_SHARE
+
+
+def sim_state(request: Request) -> SimState:
+    state = request.app.state.sim
+    assert isinstance(state, SimState)
+    return state

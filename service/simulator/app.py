@@ -1,0 +1,181 @@
+"""The simulator's Starlette app: vendor mounts, the request log, injected faults and the ``/_sim`` routes.
+
+Vendor routes (each prefix is the vendor's base URL):
+
+- ``POST /nutrient/extraction/{parse|extract|classify|split}/async``
+- ``GET|DELETE /nutrient/extraction/runs/{run_id}``, ``GET .../assets/result``, ``POST .../cancel``
+- ``POST /cloudsquid/api/projects/{project}/tables/{table_id}/files``, ``.../run``, ``.../extract``;
+  ``GET .../run/{run_id}``
+- ``POST /uptiq/extract``, ``GET /uptiq/document-extractions/{extraction_id}``
+
+Control routes, unauthenticated and never faulted: ``GET|DELETE /_sim/requests``, ``GET|PATCH /_sim/config``,
+``GET /_sim/stats``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from . import cloudsquid, nutrient, uptiq
+from ._state import Clock, LogEntry, SimState, SystemClock, sim_state
+from .config import VENDORS, SimulatorConfig
+
+PREFIXES: dict[str, str] = {"nutrient": "/nutrient", "cloudsquid": "/cloudsquid/api", "uptiq": "/uptiq"}
+_DROP_DRAIN_TIMEOUT_S = 5.0
+
+
+def _vendor_of(path: str) -> str | None:
+    for vendor, prefix in PREFIXES.items():
+        if path == prefix or path.startswith(prefix + "/"):
+            return vendor
+    return None
+
+
+def _fault_response(vendor: str, status: int, state: SimState) -> Response:
+    """An injected 429/5xx in the vendor's own error shape."""
+    message = (
+        "rate limit exceeded for your subscription" if status == 429 else "backend temporarily unavailable"
+    )
+    if vendor == "nutrient":
+        body: dict[str, Any] = {"status": status, "requestId": state.new_uuid(), "errorMessage": message}
+        response: Response = JSONResponse(body, status_code=status)
+    elif vendor == "uptiq":
+        response = JSONResponse({"status": "error", "message": message}, status_code=status)
+    elif status == 429:
+        response = JSONResponse({"errorMessage": message}, status_code=status)
+    else:
+        # Cloudsquid documents no body for its 500.
+        response = PlainTextResponse("Internal Server Error", status_code=status)
+    if status == 429 and state.config.retry_after_s is not None:
+        response.headers["retry-after"] = str(state.config.retry_after_s)
+    return response
+
+
+async def _drop_connection(receive: Receive) -> None:
+    """Close the client's connection without sending a byte of response.
+
+    ASGI has no "close" message, and uvicorn answers 500 for an app that returns without responding, so
+    this reaches uvicorn's transport through its ``receive`` (a bound method of the request cycle), closes
+    it, and waits for the disconnect so that uvicorn knows not to answer. Without a socket (an in-process
+    ``httpx.ASGITransport``) it raises the error an httpx client would see for a dropped connection.
+    """
+    transport = getattr(getattr(receive, "__self__", None), "transport", None)
+    close = getattr(transport, "close", None)
+    if not callable(close):
+        raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    close()
+    async with asyncio.timeout(_DROP_DRAIN_TIMEOUT_S):
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+
+class VendorTrafficMiddleware:
+    """Logs every vendor request on arrival, adds latency, and injects faults drawn from the seeded RNG."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        vendor = _vendor_of(scope["path"]) if scope["type"] == "http" else None
+        if vendor is None:
+            await self.app(scope, receive, send)
+            return
+        state = scope["app"].state.sim
+        assert isinstance(state, SimState)
+        config = state.config
+        entry = LogEntry(t=state.clock.time(), vendor=vendor, method=scope["method"], path=scope["path"])
+        state.log.append(entry)
+
+        # Both draws happen on every request so that the fault sequence depends only on the request count.
+        latency_ms = state.fault_rng.uniform(*config.latency_ms)
+        draw = state.fault_rng.random()
+        if latency_ms > 0:
+            await asyncio.sleep(latency_ms / 1000)
+        if vendor in config.vendors_faulty:
+            if draw < config.rate_drop:
+                entry.fault = "drop"
+                await _drop_connection(receive)
+                return
+            if draw < config.rate_drop + config.rate_429:
+                entry.fault, entry.status = "429", 429
+                await _fault_response(vendor, 429, state)(scope, receive, send)
+                return
+            if draw < config.rate_drop + config.rate_429 + config.rate_5xx:
+                status = state.fault_rng.choice((500, 502, 503))
+                entry.fault, entry.status = "5xx", status
+                await _fault_response(vendor, status, state)(scope, receive, send)
+                return
+
+        async def logging_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                entry.status = message["status"]
+            await send(message)
+
+        await self.app(scope, receive, logging_send)
+
+
+async def _requests(request: Request) -> Response:
+    state = sim_state(request)
+    if request.method == "DELETE":
+        state.log.clear()
+        return Response(status_code=204)
+    vendor = request.query_params.get("vendor")
+    entries = [e.to_json() for e in state.log if vendor is None or e.vendor == vendor]
+    return JSONResponse({"data": entries})
+
+
+async def _config(request: Request) -> Response:
+    state = sim_state(request)
+    if request.method == "PATCH":
+        try:
+            changes = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return JSONResponse({"error": "body is not valid JSON"}, status_code=400)
+        if not isinstance(changes, dict):
+            return JSONResponse({"error": "body must be a JSON object"}, status_code=400)
+        try:
+            state.config = state.config.patched(changes)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        if "seed" in changes:
+            state.reseed()
+    return JSONResponse(state.config.to_json())
+
+
+async def _stats(request: Request) -> Response:
+    app_state, now = request.app.state, sim_state(request).now()
+    stores = {"nutrient": app_state.nutrient, "cloudsquid": app_state.cloudsquid, "uptiq": app_state.uptiq}
+    return JSONResponse({vendor: stores[vendor].status_counts(now) for vendor in VENDORS})
+
+
+def create_app(config: SimulatorConfig, *, clock: Clock | None = None) -> Starlette:
+    """The simulator app; ``clock`` replaces the system clock (tests pass a ``ManualClock``)."""
+    control = [
+        Route("/requests", _requests, methods=["GET", "DELETE"]),
+        Route("/config", _config, methods=["GET", "PATCH"]),
+        Route("/stats", _stats, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=[
+            Mount(PREFIXES["nutrient"], routes=nutrient.routes()),
+            Mount(PREFIXES["cloudsquid"], routes=cloudsquid.routes()),
+            Mount(PREFIXES["uptiq"], routes=uptiq.routes()),
+            Mount("/_sim", routes=control),
+        ],
+        middleware=[Middleware(VendorTrafficMiddleware)],
+    )
+    app.state.sim = SimState(config=config, clock=clock or SystemClock())
+    app.state.nutrient = nutrient.NutrientStore()
+    app.state.cloudsquid = cloudsquid.CloudsquidStore()
+    app.state.uptiq = uptiq.UptiqStore()
+    return app

@@ -1,0 +1,284 @@
+"""Cloudsquid tables API, async run pattern (NOTES.md §1, cloudsquid-*.md), under ``/cloudsquid/api``.
+
+Choices where the documents are silent:
+
+- Upload answers 201 (the filesystem upload's code; the table upload's 2xx is not shown).
+- A well-formed but unknown ``run_id`` answers 404 ``{errorMessage}``; an unknown ``row_id`` on start-run
+  answers 400, as the brief asks. Rows and runs belong to the project and table they were made in.
+- A run in ``error`` carries the message in ``reasoning`` (the only documented free-text field) and also
+  in ``errorMessage``.
+- ``uri`` files are not fetched: the URI stands in for the bytes. ``multipart`` parts must be a non-empty
+  array; their JSON text stands in for the bytes.
+- The sync ``/extract`` waits for the run, at most 60 s, then answers with the DataRow as it then is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending, decode_base64
+from ._state import Phase, SimState, Timeline, sim_state
+
+MIMETYPES = frozenset(
+    {
+        "application/pdf",
+        "application/json",
+        "image/jpg",
+        "image/jpeg",
+        "image/png",
+        "text/csv",
+        "text/plain",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "application/vnd.ms-excel",
+        "video/mp4",
+        "audio/mp3",
+        "audio/wav",
+        "audio/ogg",
+        "multipart/related",
+        "message/rfc822",
+    }
+)
+FILE_TYPES = ("uri", "binary", "multipart")
+_SYNC_WAIT_CAP_S = 60.0
+
+
+@dataclass
+class Row:
+    id: str
+    project: str
+    table_id: str
+    file_id: str
+    document: Document
+    created_at: float
+
+
+@dataclass
+class CloudsquidRun:
+    id: str
+    row: Row
+    timeline: Timeline
+    zero_retention: bool
+
+    def status(self, now: float) -> str:
+        phase = self.timeline.phase(now)
+        if phase is Phase.QUEUED:
+            return "pending"
+        if phase is Phase.RUNNING:
+            return "running"
+        return "error" if self.row.document.outcome.ending is Ending.FAIL else "done"
+
+
+@dataclass
+class CloudsquidStore:
+    rows: dict[str, Row] = field(default_factory=dict)
+    runs: dict[str, CloudsquidRun] = field(default_factory=dict)
+
+    def status_counts(self, now: float) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for run in self.runs.values():
+            status = run.status(now)
+            counts[status] = counts.get(status, 0) + 1
+        return counts
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def _store(request: Request) -> CloudsquidStore:
+    store = request.app.state.cloudsquid
+    assert isinstance(store, CloudsquidStore)
+    return store
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"errorMessage": message}, status_code=status)
+
+
+def _is_uuid(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_request(request: Request, state: SimState, *path_uuids: str) -> JSONResponse | None:
+    if request.headers.get("x-api-key") != state.config.cloudsquid_api_key:
+        return _error(401, "Unauthorized: missing or invalid X-API-Key")
+    for name in path_uuids:
+        if not _is_uuid(request.path_params[name]):
+            return _error(400, f"{name} must be a UUID")
+    return None
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise _BadRequest("body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise _BadRequest("body must be a JSON object")
+    return body
+
+
+def _document(body: dict[str, Any]) -> Document:
+    file, filename, mimetype, file_type = (body.get(k) for k in ("file", "filename", "mimetype", "file_type"))
+    if not isinstance(filename, str) or not filename:
+        raise _BadRequest("filename is required")
+    if mimetype not in MIMETYPES:
+        raise _BadRequest(f"mimetype must be one of: {', '.join(sorted(MIMETYPES))}")
+    if file_type not in FILE_TYPES:
+        raise _BadRequest(f"file_type must be one of: {', '.join(FILE_TYPES)}")
+    if file_type == "binary":
+        if not isinstance(file, str) or not file:
+            raise _BadRequest("file must be a base64 string when file_type is binary")
+        try:
+            content = decode_base64(file)
+        except ValueError:
+            raise _BadRequest("file is not valid base64") from None
+        if not content:
+            raise _BadRequest("file is empty")
+        return Document(content=content, filename=filename, media_type=mimetype)
+    if file_type == "uri":
+        if not isinstance(file, str) or not file:
+            raise _BadRequest("file must be a URL string when file_type is uri")
+        return Document(content=file.encode(), filename=filename, url=file, media_type=mimetype)
+    if not isinstance(file, list) or not file:
+        raise _BadRequest("file must be a non-empty array of parts when file_type is multipart")
+    return Document(content=json.dumps(file, sort_keys=True).encode(), filename=filename, media_type=mimetype)
+
+
+def _new_row(request: Request, state: SimState, document: Document) -> Row:
+    row = Row(
+        id=state.new_uuid(),
+        project=request.path_params["project"],
+        table_id=request.path_params["table_id"],
+        file_id=state.new_uuid(),
+        document=document,
+        created_at=state.now(),
+    )
+    _store(request).rows[row.id] = row
+    return row
+
+
+def _new_run(request: Request, state: SimState, row: Row, zero_retention: bool) -> CloudsquidRun:
+    outcome = row.document.outcome
+    run = CloudsquidRun(
+        id=state.new_uuid(),
+        row=row,
+        timeline=state.new_timeline(slow=outcome.slow, never_finishes=outcome.ending is Ending.STUCK),
+        zero_retention=zero_retention,
+    )
+    _store(request).runs[run.id] = run
+    return run
+
+
+def data_row(run: CloudsquidRun, state: SimState, now: float, *, legacy: bool) -> dict[str, Any]:
+    status = run.status(now)
+    row = run.row
+    if legacy:
+        # The older page's enum has no "pending": a queued run already read "running" there.
+        shape: dict[str, Any] = {
+            "status": "running" if status == "pending" else status,
+            "result": row.document.fields() if status == "done" else {},
+        }
+        if status == "error":
+            shape["errorMessage"] = FAILURE_MESSAGE
+        return shape
+    body: dict[str, Any] = {
+        "data": row.document.fields() if status == "done" else {},
+        "row_id": row.id,
+        "created_at": state.wall_iso(row.created_at),
+        "status": status,
+        "reasoning": "",
+        "input": {"files": [{"id": row.file_id}], "data": {}},
+    }
+    if status == "done":
+        body["reasoning"] = f"Extracted {len(body['data'])} fields from {row.document.filename}."
+    elif status == "error":
+        body["reasoning"] = FAILURE_MESSAGE
+        body["errorMessage"] = FAILURE_MESSAGE
+    return body
+
+
+async def upload(request: Request) -> Response:
+    state = sim_state(request)
+    if (refused := _check_request(request, state, "table_id")) is not None:
+        return refused
+    try:
+        document = _document(await _json_object(request))
+    except _BadRequest as exc:
+        return _error(400, str(exc))
+    if document.outcome.reject:
+        return _error(400, REJECT_MESSAGE)
+    return JSONResponse({"row_id": _new_row(request, state, document).id}, status_code=201)
+
+
+async def start_run(request: Request) -> Response:
+    state = sim_state(request)
+    if (refused := _check_request(request, state, "table_id")) is not None:
+        return refused
+    try:
+        body = await _json_object(request)
+    except _BadRequest as exc:
+        return _error(400, str(exc))
+    row_id, zero_retention = body.get("row_id"), body.get("zero_retention", False)
+    if not isinstance(row_id, str) or not _is_uuid(row_id):
+        return _error(400, "row_id is required and must be a UUID")
+    if not isinstance(zero_retention, bool):
+        return _error(400, "zero_retention must be a boolean")
+    row = _store(request).rows.get(row_id)
+    params = request.path_params
+    if row is None or (row.project, row.table_id) != (params["project"], params["table_id"]):
+        return _error(400, f"row {row_id} not found in this table")
+    return JSONResponse({"run_id": _new_run(request, state, row, zero_retention).id}, status_code=202)
+
+
+async def get_run(request: Request) -> Response:
+    state = sim_state(request)
+    if (refused := _check_request(request, state, "table_id", "run_id")) is not None:
+        return refused
+    run = _store(request).runs.get(request.path_params["run_id"])
+    params = request.path_params
+    if run is None or (run.row.project, run.row.table_id) != (params["project"], params["table_id"]):
+        return _error(404, "run not found")
+    return JSONResponse(data_row(run, state, state.now(), legacy=state.config.cloudsquid_legacy_shape))
+
+
+async def extract_sync(request: Request) -> Response:
+    state = sim_state(request)
+    if (refused := _check_request(request, state, "table_id")) is not None:
+        return refused
+    try:
+        document = _document(await _json_object(request))
+    except _BadRequest as exc:
+        return _error(400, str(exc))
+    if document.outcome.reject:
+        return _error(400, REJECT_MESSAGE)
+    run = _new_run(request, state, _new_row(request, state, document), zero_retention=False)
+    finishes_at = run.timeline.finishes_at
+    wait = _SYNC_WAIT_CAP_S if finishes_at is None else min(_SYNC_WAIT_CAP_S, finishes_at - state.now())
+    # The margin covers the event loop waking a timer up to one clock tick early.
+    await asyncio.sleep(max(0.0, wait) + 0.01)
+    return JSONResponse(data_row(run, state, state.now(), legacy=False))
+
+
+def routes() -> list[BaseRoute]:
+    tables = "/projects/{project}/tables/{table_id}"
+    return [
+        Route(f"{tables}/files", upload, methods=["POST"]),
+        Route(f"{tables}/run", start_run, methods=["POST"]),
+        Route(f"{tables}/run/{{run_id}}", get_run, methods=["GET"]),
+        Route(f"{tables}/extract", extract_sync, methods=["POST"]),
+    ]

@@ -1,0 +1,274 @@
+"""Knobs of the vendor simulator.
+
+Every knob is a field of :class:`SimulatorConfig`, read from an environment variable by
+:meth:`SimulatorConfig.from_env` and changeable at run time through ``PATCH /_sim/config`` (JSON keyed by
+field name). A bad value raises :class:`ValueError` naming the variable (or the field, for a PATCH).
+
+Each line: variable -> field (default): meaning.
+
+- ``HOOKBRIDGE_SIM_SEED`` -> ``seed`` (0): seeds every RNG (faults, run durations, ids), so a run of
+  requests is repeatable.
+- ``HOOKBRIDGE_SIM_LATENCY_MS`` -> ``latency_ms`` ("0,0"): extra delay of every vendor request, ms "min,max".
+- ``HOOKBRIDGE_SIM_DURATION_S`` -> ``duration_s`` ("1,3"): processing time of a run, s "min,max"; about
+  the first 20% of it is spent queued.
+- ``HOOKBRIDGE_SIM_RATE_429`` -> ``rate_429`` (0): share of vendor requests answered 429.
+- ``HOOKBRIDGE_SIM_RETRY_AFTER_S`` -> ``retry_after_s`` (1): ``Retry-After`` of those 429s, whole seconds;
+  "none" sends none.
+- ``HOOKBRIDGE_SIM_RATE_5XX`` -> ``rate_5xx`` (0): share of vendor requests answered 500, 502 or 503.
+- ``HOOKBRIDGE_SIM_RATE_DROP`` -> ``rate_drop`` (0): share of vendor requests whose connection is closed
+  without an answer.
+- ``HOOKBRIDGE_SIM_VENDORS_FAULTY`` -> ``vendors_faulty`` ("all"): comma list of the vendors the three rates
+  above apply to; "none" for none.
+- ``HOOKBRIDGE_SIM_CLOUDSQUID_LEGACY`` -> ``cloudsquid_legacy_shape`` (false): Cloudsquid polls answer the
+  older ``{status, result}`` shape with the 3-value status enum.
+- ``HOOKBRIDGE_SIM_UPTIQ_EARLY_404S`` -> ``uptiq_early_404s`` (1): the first N polls of each Uptiq
+  extraction answer 404.
+- ``HOOKBRIDGE_SIM_UPTIQ_STUCK`` -> ``uptiq_stuck`` (false): Uptiq extractions submitted while it is on
+  never leave ``Processing``.
+- ``HOOKBRIDGE_SIM_NUTRIENT_CREDITS`` -> ``nutrient_credits`` (unset = unlimited): Nutrient credit balance;
+  once finished runs have spent it, submits answer 402.
+- ``HOOKBRIDGE_SIM_NUTRIENT_MAX_PROCESSING_S`` -> ``nutrient_max_processing_s`` (900): Nutrient's
+  processing limit; a run still running past it ends ``error``.
+- ``HOOKBRIDGE_SIM_NUTRIENT_RETENTION_S`` -> ``nutrient_retention_s`` (86400): a finished Nutrient run
+  answers 410 ``run_expired`` this long after it finished.
+- ``HOOKBRIDGE_SIM_NUTRIENT_RATE_ENQUEUE_FAIL`` -> ``nutrient_rate_enqueue_fail`` (0): share of Nutrient
+  submits answered 503 ``run_enqueue_failed`` (nothing stored).
+- ``HOOKBRIDGE_SIM_NUTRIENT_API_KEY`` -> ``nutrient_api_key`` ("sim-nutrient-key"): the Bearer token
+  expected.
+- ``HOOKBRIDGE_SIM_CLOUDSQUID_API_KEY`` -> ``cloudsquid_api_key`` ("sim-cloudsquid-key"): the
+  ``X-API-Key`` expected.
+- ``HOOKBRIDGE_SIM_UPTIQ_API_KEY`` -> ``uptiq_api_key`` ("sim-uptiq-key"): the ``X-Api-Key`` expected.
+
+Booleans accept 1/0, true/false, yes/no, on/off. Rates are fractions in [0, 1]; the three fault rates
+together must not exceed 1, since one draw per request picks at most one fault.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+VENDORS: tuple[str, ...] = ("nutrient", "cloudsquid", "uptiq")
+ENV_PREFIX = "HOOKBRIDGE_SIM_"
+
+
+@dataclass(frozen=True)
+class SimulatorConfig:
+    seed: int = 0
+    latency_ms: tuple[float, float] = (0.0, 0.0)
+    duration_s: tuple[float, float] = (1.0, 3.0)
+    rate_429: float = 0.0
+    retry_after_s: int | None = 1
+    rate_5xx: float = 0.0
+    rate_drop: float = 0.0
+    vendors_faulty: frozenset[str] = field(default_factory=lambda: frozenset(VENDORS))
+    cloudsquid_legacy_shape: bool = False
+    uptiq_early_404s: int = 1
+    uptiq_stuck: bool = False
+    nutrient_credits: float | None = None
+    nutrient_max_processing_s: float = 900.0
+    nutrient_retention_s: float = 86400.0
+    nutrient_rate_enqueue_fail: float = 0.0
+    nutrient_api_key: str = "sim-nutrient-key"
+    cloudsquid_api_key: str = "sim-cloudsquid-key"
+    uptiq_api_key: str = "sim-uptiq-key"
+
+    def __post_init__(self) -> None:
+        _check_range("latency_ms", self.latency_ms)
+        _check_range("duration_s", self.duration_s)
+        for name in ("rate_429", "rate_5xx", "rate_drop", "nutrient_rate_enqueue_fail"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}: must be between 0 and 1, got {value}")
+        if self.rate_429 + self.rate_5xx + self.rate_drop > 1.0 + 1e-9:
+            raise ValueError("rate_429 + rate_5xx + rate_drop: must not exceed 1")
+        if self.retry_after_s is not None and self.retry_after_s < 0:
+            raise ValueError(f"retry_after_s: must be >= 0, got {self.retry_after_s}")
+        unknown = set(self.vendors_faulty) - set(VENDORS)
+        if unknown:
+            raise ValueError(f"vendors_faulty: unknown vendor(s) {sorted(unknown)}")
+        if self.uptiq_early_404s < 0:
+            raise ValueError(f"uptiq_early_404s: must be >= 0, got {self.uptiq_early_404s}")
+        if self.nutrient_credits is not None and self.nutrient_credits < 0:
+            raise ValueError(f"nutrient_credits: must be >= 0, got {self.nutrient_credits}")
+        for name in ("nutrient_max_processing_s", "nutrient_retention_s"):
+            value = getattr(self, name)
+            if not value >= 0 or math.isinf(value):
+                raise ValueError(f"{name}: must be a finite number >= 0, got {value}")
+        for name in ("nutrient_api_key", "cloudsquid_api_key", "uptiq_api_key"):
+            if not getattr(self, name):
+                raise ValueError(f"{name}: must not be empty")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> SimulatorConfig:
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            var = env_var(f.name)
+            raw = environ.get(var)
+            if raw is None:
+                continue
+            try:
+                values[f.name] = _PARSERS[f.name](raw.strip())
+            except ValueError as exc:
+                raise ValueError(f"{var}: {exc}") from None
+        try:
+            return cls(**values)
+        except ValueError as exc:
+            # Cross-field checks run in __post_init__ and name a field; name its variable instead.
+            name, _, rest = str(exc).partition(":")
+            raise ValueError(f"{env_var(name) if name in _PARSERS else ENV_PREFIX + '*'}:{rest}") from None
+
+    def patched(self, changes: Mapping[str, Any]) -> SimulatorConfig:
+        """A copy with ``changes`` (JSON values keyed by field name) applied."""
+        known = {f.name for f in dataclasses.fields(self)}
+        values: dict[str, Any] = {}
+        for name, raw in changes.items():
+            if name not in known:
+                raise ValueError(f"{name}: unknown knob")
+            try:
+                values[name] = _from_json(name, raw)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        return dataclasses.replace(self, **values)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, frozenset):
+                value = sorted(value)
+            out[f.name] = value
+        return out
+
+
+# Env names that are not simply the upper-cased field name.
+_ENV_SUFFIX = {"cloudsquid_legacy_shape": "CLOUDSQUID_LEGACY"}
+
+
+def env_var(field_name: str) -> str:
+    return ENV_PREFIX + _ENV_SUFFIX.get(field_name, field_name.upper())
+
+
+def _check_range(name: str, value: tuple[float, float]) -> None:
+    low, high = value
+    if not (0.0 <= low <= high) or math.isinf(high):
+        raise ValueError(f"{name}: need 0 <= min <= max (finite), got {low},{high}")
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {raw!r}")
+
+
+def _parse_float(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"not a number: {raw!r}") from None
+    if math.isnan(value):
+        raise ValueError("not a number: nan")
+    return value
+
+
+def _parse_int(raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"not an integer: {raw!r}") from None
+
+
+def _parse_range(raw: str) -> tuple[float, float]:
+    parts = [p.strip() for p in raw.split(",")]
+    if len(parts) == 1:
+        parts = parts * 2
+    if len(parts) != 2:
+        raise ValueError(f"expected 'min,max', got {raw!r}")
+    return (_parse_float(parts[0]), _parse_float(parts[1]))
+
+
+def _parse_optional_int(raw: str) -> int | None:
+    return None if raw.lower() in ("", "none") else _parse_int(raw)
+
+
+def _parse_optional_float(raw: str) -> float | None:
+    return None if raw.lower() in ("", "none", "unlimited") else _parse_float(raw)
+
+
+def _parse_vendors(raw: str) -> frozenset[str]:
+    if raw.lower() in ("", "none"):
+        return frozenset()
+    if raw.lower() == "all":
+        return frozenset(VENDORS)
+    names = frozenset(p.strip().lower() for p in raw.split(",") if p.strip())
+    unknown = names - set(VENDORS)
+    if unknown:
+        raise ValueError(f"unknown vendor(s) {sorted(unknown)}; known: {', '.join(VENDORS)}")
+    return names
+
+
+def _parse_str(raw: str) -> str:
+    return raw
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "seed": _parse_int,
+    "latency_ms": _parse_range,
+    "duration_s": _parse_range,
+    "rate_429": _parse_float,
+    "retry_after_s": _parse_optional_int,
+    "rate_5xx": _parse_float,
+    "rate_drop": _parse_float,
+    "vendors_faulty": _parse_vendors,
+    "cloudsquid_legacy_shape": _parse_bool,
+    "uptiq_early_404s": _parse_int,
+    "uptiq_stuck": _parse_bool,
+    "nutrient_credits": _parse_optional_float,
+    "nutrient_max_processing_s": _parse_float,
+    "nutrient_retention_s": _parse_float,
+    "nutrient_rate_enqueue_fail": _parse_float,
+    "nutrient_api_key": _parse_str,
+    "cloudsquid_api_key": _parse_str,
+    "uptiq_api_key": _parse_str,
+}
+
+
+def _from_json(name: str, raw: Any) -> Any:
+    """Coerce one PATCH value; strings go through the same parser as the environment."""
+    if isinstance(raw, str):
+        return _PARSERS[name](raw.strip())
+    if name in ("latency_ms", "duration_s"):
+        if not isinstance(raw, list) or len(raw) != 2:
+            raise ValueError("expected [min, max]")
+        return (_json_number(raw[0]), _json_number(raw[1]))
+    if name == "vendors_faulty":
+        if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+            raise ValueError("expected a list of vendor names")
+        return _parse_vendors(",".join(raw)) if raw else frozenset()
+    if name in ("cloudsquid_legacy_shape", "uptiq_stuck"):
+        if not isinstance(raw, bool):
+            raise ValueError("expected a boolean")
+        return raw
+    if raw is None and name in ("retry_after_s", "nutrient_credits"):
+        return None
+    if name in ("seed", "uptiq_early_404s", "retry_after_s"):
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise ValueError("expected an integer")
+        return raw
+    if name.endswith("_api_key"):
+        raise ValueError("expected a string")
+    return _json_number(raw)
+
+
+def _json_number(raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ValueError("expected a number")
+    return float(raw)
