@@ -22,6 +22,7 @@ from service.store.scripts import Scripts
 __all__ = ["ClaimedDelivery", "ClaimedRun", "Page", "Store", "Transition", "connect", "keys"]
 
 Doc = dict[str, Any]
+_TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 
 
 def _s(value: bytes | str | None) -> str:
@@ -358,6 +359,50 @@ class Store:
 
     async def heartbeat(self, worker_id: str, payload: str, ttl_s: float) -> None:
         await self.redis.set(keys.worker(worker_id), payload, px=int(ttl_s * 1000))
+
+    # Repair -------------------------------------------------------------------------------------
+
+    async def repair(self, now_ms: int) -> dict[str, int]:
+        """The sweeper: every unfinished run and every pending delivery that should be due has a place in
+        its due set. The scripts keep that true; this catches what they cannot (a due set lost or edited
+        by hand, a Redis restored from an older snapshot). Idempotent: ``ZADD NX`` never moves work that
+        is already scheduled or leased."""
+        runs = deliveries = 0
+        async for batch in self._scan_batches(f"{keys.PREFIX}run:*", exclude=":events"):
+            docs = await self.get_runs([k.removeprefix(keys.run("")) for k in batch])
+            pipe = self.redis.pipeline(transaction=False)
+            for doc in docs:
+                if doc and (doc["status"] not in _TERMINAL or doc.get("_vendor_cancel")):
+                    pipe.zadd(keys.due_runs(doc["vendor"]), {doc["id"]: now_ms}, nx=True)
+            runs += sum(await pipe.execute())
+        async for batch in self._scan_batches(f"{keys.PREFIX}dlv:*", exclude=":attempts"):
+            rows = await self.get_deliveries([k.removeprefix(keys.delivery("")) for k in batch])
+            pipe = self.redis.pipeline(transaction=False)
+            for d in rows:
+                if not d or d.get("status") != "pending":
+                    continue
+                if d.get("chained") == "1":
+                    head = await self.redis.lindex(keys.chain(d["sub"], d["run"]), 0)
+                    if head is not None and _s(head) != d["id"]:
+                        continue  # waits behind an earlier event of its run
+                    if head is None:
+                        pipe.rpush(keys.chain(d["sub"], d["run"]), d["id"])
+                pipe.zadd(keys.DUE_DELIVERIES, {d["id"]: now_ms}, nx=True)
+            deliveries += sum(r for r in await pipe.execute() if isinstance(r, int) and r <= 1)
+        return {"runs": runs, "deliveries": deliveries}
+
+    async def _scan_batches(self, match: str, exclude: str) -> Any:
+        batch: list[str] = []
+        async for raw in self.redis.scan_iter(match=match, count=1000):
+            key = _s(raw)
+            if key.endswith(exclude):
+                continue
+            batch.append(key)
+            if len(batch) >= 500:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
     # Retention ----------------------------------------------------------------------------------
 

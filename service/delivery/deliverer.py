@@ -1,0 +1,132 @@
+"""One delivery attempt: sign the event, POST it, record the attempt and what follows from it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from typing import Any
+
+import httpx
+
+from service import __version__, domain, logs
+from service.delivery import schedule, signing
+from service.delivery.urlsafety import Policy, UnsafeURL
+from service.metrics import DELIVERY_ATTEMPTS, DELIVERY_LATENCY
+from service.settings import Settings
+from service.store import ClaimedDelivery, Store
+from service.vendors.http import retry_after_seconds
+
+log = logs.get("hookbridge.delivery")
+USER_AGENT = f"hookbridge/{__version__}"
+RESPONSE_BODY_LIMIT = 4096
+
+
+def active_secrets(sub: dict[str, str], now_ms: int) -> list[str]:
+    """The current secret, and a rotated-out one while its overlap lasts."""
+    secrets = json.loads(sub.get("secrets") or "[]")
+    return [s for s, expires in secrets if expires is None or expires > now_ms]
+
+
+class Deliverer:
+    def __init__(
+        self, store: Store, settings: Settings, client: httpx.AsyncClient, *, rng: random.Random | None = None
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.client = client
+        self.policy = Policy(settings.callback_allowed_networks, settings.callback_blocked_networks)
+        self._rng = rng or random.Random()
+
+    async def attempt(self, claimed: ClaimedDelivery) -> str:
+        """Returns the outcome: succeeded, retry, failed, gone or skipped."""
+        dlv, sub = claimed.delivery, claimed.subscription
+        with logs_bound(dlv):
+            if not sub:
+                return await self._skip(dlv, "the subscription was deleted")
+            if sub.get("disabled") == "1":
+                return await self._skip(dlv, f"the subscription is disabled: {sub.get('disabled_reason') or 'by its owner'}")
+            if claimed.body is None:
+                return await self._skip(dlv, "the event is no longer kept (zero retention or past retention)")
+            return await self._send(dlv, sub, claimed.body)
+
+    async def _send(self, dlv: dict[str, str], sub: dict[str, str], body: bytes) -> str:
+        started = time.time()
+        now_ms = int(started * 1000)
+        headers = signing.headers(active_secrets(sub, now_ms), dlv["event"], int(started), body, USER_AGENT)
+        status_code: int | None = None
+        error: str | None = None
+        response_body = ""
+        retry_after: float | None = None
+        try:
+            self.policy.check_syntax(sub["url"])
+            async with asyncio.timeout(self.settings.callback_timeout_s):
+                response = await self.client.post(sub["url"], content=body, headers=headers)
+                raw = await response.aread()
+            status_code = response.status_code
+            response_body = raw[:RESPONSE_BODY_LIMIT].decode("utf-8", "replace")
+            if status_code in (429, 503):
+                retry_after = retry_after_seconds(response.headers.get("retry-after"))
+            if 300 <= status_code < 400:
+                error = f"redirect to {response.headers.get('location', '?')} not followed"
+        except UnsafeURL as exc:
+            error = f"callback_url_not_allowed: {exc}"
+        except TimeoutError:
+            error = f"timed out after {self.settings.callback_timeout_s:g}s"
+        except httpx.HTTPError as exc:
+            error = _describe(exc)
+        duration_ms = round((time.time() - started) * 1000, 1)
+        attempt = {
+            "at": domain.rfc3339(now_ms),
+            "status_code": status_code,
+            "duration_ms": duration_ms,
+            "error": error,
+            "response_body": response_body,
+        }
+        done_ms = int(time.time() * 1000)
+        if status_code is not None and 200 <= status_code < 300:
+            outcome, next_at = "succeeded", None
+        elif status_code == 410:
+            outcome, next_at = "gone", None
+        else:
+            failures = int(dlv.get("attempts", "0")) - int(dlv.get("series", "0")) + 1
+            wait = schedule.next_wait(self.settings.retry_schedule, failures, retry_after, self._rng)
+            outcome = "failed" if wait is None else "retry"
+            next_at = None if wait is None else done_ms + int(wait * 1000)
+        await self.store.record_attempt(
+            dlv["id"], outcome, now_ms=done_ms, attempt=attempt, next_at_ms=next_at, status_code=status_code
+        )
+        DELIVERY_ATTEMPTS.labels(outcome).inc()
+        if outcome == "succeeded" and dlv.get("attempts") == "0":
+            DELIVERY_LATENCY.observe(max(0.0, done_ms - int(dlv["created"])) / 1000)
+        log.info("delivery attempt", outcome=outcome, status_code=status_code, error=error, duration_ms=duration_ms)
+        return outcome
+
+    async def _skip(self, dlv: dict[str, str], reason: str) -> str:
+        now_ms = int(time.time() * 1000)
+        attempt = {"at": domain.rfc3339(now_ms), "status_code": None, "duration_ms": 0, "error": reason,
+                   "response_body": ""}
+        await self.store.record_attempt(dlv["id"], "skipped", now_ms=now_ms, attempt=attempt)
+        DELIVERY_ATTEMPTS.labels("skipped").inc()
+        log.info("delivery skipped", reason=reason)
+        return "skipped"
+
+
+def _describe(exc: BaseException) -> str:
+    # Walk to the root cause: aiohttp's connector error says "blocked" or "refused" there.
+    parts = [f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__]
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and len(parts) < 4:
+        if str(cause) and str(cause) not in parts[-1]:
+            parts.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    return "; ".join(parts)[:500]
+
+
+def logs_bound(dlv: dict[str, str]) -> Any:
+    import structlog
+
+    return structlog.contextvars.bound_contextvars(
+        delivery_id=dlv.get("id"), subscription_id=dlv.get("sub"), run_id=dlv.get("run") or None
+    )

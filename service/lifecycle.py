@@ -1,0 +1,228 @@
+"""How a run changes: each function takes the current run and returns a :class:`Transition`.
+
+Pure functions of their inputs, so the API (cancel) and the worker (submit, poll, finish) build every
+state change the same way and the store applies it in one atomic step.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from service import domain
+from service.domain import (
+    CANCELED,
+    EVENT_CANCELED,
+    EVENT_PROGRESS,
+    EVENT_SUBMITTED,
+    FAILED,
+    RUNNING,
+    SUBMITTED,
+    SUCCEEDED,
+    TERMINAL_EVENT,
+)
+from service.settings import Settings
+from service.store import Transition
+
+Run = dict[str, Any]
+
+PUBLIC_FIELDS = (
+    "id",
+    "status",
+    "vendor",
+    "operation",
+    "vendor_run_id",
+    "vendor_status",
+    "progress",
+    "metadata",
+    "zero_retention",
+    "created_at",
+    "updated_at",
+    "completed_at",
+    "polls",
+    "error",
+)
+
+
+def new_run(
+    *,
+    run_id: str,
+    client: str,
+    vendor: str,
+    operation: str,
+    document: dict[str, Any],
+    options: dict[str, Any],
+    metadata: dict[str, str],
+    subscription_ids: list[str],
+    zero_retention: bool,
+    now_ms: int,
+) -> Run:
+    return {
+        "_v": 0,
+        "id": run_id,
+        "client": client,
+        "status": domain.QUEUED,
+        "vendor": vendor,
+        "operation": operation,
+        "vendor_run_id": None,
+        "vendor_status": None,
+        "progress": None,
+        "metadata": metadata,
+        "zero_retention": zero_retention,
+        "created_at": now_ms,
+        "updated_at": now_ms,
+        "completed_at": None,
+        "polls": 0,
+        "error": None,
+        "document": document,
+        "options": options,
+        "subscription_ids": subscription_ids,
+        "_state": {},  # the vendor adapter's own (e.g. Cloudsquid's row id)
+        "_delay": None,  # the current poll interval, seconds
+        "_transient": 0,  # transient vendor faults in a row
+        "_progress_event_at": 0,
+        "_vendor_cancel": False,  # canceled here; the vendor still has to be told
+    }
+
+
+def public(run: Run) -> dict[str, Any]:
+    """The run as the API and the events show it."""
+    view = {name: run.get(name) for name in PUBLIC_FIELDS}
+    for name in ("created_at", "updated_at", "completed_at"):
+        view[name] = domain.rfc3339(view[name])
+    return view
+
+
+def _next(run: Run, now_ms: int) -> Run:
+    new = copy.deepcopy(run)
+    new["_v"] = run["_v"] + 1
+    new["updated_at"] = now_ms
+    return new
+
+
+def _event(run: Run, event_type: str, now_ms: int, *, result: Any = None, result_url: str | None = None) -> dict[str, Any]:
+    body = {
+        "type": event_type,
+        "timestamp": domain.rfc3339(now_ms),
+        "data": {"run": public(run), "result": result, "result_url": result_url},
+    }
+    return {
+        "id": domain.new_id("evt"),
+        "type": event_type,
+        "created": now_ms,
+        "body": json.dumps(body, separators=(",", ":")),
+    }
+
+
+def touched(run: Run, now_ms: int, *, due_ms: float, **internal: Any) -> Transition:
+    """No visible change: only internal bookkeeping (transient fault count, adapter state)."""
+    new = _next(run, now_ms)
+    new.update(internal)
+    return Transition(new, run["_v"], due_ms=due_ms)
+
+
+def submitted(
+    run: Run, now_ms: int, *, vendor_run_id: str, vendor_status: str | None, state: dict[str, Any], due_ms: float
+) -> Transition:
+    new = _next(run, now_ms)
+    new.update(status=SUBMITTED, vendor_run_id=vendor_run_id, vendor_status=vendor_status, _transient=0)
+    new["_state"] = {**run.get("_state", {}), **state}
+    return Transition(
+        new, run["_v"], events=[_event(new, EVENT_SUBMITTED, now_ms)], due_ms=due_ms, delete_document=True
+    )
+
+
+def polled(
+    run: Run,
+    now_ms: int,
+    *,
+    running: bool,
+    vendor_status: str | None,
+    progress: dict[str, Any] | None,
+    delay_s: float,
+    due_ms: float,
+    settings: Settings,
+) -> Transition:
+    """A poll that found the vendor still working. Emits ``run.progress`` when progress moved, at most once
+    every ``PROGRESS_MIN_INTERVAL_S``."""
+    new = _next(run, now_ms)
+    new.update(vendor_status=vendor_status, polls=run["polls"] + 1, _delay=delay_s, _transient=0)
+    if running:
+        new["status"] = RUNNING
+    events = []
+    if progress is not None and progress != run.get("progress"):
+        new["progress"] = progress
+        if now_ms - run.get("_progress_event_at", 0) >= settings.progress_min_interval_s * 1000:
+            new["_progress_event_at"] = now_ms
+            events.append(_event(new, EVENT_PROGRESS, now_ms))
+    return Transition(new, run["_v"], events=events, due_ms=due_ms)
+
+
+def finished(
+    run: Run,
+    now_ms: int,
+    *,
+    status: str,
+    settings: Settings,
+    vendor_status: str | None = None,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    count_poll: bool = True,
+    vendor_cancel: bool = False,
+) -> Transition:
+    """The run reached ``succeeded``, ``failed`` or ``canceled``: the last change it will ever see.
+
+    The result goes inline in the event when it fits ``MAX_INLINE_RESULT_BYTES`` (always with zero
+    retention), else the event carries ``result_url``. With zero retention nothing is stored.
+    """
+    new = _next(run, now_ms)
+    new.update(status=status, completed_at=now_ms, error=error, _vendor_cancel=vendor_cancel)
+    if vendor_status is not None:
+        new["vendor_status"] = vendor_status
+    if count_poll:
+        new["polls"] = run["polls"] + 1
+    if status == SUCCEEDED and run.get("progress"):
+        new["progress"] = {**run["progress"], "percent": 100}
+    result_bytes = None
+    inline, url = None, None
+    if status == SUCCEEDED:
+        result_bytes = json.dumps(result, separators=(",", ":")).encode()
+        if run.get("zero_retention") or len(result_bytes) <= settings.max_inline_result_bytes:
+            inline = result
+        else:
+            url = f"/v1/runs/{run['id']}/result"
+    event = _event(new, TERMINAL_EVENT[status], now_ms, result=inline, result_url=url)
+    keep_result = result_bytes if not run.get("zero_retention") else None
+    return Transition(
+        new,
+        run["_v"],
+        events=[event],
+        due_ms=now_ms if vendor_cancel else None,
+        remove_due=not vendor_cancel,
+        result=keep_result,
+        delete_document=True,
+        ttl_ms=int(settings.retention_s * 1000),
+    )
+
+
+def failed(run: Run, now_ms: int, *, code: str, message: str, settings: Settings, **kw: Any) -> Transition:
+    error = {"code": code, "message": message, "vendor_status": kw.pop("vendor_status", run.get("vendor_status"))}
+    return finished(run, now_ms, status=FAILED, settings=settings, error=error, **kw)
+
+
+def canceled(run: Run, now_ms: int, *, settings: Settings, vendor_can_cancel: bool) -> Transition:
+    """Canceled here. The vendor is told by the worker (``_vendor_cancel``) when it has the run and can."""
+    tell_vendor = vendor_can_cancel and bool(run.get("vendor_run_id"))
+    return finished(run, now_ms, status=CANCELED, settings=settings, count_poll=False, vendor_cancel=tell_vendor)
+
+
+def vendor_told(run: Run, now_ms: int) -> Transition:
+    """The vendor acknowledged our cancel: nothing is left to do for this run."""
+    new = copy.deepcopy(run)
+    new["_v"] = run["_v"] + 1
+    new["_vendor_cancel"] = False
+    return Transition(new, run["_v"], remove_due=True)
+
+
+__all__ = ["EVENT_CANCELED", "canceled", "failed", "finished", "new_run", "polled", "public", "submitted", "touched"]

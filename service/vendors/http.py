@@ -1,0 +1,141 @@
+"""What every adapter's HTTP client shares: the vendor budget, request metrics, error classification."""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import httpx
+from httpx_aiohttp import AiohttpTransport
+
+from service.vendors.base import VendorRateLimited, VendorTransient
+
+
+class Budget(Protocol):
+    """A vendor's request budget, shared by every worker process."""
+
+    async def acquire(self) -> None:
+        """Waits until this process may send one request to the vendor."""
+
+    async def pause(self, seconds: float) -> None:
+        """Sends nothing to the vendor for ``seconds`` (it said 429 / Retry-After)."""
+
+
+# (vendor, kind, status code or "error", seconds) for metrics.
+Observer = Callable[[str, str, str, float], None]
+
+
+class BudgetedTransport(httpx.AsyncBaseTransport):
+    """Takes one budget slot before every request, and backs the whole vendor off on a 429."""
+
+    def __init__(
+        self, inner: httpx.AsyncBaseTransport, vendor: str, budget: Budget | None, observe: Observer | None
+    ) -> None:
+        self._inner = inner
+        self._vendor = vendor
+        self._budget = budget
+        self._observe = observe
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._budget is not None:
+            await self._budget.acquire()
+        kind = str(request.extensions.get("kind", request.method.lower()))
+        started = time.perf_counter()
+        try:
+            response = await self._inner.handle_async_request(request)
+        except Exception:
+            if self._observe:
+                self._observe(self._vendor, kind, "error", time.perf_counter() - started)
+            raise
+        if self._observe:
+            self._observe(self._vendor, kind, str(response.status_code), time.perf_counter() - started)
+        if response.status_code == 429 and self._budget is not None:
+            await self._budget.pause(retry_after_seconds(response.headers.get("retry-after")) or 1.0)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def make_client(
+    base_url: str,
+    headers: dict[str, str],
+    *,
+    timeout_s: float,
+    vendor: str,
+    budget: Budget | None = None,
+    observe: Observer | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
+    """An httpx client on aiohttp's transport (4-9x faster under concurrency, see MEASURED.md)."""
+    inner = transport or AiohttpTransport(limits=httpx.Limits(max_connections=200))
+    return httpx.AsyncClient(
+        base_url=base_url,
+        headers=headers,
+        timeout=httpx.Timeout(timeout_s),
+        transport=BudgetedTransport(inner, vendor, budget, observe),
+        follow_redirects=False,
+    )
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` as seconds: delta-seconds or an HTTP date. None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def error_message(response: httpx.Response) -> str:
+    """The vendor's own words: ``errorMessage``, ``message`` or ``error``, else the start of the body."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        for key in ("errorMessage", "message", "error", "detail"):
+            value = body.get(key)
+            if isinstance(value, str) and value:
+                code = body.get("code")
+                return f"{value} ({code})" if isinstance(code, str) and code not in value else value
+            if isinstance(value, dict) and isinstance(value.get("message"), str):
+                return str(value["message"])
+    text = response.text.strip()
+    return text[:300] if text else f"HTTP {response.status_code}"
+
+
+def raise_for_transient(response: httpx.Response) -> None:
+    """429, 408 and 5xx are worth retrying; the caller decides what other codes mean."""
+    status = response.status_code
+    if status == 429:
+        raise VendorRateLimited(
+            f"rate limited: {error_message(response)}",
+            status_code=status,
+            retry_after=retry_after_seconds(response.headers.get("retry-after")),
+        )
+    if status == 408 or status >= 500:
+        raise VendorTransient(
+            f"HTTP {status}: {error_message(response)}",
+            status_code=status,
+            retry_after=retry_after_seconds(response.headers.get("retry-after")),
+        )
+
+
+@contextlib.contextmanager
+def transport_errors() -> Iterator[None]:
+    """Connection faults, timeouts and dropped connections become :class:`VendorTransient`."""
+    try:
+        yield
+    except httpx.TransportError as exc:
+        raise VendorTransient(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from exc

@@ -1,0 +1,1 @@
+"""The background work: vendor steps and callback deliveries (``pumps``), periodic jobs (``queue``)."""

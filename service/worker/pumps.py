@@ -1,0 +1,155 @@
+"""The worker's two loops: claim due runs and step them, claim due deliveries and attempt them.
+
+Each loop claims a batch with one Lua call, works the batch concurrently under a bound, and sleeps until
+the next item is due (or ``WORKER_IDLE_S``, or a wake-up from this process). A claim is a lease: if this
+process dies, the items fall due again when their leases run out and another worker takes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from service import logs
+from service.settings import Settings
+from service.store import Store
+
+log = logs.get("hookbridge.worker")
+
+LOOKAHEAD_MS = 1000  # how far ahead the claim may reserve vendor budget slots
+
+
+class Pump:
+    """Claims work in batches and runs each item as its own task, at most ``concurrency`` at once."""
+
+    def __init__(self, name: str, concurrency: int, idle_s: float) -> None:
+        self.name = name
+        self.concurrency = concurrency
+        self.idle_s = idle_s
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.last_tick = time.monotonic()
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def claim(self, free: int) -> tuple[list[Awaitable[Any]], float | None]:
+        raise NotImplementedError
+
+    async def run(self, stop: asyncio.Event) -> None:
+        backoff = 0.1
+        while not stop.is_set():
+            self.last_tick = time.monotonic()
+            free = self.concurrency - len(self.tasks)
+            try:
+                work, next_due_ms = await self.claim(free) if free > 0 else ([], None)
+                backoff = 0.1
+            except (RedisError, OSError) as exc:
+                # Redis is down or restarting: back off and resume by ourselves when it returns.
+                log.warning("redis unavailable", pump=self.name, error=str(exc), retry_in_s=backoff)
+                await _wait(stop, backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            for coro in work:
+                task = asyncio.create_task(self._guard(coro))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+            if work and len(work) >= free:
+                await asyncio.sleep(0)  # full batch: more may be due; let the tasks start first
+                if len(self.tasks) >= self.concurrency:
+                    await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            wait = self.idle_s
+            if next_due_ms is not None:
+                wait = min(wait, max(0.0, next_due_ms / 1000 - time.time()))
+            if not work:
+                self._wake.clear()
+                await _wait_any(stop, self._wake, wait)
+
+    async def drain(self, timeout_s: float) -> int:
+        """Lets the work in flight finish; returns how many tasks were still running at the deadline
+        (their leases hand them to another worker)."""
+        if self.tasks:
+            _, pending = await asyncio.wait(self.tasks, timeout=timeout_s)
+            for task in pending:
+                task.cancel()
+            return len(pending)
+        return 0
+
+    async def _guard(self, coro: Awaitable[Any]) -> None:
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except (RedisError, OSError) as exc:
+            log.warning("step interrupted; its lease will hand it back", pump=self.name, error=str(exc))
+        except Exception:
+            log.exception("step failed; its lease will hand it back", pump=self.name)
+
+
+class RunPump(Pump):
+    def __init__(self, store: Store, settings: Settings, step: Callable[[Any], Awaitable[None]],
+                 vendors: Sequence[str], intervals: dict[str, float]) -> None:
+        super().__init__("runs", settings.worker_concurrency, settings.worker_idle_s)
+        self.store = store
+        self.settings = settings
+        self.step = step
+        self.vendors = list(vendors)
+        self.intervals = intervals
+        self._turn = 0
+
+    async def claim(self, free: int) -> tuple[list[Awaitable[Any]], float | None]:
+        now = int(time.time() * 1000)
+        work: list[Awaitable[Any]] = []
+        next_due: float | None = None
+        lease_ms = int(self.settings.lease_s * 1000)
+        # Rotate which vendor is asked first so that one busy vendor cannot starve the others.
+        self._turn = (self._turn + 1) % len(self.vendors)
+        order = self.vendors[self._turn :] + self.vendors[: self._turn]
+        for vendor in order:
+            if free - len(work) <= 0:
+                break
+            limit = min(self.settings.worker_batch, free - len(work))
+            claimed, nxt = await self.store.claim_runs(
+                vendor, now, limit, lease_ms, self.intervals.get(vendor, 0.0), LOOKAHEAD_MS
+            )
+            work.extend(self.step(c) for c in claimed)
+            if nxt is not None:
+                next_due = nxt if next_due is None else min(next_due, nxt)
+        return work, next_due
+
+
+class DeliveryPump(Pump):
+    def __init__(self, store: Store, settings: Settings, attempt: Callable[[Any], Awaitable[Any]]) -> None:
+        super().__init__("deliveries", settings.worker_concurrency, settings.worker_idle_s)
+        self.store = store
+        self.settings = settings
+        self.attempt = attempt
+
+    async def claim(self, free: int) -> tuple[list[Awaitable[Any]], float | None]:
+        now = int(time.time() * 1000)
+        lease_ms = int(self.settings.lease_s * 1000)
+        claimed, nxt = await self.store.claim_deliveries(now, min(self.settings.worker_batch, free), lease_ms)
+        return [self.attempt(c) for c in claimed], nxt
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    except TimeoutError:
+        pass
+
+
+async def _wait_any(stop: asyncio.Event, wake: asyncio.Event, seconds: float) -> None:
+    if seconds <= 0:
+        return
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()

@@ -1,0 +1,101 @@
+"""Our seam over arq: the rest of the code never imports arq.
+
+arq runs the periodic jobs (the sweeper, retention) with its ``unique`` cron semantics, so that one
+worker of many runs each tick. Polls and deliveries are not arq jobs: at one job per poll arq caps a
+process at about 1,000 jobs/s and re-runs a killed job only after its whole timeout (MEASURED.md), so
+they are leased batches in ``pumps``. arq's own loop stops on a Redis error; here it is restarted with
+a back-off, so a Redis restart does not end the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from arq import cron
+from arq.connections import RedisSettings
+from arq.worker import Worker
+from redis.exceptions import RedisError
+
+from service import logs
+from service.settings import Settings
+
+log = logs.get("hookbridge.worker")
+
+QUEUE_NAME = "hookbridge:arq"
+
+Job = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """A job run every ``every_s`` seconds (whole seconds, 1..60) by exactly one worker."""
+
+    name: str
+    job: Job
+    every_s: int
+
+
+def redis_settings(settings: Settings, url: str | None = None) -> RedisSettings:
+    if settings.redis_sentinels and url is None:
+        return RedisSettings(
+            host=list(settings.redis_sentinels), sentinel=True, sentinel_master=settings.redis_sentinel_master
+        )
+    target = url or settings.redis_url
+    assert target is not None
+    rs = RedisSettings.from_dsn(target)
+    rs.conn_retries = 1
+    return rs
+
+
+class Queue:
+    def __init__(self, settings: Settings, periodic: list[Periodic], *, url: str | None = None) -> None:
+        self._redis = redis_settings(settings, url)
+        self._periodic = periodic
+
+    def _worker(self) -> Worker:
+        jobs = []
+        for p in self._periodic:
+            every = max(1, min(60, p.every_s))
+            jobs.append(
+                cron(p.job, name=p.name, second=set(range(0, 60, every)), unique=True, run_at_startup=True,
+                     timeout=300, keep_result=0)
+            )
+        return Worker(
+            queue_name=QUEUE_NAME,
+            cron_jobs=jobs,
+            redis_settings=self._redis,
+            handle_signals=False,
+            max_jobs=4,
+            keep_result=0,
+            poll_delay=0.5,
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        backoff = 0.5
+        while not stop.is_set():
+            worker = self._worker()
+            task = asyncio.ensure_future(worker.async_run())
+            stopper = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if task.done() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+                backoff = 0.5
+            except (RedisError, OSError) as exc:
+                log.warning("arq worker lost redis; restarting", error=str(exc), retry_in_s=backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            finally:
+                stopper.cancel()
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+                try:
+                    await asyncio.wait_for(worker.close(), timeout=5)
+                except (Exception, asyncio.CancelledError):
+                    pass

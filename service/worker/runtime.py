@@ -1,0 +1,165 @@
+"""The worker process, assembled: the store, the vendor clients, the callback client, the pumps, arq's
+periodic jobs, a heartbeat, and a small HTTP server for the pod's liveness probe and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import time
+from typing import Any
+
+import httpx
+import uvicorn
+from aiohttp.abc import AbstractResolver
+from redis.exceptions import RedisError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from service import logs, metrics
+from service.delivery import client as callback_client
+from service.delivery.deliverer import Deliverer
+from service.delivery.urlsafety import Policy
+from service.settings import VENDORS, Settings
+from service.store import Store, connect
+from service.vendors import build_adapters
+from service.worker.budget import StoreBudget
+from service.worker.pumps import DeliveryPump, RunPump
+from service.worker.queue import Periodic, Queue
+from service.worker.steps import RunStepper
+
+log = logs.get("hookbridge.worker")
+STALE_AFTER_S = 30.0
+
+
+class WorkerRuntime:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        redis_url: str | None = None,
+        resolver: AbstractResolver | None = None,
+        vendor_transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.settings = settings
+        self.redis_url = redis_url
+        self.store = Store(connect(settings, url=redis_url), settings)
+        self.worker_id = f"{socket.gethostname()}-{os.getpid()}"
+        budgets = {v: StoreBudget(self.store, v, settings.vendor(v).max_rps) for v in VENDORS}
+        self.vendor_clients, self.adapters = build_adapters(
+            settings, budgets, metrics.observe_vendor_request, transport=vendor_transport
+        )
+        self.callbacks = callback_client.make_client(
+            Policy(settings.callback_allowed_networks, settings.callback_blocked_networks),
+            settings.callback_timeout_s,
+            resolver=resolver,
+        )
+        self.deliverer = Deliverer(self.store, settings, self.callbacks)
+        self.delivery_pump = DeliveryPump(self.store, settings, self.deliverer.attempt)
+        self.stepper = RunStepper(self.store, settings, self.adapters, on_delivery_due=self.delivery_pump.wake)
+        intervals = {v: b.interval_ms for v, b in budgets.items()}
+        self.run_pump = RunPump(self.store, settings, self.stepper.step, list(self.adapters), intervals)
+        self.queue = Queue(
+            settings,
+            [
+                Periodic("sweep", self._sweep, int(settings.sweep_interval_s)),
+                Periodic("purge", self._purge, 60),
+            ],
+            url=redis_url,
+        )
+        self.stop = asyncio.Event()
+        self.tasks: list[asyncio.Task[Any]] = []
+
+    # Lifecycle ----------------------------------------------------------------------------------
+
+    async def run(self, *, serve_health: bool = True) -> None:
+        """Runs until :meth:`request_stop`, then drains within ``SHUTDOWN_GRACE_S``."""
+        log.info("worker starting", worker_id=self.worker_id, vendors=list(self.adapters))
+        self.tasks = [
+            asyncio.create_task(self.run_pump.run(self.stop)),
+            asyncio.create_task(self.delivery_pump.run(self.stop)),
+            asyncio.create_task(self.queue.run(self.stop)),
+            asyncio.create_task(self._heartbeat()),
+        ]
+        server = None
+        if serve_health and self.settings.worker_metrics_port:
+            server = uvicorn.Server(
+                uvicorn.Config(self.health_app(), host="0.0.0.0", port=self.settings.worker_metrics_port,
+                               log_config=None, access_log=False, lifespan="off")
+            )
+            server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+            self.tasks.append(asyncio.create_task(server.serve()))
+        await self.stop.wait()
+        log.info("worker stopping: finishing the work in flight", grace_s=self.settings.shutdown_grace_s)
+        grace = self.settings.shutdown_grace_s
+        left = await self.run_pump.drain(grace * 0.6)
+        left += await self.delivery_pump.drain(grace * 0.3)
+        if left:
+            log.warning("work handed back to other workers through its leases", tasks=left)
+        if server is not None:
+            server.should_exit = True
+        for task in self.tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.close()
+        log.info("worker stopped")
+
+    def request_stop(self) -> None:
+        self.stop.set()
+
+    async def close(self) -> None:
+        for client in self.vendor_clients:
+            await client.aclose()
+        await self.callbacks.aclose()
+        await self.store.close()
+
+    def alive(self) -> bool:
+        now = time.monotonic()
+        return not self.stop.is_set() and all(
+            now - pump.last_tick < STALE_AFTER_S for pump in (self.run_pump, self.delivery_pump)
+        )
+
+    # Periodic jobs ------------------------------------------------------------------------------
+
+    async def _sweep(self, ctx: dict[str, Any]) -> dict[str, int]:
+        repaired = await self.store.repair(int(time.time() * 1000))
+        if any(repaired.values()):
+            log.warning("sweeper rescheduled lost work", **repaired)
+        return repaired
+
+    async def _purge(self, ctx: dict[str, Any]) -> int:
+        return await self.store.purge_indexes(int(time.time() * 1000))
+
+    async def _heartbeat(self) -> None:
+        while not self.stop.is_set():
+            try:
+                now_ms = int(time.time() * 1000)
+                counts = await self.store.due_counts(list(self.adapters), now_ms)
+                for queue, count in counts.items():
+                    metrics.READY_JOBS.labels(queue).set(count)
+                metrics.RUNS_IN_FLIGHT.set(await self.store.in_flight_count(list(self.adapters)))
+                payload = json.dumps({"worker": self.worker_id, "at": now_ms, "alive": self.alive()})
+                await self.store.heartbeat(self.worker_id, payload, STALE_AFTER_S)
+            except (RedisError, OSError) as exc:
+                log.warning("heartbeat failed", error=str(exc))
+            try:
+                await asyncio.wait_for(self.stop.wait(), timeout=5)
+            except TimeoutError:
+                pass
+
+    # Health endpoint ----------------------------------------------------------------------------
+
+    def health_app(self) -> Starlette:
+        async def healthz(request: Request) -> Response:
+            ok = self.alive()
+            return JSONResponse({"status": "ok" if ok else "stale", "worker": self.worker_id}, 200 if ok else 503)
+
+        async def metrics_endpoint(request: Request) -> Response:
+            return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+        return Starlette(routes=[Route("/healthz", healthz), Route("/metrics", metrics_endpoint)])
+

@@ -1,0 +1,273 @@
+"""One step of one run: submit it, poll it, finish it, or tell the vendor it was canceled.
+
+A step is idempotent: it may run twice (a worker died after the vendor call, before the write), and the
+second time changes nothing twice. The vendor idempotency key (Nutrient) or the adapter's checkpoint
+(Cloudsquid) keeps a repeated submit from creating a second vendor run; the version check in the
+store's transition keeps a late or duplicate write from landing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from service import domain, lifecycle, logs
+from service.domain import QUEUED, TERMINAL
+from service.metrics import RUNS
+from service.settings import Settings, VendorSettings
+from service.store import ClaimedRun, Store, Transition
+from service.vendors import base
+from service.vendors.base import (
+    Document,
+    PollResult,
+    SubmitRequest,
+    VendorAdapter,
+    VendorExpired,
+    VendorRateLimited,
+    VendorRejected,
+    VendorTransient,
+)
+from service.worker.budget import prepaid
+
+log = logs.get("hookbridge.worker")
+
+
+def next_delay(policy: VendorSettings, current: float | None, rng: random.Random) -> tuple[float, float]:
+    """The vendor's poll policy: start at ``POLL_INITIAL_S``, grow by the multiplier up to ``POLL_MAX_S``.
+
+    Returns the planned interval (kept with the run, the base of the next one) and the interval to wait:
+    the planned one plus up to 15 % jitter, so that runs submitted together do not poll together, and
+    never below the vendor's minimum.
+    """
+    planned = policy.poll_initial_s if current is None else min(policy.poll_max_s, current * policy.poll_multiplier)
+    return planned, planned * rng.uniform(1.0, 1.15)
+
+
+class RunStepper:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        adapters: Mapping[str, VendorAdapter],
+        *,
+        on_delivery_due: Callable[[], None] = lambda: None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.adapters = adapters
+        self._on_delivery_due = on_delivery_due
+        self._rng = rng or random.Random()
+
+    async def step(self, claimed: ClaimedRun) -> None:
+        run = claimed.run
+        prepaid.set((claimed.slot_ms, claimed.due_ms))
+        policy = self.settings.vendor(run["vendor"])
+        adapter = self.adapters[run["vendor"]]
+        timeout = self.settings.vendor_timeout_s * 2  # a step makes at most two vendor calls in a row
+        try:
+            async with asyncio.timeout(timeout + max(0.0, claimed.slot_ms / 1000 - time.time())):
+                if run["status"] in TERMINAL:
+                    await self._tell_vendor(run, adapter)
+                elif _now() - run["created_at"] > policy.max_run_s * 1000:
+                    await self._time_out(run, adapter, policy)
+                elif run["status"] == QUEUED:
+                    await self._submit(run, adapter, policy)
+                else:
+                    await self._poll(run, adapter, policy)
+        except VendorRateLimited as exc:
+            # The transport already paused the whole vendor; this run waits its turn, it does not fail.
+            delay = exc.retry_after if exc.retry_after is not None else policy.poll_initial_s
+            await self.store.schedule_run(run["vendor"], run["id"], _now() + delay * 1000)
+        except (VendorTransient, TimeoutError) as exc:
+            await self._transient(run, policy, exc)
+        except VendorExpired as exc:
+            await self._apply(
+                lifecycle.failed(
+                    run, _now(), code=domain.VENDOR_EXPIRED, message=exc.message, settings=self.settings
+                )
+            )
+
+    # Steps --------------------------------------------------------------------------------------
+
+    async def _submit(self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings) -> None:
+        document = await self._document(run)
+        if document is None:
+            # Accepted with a document that is no longer here: the run cannot be submitted.
+            await self._apply(
+                lifecycle.failed(
+                    run, _now(), code=domain.VENDOR_REJECTED, message="the document is gone", settings=self.settings
+                )
+            )
+            return
+
+        state = dict(run.get("_state") or {})
+
+        async def checkpoint(update: dict[str, Any]) -> None:
+            nonlocal run
+            state.update(update)
+            change = lifecycle.touched(run, _now(), due_ms=_now() + self.settings.lease_s * 1000, _state=dict(state))
+            outcome, current, _ = await self.store.transition(change)
+            if outcome != "ok":
+                raise VendorTransient("the run changed while it was being submitted")
+            run = change.run
+
+        request = SubmitRequest(
+            run_id=run["id"],
+            operation=run["operation"],
+            document=document,
+            options=run.get("options") or {},
+            zero_retention=bool(run.get("zero_retention")),
+            state=state,
+            checkpoint=checkpoint,
+        )
+        try:
+            accepted = await adapter.submit(request)
+        except VendorRejected as exc:
+            await self._apply(
+                lifecycle.failed(
+                    run, _now(), code=domain.VENDOR_REJECTED, message=exc.message, settings=self.settings
+                )
+            )
+            return
+        shown, delay = next_delay(policy, None, self._rng)
+        change = lifecycle.submitted(
+            run,
+            _now(),
+            vendor_run_id=accepted.vendor_run_id,
+            vendor_status=accepted.vendor_status,
+            state={**state, **accepted.state, "submitted_at": _now()},
+            due_ms=_now() + delay * 1000,
+        )
+        change.run["_delay"] = shown
+        outcome, current = await self._apply(change)
+        if outcome == "conflict" and current is not None and current["status"] in TERMINAL:
+            # Canceled while we were submitting: the vendor has a run nobody wants any more.
+            if adapter.supports_cancel:
+                await self._cancel_quietly(adapter, accepted.vendor_run_id, {**state, **accepted.state})
+        log.info("run submitted", run_id=run["id"], vendor=run["vendor"], vendor_run_id=accepted.vendor_run_id)
+
+    async def _poll(self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings) -> None:
+        state = run.get("_state") or {}
+        result = await adapter.poll(run["vendor_run_id"], state)
+        now = _now()
+        if result.status == base.SUCCEEDED:
+            payload = result.result
+            if result.needs_fetch:
+                payload = await adapter.fetch_result(run["vendor_run_id"], state)
+            await self._finish(run, lifecycle.finished(
+                run, _now(), status=domain.SUCCEEDED, settings=self.settings,
+                vendor_status=result.vendor_status, result=payload,
+            ), seen_ms=now)
+        elif result.status == base.FAILED:
+            await self._finish(run, lifecycle.failed(
+                run, now, code=domain.VENDOR_FAILED, message=result.error or "the vendor reported a failure",
+                settings=self.settings, vendor_status=result.vendor_status,
+            ), seen_ms=now)
+        elif result.status == base.CANCELED:
+            await self._finish(run, lifecycle.failed(
+                run, now, code=domain.VENDOR_FAILED, message="the run was canceled at the vendor",
+                settings=self.settings, vendor_status=result.vendor_status,
+            ), seen_ms=now)
+        else:
+            shown, delay = next_delay(policy, run.get("_delay"), self._rng)
+            await self._apply(
+                lifecycle.polled(
+                    run,
+                    now,
+                    running=result.status == base.RUNNING,
+                    vendor_status=result.vendor_status,
+                    progress=_progress(result),
+                    delay_s=shown,
+                    due_ms=now + delay * 1000,
+                    settings=self.settings,
+                )
+            )
+
+    async def _time_out(self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings) -> None:
+        message = f"no result after {policy.max_run_s:g}s (HOOKBRIDGE_{run['vendor'].upper()}_MAX_RUN_S)"
+        if run.get("vendor_run_id") and adapter.supports_cancel:
+            await self._cancel_quietly(adapter, run["vendor_run_id"], run.get("_state") or {})
+        await self._finish(
+            run, lifecycle.failed(run, _now(), code=domain.TIMED_OUT, message=message, settings=self.settings,
+                                  count_poll=False),
+            seen_ms=_now(),
+        )
+
+    async def _tell_vendor(self, run: dict[str, Any], adapter: VendorAdapter) -> None:
+        if run.get("_vendor_cancel") and run.get("vendor_run_id") and adapter.supports_cancel:
+            await adapter.cancel(run["vendor_run_id"], run.get("_state") or {})
+        await self._apply(lifecycle.vendor_told(run, _now()))
+
+    async def _transient(self, run: dict[str, Any], policy: VendorSettings, exc: Exception) -> None:
+        count = int(run.get("_transient", 0)) + 1
+        message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}" or type(exc).__name__
+        if count >= self.settings.vendor_max_transient_failures:
+            await self._finish(
+                run,
+                lifecycle.failed(
+                    run, _now(), code=domain.VENDOR_UNREACHABLE,
+                    message=f"{count} transient faults in a row; the last: {message}",
+                    settings=self.settings, count_poll=False,
+                ),
+                seen_ms=_now(),
+            )
+            return
+        retry_after = getattr(exc, "retry_after", None)
+        backoff = min(policy.poll_max_s, policy.poll_initial_s * 2 ** (count - 1))
+        delay = max(backoff, retry_after or 0.0) * self._rng.uniform(1.0, 1.2)
+        log.warning("vendor fault", run_id=run["id"], vendor=run["vendor"], error=message, attempt=count)
+        await self._apply(lifecycle.touched(run, _now(), due_ms=_now() + delay * 1000, _transient=count))
+
+    # Helpers ------------------------------------------------------------------------------------
+
+    async def _finish(self, run: dict[str, Any], change: Transition, *, seen_ms: int) -> None:
+        outcome, _ = await self._apply(change)
+        if outcome == "ok":
+            status = change.run["status"]
+            RUNS.labels(run["vendor"], status).inc()
+            log.info("run finished", run_id=run["id"], vendor=run["vendor"], status=status,
+                     error=(change.run.get("error") or {}).get("code"))
+            # The delivery pump learns that work is due now without waiting for its next tick.
+            self._on_delivery_due()
+        elif outcome == "conflict":
+            log.info("late result discarded", run_id=run["id"], vendor=run["vendor"])
+
+    async def _apply(self, change: Transition) -> tuple[str, dict[str, Any] | None]:
+        outcome, current, created = await self.store.transition(change)
+        if created:
+            self._on_delivery_due()
+        return outcome, current
+
+    async def _document(self, run: dict[str, Any]) -> Document | None:
+        doc = run.get("document") or {}
+        if doc.get("url"):
+            return Document(url=doc["url"], filename=doc.get("filename") or "document",
+                            media_type=doc.get("media_type") or "application/octet-stream")
+        content = await self.store.get_document(run["id"])
+        if content is None:
+            return None
+        return Document(content=content, filename=doc.get("filename") or "document",
+                        media_type=doc.get("media_type") or "application/octet-stream")
+
+    @staticmethod
+    async def _cancel_quietly(adapter: VendorAdapter, vendor_run_id: str, state: dict[str, Any]) -> None:
+        try:
+            await adapter.cancel(vendor_run_id, state)
+        except base.VendorError as exc:
+            log.warning("vendor cancel failed", vendor=adapter.name, error=exc.message)
+
+
+def _progress(result: PollResult) -> dict[str, Any] | None:
+    if result.progress is None:
+        return None
+    p = result.progress
+    return {"percent": p.percent, "phase": p.phase, "message": p.message}
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
