@@ -196,9 +196,7 @@ def test_values_file_matches_its_schema() -> None:
         ({"image": {"digest": "latest"}}, "/image/digest"),
     ],
 )
-def test_schema_rejects_bad_values(
-    chart: helm.Chart, values: dict[str, Any], message: str
-) -> None:
+def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmValuesError, match=re.escape(message)):
         chart.validate_schema(values)
     with pytest.raises(helm.HelmValuesError):  # an install validates the same way
@@ -210,6 +208,9 @@ def test_schema_rejects_bad_values(
     [
         ({"redis": {"mode": "url"}}, "redis.mode=url needs"),
         ({"redis": {"mode": "sentinel", "sentinel": {"hosts": []}}}, "redis.mode=sentinel needs"),
+        # hookbridge ignores the Sentinels when HOOKBRIDGE_REDIS_URL is set.
+        ({"redis": {"url": "redis://r:6379"}}, "hookbridge uses Sentinel only while"),
+        ({"secret": {"redisUrl": "redis://:p@r:6379"}}, "hookbridge uses Sentinel only while"),
         (
             {"redis": {"mode": "url", "url": "redis://r:6379"}, "secret": {"redisUrl": "redis://:p@r"}},
             "set the Redis URL once",
@@ -219,9 +220,7 @@ def test_schema_rejects_bad_values(
         ({"keda": {"enabled": True}}, "keda.enabled needs keda.prometheus.serverAddress"),
     ],
 )
-def test_chart_refuses_inconsistent_values(
-    chart: helm.Chart, values: dict[str, Any], message: str
-) -> None:
+def test_chart_refuses_inconsistent_values(chart: helm.Chart, values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError, match=re.escape(message)):
         render(chart, values)
 
@@ -428,6 +427,7 @@ def test_redis_settings_follow_the_mode(release: Release) -> None:
     elif redis["mode"] == "sentinel":
         assert config["HOOKBRIDGE_REDIS_SENTINELS"] == ",".join(redis["sentinel"]["hosts"])
         assert config["HOOKBRIDGE_REDIS_SENTINEL_MASTER"] == redis["sentinel"]["master"]
+        assert "HOOKBRIDGE_REDIS_URL" not in config | env
     else:
         assert ("HOOKBRIDGE_REDIS_URL" in config) != ("HOOKBRIDGE_REDIS_URL" in env)
         assert "HOOKBRIDGE_REDIS_SENTINELS" not in config
@@ -469,14 +469,45 @@ def test_secret_wiring(release: Release) -> None:
         assert data.get("HOOKBRIDGE_REDIS_URL", "") == given["redisUrl"]
 
 
-def test_sentinel_scenario_keeps_the_password_in_the_secret(chart: helm.Chart) -> None:
-    release = render(chart, load_values("sentinel"))
+def test_a_redis_password_stays_in_the_secret(chart: helm.Chart) -> None:
+    url = "redis://:p4ssw0rd@redis-master.data.svc:6379/2"
+    release = render(chart, {"redis": {"mode": "url"}, "secret": {"redisUrl": url}})
     assert "HOOKBRIDGE_REDIS_URL" not in release.config
     secret = release.get("Secret", f"{PREFIX}-secret")
-    assert base64.b64decode(secret["data"]["HOOKBRIDGE_REDIS_URL"]).decode().startswith("redis://:p4ssw0rd@")
-    assert release.config["HOOKBRIDGE_NUTRIENT_MAX_RPS"] == "5"
-    assert release.config["HOOKBRIDGE_UPTIQ_POLL_INITIAL_S"] == "2.5"
-    assert release.config["HOOKBRIDGE_MAX_DOCUMENT_BYTES"] == "52428800"
+    assert base64.b64decode(secret["data"]["HOOKBRIDGE_REDIS_URL"]).decode() == url
+    ref = env_of(release.container(f"{PREFIX}-worker"))["HOOKBRIDGE_REDIS_URL"]["valueFrom"]
+    assert ref["secretKeyRef"] == {"name": f"{PREFIX}-secret", "key": "HOOKBRIDGE_REDIS_URL"}
+
+
+def test_numbers_in_config_render_as_written(chart: helm.Chart) -> None:
+    config = render(chart, load_values("sentinel")).config
+    assert config["HOOKBRIDGE_NUTRIENT_MAX_RPS"] == "5"
+    assert config["HOOKBRIDGE_UPTIQ_POLL_INITIAL_S"] == "2.5"
+    assert config["HOOKBRIDGE_WORKER_CONCURRENCY"] == "32"
+    assert config["HOOKBRIDGE_MAX_DOCUMENT_BYTES"] == "52428800"
+
+
+def test_the_application_accepts_the_rendered_environment(release: Release) -> None:
+    """The pods' environment, as service.settings reads it: no unknown name, no bad value."""
+    from service import settings
+
+    env = dict(release.config)
+    stand_ins = {
+        "HOOKBRIDGE_API_KEYS": "billing:s3cr3t",
+        "HOOKBRIDGE_REDIS_URL": "redis://:p4ssw0rd@redis:6379/0",
+    }
+    secrets = {s["metadata"]["name"]: s for s in release.of_kind("Secret")}
+    for name, entry in env_of(release.container(f"{PREFIX}-api")).items():
+        ref = entry["valueFrom"]["secretKeyRef"]
+        if ref["name"] in secrets:
+            env[name] = base64.b64decode(secrets[ref["name"]]["data"][ref["key"]]).decode()
+        else:  # an existingSecret: its content is the operator's
+            env[name] = stand_ins.get(name, "vendor-key")
+    loaded = settings.load(env)
+    assert loaded.worker_metrics_port == release.values["worker"]["metricsPort"]
+    assert loaded.shutdown_grace_s == release.values["worker"]["shutdownGraceSeconds"]
+    assert loaded.log_format == "json"
+    assert loaded.redis_url is not None or loaded.redis_sentinels
 
 
 def test_image_reference(chart: helm.Chart) -> None:
@@ -493,7 +524,10 @@ def test_network_policies_allow_what_hookbridge_needs(chart: helm.Chart) -> None
     assert ingress["ports"] == [{"port": "http", "protocol": "TCP"}]
     peers = ingress["from"]
     assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "apps"}}} in peers
-    assert any(p.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component") == "test" for p in peers)
+    assert any(
+        p.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component") == "test"
+        for p in peers
+    )
     egress = api["spec"]["egress"]
     ports = [p["port"] for rule in egress for p in rule.get("ports", [])]
     assert 53 in ports and 6380 in ports

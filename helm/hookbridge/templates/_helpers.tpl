@@ -165,8 +165,8 @@ checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha25
 {{- fail "redis.mode=url needs redis.url, secret.redisUrl or existingSecret.keys.redisUrl" }}
 {{- end }}
 {{- else if eq .Values.redis.mode "sentinel" }}
-{{- if and .Values.redis.url $inSecret }}
-{{- fail "set the Redis URL once: redis.url (no password) or the Secret (secret.redisUrl / existingSecret.keys.redisUrl), not both" }}
+{{- if or .Values.redis.url $inSecret }}
+{{- fail "redis.mode=sentinel: hookbridge uses Sentinel only while HOOKBRIDGE_REDIS_URL is unset; leave redis.url, secret.redisUrl and existingSecret.keys.redisUrl empty, or use redis.mode=url" }}
 {{- end }}
 {{- if or (empty .Values.redis.sentinel.hosts) (empty .Values.redis.sentinel.master) }}
 {{- fail "redis.mode=sentinel needs redis.sentinel.hosts and redis.sentinel.master" }}
