@@ -10,6 +10,7 @@ import enum
 import random
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -20,6 +21,8 @@ from ._documents import SLOW_FACTOR
 from .config import SimulatorConfig
 
 QUEUED_SHARE = 0.2
+# Bounds the request log's memory in long benchmarks; the oldest entries go first.
+LOG_LIMIT = 100_000
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
@@ -112,7 +115,7 @@ def _rng(seed: int, purpose: str) -> random.Random:
 class SimState:
     config: SimulatorConfig
     clock: Clock
-    log: list[LogEntry] = field(default_factory=list)
+    log: deque[LogEntry] = field(default_factory=lambda: deque(maxlen=LOG_LIMIT))
     fault_rng: random.Random = field(init=False)
     run_rng: random.Random = field(init=False)
     id_rng: random.Random = field(init=False)

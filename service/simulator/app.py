@@ -8,8 +8,8 @@ Vendor routes (each prefix is the vendor's base URL):
   ``GET .../run/{run_id}``
 - ``POST /uptiq/extract``, ``GET /uptiq/document-extractions/{extraction_id}``
 
-Control routes, unauthenticated and never faulted: ``GET|DELETE /_sim/requests``, ``GET|PATCH /_sim/config``,
-``GET /_sim/stats``.
+Control routes, unauthenticated and never faulted: ``GET|DELETE /_sim/requests`` (the last 100 000 vendor
+requests, optionally ``?vendor=``), ``GET|PATCH /_sim/config``, ``GET /_sim/stats``.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ Choices where the documents are silent:
   in ``errorMessage``.
 - ``uri`` files are not fetched: the URI stands in for the bytes. ``multipart`` parts must be a non-empty
   array; their JSON text stands in for the bytes.
+- ``billing`` documents succeed: Cloudsquid has no documented billing failure.
 - The sync ``/extract`` waits for the run, at most 60 s, then answers with the DataRow as it then is.
 """
 
