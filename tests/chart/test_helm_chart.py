@@ -81,8 +81,9 @@ class Release:
 
     def container(self, workload: str) -> dict[str, Any]:
         kind = "StatefulSet" if workload.endswith("-redis") else "Deployment"
-        (container,) = self.get(kind, workload)["spec"]["template"]["spec"]["containers"]
-        return container
+        containers: list[dict[str, Any]] = self.get(kind, workload)["spec"]["template"]["spec"]["containers"]
+        assert len(containers) == 1, workload
+        return containers[0]
 
 
 @pytest.fixture(scope="module")
@@ -163,8 +164,9 @@ def test_validators_reject_a_broken_object(chart: helm.Chart) -> None:
                 jsonschema.Draft202012Validator(json.loads(schema_path.read_text())).validate(obj)
 
 
-def test_chart_lints_without_errors() -> None:
-    report = helm.lint(CHART, strict=True, namespace=NAMESPACE)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_chart_lints_without_errors(scenario: str) -> None:
+    report = helm.lint(CHART, load_values(scenario), strict=True, namespace=NAMESPACE)
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
 
@@ -524,6 +526,8 @@ def test_network_policies_allow_what_hookbridge_needs(chart: helm.Chart) -> None
     assert ingress["ports"] == [{"port": "http", "protocol": "TCP"}]
     peers = ingress["from"]
     assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "apps"}}} in peers
+    # Prometheus scrapes the api's /metrics on the same port.
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}} in peers
     assert any(
         p.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component") == "test"
         for p in peers
