@@ -101,7 +101,9 @@ def _next(run: Run, now_ms: int) -> Run:
     return new
 
 
-def _event(run: Run, event_type: str, now_ms: int, *, result: Any = None, result_url: str | None = None) -> dict[str, Any]:
+def _event(
+    run: Run, event_type: str, now_ms: int, *, result: Any = None, result_url: str | None = None
+) -> dict[str, Any]:
     body = {
         "type": event_type,
         "timestamp": domain.rfc3339(now_ms),
@@ -123,7 +125,13 @@ def touched(run: Run, now_ms: int, *, due_ms: float, **internal: Any) -> Transit
 
 
 def submitted(
-    run: Run, now_ms: int, *, vendor_run_id: str, vendor_status: str | None, state: dict[str, Any], due_ms: float
+    run: Run,
+    now_ms: int,
+    *,
+    vendor_run_id: str,
+    vendor_status: str | None,
+    state: dict[str, Any],
+    due_ms: float,
 ) -> Transition:
     new = _next(run, now_ms)
     new.update(status=SUBMITTED, vendor_run_id=vendor_run_id, vendor_status=vendor_status, _transient=0)
@@ -207,14 +215,20 @@ def finished(
 
 
 def failed(run: Run, now_ms: int, *, code: str, message: str, settings: Settings, **kw: Any) -> Transition:
-    error = {"code": code, "message": message, "vendor_status": kw.pop("vendor_status", run.get("vendor_status"))}
+    error = {
+        "code": code,
+        "message": message,
+        "vendor_status": kw.pop("vendor_status", run.get("vendor_status")),
+    }
     return finished(run, now_ms, status=FAILED, settings=settings, error=error, **kw)
 
 
 def canceled(run: Run, now_ms: int, *, settings: Settings, vendor_can_cancel: bool) -> Transition:
     """Canceled here. The vendor is told by the worker (``_vendor_cancel``) when it has the run and can."""
     tell_vendor = vendor_can_cancel and bool(run.get("vendor_run_id"))
-    return finished(run, now_ms, status=CANCELED, settings=settings, count_poll=False, vendor_cancel=tell_vendor)
+    return finished(
+        run, now_ms, status=CANCELED, settings=settings, count_poll=False, vendor_cancel=tell_vendor
+    )
 
 
 def vendor_told(run: Run, now_ms: int) -> Transition:
@@ -225,4 +239,14 @@ def vendor_told(run: Run, now_ms: int) -> Transition:
     return Transition(new, run["_v"], remove_due=True)
 
 
-__all__ = ["EVENT_CANCELED", "canceled", "failed", "finished", "new_run", "polled", "public", "submitted", "touched"]
+__all__ = [
+    "EVENT_CANCELED",
+    "canceled",
+    "failed",
+    "finished",
+    "new_run",
+    "polled",
+    "public",
+    "submitted",
+    "touched",
+]

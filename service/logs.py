@@ -57,4 +57,5 @@ def configure(log_format: str = "console", level: str = "INFO") -> None:
 
 
 def get(name: str = "hookbridge") -> structlog.stdlib.BoundLogger:
-    return structlog.stdlib.get_logger(name)  # type: ignore[no-any-return]
+    logger: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger(name)
+    return logger

@@ -290,7 +290,9 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
 
     settings = Settings(**values)
     if not settings.callback_blocked_networks and f"{PREFIX}CALLBACK_BLOCKED_NETWORKS" not in env:
-        settings = replace(settings, callback_blocked_networks=parse_networks(",".join(DEFAULT_BLOCKED_NETWORKS)))
+        settings = replace(
+            settings, callback_blocked_networks=parse_networks(",".join(DEFAULT_BLOCKED_NETWORKS))
+        )
     outbound = max(settings.vendor_timeout_s, settings.callback_timeout_s)
     if settings.lease_s <= outbound + 5:
         # A lease shorter than a request would let a second worker send the same request in parallel.

@@ -10,7 +10,9 @@ from httpx_aiohttp import AiohttpTransport
 from service.delivery.urlsafety import Policy, SafeResolver
 
 
-def make_client(policy: Policy, timeout_s: float, *, resolver: AbstractResolver | None = None) -> httpx.AsyncClient:
+def make_client(
+    policy: Policy, timeout_s: float, *, resolver: AbstractResolver | None = None
+) -> httpx.AsyncClient:
     """``resolver`` replaces the system's DNS (tests use it to make a name resolve to a chosen address)."""
 
     def session() -> aiohttp.ClientSession:

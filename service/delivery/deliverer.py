@@ -46,7 +46,9 @@ class Deliverer:
             if not sub:
                 return await self._skip(dlv, "the subscription was deleted")
             if sub.get("disabled") == "1":
-                return await self._skip(dlv, f"the subscription is disabled: {sub.get('disabled_reason') or 'by its owner'}")
+                return await self._skip(
+                    dlv, f"the subscription is disabled: {sub.get('disabled_reason') or 'by its owner'}"
+                )
             if claimed.body is None:
                 return await self._skip(dlv, "the event is no longer kept (zero retention or past retention)")
             return await self._send(dlv, sub, claimed.body)
@@ -100,13 +102,20 @@ class Deliverer:
         DELIVERY_ATTEMPTS.labels(outcome).inc()
         if outcome == "succeeded" and dlv.get("attempts") == "0":
             DELIVERY_LATENCY.observe(max(0.0, done_ms - int(dlv["created"])) / 1000)
-        log.info("delivery attempt", outcome=outcome, status_code=status_code, error=error, duration_ms=duration_ms)
+        log.info(
+            "delivery attempt", outcome=outcome, status_code=status_code, error=error, duration_ms=duration_ms
+        )
         return outcome
 
     async def _skip(self, dlv: dict[str, str], reason: str) -> str:
         now_ms = int(time.time() * 1000)
-        attempt = {"at": domain.rfc3339(now_ms), "status_code": None, "duration_ms": 0, "error": reason,
-                   "response_body": ""}
+        attempt = {
+            "at": domain.rfc3339(now_ms),
+            "status_code": None,
+            "duration_ms": 0,
+            "error": reason,
+            "response_body": "",
+        }
         await self.store.record_attempt(dlv["id"], "skipped", now_ms=now_ms, attempt=attempt)
         DELIVERY_ATTEMPTS.labels("skipped").inc()
         log.info("delivery skipped", reason=reason)

@@ -11,7 +11,6 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Sequence
-from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -92,7 +91,9 @@ class SafeResolver(AbstractResolver):
         self._policy = policy
         self._inner = inner or DefaultResolver()
 
-    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
         results = await self._inner.resolve(host, port, family)
         allowed = [r for r in results if self._policy.address_allowed(r["host"])]
         if not allowed:
@@ -102,5 +103,3 @@ class SafeResolver(AbstractResolver):
 
     async def close(self) -> None:
         await self._inner.close()
-
-

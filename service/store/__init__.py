@@ -1,5 +1,8 @@
 """The Redis store: the only module that knows key names (``keys``) and changes state (``scripts``).
 
+redis-py types its hash and list commands as returning "Awaitable[T] | T" for its sync and async
+clients alike; the ``type: ignore[misc]`` on some awaits below are for that alone.
+
 Every state change is one Lua script, so a change and the events and deliveries it implies are
 written together or not at all. See ``keys.py`` for the data layout.
 """
@@ -98,9 +101,7 @@ class Store:
 
     # Runs ---------------------------------------------------------------------------------------
 
-    async def create_run(
-        self, run: Doc, document: bytes | None, idem: tuple[str, str] | None
-    ) -> str | None:
+    async def create_run(self, run: Doc, document: bytes | None, idem: tuple[str, str] | None) -> str | None:
         """Writes a new run. With ``idem=(key, fingerprint)`` returns the stored ``"fingerprint run_id"``
         instead when the key was used before (and writes nothing)."""
         run_id, client = run["id"], run["client"]
@@ -135,19 +136,24 @@ class Store:
         return bytes(raw) if raw is not None else None
 
     async def run_events(self, run_id: str) -> list[dict[str, Any]]:
-        ids = [_s(i) for i in await self.redis.lrange(keys.run_events(run_id), 0, -1)]
+        ids = [_s(i) for i in await self.redis.lrange(keys.run_events(run_id), 0, -1)]  # type: ignore[misc]
         if not ids:
             return []
         pipe = self.redis.pipeline(transaction=False)
         for event_id in ids:
-            pipe.hmget(keys.event(event_id), "type", "created", "body")
+            pipe.hmget(keys.event(event_id), ["type", "created", "body"])
         rows = await pipe.execute()
         events = []
         for event_id, (etype, created, body) in zip(ids, rows, strict=True):
             if etype is None:
                 continue
             events.append(
-                {"id": event_id, "type": _s(etype), "created_ms": int(_s(created)), "body": body and bytes(body)}
+                {
+                    "id": event_id,
+                    "type": _s(etype),
+                    "created_ms": int(_s(created)),
+                    "body": body and bytes(body),
+                }
             )
         return events
 
@@ -218,7 +224,9 @@ class Store:
 
     async def budget_take(self, vendor: str, now_ms: int, interval_ms: float) -> float:
         """Reserves the vendor's next request slot; returns when (ms) the request may go."""
-        slot = await self.scripts.budget(keys=[keys.vendor_budget(vendor)], args=[now_ms, interval_ms, "take", 0])
+        slot = await self.scripts.budget(
+            keys=[keys.vendor_budget(vendor)], args=[now_ms, interval_ms, "take", 0]
+        )
         return float(slot)
 
     async def budget_push(self, vendor: str, now_ms: int, until_ms: float) -> None:
@@ -251,7 +259,7 @@ class Store:
         await pipe.execute()
 
     async def get_subscription(self, sub_id: str) -> dict[str, str] | None:
-        raw = await self.redis.hgetall(keys.subscription(sub_id))
+        raw = await self.redis.hgetall(keys.subscription(sub_id))  # type: ignore[misc]
         return _hash(raw) if raw else None
 
     async def get_subscriptions(self, sub_ids: Sequence[str]) -> list[dict[str, str] | None]:
@@ -265,7 +273,7 @@ class Store:
 
     async def update_subscription(self, sub_id: str, fields: dict[str, str]) -> None:
         # WATCH-free: the fields written here are the user's own; health fields are the scripts'.
-        await self.redis.hset(keys.subscription(sub_id), mapping=fields)
+        await self.redis.hset(keys.subscription(sub_id), mapping=fields)  # type: ignore[misc]
 
     async def delete_subscription(self, sub_id: str, client: str) -> None:
         pipe = self.redis.pipeline(transaction=True)
@@ -327,7 +335,7 @@ class Store:
         return _s(reply[1]) if len(reply) > 1 else ""
 
     async def get_delivery(self, delivery_id: str) -> dict[str, str] | None:
-        raw = await self.redis.hgetall(keys.delivery(delivery_id))
+        raw = await self.redis.hgetall(keys.delivery(delivery_id))  # type: ignore[misc]
         return _hash(raw) if raw else None
 
     async def get_deliveries(self, ids: Sequence[str]) -> list[dict[str, str] | None]:
@@ -337,7 +345,7 @@ class Store:
         return [_hash(raw) if raw else None for raw in await pipe.execute()]
 
     async def delivery_attempts(self, delivery_id: str) -> list[dict[str, Any]]:
-        return [json.loads(a) for a in await self.redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)]
+        return [json.loads(a) for a in await self.redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)]  # type: ignore[misc]
 
     async def list_deliveries(
         self, sub_id: str, *, limit: int, cursor: str | None, status: str | None
@@ -382,7 +390,7 @@ class Store:
                 if not d or d.get("status") != "pending":
                     continue
                 if d.get("chained") == "1":
-                    head = await self.redis.lindex(keys.chain(d["sub"], d["run"]), 0)
+                    head = await self.redis.lindex(keys.chain(d["sub"], d["run"]), 0)  # type: ignore[misc]
                     if head is not None and _s(head) != d["id"]:
                         continue  # waits behind an earlier event of its run
                     if head is None:
@@ -429,7 +437,9 @@ class Store:
         last: tuple[float, str] | None = None
         chunk = max(limit, 50)
         for _ in range(20):
-            rows = await self.redis.zrevrangebyscore(index, max_score, "-inf", start=0, num=chunk + 1, withscores=True)
+            rows = await self.redis.zrevrangebyscore(
+                index, max_score, "-inf", start=0, num=chunk + 1, withscores=True
+            )
             members = [(_s(m), float(s)) for m, s in rows]
             if after is not None:
                 # Skip up to and including the cursor's member (several may share its score).

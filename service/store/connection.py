@@ -26,9 +26,11 @@ def connect(settings: Settings, *, url: str | None = None) -> Redis:
         "max_connections": 200,
     }
     if settings.redis_sentinels and url is None:
-        sentinel = Sentinel(list(settings.redis_sentinels), socket_connect_timeout=2.0)
-        return sentinel.master_for(settings.redis_sentinel_master, **options)  # type: ignore[arg-type]
+        sentinel = Sentinel(list(settings.redis_sentinels), socket_connect_timeout=2.0)  # type: ignore[no-untyped-call]
+        client: Redis = sentinel.master_for(settings.redis_sentinel_master, **options)  # type: ignore[arg-type]
+        return client
     target = url or settings.redis_url
     if not target:
         raise ValueError("no Redis URL")
-    return Redis.from_url(target, **options)  # type: ignore[arg-type]
+    client = Redis.from_url(target, **options)  # type: ignore[arg-type]
+    return client

@@ -23,7 +23,7 @@ class Scripts:
 
     def __init__(self, redis: Redis) -> None:
         def load(name: str) -> AsyncScript:
-            return redis.register_script(_source(name))  # type: ignore[return-value]
+            return redis.register_script(_source(name))
 
         self.create_run = load("create_run")
         self.transition = load("transition")

@@ -37,5 +37,7 @@ def build_adapters(
         return c
 
     nutrient = settings.vendor("nutrient")
-    adapters["nutrient"] = NutrientAdapter(client("nutrient", {"Authorization": f"Bearer {nutrient.api_key}"}))
+    adapters["nutrient"] = NutrientAdapter(
+        client("nutrient", {"Authorization": f"Bearer {nutrient.api_key}"})
+    )
     return clients, adapters

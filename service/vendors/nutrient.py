@@ -21,8 +21,8 @@ from service.vendors.base import (
     SUCCEEDED,
     PollResult,
     Progress,
-    Submitted,
     SubmitRequest,
+    Submitted,
     VendorExpired,
     VendorRejected,
     VendorTransient,
@@ -50,7 +50,9 @@ class NutrientAdapter:
                 body: dict[str, Any] = {"url": doc.url}
                 if instructions is not None:
                     body["instructions"] = instructions
-                response = await self._client.post(path, json=body, headers=headers, extensions={"kind": "submit"})
+                response = await self._client.post(
+                    path, json=body, headers=headers, extensions={"kind": "submit"}
+                )
             else:
                 data = {"instructions": json.dumps(instructions)} if instructions is not None else None
                 files = {"file": (doc.filename, doc.content or b"", doc.media_type)}
@@ -77,7 +79,9 @@ class NutrientAdapter:
 
     async def poll(self, vendor_run_id: str, state: dict[str, Any]) -> PollResult:
         with transport_errors():
-            response = await self._client.get(f"/extraction/runs/{vendor_run_id}", extensions={"kind": "poll"})
+            response = await self._client.get(
+                f"/extraction/runs/{vendor_run_id}", extensions={"kind": "poll"}
+            )
         self._check(response)
         run = response.json()
         vendor_status = str(run.get("status"))

@@ -92,8 +92,14 @@ class Pump:
 
 
 class RunPump(Pump):
-    def __init__(self, store: Store, settings: Settings, step: Callable[[Any], Awaitable[None]],
-                 vendors: Sequence[str], intervals: dict[str, float]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        step: Callable[[Any], Awaitable[None]],
+        vendors: Sequence[str],
+        intervals: dict[str, float],
+    ) -> None:
         super().__init__("runs", settings.worker_concurrency, settings.worker_idle_s)
         self.store = store
         self.settings = settings

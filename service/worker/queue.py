@@ -60,8 +60,15 @@ class Queue:
         for p in self._periodic:
             every = max(1, min(60, p.every_s))
             jobs.append(
-                cron(p.job, name=p.name, second=set(range(0, 60, every)), unique=True, run_at_startup=True,
-                     timeout=300, keep_result=0)
+                cron(
+                    p.job,  # type: ignore[arg-type]
+                    name=p.name,
+                    second=set(range(0, 60, every)),
+                    unique=True,
+                    run_at_startup=True,
+                    timeout=300,
+                    keep_result=0,
+                )
             )
         return Worker(
             queue_name=QUEUE_NAME,

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from service import logs, metrics
+from service._uvicorn import EmbeddedServer
 from service.delivery import client as callback_client
 from service.delivery.deliverer import Deliverer
 from service.delivery.urlsafety import Policy
@@ -59,7 +60,9 @@ class WorkerRuntime:
         )
         self.deliverer = Deliverer(self.store, settings, self.callbacks)
         self.delivery_pump = DeliveryPump(self.store, settings, self.deliverer.attempt)
-        self.stepper = RunStepper(self.store, settings, self.adapters, on_delivery_due=self.delivery_pump.wake)
+        self.stepper = RunStepper(
+            self.store, settings, self.adapters, on_delivery_due=self.delivery_pump.wake
+        )
         intervals = {v: b.interval_ms for v, b in budgets.items()}
         self.run_pump = RunPump(self.store, settings, self.stepper.step, list(self.adapters), intervals)
         self.queue = Queue(
@@ -86,11 +89,16 @@ class WorkerRuntime:
         ]
         server = None
         if serve_health and self.settings.worker_metrics_port:
-            server = uvicorn.Server(
-                uvicorn.Config(self.health_app(), host="0.0.0.0", port=self.settings.worker_metrics_port,
-                               log_config=None, access_log=False, lifespan="off")
+            server = EmbeddedServer(
+                uvicorn.Config(
+                    self.health_app(),
+                    host="0.0.0.0",
+                    port=self.settings.worker_metrics_port,
+                    log_config=None,
+                    access_log=False,
+                    lifespan="off",
+                )
             )
-            server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
             self.tasks.append(asyncio.create_task(server.serve()))
         await self.stop.wait()
         log.info("worker stopping: finishing the work in flight", grace_s=self.settings.shutdown_grace_s)
@@ -156,10 +164,11 @@ class WorkerRuntime:
     def health_app(self) -> Starlette:
         async def healthz(request: Request) -> Response:
             ok = self.alive()
-            return JSONResponse({"status": "ok" if ok else "stale", "worker": self.worker_id}, 200 if ok else 503)
+            return JSONResponse(
+                {"status": "ok" if ok else "stale", "worker": self.worker_id}, 200 if ok else 503
+            )
 
         async def metrics_endpoint(request: Request) -> Response:
             return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
         return Starlette(routes=[Route("/healthz", healthz), Route("/metrics", metrics_endpoint)])
-

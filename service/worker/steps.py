@@ -42,7 +42,9 @@ def next_delay(policy: VendorSettings, current: float | None, rng: random.Random
     the planned one plus up to 15 % jitter, so that runs submitted together do not poll together, and
     never below the vendor's minimum.
     """
-    planned = policy.poll_initial_s if current is None else min(policy.poll_max_s, current * policy.poll_multiplier)
+    planned = (
+        policy.poll_initial_s if current is None else min(policy.poll_max_s, current * policy.poll_multiplier)
+    )
     return planned, planned * rng.uniform(1.0, 1.15)
 
 
@@ -99,7 +101,11 @@ class RunStepper:
             # Accepted with a document that is no longer here: the run cannot be submitted.
             await self._apply(
                 lifecycle.failed(
-                    run, _now(), code=domain.VENDOR_REJECTED, message="the document is gone", settings=self.settings
+                    run,
+                    _now(),
+                    code=domain.VENDOR_REJECTED,
+                    message="the document is gone",
+                    settings=self.settings,
                 )
             )
             return
@@ -109,7 +115,9 @@ class RunStepper:
         async def checkpoint(update: dict[str, Any]) -> None:
             nonlocal run
             state.update(update)
-            change = lifecycle.touched(run, _now(), due_ms=_now() + self.settings.lease_s * 1000, _state=dict(state))
+            change = lifecycle.touched(
+                run, _now(), due_ms=_now() + self.settings.lease_s * 1000, _state=dict(state)
+            )
             outcome, current, _ = await self.store.transition(change)
             if outcome != "ok":
                 raise VendorTransient("the run changed while it was being submitted")
@@ -148,7 +156,9 @@ class RunStepper:
             # Canceled while we were submitting: the vendor has a run nobody wants any more.
             if adapter.supports_cancel:
                 await self._cancel_quietly(adapter, accepted.vendor_run_id, {**state, **accepted.state})
-        log.info("run submitted", run_id=run["id"], vendor=run["vendor"], vendor_run_id=accepted.vendor_run_id)
+        log.info(
+            "run submitted", run_id=run["id"], vendor=run["vendor"], vendor_run_id=accepted.vendor_run_id
+        )
 
     async def _poll(self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings) -> None:
         state = run.get("_state") or {}
@@ -158,20 +168,44 @@ class RunStepper:
             payload = result.result
             if result.needs_fetch:
                 payload = await adapter.fetch_result(run["vendor_run_id"], state)
-            await self._finish(run, lifecycle.finished(
-                run, _now(), status=domain.SUCCEEDED, settings=self.settings,
-                vendor_status=result.vendor_status, result=payload,
-            ), seen_ms=now)
+            await self._finish(
+                run,
+                lifecycle.finished(
+                    run,
+                    _now(),
+                    status=domain.SUCCEEDED,
+                    settings=self.settings,
+                    vendor_status=result.vendor_status,
+                    result=payload,
+                ),
+                seen_ms=now,
+            )
         elif result.status == base.FAILED:
-            await self._finish(run, lifecycle.failed(
-                run, now, code=domain.VENDOR_FAILED, message=result.error or "the vendor reported a failure",
-                settings=self.settings, vendor_status=result.vendor_status,
-            ), seen_ms=now)
+            await self._finish(
+                run,
+                lifecycle.failed(
+                    run,
+                    now,
+                    code=domain.VENDOR_FAILED,
+                    message=result.error or "the vendor reported a failure",
+                    settings=self.settings,
+                    vendor_status=result.vendor_status,
+                ),
+                seen_ms=now,
+            )
         elif result.status == base.CANCELED:
-            await self._finish(run, lifecycle.failed(
-                run, now, code=domain.VENDOR_FAILED, message="the run was canceled at the vendor",
-                settings=self.settings, vendor_status=result.vendor_status,
-            ), seen_ms=now)
+            await self._finish(
+                run,
+                lifecycle.failed(
+                    run,
+                    now,
+                    code=domain.VENDOR_FAILED,
+                    message="the run was canceled at the vendor",
+                    settings=self.settings,
+                    vendor_status=result.vendor_status,
+                ),
+                seen_ms=now,
+            )
         else:
             shown, delay = next_delay(policy, run.get("_delay"), self._rng)
             await self._apply(
@@ -192,8 +226,10 @@ class RunStepper:
         if run.get("vendor_run_id") and adapter.supports_cancel:
             await self._cancel_quietly(adapter, run["vendor_run_id"], run.get("_state") or {})
         await self._finish(
-            run, lifecycle.failed(run, _now(), code=domain.TIMED_OUT, message=message, settings=self.settings,
-                                  count_poll=False),
+            run,
+            lifecycle.failed(
+                run, _now(), code=domain.TIMED_OUT, message=message, settings=self.settings, count_poll=False
+            ),
             seen_ms=_now(),
         )
 
@@ -209,9 +245,12 @@ class RunStepper:
             await self._finish(
                 run,
                 lifecycle.failed(
-                    run, _now(), code=domain.VENDOR_UNREACHABLE,
+                    run,
+                    _now(),
+                    code=domain.VENDOR_UNREACHABLE,
                     message=f"{count} transient faults in a row; the last: {message}",
-                    settings=self.settings, count_poll=False,
+                    settings=self.settings,
+                    count_poll=False,
                 ),
                 seen_ms=_now(),
             )
@@ -229,8 +268,13 @@ class RunStepper:
         if outcome == "ok":
             status = change.run["status"]
             RUNS.labels(run["vendor"], status).inc()
-            log.info("run finished", run_id=run["id"], vendor=run["vendor"], status=status,
-                     error=(change.run.get("error") or {}).get("code"))
+            log.info(
+                "run finished",
+                run_id=run["id"],
+                vendor=run["vendor"],
+                status=status,
+                error=(change.run.get("error") or {}).get("code"),
+            )
             # The delivery pump learns that work is due now without waiting for its next tick.
             self._on_delivery_due()
         elif outcome == "conflict":
@@ -245,13 +289,19 @@ class RunStepper:
     async def _document(self, run: dict[str, Any]) -> Document | None:
         doc = run.get("document") or {}
         if doc.get("url"):
-            return Document(url=doc["url"], filename=doc.get("filename") or "document",
-                            media_type=doc.get("media_type") or "application/octet-stream")
+            return Document(
+                url=doc["url"],
+                filename=doc.get("filename") or "document",
+                media_type=doc.get("media_type") or "application/octet-stream",
+            )
         content = await self.store.get_document(run["id"])
         if content is None:
             return None
-        return Document(content=content, filename=doc.get("filename") or "document",
-                        media_type=doc.get("media_type") or "application/octet-stream")
+        return Document(
+            content=content,
+            filename=doc.get("filename") or "document",
+            media_type=doc.get("media_type") or "application/octet-stream",
+        )
 
     @staticmethod
     async def _cancel_quietly(adapter: VendorAdapter, vendor_run_id: str, state: dict[str, Any]) -> None:
@@ -270,4 +320,3 @@ def _progress(result: PollResult) -> dict[str, Any] | None:
 
 def _now() -> int:
     return int(time.time() * 1000)
-

@@ -1,0 +1,1 @@
+"""The HTTP face: thin handlers over the store and the lifecycle."""

@@ -1,0 +1,333 @@
+"""``/v1/subscriptions`` and ``/v1/deliveries``: where callbacks go, and what happened to them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from service import domain
+from service.api.context import Context
+from service.api.validation import (
+    check_metadata,
+    choice_param,
+    event_types,
+    json_object,
+    limit_param,
+    timestamp,
+)
+from service.delivery.signing import new_secret
+from service.delivery.urlsafety import UnsafeURL
+from service.domain import Conflict, InvalidInput, NotFound, ValidationErrors
+
+_SUB_FIELDS = {
+    "url",
+    "event_types",
+    "description",
+    "metadata",
+    "disabled",
+    "max_in_flight",
+    "rate_limit_per_s",
+}
+DELIVERY_STATUSES = ("pending", "succeeded", "failed")
+
+
+def public_subscription(sub: dict[str, str]) -> dict[str, Any]:
+    types = json.loads(sub["event_types"]) if sub.get("event_types") else None
+    return {
+        "id": sub["id"],
+        "url": sub["url"],
+        "event_types": types,
+        "description": sub.get("description") or None,
+        "metadata": json.loads(sub.get("metadata") or "{}"),
+        "disabled": sub.get("disabled") == "1",
+        "disabled_reason": sub.get("disabled_reason") or None,
+        "max_in_flight": int(sub["max_in_flight"]) if sub.get("max_in_flight") else None,
+        "rate_limit_per_s": float(sub["rate_per_s"]) if sub.get("rate_per_s") else None,
+        "consecutive_failures": int(sub.get("consecutive_failures") or 0),
+        "created_at": domain.rfc3339(int(sub["created"])),
+        "updated_at": domain.rfc3339(int(sub.get("updated") or sub["created"])),
+    }
+
+
+def public_delivery(d: dict[str, str]) -> dict[str, Any]:
+    return {
+        "id": d["id"],
+        "event_id": d["event"],
+        "event_type": d["type"],
+        "subscription_id": d["sub"],
+        "run_id": d.get("run") or None,
+        "status": d["status"],
+        "attempts": int(d.get("attempts") or 0),
+        "last_status_code": int(d["last_code"]) if d.get("last_code") else None,
+        "next_attempt_at": domain.rfc3339(int(d["next_at"])) if d.get("next_at") else None,
+        "created_at": domain.rfc3339(int(d["created"])),
+        "updated_at": domain.rfc3339(int(d.get("updated") or d["created"])),
+    }
+
+
+async def _own_sub(ctx: Context, client: str, sub_id: str) -> dict[str, str]:
+    sub = await ctx.store.get_subscription(sub_id) if sub_id.startswith("sub_") else None
+    if sub is None or sub["client"] != client:
+        raise NotFound(f"No subscription {sub_id[:40]}.")
+    return sub
+
+
+async def _fields(ctx: Context, body: dict[str, Any], *, creating: bool) -> dict[str, str]:
+    errors = ValidationErrors()
+    for name in sorted(set(body) - _SUB_FIELDS):
+        errors.add(name, "unknown field")
+    if creating and "disabled" in body:
+        errors.add("disabled", "create the subscription, then PATCH it")
+    out: dict[str, str] = {}
+    if "url" in body or creating:
+        url = body.get("url")
+        if not isinstance(url, str) or not url or len(url) > 2048:
+            errors.add("url", "required: an http(s) URL of at most 2048 characters")
+        else:
+            try:
+                await ctx.url_policy.check(url)
+            except UnsafeURL as exc:
+                raise InvalidInput(
+                    f"This URL cannot receive callbacks: {exc}", code="callback_url_not_allowed"
+                ) from None
+            out["url"] = url
+    if "event_types" in body:
+        types = event_types(body["event_types"], errors)
+        out["event_types"] = json.dumps(types) if types else ""
+    if "description" in body:
+        desc = body["description"]
+        if desc is not None and (not isinstance(desc, str) or len(desc) > 500):
+            errors.add("description", "a string of at most 500 characters")
+        else:
+            out["description"] = desc or ""
+    if "metadata" in body:
+        meta = body["metadata"]
+        if not isinstance(meta, dict):
+            errors.add("metadata", "must be an object of strings")
+        else:
+            check_metadata(meta, ctx.settings, errors)
+            out["metadata"] = json.dumps(meta)
+    if "disabled" in body and not creating:
+        if not isinstance(body["disabled"], bool):
+            errors.add("disabled", "true or false")
+        else:
+            out["disabled"] = "1" if body["disabled"] else "0"
+            if not body["disabled"]:
+                out.update(disabled_reason="", failing_since="", consecutive_failures="0")
+            else:
+                out["disabled_reason"] = "disabled by its owner"
+    if "max_in_flight" in body:
+        value = body["max_in_flight"]
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1000
+        ):
+            errors.add("max_in_flight", "a whole number from 1 to 1000, or null for the default")
+        else:
+            out["max_in_flight"] = "" if value is None else str(value)
+    if "rate_limit_per_s" in body:
+        value = body["rate_limit_per_s"]
+        if value is not None and (
+            not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value <= 10000
+        ):
+            errors.add("rate_limit_per_s", "a number above 0 and at most 10000, or null for no limit")
+        else:
+            out["rate_per_s"] = "" if value is None else str(float(value))
+    errors.raise_if_any()
+    return out
+
+
+async def create_subscription(request: Request) -> Response:
+    ctx = Context.of(request)
+    client = ctx.keys.authenticate(request)
+    body = await json_object(request, ctx.settings)
+    fields = await _fields(ctx, body, creating=True)
+    now = domain.now_ms()
+    secret = new_secret()
+    sub = {
+        "id": domain.new_id("sub"),
+        "client": client,
+        "event_types": "",
+        "description": "",
+        "metadata": "{}",
+        "disabled": "0",
+        "disabled_reason": "",
+        "secrets": json.dumps([[secret, None]]),
+        "created": str(now),
+        "updated": str(now),
+        "max_in_flight": "",
+        "rate_per_s": "",
+        "failing_since": "",
+        "consecutive_failures": "0",
+        **fields,
+    }
+    await ctx.store.create_subscription(sub)
+    ctx.log.info("subscription created", subscription_id=sub["id"])
+    return JSONResponse(
+        {**public_subscription(sub), "secret": secret},
+        status_code=201,
+        headers={"Location": f"/v1/subscriptions/{sub['id']}"},
+    )
+
+
+async def list_subscriptions(request: Request) -> Response:
+    ctx = Context.of(request)
+    client = ctx.keys.authenticate(request)
+    try:
+        page = await ctx.store.list_subscriptions(
+            client, limit=limit_param(request), cursor=request.query_params.get("cursor")
+        )
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput(
+            "The cursor is not one this API gave out.", errors=[{"field": "cursor", "message": "invalid"}]
+        ) from None
+    return JSONResponse(
+        {"data": [public_subscription(s) for s in page.data], "next_cursor": page.next_cursor}
+    )
+
+
+async def get_subscription(request: Request) -> Response:
+    ctx = Context.of(request)
+    client = ctx.keys.authenticate(request)
+    return JSONResponse(public_subscription(await _own_sub(ctx, client, request.path_params["sub_id"])))
+
+
+async def patch_subscription(request: Request) -> Response:
+    ctx = Context.of(request)
+    client = ctx.keys.authenticate(request)
+    sub = await _own_sub(ctx, client, request.path_params["sub_id"])
+    fields = await _fields(ctx, await json_object(request, ctx.settings), creating=False)
+    if fields:
+        fields["updated"] = str(domain.now_ms())
+        await ctx.store.update_subscription(sub["id"], fields)
+    return JSONResponse(public_subscription({**sub, **fields}))
+
+
+async def delete_subscription(request: Request) -> Response:
+    ctx = Context.of(request)
+    client = ctx.keys.authenticate(request)
+    sub = await _own_sub(ctx, client, request.path_params["sub_id"])
+    await ctx.store.delete_subscription(sub["id"], client)
+    return Response(status_code=204)
+
+
+async def get_secret(request: Request) -> Response:
+    ctx = Context.of(request)
+    client = ctx.keys.authenticate(request)
+    sub = await _own_sub(ctx, client, request.path_params["sub_id"])
+    return JSONResponse({"secret": json.loads(sub["secrets"])[0][0]})
+
+
+async def rotate_secret(request: Request) -> Response:
+    ctx = Context.of(request)
+    client = ctx.keys.authenticate(request)
+    sub = await _own_sub(ctx, client, request.path_params["sub_id"])
+    now = domain.now_ms()
+    old = [[s, exp] for s, exp in json.loads(sub["secrets"]) if exp is None or exp > now]
+    expires = now + int(ctx.settings.secret_rotation_overlap_s * 1000)
+    secret = new_secret()
+    # The new secret signs first; the old ones keep signing beside it until the overlap ends.
+    secrets = [[secret, None], *[[s, min(exp or expires, expires)] for s, exp in old]]
+    fields = {"secrets": json.dumps(secrets), "updated": str(now)}
+    await ctx.store.update_subscription(sub["id"], fields)
+    return JSONResponse({**public_subscription({**sub, **fields}), "secret": secret})
+
+
+async def test_subscription(request: Request) -> Response:
+    ctx = Context.of(request)
+    client = ctx.keys.authenticate(request)
+    sub = await _own_sub(ctx, client, request.path_params["sub_id"])
+    now = domain.now_ms()
+    event_id = domain.new_id("evt")
+    body = {
+        "type": domain.EVENT_TEST,
+        "timestamp": domain.rfc3339(now),
+        "data": {"subscription_id": sub["id"], "message": "This is a test event from hookbridge."},
+    }
+    event = {
+        "id": event_id,
+        "type": domain.EVENT_TEST,
+        "created": now,
+        "body": json.dumps(body, separators=(",", ":")),
+    }
+    created = await ctx.store.emit_test_event(client, sub["id"], event, now)
+    if not created:
+        raise Conflict("The subscription is disabled; enable it to test it.", code="subscription_disabled")
+    return JSONResponse({"event_id": event_id}, status_code=202)
+
+
+async def list_deliveries(request: Request) -> Response:
+    ctx = Context.of(request)
+    client = ctx.keys.authenticate(request)
+    sub = await _own_sub(ctx, client, request.path_params["sub_id"])
+    status = choice_param(request, "status", DELIVERY_STATUSES)
+    try:
+        page = await ctx.store.list_deliveries(
+            sub["id"], limit=limit_param(request), cursor=request.query_params.get("cursor"), status=status
+        )
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput(
+            "The cursor is not one this API gave out.", errors=[{"field": "cursor", "message": "invalid"}]
+        ) from None
+    return JSONResponse({"data": [public_delivery(d) for d in page.data], "next_cursor": page.next_cursor})
+
+
+async def _own_delivery(ctx: Context, client: str, delivery_id: str) -> dict[str, str]:
+    d = await ctx.store.get_delivery(delivery_id) if delivery_id.startswith("dlv_") else None
+    if d is None or d["client"] != client:
+        raise NotFound(f"No delivery {delivery_id[:40]}.")
+    return d
+
+
+async def get_delivery(request: Request) -> Response:
+    ctx = Context.of(request)
+    client = ctx.keys.authenticate(request)
+    d = await _own_delivery(ctx, client, request.path_params["delivery_id"])
+    attempts = await ctx.store.delivery_attempts(d["id"])
+    return JSONResponse({**public_delivery(d), "attempt_log": attempts})
+
+
+async def retry_delivery(request: Request) -> Response:
+    ctx = Context.of(request)
+    client = ctx.keys.authenticate(request)
+    d = await _own_delivery(ctx, client, request.path_params["delivery_id"])
+    if not await ctx.store.retry_delivery(d["id"], domain.now_ms()):
+        raise Conflict("The delivery is already pending.", code="delivery_pending")
+    return JSONResponse(public_delivery({**d, "status": "pending"}), status_code=202)
+
+
+async def recover(request: Request) -> Response:
+    ctx = Context.of(request)
+    client = ctx.keys.authenticate(request)
+    sub = await _own_sub(ctx, client, request.path_params["sub_id"])
+    body = await json_object(request, ctx.settings)
+    extra = set(body) - {"since"}
+    if extra:
+        raise InvalidInput(
+            "Unknown fields.", errors=[{"field": f, "message": "unknown field"} for f in sorted(extra)]
+        )
+    since = timestamp(body.get("since"), "since")
+    now = domain.now_ms()
+    retried = 0
+    for delivery_id in await ctx.store.failed_deliveries_since(sub["id"], since):
+        retried += await ctx.store.retry_delivery(delivery_id, now)
+    return JSONResponse({"retried": retried}, status_code=202)
+
+
+routes = [
+    Route("/v1/subscriptions", create_subscription, methods=["POST"]),
+    Route("/v1/subscriptions", list_subscriptions, methods=["GET"]),
+    Route("/v1/subscriptions/{sub_id}", get_subscription, methods=["GET"]),
+    Route("/v1/subscriptions/{sub_id}", patch_subscription, methods=["PATCH"]),
+    Route("/v1/subscriptions/{sub_id}", delete_subscription, methods=["DELETE"]),
+    Route("/v1/subscriptions/{sub_id}/secret", get_secret, methods=["GET"]),
+    Route("/v1/subscriptions/{sub_id}/rotate-secret", rotate_secret, methods=["POST"]),
+    Route("/v1/subscriptions/{sub_id}/test", test_subscription, methods=["POST"]),
+    Route("/v1/subscriptions/{sub_id}/deliveries", list_deliveries, methods=["GET"]),
+    Route("/v1/subscriptions/{sub_id}/recover", recover, methods=["POST"]),
+    Route("/v1/deliveries/{delivery_id}", get_delivery, methods=["GET"]),
+    Route("/v1/deliveries/{delivery_id}/retry", retry_delivery, methods=["POST"]),
+]

@@ -1,0 +1,161 @@
+"""The ``hookbridge`` command: api, worker, simulator, dev, demo, settings."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+
+from service import logs
+from service import settings as settings_mod
+
+
+def _settings() -> settings_mod.Settings:
+    try:
+        return settings_mod.load()
+    except settings_mod.SettingsError as exc:
+        print(
+            f"hookbridge: configuration error: HOOKBRIDGE_{exc}"
+            if not str(exc).startswith("HOOKBRIDGE_")
+            else f"hookbridge: configuration error: {exc}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
+
+
+def _require_redis(settings: settings_mod.Settings, command: str) -> None:
+    if not settings.redis_url and not settings.redis_sentinels:
+        print(
+            f"hookbridge {command}: HOOKBRIDGE_REDIS_URL (or HOOKBRIDGE_REDIS_SENTINELS) is required; "
+            "only dev and demo start a Redis of their own",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
+def cmd_api(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from service.api.app import create_app
+
+    settings = _settings()
+    _require_redis(settings, "api")
+    logs.configure(settings.log_format, settings.log_level)
+    if not settings.api_keys:
+        logs.get().warning("HOOKBRIDGE_API_KEYS is empty: every request will be refused")
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        proxy_headers=True,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s),
+    )
+
+
+def _run_until_signal(main: object) -> None:
+    asyncio.run(main)  # type: ignore[arg-type]
+
+
+def cmd_worker(args: argparse.Namespace) -> None:
+    from service.worker.runtime import WorkerRuntime
+
+    settings = _settings()
+    _require_redis(settings, "worker")
+    logs.configure(settings.log_format, settings.log_level)
+
+    async def main() -> None:
+        worker = WorkerRuntime(settings)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.request_stop)
+        await worker.run()
+
+    _run_until_signal(main())
+
+
+def cmd_simulator(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from service.simulator import SimulatorConfig, create_app
+
+    logs.configure(
+        os.environ.get("HOOKBRIDGE_LOG_FORMAT", "console"), os.environ.get("HOOKBRIDGE_LOG_LEVEL", "INFO")
+    )
+    try:
+        config = SimulatorConfig.from_env(os.environ)
+    except ValueError as exc:
+        print(f"hookbridge simulator: configuration error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    uvicorn.run(create_app(config), host=args.host, port=args.port, log_config=None, access_log=False)
+
+
+def cmd_dev(args: argparse.Namespace) -> None:
+    from service.stack import run_stack
+
+    logs.configure(
+        os.environ.get("HOOKBRIDGE_LOG_FORMAT", "console"), os.environ.get("HOOKBRIDGE_LOG_LEVEL", "INFO")
+    )
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            async with run_stack(api_port=args.port, simulator_port=args.simulator_port) as stack:
+                print(
+                    f"hookbridge dev: API {stack.api_url} (key: dev-key), simulator {stack.simulator_url}, "
+                    f"redis {stack.redis_url}. Ctrl-C stops.",
+                    flush=True,
+                )
+                await stop.wait()
+        except settings_mod.SettingsError as exc:
+            print(f"hookbridge dev: configuration error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    _run_until_signal(main())
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from service.demo import main
+
+    raise SystemExit(asyncio.run(main(timeout_s=args.timeout)))
+
+
+def cmd_settings(args: argparse.Namespace) -> None:
+    for name, default in settings_mod.describe():
+        print(f"{name}={default}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="hookbridge", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("api", help="the HTTP API")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8080)
+    p.set_defaults(func=cmd_api)
+    p = sub.add_parser("worker", help="submits, polls, delivers, sweeps")
+    p.set_defaults(func=cmd_worker)
+    p = sub.add_parser("simulator", help="the three vendors' async APIs, simulated")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8090)
+    p.set_defaults(func=cmd_simulator)
+    p = sub.add_parser("dev", help="everything on one machine")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--simulator-port", type=int, default=8090)
+    p.set_defaults(func=cmd_dev)
+    p = sub.add_parser("demo", help="the main job end to end on embedded defaults")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("settings", help="print every setting with its default")
+    p.set_defaults(func=cmd_settings)
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
