@@ -60,17 +60,33 @@ async def main(timeout_s: float = 120.0) -> int:
         port = free_port()
         await stack.servers.start(receiver, port)
         key = DEV_API_KEY.split(":", 1)[1]
-        async with httpx.AsyncClient(base_url=stack.api_url, headers={"Authorization": f"Bearer {key}"}) as api:
-            sub = (await api.post("/v1/subscriptions", json={
-                "url": f"http://127.0.0.1:{port}/hooks", "event_types": ["run.*"], "description": "demo receiver",
-            })).raise_for_status().json()
+        async with httpx.AsyncClient(
+            base_url=stack.api_url, headers={"Authorization": f"Bearer {key}"}
+        ) as api:
+            sub = (
+                (
+                    await api.post(
+                        "/v1/subscriptions",
+                        json={
+                            "url": f"http://127.0.0.1:{port}/hooks",
+                            "event_types": ["run.*"],
+                            "description": "demo receiver",
+                        },
+                    )
+                )
+                .raise_for_status()
+                .json()
+            )
             print(f"registered receiver {sub['url']} as {sub['id']}")
             runs: dict[str, str] = {}
             for vendor in stack.worker.adapters:
                 body = {
                     "vendor": vendor,
-                    "document": {"content_base64": base64.b64encode(SAMPLE).decode(), "filename": "invoice.pdf",
-                                 "media_type": "application/pdf"},
+                    "document": {
+                        "content_base64": base64.b64encode(SAMPLE).decode(),
+                        "filename": "invoice.pdf",
+                        "media_type": "application/pdf",
+                    },
                     "metadata": {"order_id": f"A-{vendor}"},
                 }
                 if vendor == "uptiq":
@@ -79,12 +95,15 @@ async def main(timeout_s: float = 120.0) -> int:
                 runs[run["id"]] = vendor
                 print(f"submitted {run['id']} to {vendor}: {run['status']}")
             ok = await _collect(inbox, sub["secret"], runs, timeout_s)
-    print("demo finished: every run called back, every signature verified" if ok else "demo FAILED", flush=True)
+    print(
+        "demo finished: every run called back, every signature verified" if ok else "demo FAILED", flush=True
+    )
     return 0 if ok else 1
 
 
-async def _collect(inbox: asyncio.Queue[tuple[dict[str, str], bytes]], secret: str, runs: dict[str, str],
-                   timeout_s: float) -> bool:
+async def _collect(
+    inbox: asyncio.Queue[tuple[dict[str, str], bytes]], secret: str, runs: dict[str, str], timeout_s: float
+) -> bool:
     pending = set(runs)
     all_verified = True
     deadline = time.monotonic() + timeout_s

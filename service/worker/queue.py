@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arq import cron
-from arq.connections import RedisSettings
+from arq.connections import ArqRedis, RedisSettings, create_pool
 from arq.worker import Worker
 from redis.exceptions import RedisError
 
@@ -55,7 +55,7 @@ class Queue:
         self._redis = redis_settings(settings, url)
         self._periodic = periodic
 
-    def _worker(self) -> Worker:
+    def _worker(self, pool: ArqRedis) -> Worker:
         jobs = []
         for p in self._periodic:
             every = max(1, min(60, p.every_s))
@@ -73,7 +73,7 @@ class Queue:
         return Worker(
             queue_name=QUEUE_NAME,
             cron_jobs=jobs,
-            redis_settings=self._redis,
+            redis_pool=pool,
             handle_signals=False,
             max_jobs=4,
             keep_result=0,
@@ -83,7 +83,15 @@ class Queue:
     async def run(self, stop: asyncio.Event) -> None:
         backoff = 0.5
         while not stop.is_set():
-            worker = self._worker()
+            # The pool is ours, not arq's, so that it is closed however arq's loop ends.
+            try:
+                pool = await create_pool(self._redis, default_queue_name=QUEUE_NAME)
+            except (RedisError, OSError) as exc:
+                log.warning("arq worker cannot reach redis", error=str(exc), retry_in_s=backoff)
+                await _sleep_unless(stop, backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            worker = self._worker(pool)
             task = asyncio.ensure_future(worker.async_run())
             stopper = asyncio.ensure_future(stop.wait())
             try:
@@ -93,7 +101,7 @@ class Queue:
                 backoff = 0.5
             except (RedisError, OSError) as exc:
                 log.warning("arq worker lost redis; restarting", error=str(exc), retry_in_s=backoff)
-                await asyncio.sleep(backoff)
+                await _sleep_unless(stop, backoff)
                 backoff = min(backoff * 2, 5.0)
             finally:
                 stopper.cancel()
@@ -102,7 +110,11 @@ class Queue:
                     await task
                 except (asyncio.CancelledError, Exception):
                     pass
-                try:
-                    await asyncio.wait_for(worker.close(), timeout=5)
-                except (Exception, asyncio.CancelledError):
-                    pass
+                await pool.aclose()
+
+
+async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    except TimeoutError:
+        pass

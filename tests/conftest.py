@@ -1,0 +1,250 @@
+"""Fixtures over real parts: a redis-server of our own, the simulator and a receiver on real ports, the
+API on uvicorn, and the worker runtime in the test's event loop.
+
+Nothing here sleeps to let work happen: :func:`eventually` polls a condition until a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from service import settings as settings_mod
+from service.api.app import create_app
+from service.embedded_redis import EmbeddedRedis, free_port
+from service.simulator import SimulatorConfig
+from service.simulator import create_app as create_simulator
+from service.stack import Servers
+from service.worker.runtime import WorkerRuntime
+
+ALICE, BOB = "alice-key", "bob-key"
+
+
+async def eventually(
+    check: Callable[[], Awaitable[Any]],
+    *,
+    timeout: float = 20.0,
+    interval: float = 0.02,
+    what: str = "condition",
+) -> Any:
+    """Polls ``check`` until it returns something truthy, or fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: EmbeddedRedis) -> str:
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    return redis_server.url
+
+
+def base_env(redis_url: str, simulator_url: str = "http://127.0.0.1:9", **overrides: str) -> dict[str, str]:
+    """Short timings everywhere, so tests that need time to pass take little of it."""
+    env = {
+        "HOOKBRIDGE_REDIS_URL": redis_url,
+        "HOOKBRIDGE_API_KEYS": f"alice:{ALICE},bob:{BOB}",
+        "HOOKBRIDGE_CALLBACK_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128",
+        "HOOKBRIDGE_RETRY_SCHEDULE": "100ms,200ms,300ms",
+        "HOOKBRIDGE_CALLBACK_TIMEOUT_S": "2",
+        "HOOKBRIDGE_VENDOR_TIMEOUT_S": "3",
+        "HOOKBRIDGE_LEASE_S": "10",
+        "HOOKBRIDGE_WORKER_IDLE_S": "20ms",
+        "HOOKBRIDGE_WORKER_METRICS_PORT": "0",
+        "HOOKBRIDGE_SWEEP_INTERVAL_S": "1",
+        "HOOKBRIDGE_PROGRESS_MIN_INTERVAL_S": "0",
+        "HOOKBRIDGE_CLOUDSQUID_PROJECT": "test-project",
+        "HOOKBRIDGE_CLOUDSQUID_TABLE_ID": "3fa85f64-5717-4562-b3fc-2c963f66afa6",
+    }
+    for vendor, path in (("NUTRIENT", "/nutrient"), ("CLOUDSQUID", "/cloudsquid/api"), ("UPTIQ", "/uptiq")):
+        env[f"HOOKBRIDGE_{vendor}_BASE_URL"] = simulator_url + path
+        env[f"HOOKBRIDGE_{vendor}_API_KEY"] = f"sim-{vendor.lower()}-key"
+        env[f"HOOKBRIDGE_{vendor}_POLL_INITIAL_S"] = "50ms"
+        env[f"HOOKBRIDGE_{vendor}_POLL_MAX_S"] = "200ms"
+    env.update(overrides)
+    return env
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+    def json(self) -> Any:
+        import json
+
+        return json.loads(self.body)
+
+
+@dataclass
+class Receiver:
+    """A callback endpoint on a real port. ``answers`` is consumed one status per request (then 204);
+    ``handler`` may replace the whole behaviour."""
+
+    url: str
+    received: list[Received] = field(default_factory=list)
+    answers: list[int | tuple[int, dict[str, str]]] = field(default_factory=list)
+    handler: Callable[[Request], Awaitable[Response]] | None = None
+
+    def events(self, event_type: str | None = None) -> list[dict[str, Any]]:
+        out = [r.json() for r in self.received]
+        return [e for e in out if event_type is None or e["type"] == event_type]
+
+
+@pytest.fixture
+async def servers() -> AsyncIterator[Servers]:
+    s = Servers()
+    try:
+        yield s
+    finally:
+        await s.stop()
+
+
+@pytest.fixture
+async def receiver(servers: Servers) -> Receiver:
+    port = free_port()
+    rec = Receiver(url=f"http://127.0.0.1:{port}/hooks")
+
+    async def hook(request: Request) -> Response:
+        rec.received.append(
+            Received({k.lower(): v for k, v in request.headers.items()}, await request.body(), time.time())
+        )
+        if rec.handler is not None:
+            return await rec.handler(request)
+        if rec.answers:
+            answer = rec.answers.pop(0)
+            status, headers = answer if isinstance(answer, tuple) else (answer, {})
+            return Response(status_code=status, headers=headers)
+        return Response(status_code=204)
+
+    await servers.start(Starlette(routes=[Route("/hooks", hook, methods=["POST"])]), port)
+    return rec
+
+
+@pytest.fixture
+def sim_config() -> SimulatorConfig:
+    return SimulatorConfig(duration_s=(0.1, 0.3), seed=7)
+
+
+@pytest.fixture
+async def simulator(servers: Servers, sim_config: SimulatorConfig) -> str:
+    port = free_port()
+    return await servers.start(create_simulator(sim_config), port)
+
+
+@dataclass
+class Stack:
+    settings: settings_mod.Settings
+    api: httpx.AsyncClient  # as alice
+    bob: httpx.AsyncClient
+    api_url: str
+    simulator_url: str
+    redis_url: str
+    worker: WorkerRuntime | None
+    servers: Servers
+
+    async def subscribe(self, url: str, **fields: Any) -> dict[str, Any]:
+        response = await self.api.post("/v1/subscriptions", json={"url": url, **fields})
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+    async def submit(
+        self, vendor: str = "nutrient", filename: str = "invoice.pdf", **fields: Any
+    ) -> dict[str, Any]:
+        import base64
+
+        body = {
+            "vendor": vendor,
+            "document": {
+                "content_base64": base64.b64encode(b"%PDF-1.4 test " + filename.encode()).decode(),
+                "filename": filename,
+                "media_type": "application/pdf",
+            },
+            **fields,
+        }
+        if vendor == "uptiq":
+            body.setdefault("options", {"documentType": "Invoice"})
+        response = await self.api.post("/v1/runs", json=body)
+        assert response.status_code == 202, response.text
+        return dict(response.json())
+
+    async def wait_status(self, run_id: str, *statuses: str, timeout: float = 20.0) -> dict[str, Any]:
+        async def check() -> dict[str, Any] | None:
+            run = (await self.api.get(f"/v1/runs/{run_id}")).json()
+            return run if run["status"] in statuses else None
+
+        result: dict[str, Any] = await eventually(check, timeout=timeout, what=f"{run_id} in {statuses}")
+        return result
+
+
+StackFactory = Callable[..., Awaitable[Stack]]
+
+
+@pytest.fixture
+async def make_stack(redis_url: str, simulator: str, servers: Servers) -> AsyncIterator[StackFactory]:
+    """Builds the API (on uvicorn) and, unless ``worker=False``, a worker, with env overrides."""
+    made: list[Stack] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def make(*, worker: bool = True, resolver: Any = None, **overrides: str) -> Stack:
+        settings = settings_mod.load(base_env(redis_url, simulator, **overrides))
+        port = free_port()
+        api_url = await servers.start(create_app(settings), port)
+        runtime = None
+        if worker:
+            runtime = WorkerRuntime(settings, resolver=resolver)
+            tasks.append(asyncio.create_task(runtime.run(serve_health=False)))
+        stack = Stack(
+            settings,
+            httpx.AsyncClient(base_url=api_url, headers={"Authorization": f"Bearer {ALICE}"}),
+            httpx.AsyncClient(base_url=api_url, headers={"Authorization": f"Bearer {BOB}"}),
+            api_url,
+            simulator,
+            redis_url,
+            runtime,
+            servers,
+        )
+        made.append(stack)
+        return stack
+
+    try:
+        yield make
+    finally:
+        for stack in made:
+            if stack.worker is not None:
+                stack.worker.request_stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for stack in made:
+            await stack.api.aclose()
+            await stack.bob.aclose()
+
+
+@pytest.fixture
+async def stack(make_stack: StackFactory) -> Stack:
+    return await make_stack()
