@@ -1,0 +1,41 @@
+# Each target makes its own virtualenv (.venv) first; all that a fresh machine needs is Python 3.11+ and make.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: venv demo dev test test-fast lint format bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: venv        ## the main job end to end on embedded defaults
+	$(BIN)/hookbridge demo
+
+dev: venv         ## everything on one machine until Ctrl-C
+	$(BIN)/hookbridge dev
+
+test: venv        ## every test: unit, integration (real Redis, simulator, worker), chart, chaos (small)
+	$(BIN)/pytest
+
+test-fast: venv   ## without the slow chaos and ledger tests
+	$(BIN)/pytest -m "not slow"
+
+lint: venv
+	$(BIN)/ruff check service tests bench
+	$(BIN)/ruff format --check service tests bench
+	$(BIN)/mypy service
+
+format: venv
+	$(BIN)/ruff format service tests bench
+	$(BIN)/ruff check --fix service tests bench
+
+bench: venv       ## every benchmark; writes docs/performance.md and its plots
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
