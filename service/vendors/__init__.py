@@ -8,8 +8,10 @@ import httpx
 
 from service.settings import Settings
 from service.vendors.base import VendorAdapter
+from service.vendors.cloudsquid import CloudsquidAdapter
 from service.vendors.http import Budget, Observer, make_client
 from service.vendors.nutrient import NutrientAdapter
+from service.vendors.uptiq import UptiqAdapter
 
 
 def build_adapters(
@@ -40,4 +42,12 @@ def build_adapters(
     adapters["nutrient"] = NutrientAdapter(
         client("nutrient", {"Authorization": f"Bearer {nutrient.api_key}"})
     )
+    cloudsquid = settings.vendor("cloudsquid")
+    adapters["cloudsquid"] = CloudsquidAdapter(
+        client("cloudsquid", {"X-API-Key": cloudsquid.api_key}),
+        project=cloudsquid.project,
+        table_id=cloudsquid.table_id,
+    )
+    uptiq = settings.vendor("uptiq")
+    adapters["uptiq"] = UptiqAdapter(client("uptiq", {"X-Api-Key": uptiq.api_key}))
     return clients, adapters

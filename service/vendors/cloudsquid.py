@@ -1,0 +1,232 @@
+"""Cloudsquid tables API, async run pattern (shared/vendors/NOTES.md §1, cloudsquid-*.md).
+
+Submit is two calls: upload ``POST /projects/{project}/tables/{table_id}/files`` (JSON ``{file, filename,
+mimetype, file_type}``) creates a row, then ``POST .../run`` ``{row_id, zero_retention}`` starts the run.
+Cloudsquid has no idempotency key, so the row (and then the run) is checkpointed through
+``SubmitRequest.checkpoint``: a submit retried after a crash reuses them instead of uploading again.
+Poll ``GET .../run/{run_id}``: the current ``DataRow`` shape carries ``data``, the older page's shape
+``{status, result}``; both are read. There is no cancel API.
+
+Where the documents are silent: the upload's 2xx code (any 2xx is accepted); the message of a run in
+``error`` (``errorMessage`` if present, else ``reasoning``, the only documented free-text field); a 404 on
+poll (taken to mean the vendor no longer has the run).
+"""
+
+from __future__ import annotations
+
+import base64
+import mimetypes
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from service.vendors.base import (
+    FAILED,
+    QUEUED,
+    RUNNING,
+    SUCCEEDED,
+    PollResult,
+    SubmitRequest,
+    Submitted,
+    VendorExpired,
+    VendorRejected,
+    VendorTransient,
+)
+from service.vendors.http import error_message, raise_for_transient, transport_errors
+
+STATUSES = {"pending": QUEUED, "running": RUNNING, "done": SUCCEEDED, "error": FAILED}
+
+# The upload's ``mimetype`` enum (S000, CS-upload). Anything else is refused before calling.
+MIMETYPES = frozenset(
+    {
+        "application/pdf",
+        "application/json",
+        "image/jpg",
+        "image/jpeg",
+        "image/png",
+        "text/csv",
+        "text/plain",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "application/vnd.ms-excel",
+        "video/mp4",
+        "audio/mp3",
+        "audio/wav",
+        "audio/ogg",
+        "multipart/related",
+        "message/rfc822",
+    }
+)
+# Common spellings of enum members.
+_ALIASES = {"audio/mpeg": "audio/mp3", "audio/x-wav": "audio/wav", "audio/wave": "audio/wav"}
+_MULTIPART_MIMETYPES = ("message/rfc822", "multipart/related")
+_UNSPECIFIED = ("", "application/octet-stream")
+
+
+class CloudsquidAdapter:
+    name = "cloudsquid"
+    supports_cancel = False
+    operations = frozenset({"extract"})
+
+    def __init__(self, client: httpx.AsyncClient, *, project: str = "", table_id: str = "") -> None:
+        self._client = client
+        self._project = project
+        self._table_id = table_id
+
+    async def submit(self, request: SubmitRequest) -> Submitted:
+        project, table_id = self._table(request.options, request.state)
+        where = {"project": project, "table_id": table_id}
+        if request.state.get("run_id"):
+            # A retried submit that already started the run: nothing to send again.
+            return Submitted(vendor_run_id=str(request.state["run_id"]), state=where)
+
+        row_id = request.state.get("row_id")
+        if not row_id:
+            body = _upload_body(request)  # refuses what Cloudsquid would, before any call
+            with transport_errors():
+                response = await self._client.post(
+                    f"{_table_path(project, table_id)}/files", json=body, extensions={"kind": "upload"}
+                )
+            _check_submit(response)
+            row_id = _field(response, "row_id")
+            if request.checkpoint is not None:
+                await request.checkpoint({"row_id": row_id, **where})
+
+        with transport_errors():
+            response = await self._client.post(
+                f"{_table_path(project, table_id)}/run",
+                json={"row_id": row_id, "zero_retention": request.zero_retention},
+                extensions={"kind": "submit"},
+            )
+        _check_submit(response)
+        run_id = _field(response, "run_id")
+        if request.checkpoint is not None:
+            await request.checkpoint({"run_id": run_id})
+        return Submitted(vendor_run_id=run_id, state={"row_id": row_id, **where})
+
+    async def poll(self, vendor_run_id: str, state: dict[str, Any]) -> PollResult:
+        project, table_id = self._table({}, state)
+        with transport_errors():
+            response = await self._client.get(
+                f"{_table_path(project, table_id)}/run/{quote(vendor_run_id, safe='')}",
+                extensions={"kind": "poll"},
+            )
+        raise_for_transient(response)
+        if response.status_code in (404, 410):
+            raise VendorExpired(error_message(response), status_code=response.status_code)
+        if not response.is_success:
+            raise VendorTransient(f"HTTP {response.status_code}: {error_message(response)}")
+        try:
+            row: Any = response.json()
+        except ValueError as exc:
+            raise VendorTransient("the run status is not JSON") from exc
+        if not isinstance(row, dict):
+            raise VendorTransient("the run status is not a JSON object")
+
+        raw_status = row.get("status")
+        vendor_status = raw_status if isinstance(raw_status, str) else None
+        # A missing or unknown status is never terminal (NOTES.md §1.7).
+        status = STATUSES.get(vendor_status or "", RUNNING)
+        if status == SUCCEEDED:
+            data = row.get("data")
+            if data is None:  # the older {status, result} shape
+                data = row.get("result")
+            return PollResult(SUCCEEDED, vendor_status, result=data if data is not None else {})
+        if status == FAILED:
+            message = _text(row.get("errorMessage")) or _text(row.get("reasoning"))
+            details = {k: row[k] for k in ("errorMessage", "reasoning") if _text(row.get(k))}
+            return PollResult(
+                FAILED,
+                vendor_status,
+                error=message or "the vendor reported an error and gave no reason",
+                error_details=details or None,
+            )
+        return PollResult(status, vendor_status)
+
+    async def fetch_result(self, vendor_run_id: str, state: dict[str, Any]) -> Any:
+        """Never needed: the poll that reports ``done`` carries the data."""
+        result = await self.poll(vendor_run_id, state)
+        return result.result
+
+    async def cancel(self, vendor_run_id: str, state: dict[str, Any]) -> None:
+        """Cloudsquid documents no cancel endpoint: nothing to tell it."""
+
+    def _table(self, options: dict[str, Any], state: dict[str, Any]) -> tuple[str, str]:
+        project = _text(state.get("project")) or _text(options.get("project")) or self._project
+        table_id = _text(state.get("table_id")) or _text(options.get("table_id")) or self._table_id
+        if not project:
+            raise VendorRejected(
+                "no Cloudsquid project: pass options.project or set HOOKBRIDGE_CLOUDSQUID_PROJECT"
+            )
+        if not table_id:
+            raise VendorRejected(
+                "no Cloudsquid table: pass options.table_id or set HOOKBRIDGE_CLOUDSQUID_TABLE_ID"
+            )
+        return project, table_id
+
+
+def _table_path(project: str, table_id: str) -> str:
+    return f"/projects/{quote(project, safe='')}/tables/{quote(table_id, safe='')}"
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _upload_body(request: SubmitRequest) -> dict[str, Any]:
+    doc = request.document
+    options = request.options
+    file_type = options.get("file_type")
+    if file_type == "multipart":
+        parts = options.get("parts")
+        if not isinstance(parts, list) or not parts:
+            raise VendorRejected(
+                "Cloudsquid multipart upload needs options.parts: a non-empty array of the email's parts"
+            )
+        media_type = _media_type(doc.media_type, doc.filename)
+        mimetype = media_type if media_type in _MULTIPART_MIMETYPES else "message/rfc822"
+        return {"file": parts, "filename": doc.filename, "mimetype": mimetype, "file_type": "multipart"}
+    natural = "uri" if doc.url is not None else "binary"
+    if file_type is not None and file_type != natural:
+        raise VendorRejected(
+            f"options.file_type {file_type!r} does not fit the document "
+            f"(a {'URL' if natural == 'uri' else 'file'}: {natural!r}, or 'multipart' with options.parts)"
+        )
+    mimetype = _media_type(doc.media_type, doc.url or doc.filename)
+    if mimetype not in MIMETYPES:
+        accepted = ", ".join(sorted(MIMETYPES))
+        raise VendorRejected(f"Cloudsquid does not take media type {doc.media_type!r}; it takes: {accepted}")
+    if doc.url is not None:
+        file = doc.url
+    else:
+        if not doc.content:
+            raise VendorRejected("the document is empty")
+        file = base64.b64encode(doc.content).decode("ascii")
+    return {"file": file, "filename": doc.filename, "mimetype": mimetype, "file_type": natural}
+
+
+def _media_type(media_type: str, name: str) -> str:
+    """The media type without parameters; guessed from the name when the client gave none."""
+    base = media_type.split(";", 1)[0].strip().lower()
+    if base in _UNSPECIFIED:
+        guessed, _ = mimetypes.guess_type(name.split("?", 1)[0])
+        base = (guessed or base).lower()
+    return _ALIASES.get(base, base)
+
+
+def _check_submit(response: httpx.Response) -> None:
+    raise_for_transient(response)
+    if not response.is_success:
+        # 400 and 401 carry {errorMessage} (S001); any other refusal is as final.
+        raise VendorRejected(error_message(response), status_code=response.status_code)
+
+
+def _field(response: httpx.Response, name: str) -> str:
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = None
+    value = body.get(name) if isinstance(body, dict) else None
+    if not isinstance(value, str) or not value:
+        raise VendorTransient(f"the vendor answered HTTP {response.status_code} without a {name}")
+    return value

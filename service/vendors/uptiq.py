@@ -1,0 +1,202 @@
+"""Uptiq DocAI async extraction (shared/vendors/NOTES.md §3, uptiq-async-extraction-and-polling.md).
+
+Submit ``POST /extract`` with a JSON body: the run's ``options`` (``documentType`` or ``documentTypes``, and
+any other body field such as ``model``, ``enableCaching``, ``processorId``) plus the document. Any 2xx is
+success (200 for ``documentType``, 202 for ``documentTypes``); the poll id is ``data._id`` and the job
+state ``data.documentStatus``: the envelope ``status`` is never read. Poll
+``GET /document-extractions/{id}`` and read ``extraction.status`` only.
+
+Where the documents are silent:
+
+- The ``/extract`` body schema (``request.json`` of the sync quickstart) is not published. A URL goes as
+  ``fileUrl``; bytes go as ``fileBase64`` (standard base64) with ``fileName``, which is what our simulator
+  accepts. The real field names for bytes are a guess until Uptiq's schema is known.
+- A 404 just after submit means the record is not visible yet (S004). It is treated as transient for
+  :data:`EARLY_404_WINDOW_S` after the submit, and as the vendor no longer having the run after that.
+- No cancel API is documented: :meth:`UptiqAdapter.cancel` does nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from service.vendors.base import (
+    FAILED,
+    QUEUED,
+    RUNNING,
+    SUCCEEDED,
+    PollResult,
+    Progress,
+    SubmitRequest,
+    Submitted,
+    VendorExpired,
+    VendorRejected,
+    VendorTransient,
+)
+from service.vendors.http import error_message, raise_for_transient, transport_errors
+
+STATUSES = {"Pending": QUEUED, "Processing": RUNNING, "Processed": SUCCEEDED, "Failed": FAILED}
+
+# How long after submit a 404 still means "not visible yet" rather than "gone". The docs say to wait about
+# a second and retry; 30 s covers several polls at the documented 5-10 s cadence plus clock skew.
+EARLY_404_WINDOW_S = 30.0
+
+# Where the submit time goes in the run's adapter state, in epoch seconds. Not ``submitted_at``: the worker
+# writes its own ``submitted_at`` (epoch milliseconds) into the same state.
+SUBMITTED_KEY = "uptiq_submitted_s"
+
+_DOCUMENT_KEYS = ("fileUrl", "fileBase64", "fileName")
+
+
+class UptiqAdapter:
+    name = "uptiq"
+    supports_cancel = False
+    operations = frozenset({"extract"})
+
+    def __init__(self, client: httpx.AsyncClient, *, early_404_window_s: float = EARLY_404_WINDOW_S) -> None:
+        self._client = client
+        self._early_404_window_s = early_404_window_s
+
+    async def submit(self, request: SubmitRequest) -> Submitted:
+        body = _request_body(request)
+        submitted_at = time.time()
+        with transport_errors():
+            response = await self._client.post("/extract", json=body, extensions={"kind": "submit"})
+        raise_for_transient(response)
+        if not response.is_success:
+            raise VendorRejected(error_message(response), status_code=response.status_code)
+        try:
+            envelope: Any = response.json()
+        except ValueError:
+            envelope = None
+        data = envelope.get("data") if isinstance(envelope, dict) else None
+        extraction_id = data.get("_id") if isinstance(data, dict) else None
+        if not isinstance(extraction_id, str) or not extraction_id:
+            raise VendorTransient(f"the vendor answered HTTP {response.status_code} without data._id")
+        assert isinstance(data, dict)
+        status = data.get("documentStatus")
+        return Submitted(
+            vendor_run_id=extraction_id,
+            vendor_status=status if isinstance(status, str) else None,
+            state={SUBMITTED_KEY: submitted_at},
+        )
+
+    async def poll(self, vendor_run_id: str, state: dict[str, Any]) -> PollResult:
+        with transport_errors():
+            response = await self._client.get(
+                f"/document-extractions/{quote(vendor_run_id, safe='')}", extensions={"kind": "poll"}
+            )
+        raise_for_transient(response)
+        if response.status_code == 404:
+            self._not_found(response, state)
+        if not response.is_success:
+            raise VendorTransient(f"HTTP {response.status_code}: {error_message(response)}")
+        try:
+            envelope: Any = response.json()
+        except ValueError as exc:
+            raise VendorTransient("the extraction record is not JSON") from exc
+        extraction = envelope.get("extraction") if isinstance(envelope, dict) else None
+        if not isinstance(extraction, dict):
+            raise VendorTransient("the answer has no extraction record")
+
+        raw_status = extraction.get("status")  # the job state; the envelope's "status" is always "success"
+        vendor_status = raw_status if isinstance(raw_status, str) else None
+        status = STATUSES.get(vendor_status or "", RUNNING)  # an unknown status is never terminal
+        progress = _progress(extraction.get("processingStage"))
+        result = extraction.get("result")
+        if status == SUCCEEDED:
+            return PollResult(
+                SUCCEEDED, vendor_status, progress=progress, result=result if result is not None else {}
+            )
+        if status == FAILED:
+            return _failure(vendor_status, result, progress)
+        return PollResult(status, vendor_status, progress=progress)
+
+    async def fetch_result(self, vendor_run_id: str, state: dict[str, Any]) -> Any:
+        """Never needed: the poll that reports ``Processed`` carries the result."""
+        result = await self.poll(vendor_run_id, state)
+        return result.result
+
+    async def cancel(self, vendor_run_id: str, state: dict[str, Any]) -> None:
+        """Uptiq documents no cancel endpoint: nothing to tell it."""
+
+    def _not_found(self, response: httpx.Response, state: dict[str, Any]) -> None:
+        submitted_at = _submitted_at(state)
+        age = None if submitted_at is None else time.time() - submitted_at
+        if age is None or age < self._early_404_window_s:
+            raise VendorTransient(
+                f"extraction not visible yet (404 {age or 0:.1f}s after submit): {error_message(response)}",
+                status_code=404,
+            )
+        raise VendorExpired(
+            f"the vendor has no such extraction (404 {age:.0f}s after submit): {error_message(response)}",
+            status_code=404,
+        )
+
+
+def _request_body(request: SubmitRequest) -> dict[str, Any]:
+    options = request.options
+    document_type, document_types = options.get("documentType"), options.get("documentTypes")
+    if document_types is not None:
+        if (
+            not isinstance(document_types, list)
+            or not document_types
+            or not all(isinstance(t, str) and t for t in document_types)
+        ):
+            raise VendorRejected("options.documentTypes must be a non-empty list of document type names")
+    elif not isinstance(document_type, str) or not document_type:
+        raise VendorRejected(
+            'Uptiq needs the document type: pass options.documentType (e.g. "BalanceSheet") '
+            "or options.documentTypes (a list) for a multi-extraction"
+        )
+    body = {k: v for k, v in options.items() if k not in _DOCUMENT_KEYS}
+    doc = request.document
+    if doc.url is not None:
+        body["fileUrl"] = doc.url
+    else:
+        if not doc.content:
+            raise VendorRejected("the document is empty")
+        body["fileBase64"] = base64.b64encode(doc.content).decode("ascii")
+    body["fileName"] = doc.filename
+    return body
+
+
+def _submitted_at(state: dict[str, Any]) -> float | None:
+    value = state.get(SUBMITTED_KEY)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    worker_ms = state.get("submitted_at")  # the worker's own record, in milliseconds
+    if isinstance(worker_ms, int | float) and not isinstance(worker_ms, bool):
+        return float(worker_ms) / 1000
+    return None
+
+
+def _progress(stage: Any) -> Progress | None:
+    if not isinstance(stage, dict):
+        return None
+    phase, message = stage.get("stage"), stage.get("message")
+    if not isinstance(phase, str) and not isinstance(message, str):
+        return None
+    return Progress(
+        phase=phase if isinstance(phase, str) else None,
+        message=message if isinstance(message, str) else None,
+    )
+
+
+def _failure(vendor_status: str | None, result: Any, progress: Progress | None) -> PollResult:
+    result = result if isinstance(result, dict) else {}
+    quality = result.get("documentQuality")
+    reason = result.get("error") or result.get("message") or (progress.message if progress else None)
+    parts = [str(reason) if reason else "the vendor could not process the document"]
+    if quality is not None:
+        parts.append(f"(documentQuality: {json.dumps(quality, sort_keys=True, separators=(',', ':'))})")
+    details: dict[str, Any] = {"documentQuality": quality}
+    if progress is not None:
+        details["processingStage"] = {"stage": progress.phase, "message": progress.message}
+    return PollResult(FAILED, vendor_status, progress=progress, error=" ".join(parts), error_details=details)
