@@ -126,25 +126,40 @@ async def servers() -> AsyncIterator[Servers]:
         await s.stop()
 
 
+ReceiverFactory = Callable[..., Awaitable[Receiver]]
+
+
 @pytest.fixture
-async def receiver(servers: Servers) -> Receiver:
-    port = free_port()
-    rec = Receiver(url=f"http://127.0.0.1:{port}/hooks")
+async def make_receiver(servers: Servers) -> ReceiverFactory:
+    """Starts a receiver on ``port`` (a free one by default)."""
 
-    async def hook(request: Request) -> Response:
-        rec.received.append(
-            Received({k.lower(): v for k, v in request.headers.items()}, await request.body(), time.time())
-        )
-        if rec.handler is not None:
-            return await rec.handler(request)
-        if rec.answers:
-            answer = rec.answers.pop(0)
-            status, headers = answer if isinstance(answer, tuple) else (answer, {})
-            return Response(status_code=status, headers=headers)
-        return Response(status_code=204)
+    async def make(port: int | None = None) -> Receiver:
+        port = port or free_port()
+        rec = Receiver(url=f"http://127.0.0.1:{port}/hooks")
 
-    await servers.start(Starlette(routes=[Route("/hooks", hook, methods=["POST"])]), port)
-    return rec
+        async def hook(request: Request) -> Response:
+            rec.received.append(
+                Received(
+                    {k.lower(): v for k, v in request.headers.items()}, await request.body(), time.time()
+                )
+            )
+            if rec.handler is not None:
+                return await rec.handler(request)
+            if rec.answers:
+                answer = rec.answers.pop(0)
+                status, headers = answer if isinstance(answer, tuple) else (answer, {})
+                return Response(status_code=status, headers=headers)
+            return Response(status_code=204)
+
+        await servers.start(Starlette(routes=[Route("/hooks", hook, methods=["POST"])]), port)
+        return rec
+
+    return make
+
+
+@pytest.fixture
+async def receiver(make_receiver: ReceiverFactory) -> Receiver:
+    return await make_receiver()
 
 
 @pytest.fixture

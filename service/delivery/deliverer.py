@@ -123,13 +123,14 @@ class Deliverer:
 
 
 def _describe(exc: BaseException) -> str:
-    # Walk to the root cause: aiohttp's connector error says "blocked" or "refused" there.
-    parts = [f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__]
-    cause = exc.__cause__ or exc.__context__
-    while cause is not None and len(parts) < 4:
-        if str(cause) and str(cause) not in parts[-1]:
-            parts.append(str(cause))
-        cause = cause.__cause__ or cause.__context__
+    """The root cause, named by its own type: the transport's wrapper types can mislead (a refused
+    connection comes back as httpx's ConnectTimeout), and the root says "blocked" or "refused"."""
+    chain = [exc]
+    while (nxt := chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 5:
+        chain.append(nxt)
+    named = next((e for e in reversed(chain[1:]) if not isinstance(e, OSError) and str(e)), exc)
+    parts = [f"{type(named).__name__}: {named}" if str(named) else type(named).__name__]
+    parts += [str(e) for e in chain if str(e) and str(e) not in parts[0]][:2]
     return "; ".join(parts)[:500]
 
 

@@ -11,8 +11,11 @@ import redis
 
 from tests.conftest import ALICE, BOB, Stack, StackFactory
 
-DOC = {"content_base64": base64.b64encode(b"%PDF-1.4 hello").decode(), "filename": "a.pdf",
-       "media_type": "application/pdf"}
+DOC = {
+    "content_base64": base64.b64encode(b"%PDF-1.4 hello").decode(),
+    "filename": "a.pdf",
+    "media_type": "application/pdf",
+}
 GOOD = {"vendor": "nutrient", "document": DOC}
 
 
@@ -30,35 +33,136 @@ def _json(body: Any) -> dict[str, Any]:
 
 CASES: list[tuple[str, str, str, dict[str, Any], dict[str, str], int, str]] = [
     # id, method, path, request kwargs, extra headers, status, code
-    ("invalid-json", "POST", "/v1/runs", {"content": b"{not json", "headers": {"content-type": "application/json"}},
-     {}, 400, "invalid_json"),
+    (
+        "invalid-json",
+        "POST",
+        "/v1/runs",
+        {"content": b"{not json", "headers": {"content-type": "application/json"}},
+        {},
+        400,
+        "invalid_json",
+    ),
     ("not-an-object", "POST", "/v1/runs", _json([1, 2]), {}, 400, "invalid_json"),
-    ("too-deep", "POST", "/v1/runs", _json({"vendor": "nutrient", "document": DOC, "options": json.loads(
-        "[" * 40 + "]" * 40)}), {}, 400, "invalid_json"),
+    (
+        "too-deep",
+        "POST",
+        "/v1/runs",
+        _json({"vendor": "nutrient", "document": DOC, "options": json.loads("[" * 40 + "]" * 40)}),
+        {},
+        400,
+        "invalid_json",
+    ),
     ("no-vendor", "POST", "/v1/runs", _json({"document": DOC}), {}, 422, "validation_error"),
-    ("unknown-vendor", "POST", "/v1/runs", _json({"vendor": "acme", "document": DOC}), {}, 422, "unknown_vendor"),
-    ("bad-operation", "POST", "/v1/runs", _json({**GOOD, "vendor": "uptiq", "operation": "split"}), {}, 422,
-     "validation_error"),
+    (
+        "unknown-vendor",
+        "POST",
+        "/v1/runs",
+        _json({"vendor": "acme", "document": DOC}),
+        {},
+        422,
+        "unknown_vendor",
+    ),
+    (
+        "bad-operation",
+        "POST",
+        "/v1/runs",
+        _json({**GOOD, "vendor": "uptiq", "operation": "split"}),
+        {},
+        422,
+        "validation_error",
+    ),
     ("no-document", "POST", "/v1/runs", _json({"vendor": "nutrient"}), {}, 422, "validation_error"),
-    ("both-url-and-content", "POST", "/v1/runs", _json({"vendor": "nutrient", "document": {**DOC, "url": "https://x.test/a.pdf"}}),
-     {}, 422, "validation_error"),
-    ("bad-base64", "POST", "/v1/runs", _json({"vendor": "nutrient", "document": {"content_base64": "***"}}), {}, 422,
-     "validation_error"),
-    ("document-too-large", "POST", "/v1/runs", _json({"vendor": "nutrient", "document": {
-        "content_base64": base64.b64encode(b"x" * 5000).decode()}}), {}, 413, "document_too_large"),
-    ("body-too-large", "POST", "/v1/runs", {"content": b" " * 400_000, "headers": {"content-type": "application/json"}},
-     {}, 413, "document_too_large"),
+    (
+        "both-url-and-content",
+        "POST",
+        "/v1/runs",
+        _json({"vendor": "nutrient", "document": {**DOC, "url": "https://x.test/a.pdf"}}),
+        {},
+        422,
+        "validation_error",
+    ),
+    (
+        "bad-base64",
+        "POST",
+        "/v1/runs",
+        _json({"vendor": "nutrient", "document": {"content_base64": "***"}}),
+        {},
+        422,
+        "validation_error",
+    ),
+    (
+        "document-too-large",
+        "POST",
+        "/v1/runs",
+        _json({"vendor": "nutrient", "document": {"content_base64": base64.b64encode(b"x" * 5000).decode()}}),
+        {},
+        413,
+        "document_too_large",
+    ),
+    (
+        "body-too-large",
+        "POST",
+        "/v1/runs",
+        {"content": b" " * 400_000, "headers": {"content-type": "application/json"}},
+        {},
+        413,
+        "document_too_large",
+    ),
     ("unknown-field", "POST", "/v1/runs", _json({**GOOD, "colour": "red"}), {}, 422, "validation_error"),
-    ("metadata-too-many", "POST", "/v1/runs", _json({**GOOD, "metadata": {f"k{i}": "v" for i in range(51)}}), {}, 422,
-     "validation_error"),
-    ("metadata-not-strings", "POST", "/v1/runs", _json({**GOOD, "metadata": {"n": 1}}), {}, 422, "validation_error"),
-    ("unknown-subscription", "POST", "/v1/runs", _json({**GOOD, "subscription_ids": ["sub_NOPE"]}), {}, 422,
-     "validation_error"),
-    ("media-type", "POST", "/v1/runs", {"content": b"vendor=nutrient", "headers": {"content-type": "text/plain"}},
-     {}, 415, "unsupported_media_type"),
-    ("multipart-without-file", "POST", "/v1/runs", {"files": {"request": (None, json.dumps({"vendor": "nutrient"}))}},
-     {}, 422, "validation_error"),
-    ("bad-idempotency-key", "POST", "/v1/runs", _json(GOOD), {"Idempotency-Key": "x" * 300}, 422, "validation_error"),
+    (
+        "metadata-too-many",
+        "POST",
+        "/v1/runs",
+        _json({**GOOD, "metadata": {f"k{i}": "v" for i in range(51)}}),
+        {},
+        422,
+        "validation_error",
+    ),
+    (
+        "metadata-not-strings",
+        "POST",
+        "/v1/runs",
+        _json({**GOOD, "metadata": {"n": 1}}),
+        {},
+        422,
+        "validation_error",
+    ),
+    (
+        "unknown-subscription",
+        "POST",
+        "/v1/runs",
+        _json({**GOOD, "subscription_ids": ["sub_NOPE"]}),
+        {},
+        422,
+        "validation_error",
+    ),
+    (
+        "media-type",
+        "POST",
+        "/v1/runs",
+        {"content": b"vendor=nutrient", "headers": {"content-type": "text/plain"}},
+        {},
+        415,
+        "unsupported_media_type",
+    ),
+    (
+        "multipart-without-file",
+        "POST",
+        "/v1/runs",
+        {"files": {"request": (None, json.dumps({"vendor": "nutrient"}))}},
+        {},
+        422,
+        "validation_error",
+    ),
+    (
+        "bad-idempotency-key",
+        "POST",
+        "/v1/runs",
+        _json(GOOD),
+        {"Idempotency-Key": "x" * 300},
+        422,
+        "validation_error",
+    ),
     ("no-key", "POST", "/v1/runs", _json(GOOD), {"Authorization": ""}, 401, "unauthorized"),
     ("wrong-key", "POST", "/v1/runs", _json(GOOD), {"Authorization": "Bearer nope"}, 401, "unauthorized"),
     ("wrong-scheme", "GET", "/v1/runs", {}, {"Authorization": f"Basic {ALICE}"}, 401, "unauthorized"),
@@ -66,14 +170,42 @@ CASES: list[tuple[str, str, str, dict[str, Any], dict[str, str], int, str]] = [
     ("bad-limit", "GET", "/v1/runs?limit=0", {}, {}, 422, "validation_error"),
     ("bad-status-filter", "GET", "/v1/runs?status=done", {}, {}, 422, "validation_error"),
     ("bad-cursor", "GET", "/v1/runs?cursor=%%%", {}, {}, 422, "validation_error"),
-    ("blocked-callback", "POST", "/v1/subscriptions", _json({"url": "http://169.254.169.254/latest"}), {}, 422,
-     "callback_url_not_allowed"),
-    ("mapped-v6-callback", "POST", "/v1/subscriptions", _json({"url": "http://[::ffff:169.254.169.254]/"}), {}, 422,
-     "callback_url_not_allowed"),
-    ("ftp-callback", "POST", "/v1/subscriptions", _json({"url": "ftp://example.com/"}), {}, 422,
-     "callback_url_not_allowed"),
-    ("bad-event-type", "POST", "/v1/subscriptions", _json({"url": "http://10.1.2.3/x", "event_types": ["run.done"]}),
-     {}, 422, "validation_error"),
+    (
+        "blocked-callback",
+        "POST",
+        "/v1/subscriptions",
+        _json({"url": "http://169.254.169.254/latest"}),
+        {},
+        422,
+        "callback_url_not_allowed",
+    ),
+    (
+        "mapped-v6-callback",
+        "POST",
+        "/v1/subscriptions",
+        _json({"url": "http://[::ffff:169.254.169.254]/"}),
+        {},
+        422,
+        "callback_url_not_allowed",
+    ),
+    (
+        "ftp-callback",
+        "POST",
+        "/v1/subscriptions",
+        _json({"url": "ftp://example.com/"}),
+        {},
+        422,
+        "callback_url_not_allowed",
+    ),
+    (
+        "bad-event-type",
+        "POST",
+        "/v1/subscriptions",
+        _json({"url": "http://10.1.2.3/x", "event_types": ["run.done"]}),
+        {},
+        422,
+        "validation_error",
+    ),
     ("unknown-route", "GET", "/v1/nothing", {}, {}, 404, "not_found"),
     ("wrong-method", "DELETE", "/v1/runs", {}, {}, 405, "method_not_allowed"),
 ]
@@ -82,14 +214,24 @@ CASES: list[tuple[str, str, str, dict[str, Any], dict[str, str], int, str]] = [
 @pytest.fixture
 async def api_only(make_stack: StackFactory) -> Stack:
     # The callback networks are the defaults here, so loopback is blocked as in production.
-    return await make_stack(worker=False, HOOKBRIDGE_MAX_DOCUMENT_BYTES="2048",
-                            HOOKBRIDGE_CALLBACK_ALLOWED_NETWORKS="")
+    return await make_stack(
+        worker=False, HOOKBRIDGE_MAX_DOCUMENT_BYTES="2048", HOOKBRIDGE_CALLBACK_ALLOWED_NETWORKS=""
+    )
 
 
-@pytest.mark.parametrize(("method", "path", "kwargs", "headers", "status", "code"),
-                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "headers", "status", "code"),
+    [c[1:] for c in CASES],
+    ids=[c[0] for c in CASES],
+)
 async def test_bad_input_is_refused_and_writes_nothing(
-    api_only: Stack, method: str, path: str, kwargs: dict[str, Any], headers: dict[str, str], status: int, code: str
+    api_only: Stack,
+    method: str,
+    path: str,
+    kwargs: dict[str, Any],
+    headers: dict[str, str],
+    status: int,
+    code: str,
 ) -> None:
     await api_only.submit("nutrient")  # something in Redis, so "nothing changed" means something
     before = snapshot(api_only.redis_url)
@@ -133,10 +275,16 @@ async def test_idempotency_replay_returns_the_first_run_and_reuse_is_a_conflict(
 
 
 async def test_a_run_over_multipart_is_accepted(api_only: Stack) -> None:
-    response = await api_only.api.post("/v1/runs", files={
-        "file": ("scan.pdf", b"%PDF-1.4 multipart", "application/pdf"),
-        "request": (None, json.dumps({"vendor": "nutrient", "operation": "parse", "metadata": {"k": "v"}})),
-    })
+    response = await api_only.api.post(
+        "/v1/runs",
+        files={
+            "file": ("scan.pdf", b"%PDF-1.4 multipart", "application/pdf"),
+            "request": (
+                None,
+                json.dumps({"vendor": "nutrient", "operation": "parse", "metadata": {"k": "v"}}),
+            ),
+        },
+    )
     assert response.status_code == 202, response.text
     assert response.headers["location"] == f"/v1/runs/{response.json()['id']}"
     assert response.json()["operation"] == "parse"

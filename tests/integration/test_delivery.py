@@ -1,0 +1,349 @@
+"""Callback delivery: signatures and rotation, retries, Retry-After, 410, redirects, URL safety,
+ordering per run, in-flight limits, inline results and zero retention."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import Any
+
+import pytest
+from aiohttp.abc import AbstractResolver, ResolveResult
+from standardwebhooks import Webhook
+from svix.webhooks import Webhook as SvixWebhook
+
+from service.embedded_redis import free_port
+from tests.conftest import Receiver, ReceiverFactory, Stack, StackFactory, eventually
+
+
+async def _value(value: Any) -> Any:
+    return value
+
+
+async def deliveries(stack: Stack, sub_id: str, status: str | None = None) -> list[dict[str, Any]]:
+    params = {"status": status} if status else {}
+    return list((await stack.api.get(f"/v1/subscriptions/{sub_id}/deliveries", params=params)).json()["data"])
+
+
+async def test_rotation_signs_with_both_secrets_and_both_libraries_verify(
+    stack: Stack, receiver: Receiver
+) -> None:
+    sub = await stack.subscribe(receiver.url)
+    old = sub["secret"]
+    rotated = (await stack.api.post(f"/v1/subscriptions/{sub['id']}/rotate-secret")).json()
+    new = rotated["secret"]
+    assert new != old and new.startswith("whsec_")
+    assert (await stack.api.get(f"/v1/subscriptions/{sub['id']}/secret")).json() == {"secret": new}
+
+    await stack.submit("nutrient")
+    await eventually(lambda: _value(receiver.events("run.succeeded")), what="callback")
+    delivered = receiver.received[-1]
+    assert len(delivered.headers["webhook-signature"].split(" ")) == 2
+    for secret in (old, new):
+        assert Webhook(secret).verify(delivered.body, delivered.headers)["type"] == "run.succeeded"
+        SvixWebhook(secret).verify(delivered.body, delivered.headers)  # raises on a bad signature
+    with pytest.raises(Exception, match=r"(?i)signature"):
+        Webhook("whsec_" + "A" * 32).verify(delivered.body, delivered.headers)
+    with pytest.raises(Exception, match=r"(?i)signature"):
+        SvixWebhook("whsec_" + "A" * 32).verify(delivered.body, delivered.headers)
+
+
+async def test_the_old_secret_stops_signing_after_the_overlap(
+    make_stack: StackFactory, receiver: Receiver
+) -> None:
+    stack = await make_stack(HOOKBRIDGE_SECRET_ROTATION_OVERLAP_S="0")
+    sub = await stack.subscribe(receiver.url)
+    new = (await stack.api.post(f"/v1/subscriptions/{sub['id']}/rotate-secret")).json()["secret"]
+    await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")
+    await eventually(lambda: _value(receiver.events("subscription.test")), what="test event")
+    delivered = receiver.received[-1]
+    assert len(delivered.headers["webhook-signature"].split(" ")) == 1
+    Webhook(new).verify(delivered.body, delivered.headers)
+    with pytest.raises(Exception, match=r"(?i)signature"):
+        Webhook(sub["secret"]).verify(delivered.body, delivered.headers)
+
+
+async def test_a_receiver_that_is_down_gets_every_event_once_it_is_back(
+    make_stack: StackFactory, make_receiver: ReceiverFactory
+) -> None:
+    stack = await make_stack(HOOKBRIDGE_RETRY_SCHEDULE="100ms,200ms,400ms,800ms,1s,2s,5s")
+    port = free_port()  # nothing listens here yet: connections are refused
+    sub = await stack.subscribe(f"http://127.0.0.1:{port}/hooks", event_types=["run.*"])
+    runs = [await stack.submit("nutrient", filename=f"doc-{i}.pdf") for i in range(3)]
+
+    async def failed_a_few_times() -> bool:
+        rows = await deliveries(stack, sub["id"])
+        return bool(rows) and all(d["attempts"] >= 3 for d in rows if d["event_type"] == "run.submitted")
+
+    await eventually(failed_a_few_times, what="several failed attempts")
+    receiver = await make_receiver(port)
+    for run in runs:
+        await stack.wait_status(run["id"], "succeeded")
+
+    async def all_delivered() -> bool:
+        rows = await deliveries(stack, sub["id"])
+        return bool(rows) and all(d["status"] == "succeeded" for d in rows)
+
+    await eventually(all_delivered, timeout=30, what="every delivery succeeded")
+    for run in runs:
+        emitted = [e["id"] for e in (await stack.api.get(f"/v1/runs/{run['id']}/events")).json()["data"]]
+        got = [
+            r.headers["webhook-id"] for r in receiver.received if r.json()["data"]["run"]["id"] == run["id"]
+        ]
+        assert got == emitted  # every event, once each, in order
+    attempt_log = (
+        await stack.api.get(f"/v1/deliveries/{(await deliveries(stack, sub['id']))[-1]['id']}")
+    ).json()
+    assert "Connect call failed" in (attempt_log["attempt_log"][0]["error"] or "")
+
+
+async def test_410_gone_disables_the_subscription(stack: Stack, receiver: Receiver) -> None:
+    receiver.answers = [410]
+    sub = await stack.subscribe(receiver.url)
+    await stack.submit("nutrient")
+
+    async def disabled() -> dict[str, Any] | None:
+        s = (await stack.api.get(f"/v1/subscriptions/{sub['id']}")).json()
+        return s if s["disabled"] else None
+
+    s = await eventually(disabled, what="subscription disabled")
+    assert "410" in s["disabled_reason"]
+    assert len(receiver.received) == 1
+    assert [d["status"] for d in await deliveries(stack, sub["id"])] == ["failed"]
+
+    # Enabling it again and recovering resends what failed.
+    await stack.api.patch(f"/v1/subscriptions/{sub['id']}", json={"disabled": False})
+    recovered = await stack.api.post(
+        f"/v1/subscriptions/{sub['id']}/recover", json={"since": "2020-01-01T00:00:00Z"}
+    )
+    assert recovered.status_code == 202 and recovered.json() == {"retried": 1}
+    await eventually(lambda: _value(len(receiver.received) == 2), what="recovered delivery")
+    assert receiver.received[0].headers["webhook-id"] == receiver.received[1].headers["webhook-id"]
+
+
+async def test_retry_after_is_respected(make_stack: StackFactory, receiver: Receiver) -> None:
+    stack = await make_stack(HOOKBRIDGE_RETRY_SCHEDULE="50ms,2500ms")
+    receiver.answers = [(429, {"Retry-After": "2"}), (503, {"Retry-After": "100"})]
+    await stack.subscribe(receiver.url)
+    await stack.submit("nutrient")
+    await eventually(lambda: _value(len(receiver.received) >= 3), timeout=15, what="three attempts")
+    first, second, third = receiver.received[:3]
+    assert 2.0 <= second.at - first.at < 2.5  # not the schedule's 50 ms: the receiver asked for 2 s
+    assert third.at - second.at < 3.5  # 100 s asked, but never later than the schedule's longest step
+
+
+async def test_a_redirect_is_not_followed(make_stack: StackFactory, make_receiver: ReceiverFactory) -> None:
+    stack = await make_stack(HOOKBRIDGE_RETRY_SCHEDULE="50ms")
+    target = await make_receiver()
+    redirecting = await make_receiver()
+    redirecting.answers = [(302, {"Location": target.url}), (307, {"Location": target.url})]
+    sub = await stack.subscribe(redirecting.url)
+    await stack.submit("nutrient")
+
+    async def failed() -> list[dict[str, Any]]:
+        return await deliveries(stack, sub["id"], "failed")
+
+    [delivery] = await eventually(failed, what="delivery failed for good")
+    log = (await stack.api.get(f"/v1/deliveries/{delivery['id']}")).json()["attempt_log"]
+    assert [a["status_code"] for a in log] == [302, 307]
+    assert all("not followed" in a["error"] for a in log)
+    assert target.received == []
+
+
+class Rebinding(AbstractResolver):
+    """A DNS that answers the metadata address for every name: what a rebinding attacker's DNS does after
+    the registration check. The system resolver cannot be told to do this, so the test swaps in this one."""
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        return [
+            ResolveResult(
+                hostname=host,
+                host="169.254.169.254",
+                port=port,
+                family=socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+        ]
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_name_that_resolves_to_the_metadata_address_is_refused_at_attempt_time(
+    make_stack: StackFactory, receiver: Receiver
+) -> None:
+    stack = await make_stack(resolver=Rebinding(), HOOKBRIDGE_RETRY_SCHEDULE="50ms")
+    # At registration "localhost" resolves to 127.0.0.1, which this stack allows.
+    sub = await stack.subscribe(receiver.url.replace("127.0.0.1", "localhost"))
+    await stack.submit("nutrient")
+    [delivery] = await eventually(lambda: deliveries(stack, sub["id"], "failed"), what="refused delivery")
+    log = (await stack.api.get(f"/v1/deliveries/{delivery['id']}")).json()["attempt_log"]
+    assert all("169.254.169.254" in a["error"] and "not_allowed" in a["error"] for a in log)
+    assert receiver.received == []
+
+
+async def test_events_of_one_run_arrive_in_order_even_when_early_ones_fail(
+    stack: Stack, receiver: Receiver
+) -> None:
+    receiver.answers = [500, 500]  # the first event fails twice; later ones must wait for it
+    sub = await stack.subscribe(receiver.url, event_types=["run.*"])
+    run = await stack.submit("nutrient")
+    await stack.wait_status(run["id"], "succeeded")
+
+    async def done() -> bool:
+        rows = await deliveries(stack, sub["id"])
+        return bool(rows) and all(d["status"] == "succeeded" for d in rows)
+
+    await eventually(done, what="all delivered")
+    emitted = [e["id"] for e in (await stack.api.get(f"/v1/runs/{run['id']}/events")).json()["data"]]
+    first_seen = list(dict.fromkeys(r.headers["webhook-id"] for r in receiver.received))
+    assert first_seen == emitted
+    assert len(emitted) >= 2
+
+
+async def test_in_flight_limit_per_subscription_holds(stack: Stack, receiver: Receiver) -> None:
+    import asyncio
+
+    in_flight = 0
+    most = 0
+    release = asyncio.Event()
+
+    async def slow(request: Any) -> Any:
+        nonlocal in_flight, most
+        from starlette.responses import Response
+
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.wait_for(release.wait(), timeout=0.3)
+        except TimeoutError:
+            pass
+        in_flight -= 1
+        return Response(status_code=204)
+
+    receiver.handler = slow
+    sub = await stack.subscribe(receiver.url, max_in_flight=2)
+    runs = [await stack.submit("nutrient", filename=f"f{i}.pdf") for i in range(8)]
+    for run in runs:
+        await stack.wait_status(run["id"], "succeeded")
+    await eventually(lambda: _value(len(receiver.received) >= 8), timeout=30, what="all callbacks")
+    assert most == 2
+    assert sub["id"]
+
+
+async def test_large_results_go_by_url_and_zero_retention_keeps_nothing(
+    make_stack: StackFactory, receiver: Receiver
+) -> None:
+    stack = await make_stack(HOOKBRIDGE_MAX_INLINE_RESULT_BYTES="16")
+    await stack.subscribe(receiver.url)
+    kept = await stack.submit("nutrient", filename="kept.pdf")
+    private = await stack.submit("nutrient", filename="private.pdf", zero_retention=True)
+    await eventually(lambda: _value(len(receiver.events("run.succeeded")) == 2), what="two callbacks")
+    by_run = {e["data"]["run"]["id"]: e["data"] for e in receiver.events("run.succeeded")}
+
+    assert by_run[kept["id"]]["result"] is None
+    assert by_run[kept["id"]]["result_url"] == f"/v1/runs/{kept['id']}/result"
+    assert (await stack.api.get(by_run[kept["id"]]["result_url"])).status_code == 200
+
+    assert by_run[private["id"]]["result"]["output"]["fields"]["invoice_number"].startswith("INV-")
+    assert by_run[private["id"]]["result_url"] is None
+    gone = await stack.api.get(f"/v1/runs/{private['id']}/result")
+    assert gone.status_code == 410 and gone.json()["code"] == "result_gone"
+
+    import redis
+
+    client = redis.Redis.from_url(stack.redis_url)
+    try:
+
+        async def body_dropped() -> bool:
+            return not any(
+                client.hget(key, "body")
+                and json.loads(client.hget(key, "body") or b"{}").get("data", {}).get("run", {}).get("id")
+                == private["id"]
+                and json.loads(client.hget(key, "body") or b"{}")["type"] == "run.succeeded"
+                for key in client.keys("hb:evt:*")
+            )
+
+        await eventually(body_dropped, what="the zero-retention event body dropped after delivery")
+        assert not client.exists(f"hb:doc:{private['id']}") and not client.exists(
+            f"hb:result:{private['id']}"
+        )
+        leftovers = [
+            k
+            for k in client.keys("*")
+            if client.type(k) == b"string"
+            and b"INV-" in (client.get(k) or b"")
+            and private["id"].encode() in (client.get(k) or b"")
+        ]
+        assert leftovers == []
+    finally:
+        client.close()
+
+
+async def test_progress_goes_only_to_subscriptions_that_ask(
+    stack: Stack, make_receiver: ReceiverFactory
+) -> None:
+    everything = await make_receiver()
+    terminal_only = await make_receiver()
+    await stack.subscribe(everything.url, event_types=["run.*"])
+    await stack.subscribe(terminal_only.url)
+    run = await stack.submit("nutrient")
+    await stack.wait_status(run["id"], "succeeded")
+    await eventually(
+        lambda: _value(terminal_only.events("run.succeeded") and everything.events("run.succeeded")),
+        what="both got the terminal event",
+    )
+    assert {e["type"] for e in terminal_only.events()} == {"run.succeeded"}
+    assert "run.submitted" in {e["type"] for e in everything.events()}
+
+
+async def test_subscription_test_event_and_manual_retry(stack: Stack, receiver: Receiver) -> None:
+    sub = await stack.subscribe(receiver.url)
+    receiver.answers = [500, 500, 500, 500]
+    assert (await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
+    [failed] = await eventually(lambda: deliveries(stack, sub["id"], "failed"), what="test delivery failed")
+    assert failed["attempts"] == 4 and failed["event_type"] == "subscription.test"
+    retried = await stack.api.post(f"/v1/deliveries/{failed['id']}/retry")
+    assert retried.status_code == 202
+    await eventually(lambda: deliveries(stack, sub["id"], "succeeded"), what="retried delivery succeeded")
+    Webhook(sub["secret"]).verify(receiver.received[-1].body, receiver.received[-1].headers)
+
+
+async def test_delivery_timeout_is_a_failed_attempt(make_stack: StackFactory, receiver: Receiver) -> None:
+    import asyncio
+
+    stack = await make_stack(HOOKBRIDGE_CALLBACK_TIMEOUT_S="0.3", HOOKBRIDGE_RETRY_SCHEDULE="50ms")
+    hang = asyncio.Event()
+
+    async def never(request: Any) -> Any:
+        await asyncio.wait_for(hang.wait(), timeout=5)
+
+    receiver.handler = never
+    sub = await stack.subscribe(receiver.url)
+    await stack.submit("nutrient")
+    started = time.monotonic()
+    [delivery] = await eventually(lambda: deliveries(stack, sub["id"], "failed"), what="timed-out delivery")
+    assert time.monotonic() - started < 5
+    log = (await stack.api.get(f"/v1/deliveries/{delivery['id']}")).json()["attempt_log"]
+    assert all("timed out" in a["error"] for a in log) and len(log) == 2
+    hang.set()
+
+
+async def test_a_subscription_failing_past_the_window_is_disabled(
+    make_stack: StackFactory, receiver: Receiver
+) -> None:
+    stack = await make_stack(HOOKBRIDGE_SUBSCRIPTION_DISABLE_AFTER_S="0", HOOKBRIDGE_RETRY_SCHEDULE="50ms")
+    receiver.answers = [500] * 10
+    sub = await stack.subscribe(receiver.url)
+    await stack.submit("nutrient")
+
+    async def disabled() -> dict[str, Any] | None:
+        s = (await stack.api.get(f"/v1/subscriptions/{sub['id']}")).json()
+        return s if s["disabled"] else None
+
+    s = await eventually(disabled, what="disabled after exhausting attempts")
+    assert "kept failing" in s["disabled_reason"] and s["consecutive_failures"] == 1
