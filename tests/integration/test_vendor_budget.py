@@ -1,0 +1,46 @@
+"""The vendor request budget (MAX_RPS) holds across 429s with Retry-After, and every run still ends."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import httpx
+import pytest
+
+from service.simulator import SimulatorConfig
+from tests.conftest import Stack, StackFactory, eventually
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def sim_config() -> SimulatorConfig:
+    # A third of the vendor's answers are 429 with Retry-After; runs finish almost at once.
+    return SimulatorConfig(
+        duration_s=(0.01, 0.05), seed=11, rate_429=0.33, retry_after_s=0.2, vendors_faulty=("nutrient",)
+    )
+
+
+async def test_fifty_runs_finish_within_five_requests_per_second(make_stack: StackFactory) -> None:
+    stack: Stack = await make_stack(HOOKBRIDGE_NUTRIENT_MAX_RPS="5")
+    async with httpx.AsyncClient(base_url=stack.simulator_url) as sim:
+        await sim.delete("/_sim/requests")
+        runs = [await stack.submit("nutrient", filename=f"budget-{i}.pdf") for i in range(50)]
+
+        async def all_ended() -> bool:
+            listed = (await stack.api.get("/v1/runs", params={"limit": 200})).json()["data"]
+            return len(listed) == 50 and all(r["status"] in ("succeeded", "failed") for r in listed)
+
+        await eventually(all_ended, timeout=110, interval=0.5, what="50 runs ended")
+        log = (await sim.get("/_sim/requests", params={"vendor": "nutrient"})).json()["data"]
+
+    statuses = {r["id"]: (await stack.api.get(f"/v1/runs/{r['id']}")).json()["status"] for r in runs}
+    per_second = Counter(int(entry["t"]) for entry in log)
+    rate_limited = sum(1 for entry in log if entry["status"] == 429)
+    print(
+        f"budget: {len(log)} requests, {rate_limited} answered 429, busiest second {max(per_second.values())}, "
+        f"span {max(per_second) - min(per_second) + 1}s, {Counter(statuses.values())}"
+    )
+    assert set(statuses.values()) == {"succeeded"}
+    assert rate_limited > 0
+    assert max(per_second.values()) <= 5
