@@ -94,6 +94,11 @@ async def _fields(ctx: Context, body: dict[str, Any], *, creating: bool) -> dict
                 raise InvalidInput(
                     f"This URL cannot receive callbacks: {exc}", code="callback_url_not_allowed"
                 ) from None
+            except ValueError:  # e.g. UnicodeError from the resolver: an empty or too long label
+                raise InvalidInput(
+                    "This URL cannot receive callbacks: its host is not a valid name.",
+                    code="callback_url_not_allowed",
+                ) from None
             out["url"] = url
     if "event_types" in body:
         types = event_types(body["event_types"], errors)

@@ -245,8 +245,8 @@ def _document(doc: Any, settings: Settings, errors: ValidationErrors) -> tuple[d
     if not isinstance(media_type, str) or not _MEDIA_TYPE.match(media_type) or len(media_type) > 127:
         errors.add("document.media_type", "must be a media type such as application/pdf")
         media_type = "application/octet-stream"
-    if "content" in doc:  # multipart: the bytes came as the file part
-        content = doc["content"]
+    content = doc.get("content")
+    if isinstance(content, bytes):  # multipart: the bytes came as the file part (JSON cannot make bytes)
         if not content:
             errors.add("file", "the file is empty")
         return {"filename": filename, "media_type": media_type, "size": len(content)}, content

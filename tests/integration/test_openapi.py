@@ -1,0 +1,238 @@
+"""The OpenAPI document: valid OpenAPI 3.1, in step with the app's routes, and true of the live API.
+
+The last part is schemathesis against the API on a real port (uvicorn in a thread of its own, over a
+real Redis): every operation gets its documented examples, boundary values (coverage phase) and a
+bounded number of generated requests, valid and invalid; then a bounded stateful run follows the
+document's links (create a subscription or run, then use its id). No answer may be a 5xx, and every
+answer must be documented: status code, content type, headers and body schema.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import hypothesis
+import jsonschema
+import pytest
+import schemathesis
+import uvicorn
+from hypothesis import HealthCheck
+from schemathesis.specs.openapi.definitions import OPENAPI_31
+from starlette.routing import Route
+
+from service import settings as settings_mod
+from service.api.app import create_app
+from service.api.openapi import document
+from service.embedded_redis import free_port
+from tests.conftest import ALICE, base_env
+
+MAX_EXAMPLES = 25
+CHECKS = [
+    "not_a_server_error",
+    "status_code_conformance",
+    "content_type_conformance",
+    "response_headers_conformance",
+    "response_schema_conformance",
+]
+METHODS = {"get", "put", "post", "patch", "delete", "head", "options", "trace"}
+
+
+# The document on its own ---------------------------------------------------------------------------
+
+
+def _operations(doc: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(path, method) for path, item in doc["paths"].items() for method in item if method in METHODS}
+
+
+def _routes() -> set[tuple[str, str]]:
+    app = create_app(settings_mod.load(base_env("redis://127.0.0.1:9")))
+    out = set()
+    for route in app.routes:
+        assert isinstance(route, Route)
+        for method in route.methods or ():
+            if method != "HEAD":  # Starlette adds HEAD to every GET
+                out.add((route.path, method.lower()))
+    return out
+
+
+def test_document_is_valid_openapi_3_1() -> None:
+    doc = document()
+    assert doc["openapi"] == "3.1.0"
+    errors = sorted(jsonschema.Draft202012Validator(OPENAPI_31).iter_errors(doc), key=str)
+    assert not errors, [f"{list(e.absolute_path)}: {e.message}" for e in errors]
+    for name, schema in doc["components"]["schemas"].items():
+        jsonschema.Draft202012Validator.check_schema(schema), name
+    # Every local reference resolves.
+    for pointer in _refs(doc):
+        node: Any = doc
+        for part in pointer.removeprefix("#/").split("/"):
+            assert isinstance(node, dict) and part in node, f"unresolved $ref {pointer}"
+            node = node[part]
+    # Operation ids are unique; schemathesis loads it too.
+    ids = [op["operationId"] for item in doc["paths"].values() for m, op in item.items() if m in METHODS]
+    assert len(ids) == len(set(ids))
+    schemathesis.openapi.from_dict(doc).validate()
+
+
+def _refs(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "$ref":
+                yield item
+            else:
+                yield from _refs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _refs(item)
+
+
+def test_document_covers_every_route_and_nothing_else() -> None:
+    routes = _routes()
+    documented = _operations(document())
+    assert routes - documented == set(), "routes missing from the OpenAPI document"
+    assert documented - routes == set(), "documented operations the app does not serve"
+
+
+def test_document_names_the_contract() -> None:
+    doc = document()
+    schemas = doc["components"]["schemas"]
+    for name in (
+        "Run",
+        "RunError",
+        "Progress",
+        "Subscription",
+        "Delivery",
+        "DeliveryAttempt",
+        "Event",
+        "Problem",
+    ):
+        assert name in schemas
+    assert doc["components"]["securitySchemes"]["bearerAuth"] == {
+        **doc["components"]["securitySchemes"]["bearerAuth"],
+        "type": "http",
+        "scheme": "bearer",
+    }
+    assert set(doc["webhooks"]) == {
+        "run.submitted",
+        "run.progress",
+        "run.succeeded",
+        "run.failed",
+        "run.canceled",
+        "subscription.test",
+    }
+    headers = {p["name"] for p in doc["webhooks"]["run.succeeded"]["post"]["parameters"]}
+    assert {"webhook-id", "webhook-timestamp", "webhook-signature"} <= headers
+    submit = doc["paths"]["/v1/runs"]["post"]
+    assert set(submit["requestBody"]["content"]) == {"application/json", "multipart/form-data"}
+    assert "Location" in submit["responses"]["202"]["headers"]
+    assert "WWW-Authenticate" in doc["components"]["responses"]["Problem401"]["headers"]
+    assert "Retry-After" in doc["components"]["responses"]["Problem503"]["headers"]
+    codes = {c for r in doc["components"]["responses"].values() for c in _problem_codes(r)}
+    assert {
+        "unauthorized",
+        "not_found",
+        "invalid_json",
+        "validation_error",
+        "unknown_vendor",
+        "document_too_large",
+        "unsupported_media_type",
+        "idempotency_key_reused",
+        "run_not_cancelable",
+        "result_not_ready",
+        "result_gone",
+        "callback_url_not_allowed",
+        "rate_limited",
+    } <= codes
+
+
+def _problem_codes(response: dict[str, Any]) -> list[str]:
+    schema = response["content"]["application/problem+json"]["schema"]
+    return list(schema["allOf"][1]["properties"]["code"]["enum"])
+
+
+async def test_the_document_is_served(make_stack: Any) -> None:
+    stack = await make_stack(worker=False)
+    async with httpx.AsyncClient(base_url=stack.api_url) as anonymous:
+        response = await anonymous.get("/openapi.json")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json() == document()
+
+
+# The live API -------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def serve_in_thread(app: Any) -> Iterator[str]:
+    """uvicorn on a free port in a thread with its own event loop, so that schemathesis, which is
+    synchronous, can call it from the test without blocking the server."""
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="openapi-test-api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the API did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def live_api(redis_url: str) -> Iterator[str]:
+    settings = settings_mod.load(base_env(redis_url))
+    with serve_in_thread(create_app(settings)) as url:
+        yield url
+
+
+def _config() -> schemathesis.Config:
+    return schemathesis.Config.from_dict(
+        {
+            "headers": {"Authorization": f"Bearer {ALICE}"},
+            "checks": {"enabled": False, **{name: {"enabled": True} for name in CHECKS}},
+            "generation": {"mode": "all", "max-examples": MAX_EXAMPLES, "database": "none"},
+        }
+    )
+
+
+# A copy: loading may rewrite the document it is given, and document() is cached.
+schema = schemathesis.openapi.from_dict(json.loads(json.dumps(document())), config=_config())
+FUZZ_SETTINGS = hypothesis.settings(
+    max_examples=MAX_EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@schema.parametrize()
+@FUZZ_SETTINGS
+def test_every_answer_is_documented(case: schemathesis.Case, live_api: str) -> None:
+    case.call_and_validate(base_url=live_api)
+
+
+def test_stateful_answers_are_documented(live_api: str) -> None:
+    class Machine(schema.as_state_machine()):  # type: ignore[misc]
+        def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
+            return {"base_url": live_api}
+
+    Machine.run(
+        settings=hypothesis.settings(
+            FUZZ_SETTINGS,
+            max_examples=15,
+            stateful_step_count=8,
+        )
+    )
