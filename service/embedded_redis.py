@@ -35,12 +35,18 @@ def free_port() -> int:
 
 class EmbeddedRedis:
     def __init__(
-        self, *, port: int | None = None, appendonly: bool = True, directory: str | None = None
+        self,
+        *,
+        port: int | None = None,
+        appendonly: bool = True,
+        appendfsync: str = "everysec",
+        directory: str | None = None,
     ) -> None:
         self.port = port or free_port()
         self._own_dir = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="hookbridge-redis-")
         self.appendonly = appendonly
+        self.appendfsync = appendfsync
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -61,7 +67,7 @@ class EmbeddedRedis:
             "--appendonly",
             "yes" if self.appendonly else "no",
             "--appendfsync",
-            "everysec",
+            self.appendfsync,
             "--protected-mode",
             "yes",
             "--loglevel",

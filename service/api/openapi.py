@@ -467,7 +467,7 @@ def query_param(name: str, schema: Schema, description: str) -> Schema:
 def page_params() -> list[Schema]:
     return [
         query_param("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}, "Page size."),
-        query_param("cursor", string(minLength=1, maxLength=512), "`next_cursor` of the previous page."),
+        query_param("cursor", string(maxLength=512), "`next_cursor` of the previous page."),
     ]
 
 
@@ -609,14 +609,21 @@ def _subscription_links() -> dict[str, Any]:
     }
 
 
+def _delivery_links() -> dict[str, Any]:
+    delivery_id = {"delivery_id": "$response.body#/data/0/id"}
+    return {
+        "GetDelivery": {"operationId": "getDelivery", "parameters": delivery_id},
+        "RetryDelivery": {"operationId": "retryDelivery", "parameters": delivery_id},
+    }
+
+
 def _submit_body() -> Schema:
     multipart = {
         "schema": obj(
             {
-                "file": {"type": "string", "contentMediaType": "application/octet-stream"},
+                "file": {"type": "string", "contentMediaType": "application/octet-stream", "minLength": 1},
                 "request": ref("RunRequestPart"),
             },
-            required=("file",),
         ),
         "encoding": {"request": {"contentType": _JSON}},
     }
@@ -626,16 +633,52 @@ def _submit_body() -> Schema:
             f"JSON, or multipart/form-data with a `file` part and a `request` part holding the same JSON "
             f"without `document`. Documents up to {_DEFAULTS.max_document_bytes} bytes."
         ),
-        "content": {_JSON: {"schema": ref("RunRequest")}, "multipart/form-data": multipart},
+        "content": {
+            _JSON: {"schema": ref("RunRequest"), "examples": examples(*_RUN_EXAMPLES)},
+            "multipart/form-data": multipart,
+        },
     }
 
 
-def json_body(schema_name: str, *, required: bool = True) -> Schema:
-    return {
+_RUN_EXAMPLES: tuple[dict[str, Any], ...] = (
+    {
+        "vendor": "nutrient",
+        "operation": "extract",
+        "document": {"url": "https://example.com/invoice.pdf"},
+        "options": {"instructions": {"mode": "agentic"}},
+        "metadata": {"order_id": "A-1001"},
+        "zero_retention": False,
+    },
+    {
+        "vendor": "cloudsquid",
+        "document": {
+            "content_base64": "JVBERi0xLjQK",
+            "filename": "invoice.pdf",
+            "media_type": "application/pdf",
+        },
+    },
+    {
+        "vendor": "uptiq",
+        "document": {"url": "https://example.com/statement.pdf"},
+        "options": {"documentType": "BankStatement"},
+        "zero_retention": True,
+    },
+)
+
+
+def examples(*values: Any) -> dict[str, Any]:
+    return {f"example{i}": {"value": value} for i, value in enumerate(values, 1)}
+
+
+def json_body(schema_name: str, *values: Any, required: bool = True) -> Schema:
+    out: Schema = {
         "required": required,
         "description": f"JSON, at most {JSON_OVERHEAD} bytes.",
         "content": json_content(ref(schema_name)),
     }
+    if values:
+        out["content"][_JSON]["examples"] = examples(*values)
+    return out
 
 
 def run_paths() -> dict[str, Any]:
@@ -730,7 +773,16 @@ def subscription_paths() -> dict[str, Any]:
                     ),
                     **errors(*body_errors()),
                 },
-                body=json_body("SubscriptionCreate"),
+                body=json_body(
+                    "SubscriptionCreate",
+                    {"url": "http://10.0.0.5:8080/hooks"},
+                    {
+                        "url": "http://10.0.0.5:8080/hooks",
+                        "event_types": ["run.*"],
+                        "description": "invoices app",
+                        "metadata": {"team": "billing"},
+                    },
+                ),
                 links={"201": _subscription_links()},
             ),
             "get": operation(
@@ -754,7 +806,7 @@ def subscription_paths() -> dict[str, Any]:
                 "subscriptions",
                 "Change a subscription",
                 {"200": ok("The subscription, changed.", ref("Subscription")), **errors(404, *body_errors())},
-                body=json_body("SubscriptionUpdate"),
+                body=json_body("SubscriptionUpdate", {"disabled": False}, {"event_types": None}),
             ),
             "delete": operation(
                 "deleteSubscription",
@@ -804,6 +856,7 @@ def subscription_paths() -> dict[str, Any]:
                     *page_params(),
                     query_param("status", enum(DELIVERY_STATUSES), "Only deliveries in this status."),
                 ],
+                links={"200": _delivery_links()},
             ),
         },
         "/v1/subscriptions/{sub_id}/recover": {
@@ -816,7 +869,7 @@ def subscription_paths() -> dict[str, Any]:
                     "202": ok("How many deliveries were queued.", ref("RecoverAccepted")),
                     **errors(404, *body_errors()),
                 },
-                body=json_body("Recover"),
+                body=json_body("Recover", {"since": "2026-01-01T00:00:00Z"}),
             ),
         },
         "/v1/deliveries/{delivery_id}": {

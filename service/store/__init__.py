@@ -25,7 +25,6 @@ from service.store.scripts import Scripts
 __all__ = ["ClaimedDelivery", "ClaimedRun", "Page", "Store", "Transition", "connect", "keys"]
 
 Doc = dict[str, Any]
-_TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 
 
 def _s(value: bytes | str | None) -> str:
@@ -375,29 +374,14 @@ class Store:
         its due set. The scripts keep that true; this catches what they cannot (a due set lost or edited
         by hand, a Redis restored from an older snapshot). Idempotent: ``ZADD NX`` never moves work that
         is already scheduled or leased."""
-        runs = deliveries = 0
-        async for batch in self._scan_batches(f"{keys.PREFIX}run:*", exclude=":events"):
-            docs = await self.get_runs([k.removeprefix(keys.run("")) for k in batch])
-            pipe = self.redis.pipeline(transaction=False)
-            for doc in docs:
-                if doc and (doc["status"] not in _TERMINAL or doc.get("_vendor_cancel")):
-                    pipe.zadd(keys.due_runs(doc["vendor"]), {doc["id"]: now_ms}, nx=True)
-            runs += sum(await pipe.execute())
-        async for batch in self._scan_batches(f"{keys.PREFIX}dlv:*", exclude=":attempts"):
-            rows = await self.get_deliveries([k.removeprefix(keys.delivery("")) for k in batch])
-            pipe = self.redis.pipeline(transaction=False)
-            for d in rows:
-                if not d or d.get("status") != "pending":
-                    continue
-                if d.get("chained") == "1":
-                    head = await self.redis.lindex(keys.chain(d["sub"], d["run"]), 0)  # type: ignore[misc]
-                    if head is not None and _s(head) != d["id"]:
-                        continue  # waits behind an earlier event of its run
-                    if head is None:
-                        pipe.rpush(keys.chain(d["sub"], d["run"]), d["id"])
-                pipe.zadd(keys.DUE_DELIVERIES, {d["id"]: now_ms}, nx=True)
-            deliveries += sum(r for r in await pipe.execute() if isinstance(r, int) and r <= 1)
-        return {"runs": runs, "deliveries": deliveries}
+        counts = {"runs": 0, "deliveries": 0}
+        for kind, match, exclude in (("run", "run:*", ":events"), ("delivery", "dlv:*", ":attempts")):
+            async for batch in self._scan_batches(keys.PREFIX + match, exclude=exclude):
+                pipe = self.redis.pipeline(transaction=False)
+                for key in batch:
+                    await self.scripts.repair(keys=[key], args=[kind, now_ms], client=pipe)
+                counts["runs" if kind == "run" else "deliveries"] += sum(int(r) for r in await pipe.execute())
+        return counts
 
     async def _scan_batches(self, match: str, exclude: str) -> Any:
         batch: list[str] = []

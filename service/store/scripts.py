@@ -33,3 +33,4 @@ class Scripts:
         self.claim_deliveries = load("claim_deliveries")
         self.delivery_result = load("delivery_result")
         self.retry_delivery = load("retry_delivery")
+        self.repair = load("repair")

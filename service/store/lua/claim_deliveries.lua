@@ -9,7 +9,7 @@ local out = {}
 for _, id in ipairs(due) do
   local dkey = 'hb:dlv:' .. id
   local d = redis.call('HMGET', dkey, 'sub', 'event', 'status')
-  if not d[1] or d[3] ~= 'pending' then
+  if not d[1] or not d[2] or d[3] ~= 'pending' then
     redis.call('ZREM', KEYS[1], id)
   else
     local sid = d[1]

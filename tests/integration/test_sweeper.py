@@ -1,0 +1,59 @@
+"""The sweeper puts back work that has no place in a due set, never acts on a stale read, and is
+idempotent: run twice, it changes nothing the second time."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from service.store import Store, connect
+from service.store import keys as k
+from tests.conftest import Receiver, StackFactory, eventually
+
+
+async def test_lost_due_entries_are_rescheduled_and_runs_finish(make_stack: StackFactory, receiver: Receiver) -> None:
+    api = await make_stack(worker=False)
+    await api.subscribe(receiver.url, event_types=["run.*"])
+    runs = [await api.submit("nutrient", filename=f"lost-{i}.pdf") for i in range(3)]
+    raw = aioredis.Redis.from_url(api.redis_url)
+    store = Store(connect(api.settings), api.settings)
+    try:
+        assert await raw.delete(k.due_runs("nutrient")) == 1  # as if the due set were lost
+        assert await store.repair(0) == {"runs": 3, "deliveries": 0}
+        assert await store.repair(0) == {"runs": 0, "deliveries": 0}  # idempotent
+        assert await raw.zcard(k.due_runs("nutrient")) == 3
+    finally:
+        await raw.aclose()
+        await store.close()
+    stack = await make_stack()
+    for run in runs:
+        await stack.wait_status(run["id"], "succeeded")
+    await eventually(lambda: _ready(len(receiver.events("run.succeeded")) == 3), what="callbacks")
+
+
+async def test_a_stale_chain_head_is_dropped_and_the_next_delivery_made_due(
+    make_stack: StackFactory, receiver: Receiver
+) -> None:
+    stack = await make_stack()
+    sub = await stack.subscribe(receiver.url)
+    run = await stack.submit("nutrient")
+    await stack.wait_status(run["id"], "succeeded")
+    await eventually(lambda: _ready(receiver.events("run.succeeded")), what="callback")
+    raw = aioredis.Redis.from_url(stack.redis_url, decode_responses=True)
+    store = Store(connect(stack.settings), stack.settings)
+    try:
+        [delivered] = await raw.zrange(k.sub_deliveries(sub["id"]), 0, -1)
+        # A pending delivery stuck behind a head that has already succeeded (a hand edit, an old snapshot).
+        await raw.hset(k.delivery("dlv_stuck"), mapping={
+            "id": "dlv_stuck", "status": "pending", "chained": "1", "sub": sub["id"], "run": run["id"]})
+        await raw.rpush(k.chain(sub["id"], run["id"]), delivered, "dlv_stuck")
+        assert (await store.repair(0))["deliveries"] == 1
+        assert await raw.lrange(k.chain(sub["id"], run["id"]), 0, -1) == ["dlv_stuck"]
+        assert await raw.zscore(k.DUE_DELIVERIES, "dlv_stuck") is not None
+        assert (await store.repair(0))["deliveries"] == 0
+    finally:
+        await raw.aclose()
+        await store.close()
+
+
+async def _ready(value: object) -> object:
+    return value
