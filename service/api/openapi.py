@@ -22,7 +22,7 @@ Schema = dict[str, Any]
 _DEFAULTS = Settings()
 _PROBLEM = "application/problem+json"
 _JSON = "application/json"
-_ID_BODY = "[0-9A-HJKMNP-TV-Z]{26}"  # new_id: 26 Crockford base32 characters
+_ID_BODY = "[0-9A-Za-z]+"  # opaque: new_id() makes 26 Crockford base32 characters, Lua hex
 _B64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$"
 _METADATA_KEY = r"^[\w.:-]{1,40}$"
 _MEDIA_TYPE = r"^[\w.+-]+/[\w.+-]+$"
