@@ -23,6 +23,7 @@ JSON_OVERHEAD = 256 * 1024  # what a JSON or multipart body may hold besides the
 _MEDIA_TYPE = re.compile(r"^[\w.+-]+/[\w.+-]+$")
 _PRINTABLE = re.compile(r"^[\x20-\x7e]{1,255}$")
 _METADATA_KEY = re.compile(r"^[\w.:-]{1,40}$")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def too_large(detail: str) -> InvalidInput:
@@ -66,7 +67,31 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
         raise InvalidInput(
             f"The JSON is nested deeper than {max_depth} levels.", code="invalid_json", status=400
         )
+    if _SURROGATE_ESCAPE.search(raw) and not _encodable(value):
+        # json.loads accepts a lone "\udcff"; no such string can be encoded as UTF-8 (or stored).
+        raise InvalidInput(
+            "The JSON holds a lone surrogate escape, which is not Unicode text.",
+            code="invalid_json",
+            status=400,
+        )
     return value
+
+
+def _encodable(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                return False
+    return True
 
 
 def _depth(value: Any, cap: int) -> int:

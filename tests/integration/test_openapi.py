@@ -9,6 +9,7 @@ answer must be documented: status code, content type, headers and body schema.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -263,3 +264,69 @@ def test_stateful_answers_are_documented(live_api: str) -> None:
             stateful_step_count=10,
         )
     )
+
+
+# Inputs that once answered 500 (or worse than documented); each must now get a documented answer.
+NAN_CURSOR = base64.urlsafe_b64encode(b"nan|run_x").decode().rstrip("=")
+REGRESSIONS = [
+    pytest.param(
+        "POST", "/v1/subscriptions", {"body": {"url": "http://a..b/"}}, 422, id="callback-host-empty-label"
+    ),
+    pytest.param(
+        "POST",
+        "/v1/subscriptions",
+        {"body": {"url": f"http://{'a' * 64}.com/"}},
+        422,
+        id="callback-host-long-label",
+    ),
+    pytest.param(
+        "POST",
+        "/v1/runs",
+        {"body": {"vendor": "nutrient", "document": {"content": 5}}},
+        422,
+        id="json-document-content-number",
+    ),
+    pytest.param(
+        "POST",
+        "/v1/runs",
+        {"body": {"vendor": "nutrient", "document": {"content": "abc"}}},
+        422,
+        id="json-document-content-string",
+    ),
+    pytest.param(
+        "POST",
+        "/v1/runs",
+        {"body": {"vendor": "nutrient", "document": {"url": "https://e.com/a"}, "metadata": {"a": "\udcff"}}},
+        400,
+        id="lone-surrogate-in-metadata",
+    ),
+    pytest.param(
+        "POST",
+        "/v1/subscriptions",
+        {"body": {"url": RECEIVER, "description": "\udcff"}},
+        400,
+        id="lone-surrogate-in-description",
+    ),
+    pytest.param(
+        "GET",
+        "/v1/runs",
+        {"query": {"cursor": NAN_CURSOR}},
+        422,
+        id="nan-cursor",
+        marks=pytest.mark.xfail(
+            reason="store.decode_cursor lets NaN through; Redis refuses it: 503", strict=False
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "parts", "status"), REGRESSIONS)
+def test_inputs_that_once_failed_get_documented_answers(
+    live_api: str, method: str, path: str, parts: dict[str, Any], status: int
+) -> None:
+    operation = schema[path][method]
+    if "body" in parts:
+        parts = {**parts, "media_type": "application/json"}
+    case = operation.Case(**parts)
+    response = case.call_and_validate(base_url=live_api, headers={"Authorization": f"Bearer {ALICE}"})
+    assert response.status_code == status, response.text
