@@ -81,7 +81,7 @@ class Proc:
         self.name = name
         self.args = args
         self.env = env
-        self.log = open(logdir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.log = open(logdir / f"{name}.log", "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "service", *args], env=env, stdout=self.log, stderr=subprocess.STDOUT
         )
@@ -104,26 +104,28 @@ class Proc:
 
 def environment(redis_url: str, sim_url: str, cfg: ChaosConfig) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKBRIDGE_")}
-    env.update({
-        "HOOKBRIDGE_REDIS_URL": redis_url,
-        "HOOKBRIDGE_API_KEYS": f"chaos:{KEY}",
-        "HOOKBRIDGE_CALLBACK_ALLOWED_NETWORKS": "127.0.0.0/8",
-        # Long enough that nothing fails for good while the receiver flakes: every event must arrive.
-        "HOOKBRIDGE_RETRY_SCHEDULE": "100ms,200ms,500ms,1s,1s,2s,2s,2s,2s,2s,5s,5s,5s,5s,5s",
-        "HOOKBRIDGE_CALLBACK_TIMEOUT_S": "2",
-        "HOOKBRIDGE_VENDOR_TIMEOUT_S": "2",
-        "HOOKBRIDGE_LEASE_S": "8",
-        "HOOKBRIDGE_WORKER_IDLE_S": "50ms",
-        "HOOKBRIDGE_WORKER_METRICS_PORT": "0",
-        "HOOKBRIDGE_SWEEP_INTERVAL_S": "5",
-        "HOOKBRIDGE_SHUTDOWN_GRACE_S": "5",
-        "HOOKBRIDGE_LOG_FORMAT": "json",
-        "HOOKBRIDGE_CLOUDSQUID_PROJECT": "chaos",
-        "HOOKBRIDGE_CLOUDSQUID_TABLE_ID": "3fa85f64-5717-4562-b3fc-2c963f66afa6",
-        "HOOKBRIDGE_SIM_DURATION_S": cfg.sim_duration,
-        "HOOKBRIDGE_SIM_SEED": str(cfg.seed),
-        "HOOKBRIDGE_SIM_RATE_5XX": "0.02",
-    })
+    env.update(
+        {
+            "HOOKBRIDGE_REDIS_URL": redis_url,
+            "HOOKBRIDGE_API_KEYS": f"chaos:{KEY}",
+            "HOOKBRIDGE_CALLBACK_ALLOWED_NETWORKS": "127.0.0.0/8",
+            # Long enough that nothing fails for good while the receiver flakes: every event must arrive.
+            "HOOKBRIDGE_RETRY_SCHEDULE": "100ms,200ms,500ms,1s,1s,2s,2s,2s,2s,2s,5s,5s,5s,5s,5s",
+            "HOOKBRIDGE_CALLBACK_TIMEOUT_S": "2",
+            "HOOKBRIDGE_VENDOR_TIMEOUT_S": "2",
+            "HOOKBRIDGE_LEASE_S": "8",
+            "HOOKBRIDGE_WORKER_IDLE_S": "50ms",
+            "HOOKBRIDGE_WORKER_METRICS_PORT": "0",
+            "HOOKBRIDGE_SWEEP_INTERVAL_S": "5",
+            "HOOKBRIDGE_SHUTDOWN_GRACE_S": "5",
+            "HOOKBRIDGE_LOG_FORMAT": "json",
+            "HOOKBRIDGE_CLOUDSQUID_PROJECT": "chaos",
+            "HOOKBRIDGE_CLOUDSQUID_TABLE_ID": "3fa85f64-5717-4562-b3fc-2c963f66afa6",
+            "HOOKBRIDGE_SIM_DURATION_S": cfg.sim_duration,
+            "HOOKBRIDGE_SIM_SEED": str(cfg.seed),
+            "HOOKBRIDGE_SIM_RATE_5XX": "0.02",
+        }
+    )
     for vendor, path in (("NUTRIENT", "/nutrient"), ("CLOUDSQUID", "/cloudsquid/api"), ("UPTIQ", "/uptiq")):
         env[f"HOOKBRIDGE_{vendor}_BASE_URL"] = sim_url + path
         env[f"HOOKBRIDGE_{vendor}_API_KEY"] = f"sim-{vendor.lower()}-key"
@@ -189,14 +191,23 @@ async def run_chaos(cfg: ChaosConfig, logdir: Path | None = None) -> Ledger:
 
         receiver_port = free_port()
         await servers.start(Starlette(routes=[Route("/hooks", hook, methods=["POST"])]), receiver_port)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{api_port}", timeout=10,
-                                     headers={"Authorization": f"Bearer {KEY}"}) as client:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{api_port}", timeout=10, headers={"Authorization": f"Bearer {KEY}"}
+        ) as client:
             await _until(lambda: _ready(client), 30, "API ready")
-            sub = (await _call(client, "POST", "/v1/subscriptions", json={
-                "url": f"http://127.0.0.1:{receiver_port}/hooks", "event_types": ["run.*"]})).json()
+            sub = (
+                await _call(
+                    client,
+                    "POST",
+                    "/v1/subscriptions",
+                    json={"url": f"http://127.0.0.1:{receiver_port}/hooks", "event_types": ["run.*"]},
+                )
+            ).json()
 
             stop_chaos = asyncio.Event()
-            chaos = asyncio.create_task(_chaos(cfg, rng, workers, procs, redis, env, logdir, ledger, stop_chaos))
+            chaos = asyncio.create_task(
+                _chaos(cfg, rng, workers, procs, redis, env, logdir, ledger, stop_chaos)
+            )
             run_ids = await _submit_all(client, cfg, ledger)
             ledger.runs_submitted = len(run_ids)
 
@@ -221,7 +232,9 @@ async def run_chaos(cfg: ChaosConfig, logdir: Path | None = None) -> Ledger:
                 pass
             statuses = await _statuses(client, run_ids)
             ledger.run_statuses = dict(Counter(statuses.values()))
-            ledger.runs_not_terminal = [r for r, s in statuses.items() if s not in ("succeeded", "failed", "canceled")]
+            ledger.runs_not_terminal = [
+                r for r, s in statuses.items() if s not in ("succeeded", "failed", "canceled")
+            ]
             ledger.events_emitted = len(emitted)
             ledger.events_delivered = sum(1 for e in emitted if e in acked)
             ledger.events_missing = [e for e in emitted if e not in acked]
@@ -254,8 +267,18 @@ async def _explain(redis_url: str, sub_id: str, event_ids: list[str], logdir: Pa
             due = await client.zscore("hb:due:deliveries", dlv)
             chain = await client.lrange(f"hb:chain:{sub_id}:{record.get('run', event.get('run', ''))}", 0, -1)
             attempts = await client.lrange(f"hb:dlv:{dlv}:attempts", 0, -1)
-            lines.append(json.dumps({"event": event, "delivery": record, "due": due, "chain": chain,
-                                     "attempts": attempts[-3:], "now_ms": int(time.time() * 1000)}))
+            lines.append(
+                json.dumps(
+                    {
+                        "event": event,
+                        "delivery": record,
+                        "due": due,
+                        "chain": chain,
+                        "attempts": attempts[-3:],
+                        "now_ms": int(time.time() * 1000),
+                    }
+                )
+            )
     finally:
         await client.aclose()
     (logdir / "missing.jsonl").write_text("\n".join(lines))
@@ -275,8 +298,11 @@ async def _submit_all(client: httpx.AsyncClient, cfg: ChaosConfig, ledger: Ledge
         vendor = VENDORS[i % len(VENDORS)]
         body: dict[str, Any] = {
             "vendor": vendor,
-            "document": {"content_base64": base64.b64encode(f"%PDF chaos {i}".encode()).decode(),
-                         "filename": f"chaos-{i}.pdf", "media_type": "application/pdf"},
+            "document": {
+                "content_base64": base64.b64encode(f"%PDF chaos {i}".encode()).decode(),
+                "filename": f"chaos-{i}.pdf",
+                "media_type": "application/pdf",
+            },
             "metadata": {"i": str(i)},
         }
         if vendor == "uptiq":
@@ -319,8 +345,17 @@ async def _emitted(client: httpx.AsyncClient, run_ids: list[str]) -> list[str]:
     return [e for batch in await asyncio.gather(*(events(r) for r in run_ids)) for e in batch]
 
 
-async def _chaos(cfg: ChaosConfig, rng: random.Random, workers: list[Proc], procs: list[Proc], redis: EmbeddedRedis,
-                 env: dict[str, str], logdir: Path, ledger: Ledger, stop: asyncio.Event) -> None:
+async def _chaos(
+    cfg: ChaosConfig,
+    rng: random.Random,
+    workers: list[Proc],
+    procs: list[Proc],
+    redis: EmbeddedRedis,
+    env: dict[str, str],
+    logdir: Path,
+    ledger: Ledger,
+    stop: asyncio.Event,
+) -> None:
     started = time.monotonic()
     # Redis restarts spread over the first half of the expected run time.
     restart_at = [started + 4 + i * 6 for i in range(cfg.redis_restarts)]
@@ -356,7 +391,10 @@ def report(cfg: ChaosConfig, ledger: Ledger) -> str:
         ("events delivered (acknowledged by the receiver)", ledger.events_delivered),
         ("events missing", len(ledger.events_missing)),
         ("duplicate deliveries (same webhook-id acknowledged again)", ledger.duplicate_deliveries),
-        ("receiver requests / failures injected", f"{ledger.receiver_requests} / {ledger.receiver_failures_injected}"),
+        (
+            "receiver requests / failures injected",
+            f"{ledger.receiver_requests} / {ledger.receiver_failures_injected}",
+        ),
         ("worker SIGKILLs", ledger.worker_kills),
         ("Redis SIGKILL + restarts", ledger.redis_restarts),
         ("elapsed", f"{ledger.elapsed_s} s"),
@@ -366,7 +404,9 @@ def report(cfg: ChaosConfig, ledger: Ledger) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=500)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--kill-every", type=float, default=3.0)
@@ -375,8 +415,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print the ledger as JSON")
     args = parser.parse_args()
-    cfg = ChaosConfig(runs=args.runs, workers=args.workers, kill_every_s=args.kill_every,
-                      redis_restarts=args.redis_restarts, receiver_fail_rate=args.fail_rate, seed=args.seed)
+    cfg = ChaosConfig(
+        runs=args.runs,
+        workers=args.workers,
+        kill_every_s=args.kill_every,
+        redis_restarts=args.redis_restarts,
+        receiver_fail_rate=args.fail_rate,
+        seed=args.seed,
+    )
     ledger = asyncio.run(run_chaos(cfg))
     print(json.dumps({**asdict(ledger), "ok": ledger.ok}, indent=2) if args.json else report(cfg, ledger))
     raise SystemExit(0 if ledger.ok else 1)

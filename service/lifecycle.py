@@ -214,12 +214,25 @@ def finished(
     )
 
 
-def failed(run: Run, now_ms: int, *, code: str, message: str, settings: Settings, **kw: Any) -> Transition:
-    error = {
+def failed(
+    run: Run,
+    now_ms: int,
+    *,
+    code: str,
+    message: str,
+    settings: Settings,
+    details: dict[str, Any] | None = None,
+    **kw: Any,
+) -> Transition:
+    """``error`` is ``{code, message, vendor_status}``, plus ``details`` when the vendor gave any (for
+    example Uptiq's ``documentQuality``)."""
+    error: dict[str, Any] = {
         "code": code,
         "message": message,
-        "vendor_status": kw.pop("vendor_status", run.get("vendor_status")),
+        "vendor_status": kw.get("vendor_status", run.get("vendor_status")),
     }
+    if details:
+        error["details"] = details
     return finished(run, now_ms, status=FAILED, settings=settings, error=error, **kw)
 
 

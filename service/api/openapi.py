@@ -168,7 +168,13 @@ def _run_error() -> Schema:
             "code": enum(_RUN_ERROR_CODES),
             "message": string(),
             "vendor_status": nullable(string()),
+            "details": {
+                "type": "object",
+                "description": "What else the vendor said about the failure, when it said anything "
+                "(for example Uptiq's `documentQuality`).",
+            },
         },
+        required=("code", "message", "vendor_status"),
         description="Why a run failed.",
     )
 

@@ -65,8 +65,10 @@ class RunStepper:
         self._rng = rng or random.Random()
 
     async def step(self, claimed: ClaimedRun) -> None:
-        run = claimed.run
         prepaid.set((claimed.slot_ms, claimed.due_ms))
+        # A submit may checkpoint (a newer version of the run): the fault handlers must see that one.
+        latest = [claimed.run]
+        run = claimed.run
         policy = self.settings.vendor(run["vendor"])
         adapter = self.adapters[run["vendor"]]
         timeout = self.settings.vendor_timeout_s * 2  # a step makes at most two vendor calls in a row
@@ -77,7 +79,7 @@ class RunStepper:
                 elif _now() - run["created_at"] > policy.max_run_s * 1000:
                     await self._time_out(run, adapter, policy)
                 elif run["status"] == QUEUED:
-                    await self._submit(run, adapter, policy)
+                    await self._submit(latest, adapter, policy)
                 else:
                     await self._poll(run, adapter, policy)
         except VendorRateLimited as exc:
@@ -85,17 +87,20 @@ class RunStepper:
             delay = exc.retry_after if exc.retry_after is not None else policy.poll_initial_s
             await self.store.schedule_run(run["vendor"], run["id"], _now() + delay * 1000)
         except (VendorTransient, TimeoutError) as exc:
-            await self._transient(run, policy, exc)
+            await self._transient(latest[0], policy, exc)
         except VendorExpired as exc:
             await self._apply(
                 lifecycle.failed(
-                    run, _now(), code=domain.VENDOR_EXPIRED, message=exc.message, settings=self.settings
+                    latest[0], _now(), code=domain.VENDOR_EXPIRED, message=exc.message, settings=self.settings
                 )
             )
 
     # Steps --------------------------------------------------------------------------------------
 
-    async def _submit(self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings) -> None:
+    async def _submit(
+        self, latest: list[dict[str, Any]], adapter: VendorAdapter, policy: VendorSettings
+    ) -> None:
+        run = latest[0]
         document = await self._document(run)
         if document is None:
             # Accepted with a document that is no longer here: the run cannot be submitted.
@@ -118,10 +123,10 @@ class RunStepper:
             change = lifecycle.touched(
                 run, _now(), due_ms=_now() + self.settings.lease_s * 1000, _state=dict(state)
             )
-            outcome, current, _ = await self.store.transition(change)
+            outcome, _, _ = await self.store.transition(change)
             if outcome != "ok":
                 raise VendorTransient("the run changed while it was being submitted")
-            run = change.run
+            run = latest[0] = change.run
 
         request = SubmitRequest(
             run_id=run["id"],
@@ -147,7 +152,7 @@ class RunStepper:
             _now(),
             vendor_run_id=accepted.vendor_run_id,
             vendor_status=accepted.vendor_status,
-            state={**state, **accepted.state, "submitted_at": _now()},
+            state={**state, **accepted.state},
             due_ms=_now() + delay * 1000,
         )
         change.run["_delay"] = shown
@@ -188,6 +193,7 @@ class RunStepper:
                     now,
                     code=domain.VENDOR_FAILED,
                     message=result.error or "the vendor reported a failure",
+                    details=result.error_details,
                     settings=self.settings,
                     vendor_status=result.vendor_status,
                 ),

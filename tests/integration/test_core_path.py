@@ -14,7 +14,7 @@ async def test_submitted_run_calls_back_with_a_verifiable_signature(stack: Stack
     assert run["status"] == "queued"
 
     await eventually(lambda: _async(receiver.events("run.succeeded")), what="run.succeeded callback")
-    delivered = [r for r in receiver.received if r.json()["type"] == "run.succeeded"][0]
+    delivered = next(r for r in receiver.received if r.json()["type"] == "run.succeeded")
     payload = Webhook(sub["secret"]).verify(delivered.body, delivered.headers)
     assert payload["data"]["run"]["id"] == run["id"]
     assert payload["data"]["run"]["status"] == "succeeded"

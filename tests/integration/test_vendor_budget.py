@@ -38,7 +38,8 @@ async def test_fifty_runs_finish_within_five_requests_per_second(make_stack: Sta
     per_second = Counter(int(entry["t"]) for entry in log)
     rate_limited = sum(1 for entry in log if entry["status"] == 429)
     print(
-        f"budget: {len(log)} requests, {rate_limited} answered 429, busiest second {max(per_second.values())}, "
+        f"budget: {len(log)} requests, {rate_limited} answered 429, "
+        f"busiest second {max(per_second.values())}, "
         f"span {max(per_second) - min(per_second) + 1}s, {Counter(statuses.values())}"
     )
     assert set(statuses.values()) == {"succeeded"}
