@@ -11,8 +11,15 @@ pytestmark = pytest.mark.slow
 
 
 async def test_nothing_is_lost_when_workers_and_redis_are_killed(tmp_path: object) -> None:
-    cfg = ChaosConfig(runs=45, workers=2, kill_every_s=2.5, redis_restarts=1, receiver_fail_rate=0.2,
-                      sim_duration="2,4", timeout_s=90)
+    cfg = ChaosConfig(
+        runs=45,
+        workers=2,
+        kill_every_s=2.5,
+        redis_restarts=1,
+        receiver_fail_rate=0.2,
+        sim_duration="2,4",
+        timeout_s=90,
+    )
     ledger = await run_chaos(cfg)
     print(report(cfg, ledger))
     assert ledger.worker_kills >= 1 and ledger.redis_restarts == 1

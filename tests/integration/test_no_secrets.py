@@ -10,8 +10,9 @@ from structlog.testing import capture_logs
 from tests.conftest import ALICE, BOB, Receiver, StackFactory, eventually
 
 
-async def test_a_full_run_logs_no_secret(make_stack: StackFactory, receiver: Receiver,
-                                         caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_full_run_logs_no_secret(
+    make_stack: StackFactory, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     with capture_logs() as entries:
         stack = await make_stack(HOOKBRIDGE_LOG_LEVEL="debug")
@@ -28,8 +29,14 @@ async def test_a_full_run_logs_no_secret(make_stack: StackFactory, receiver: Rec
 
     text = "\n".join(repr(e) for e in entries) + "\n" + caplog.text
     assert any(e.get("event") == "delivery attempt" for e in entries)  # the capture saw the run
-    secrets = [ALICE, BOB, "sk-live-SECRET-123", sub["secret"], rotated["secret"],
-               *(stack.settings.vendor(v).api_key for v in ("nutrient", "cloudsquid", "uptiq"))]
+    secrets = [
+        ALICE,
+        BOB,
+        "sk-live-SECRET-123",
+        sub["secret"],
+        rotated["secret"],
+        *(stack.settings.vendor(v).api_key for v in ("nutrient", "cloudsquid", "uptiq")),
+    ]
     for secret in secrets:
         assert secret and secret not in text
     assert "whsec_" not in text

@@ -25,8 +25,14 @@ async def test_api_answers_503_while_redis_is_down_and_work_resumes(
     before = await stack.submit("nutrient", filename="slow-before.pdf")
 
     own_redis.kill()
-    for method, path in (("GET", "/v1/runs"), ("GET", f"/v1/runs/{before['id']}"), ("POST", "/v1/subscriptions")):
-        response = await stack.api.request(method, path, json={"url": receiver.url} if method == "POST" else None)
+    for method, path in (
+        ("GET", "/v1/runs"),
+        ("GET", f"/v1/runs/{before['id']}"),
+        ("POST", "/v1/subscriptions"),
+    ):
+        response = await stack.api.request(
+            method, path, json={"url": receiver.url} if method == "POST" else None
+        )
         assert response.status_code == 503, response.text
         assert response.headers["retry-after"] and response.json()["code"] == "unavailable"
     assert (await stack.api.get("/readyz")).status_code == 503

@@ -10,7 +10,9 @@ from service.store import keys as k
 from tests.conftest import Receiver, StackFactory, eventually
 
 
-async def test_lost_due_entries_are_rescheduled_and_runs_finish(make_stack: StackFactory, receiver: Receiver) -> None:
+async def test_lost_due_entries_are_rescheduled_and_runs_finish(
+    make_stack: StackFactory, receiver: Receiver
+) -> None:
     api = await make_stack(worker=False)
     await api.subscribe(receiver.url, event_types=["run.*"])
     runs = [await api.submit("nutrient", filename=f"lost-{i}.pdf") for i in range(3)]
@@ -43,8 +45,16 @@ async def test_a_stale_chain_head_is_dropped_and_the_next_delivery_made_due(
     try:
         [delivered] = await raw.zrange(k.sub_deliveries(sub["id"]), 0, -1)
         # A pending delivery stuck behind a head that has already succeeded (a hand edit, an old snapshot).
-        await raw.hset(k.delivery("dlv_stuck"), mapping={
-            "id": "dlv_stuck", "status": "pending", "chained": "1", "sub": sub["id"], "run": run["id"]})
+        await raw.hset(
+            k.delivery("dlv_stuck"),
+            mapping={
+                "id": "dlv_stuck",
+                "status": "pending",
+                "chained": "1",
+                "sub": sub["id"],
+                "run": run["id"],
+            },
+        )
         await raw.rpush(k.chain(sub["id"], run["id"]), delivered, "dlv_stuck")
         assert (await store.repair(0))["deliveries"] == 1
         assert await raw.lrange(k.chain(sub["id"], run["id"]), 0, -1) == ["dlv_stuck"]
