@@ -26,6 +26,8 @@ import schemathesis
 import uvicorn
 from hypothesis import HealthCheck
 from hypothesis import strategies as st
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 from starlette.routing import Route
 
@@ -33,7 +35,7 @@ from service import settings as settings_mod
 from service.api.app import create_app
 from service.api.openapi import document
 from service.embedded_redis import free_port
-from tests.conftest import ALICE, base_env
+from tests.conftest import ALICE, Receiver, Stack, base_env, eventually
 
 # CI runs 25 examples per operation, derandomized (the same every run, about 30 s in all). For a deeper,
 # random search: HOOKBRIDGE_OPENAPI_EXAMPLES=500 pytest tests/integration/test_openapi.py
@@ -172,6 +174,77 @@ async def test_the_document_is_served(make_stack: Any) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/json")
     assert response.json() == document()
+
+
+# Real data against the document: a worker, the simulator and a receiver --------------------------
+
+
+def _validator(name: str) -> jsonschema.Draft202012Validator:
+    """A validator for ``#/components/schemas/<name>`` with the whole document to resolve references."""
+    registry: Registry[Any] = Registry().with_resource(
+        "urn:hookbridge:openapi", Resource.from_contents(document(), default_specification=DRAFT202012)
+    )
+    return jsonschema.Draft202012Validator(
+        {"$ref": f"urn:hookbridge:openapi#/components/schemas/{name}"},
+        registry=registry,
+        format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
+    )
+
+
+def _conforms(name: str, instance: Any) -> None:
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in _validator(name).iter_errors(instance)]
+    assert not errors, (name, errors)
+
+
+async def _now(value: Any) -> Any:
+    return value
+
+
+async def test_runs_deliveries_and_callbacks_match_the_document(stack: Stack, receiver: Receiver) -> None:
+    """What a worker writes (progress, errors, results, attempts) and what the receiver gets are what the
+    document says, for a success, a vendor failure, a cancel and a test event; one delivery fails once."""
+    receiver.answers = [500]
+    sub = await stack.subscribe(receiver.url, event_types=["run.*"], metadata={"team": "billing"})
+    ok = await stack.submit("nutrient", metadata={"order_id": "A-1001"})
+    failing = await stack.submit("nutrient", filename="fail-me.pdf")
+    canceled = (await stack.api.post(f"/v1/runs/{(await stack.submit('uptiq'))['id']}/cancel")).json()
+    await stack.wait_status(ok["id"], "succeeded")
+    await stack.wait_status(failing["id"], "failed")
+    assert (await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
+    wanted = {"run.succeeded", "run.failed", "run.canceled", "subscription.test"}
+    await eventually(
+        lambda: _now(wanted <= {e["type"] for e in receiver.events()}), what="the callbacks", timeout=30
+    )
+
+    for received in receiver.received:
+        event = received.json()
+        _conforms("TestEventPayload" if event["type"] == "subscription.test" else "RunEventPayload", event)
+        for param in document()["webhooks"][event["type"]]["post"]["parameters"]:
+            value = received.headers[param["name"]]
+            assert not list(jsonschema.Draft202012Validator(param["schema"]).iter_errors(value)), param
+
+    runs = (await stack.api.get("/v1/runs")).json()
+    _conforms("RunList", runs)
+    assert {r["status"] for r in runs["data"]} == {"succeeded", "failed", "canceled"}
+    for run in (ok, failing, canceled):
+        _conforms("Run", run)
+        _conforms("Run", (await stack.api.get(f"/v1/runs/{run['id']}")).json())
+        _conforms("EventList", (await stack.api.get(f"/v1/runs/{run['id']}/events")).json())
+    assert (await stack.api.get(f"/v1/runs/{ok['id']}/result")).status_code == 200
+
+    deliveries = (await stack.api.get(f"/v1/subscriptions/{sub['id']}/deliveries")).json()
+    _conforms("DeliveryList", deliveries)
+    codes = []
+    for delivery in deliveries["data"]:
+        detail = (await stack.api.get(f"/v1/deliveries/{delivery['id']}")).json()
+        _conforms("DeliveryWithAttempts", detail)
+        codes += [attempt["status_code"] for attempt in detail["attempt_log"]]
+    assert 500 in codes and 204 in codes
+    _conforms("Subscription", (await stack.api.get(f"/v1/subscriptions/{sub['id']}")).json())
+    _conforms(
+        "SubscriptionWithSecret",
+        (await stack.api.post(f"/v1/subscriptions/{sub['id']}/rotate-secret")).json(),
+    )
 
 
 # The live API -------------------------------------------------------------------------------------
