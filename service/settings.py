@@ -251,6 +251,12 @@ _VENDOR_PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
 }
 
 
+def _vendor_parsers(vendor: str) -> dict[str, tuple[str, Callable[[str], Any]]]:
+    if vendor == "cloudsquid":
+        return _VENDOR_PARSERS
+    return {k: v for k, v in _VENDOR_PARSERS.items() if k not in ("PROJECT", "TABLE_ID")}
+
+
 def _read(env: Mapping[str, str], name: str, parse: Callable[[str], Any]) -> Any:
     try:
         return parse(env[name])
@@ -261,7 +267,7 @@ def _read(env: Mapping[str, str], name: str, parse: Callable[[str], Any]) -> Any
 def load(env: Mapping[str, str] | None = None) -> Settings:
     """Build :class:`Settings` from the environment (or ``env``), validating every value."""
     env = os.environ if env is None else env
-    known = set(_PARSERS) | {f"{v.upper()}_{k}" for v in VENDORS for k in _VENDOR_PARSERS}
+    known = set(_PARSERS) | {f"{v.upper()}_{k}" for v in VENDORS for k in _vendor_parsers(v)}
     known |= {"REDIS_EMBEDDED_DIR"}
     for name in env:
         if name.startswith(PREFIX) and not name.startswith(PREFIX + "SIM_"):
@@ -276,7 +282,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     vendors: dict[str, VendorSettings] = {}
     for vendor in VENDORS:
         cfg: dict[str, Any] = {"name": vendor, "api_key": "", **_VENDOR_DEFAULTS[vendor]}
-        for suffix, (attr, parse) in _VENDOR_PARSERS.items():
+        for suffix, (attr, parse) in _vendor_parsers(vendor).items():
             name = f"{PREFIX}{vendor.upper()}_{suffix}"
             if name in env and env[name] != "":
                 cfg[attr] = _read(env, name, parse)
@@ -307,7 +313,7 @@ def describe() -> list[tuple[str, str]]:
     defaults = Settings()
     rows = [(PREFIX + name, repr(getattr(defaults, attr))) for name, (attr, _) in _PARSERS.items()]
     for vendor in VENDORS:
-        for suffix, (attr, _) in _VENDOR_PARSERS.items():
+        for suffix, (attr, _) in _vendor_parsers(vendor).items():
             rows.append((f"{PREFIX}{vendor.upper()}_{suffix}", repr(_VENDOR_DEFAULTS[vendor].get(attr, ""))))
     return rows
 
