@@ -6,7 +6,6 @@ state change the same way and the store applies it in one atomic step.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -95,7 +94,8 @@ def public(run: Run) -> dict[str, Any]:
 
 
 def _next(run: Run, now_ms: int) -> Run:
-    new = copy.deepcopy(run)
+    # A shallow copy is enough: nested values (progress, error, _state) are replaced, never edited.
+    new = dict(run)
     new["_v"] = run["_v"] + 1
     new["updated_at"] = now_ms
     return new
@@ -246,7 +246,7 @@ def canceled(run: Run, now_ms: int, *, settings: Settings, vendor_can_cancel: bo
 
 def vendor_told(run: Run, now_ms: int) -> Transition:
     """The vendor acknowledged our cancel: nothing is left to do for this run."""
-    new = copy.deepcopy(run)
+    new = dict(run)
     new["_v"] = run["_v"] + 1
     new["_vendor_cancel"] = False
     return Transition(new, run["_v"], remove_due=True)

@@ -175,7 +175,7 @@ class Store:
             "run_id": run["id"],
             "client": run["client"],
             "expect_v": change.expect_v,
-            "doc": json.dumps(run, separators=(",", ":")),
+            "status": run["status"],
             "now": run["updated_at"],
             "retention_ms": self._retention_ms,
             "zr": "1" if run.get("zero_retention") else "0",
@@ -188,11 +188,13 @@ class Store:
             ops["due_score"] = int(change.due_ms)
         elif change.remove_due:
             ops["due_remove"] = True
-        if change.result is not None:
-            ops["result"] = change.result.decode()
         if change.ttl_ms is not None:
             ops["ttl_ms"] = change.ttl_ms
-        reply = await self.scripts.transition(keys=[keys.run(run["id"])], args=[json.dumps(ops)])
+        # The run and the result travel as their own arguments, not escaped inside the ops JSON.
+        args: list[Any] = [json.dumps(ops, separators=(",", ":")), json.dumps(run, separators=(",", ":"))]
+        if change.result is not None:
+            args.append(change.result)
+        reply = await self.scripts.transition(keys=[keys.run(run["id"])], args=args)
         outcome = _s(reply[0])
         if outcome == "conflict":
             return outcome, json.loads(reply[1]), 0

@@ -1,8 +1,8 @@
 -- One state change of a run, with the events it emits and their deliveries, in one atomic step.
--- KEYS[1] run key. ARGV[1] JSON:
---   run_id, client, expect_v, doc (the new run JSON), now, retention_ms, zr ('0'|'1'),
+-- KEYS[1] run key. ARGV[2] the new run (JSON). ARGV[3] the result to keep (JSON), if any.
+-- ARGV[1] JSON: run_id, client, expect_v, status (the new run's), now, retention_ms, zr ('0'|'1'),
 --   due_key, due_score (absent = leave alone), due_remove (bool), events [{id,type,body,created}],
---   sub_filter [sub ids], result (JSON string), del_doc (bool), ttl_ms (set on terminal runs)
+--   sub_filter [sub ids], del_doc (bool), ttl_ms (set on terminal runs)
 -- Returns {'ok', deliveries} | {'missing'} | {'conflict', current_doc}.
 local ops = cjson.decode(ARGV[1])
 local cur = redis.call('GET', KEYS[1])
@@ -10,19 +10,19 @@ if not cur then return {'missing'} end
 local run = cjson.decode(cur)
 if tonumber(run['_v']) ~= tonumber(ops['expect_v']) then return {'conflict', cur} end
 local TERMINAL = {succeeded = true, failed = true, canceled = true}
-if TERMINAL[run['status']] and run['status'] ~= cjson.decode(ops['doc'])['status'] then
+if TERMINAL[run['status']] and run['status'] ~= ops['status'] then
   return {'conflict', cur}
 end
 
 local run_id, client, now = ops['run_id'], ops['client'], tonumber(ops['now'])
-redis.call('SET', KEYS[1], ops['doc'])
+redis.call('SET', KEYS[1], ARGV[2])
 
 if ops['due_score'] then
   redis.call('ZADD', ops['due_key'], ops['due_score'], run_id)
 elseif ops['due_remove'] then
   redis.call('ZREM', ops['due_key'], run_id)
 end
-if ops['result'] then redis.call('SET', 'hb:result:' .. run_id, ops['result']) end
+if ARGV[3] then redis.call('SET', 'hb:result:' .. run_id, ARGV[3]) end
 if ops['del_doc'] then redis.call('DEL', 'hb:doc:' .. run_id) end
 
 local created = 0
@@ -37,6 +37,6 @@ end
 if ops['ttl_ms'] then
   redis.call('PEXPIRE', KEYS[1], ops['ttl_ms'])
   redis.call('PEXPIRE', 'hb:run:' .. run_id .. ':events', ops['ttl_ms'])
-  if ops['result'] then redis.call('PEXPIRE', 'hb:result:' .. run_id, ops['ttl_ms']) end
+  if ARGV[3] then redis.call('PEXPIRE', 'hb:result:' .. run_id, ops['ttl_ms']) end
 end
 return {'ok', created}
