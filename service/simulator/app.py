@@ -9,7 +9,9 @@ Vendor routes (each prefix is the vendor's base URL):
 - ``POST /uptiq/extract``, ``GET /uptiq/document-extractions/{extraction_id}``
 
 Control routes, unauthenticated and never faulted: ``GET|DELETE /_sim/requests`` (the last 100 000 vendor
-requests, optionally ``?vendor=``), ``GET|PATCH /_sim/config``, ``GET /_sim/stats``.
+requests, optionally ``?vendor=``), ``GET|PATCH /_sim/config``, ``GET /_sim/stats``, and ``GET /_sim/runs``
+(every run with its status and, as Unix times, when it was created and when it ends or ended, optionally
+``?vendor=``; the benchmarks measure from it how soon a finished run was called back).
 """
 
 from __future__ import annotations
@@ -158,12 +160,38 @@ async def _stats(request: Request) -> Response:
     return JSONResponse({vendor: stores[vendor].status_counts(now) for vendor in VENDORS})
 
 
+async def _runs(request: Request) -> Response:
+    state = sim_state(request)
+    vendor = request.query_params.get("vendor")
+    if vendor is not None and vendor not in VENDORS:
+        return JSONResponse({"error": f"unknown vendor {vendor!r}; known: {', '.join(VENDORS)}"}, 400)
+    now = state.now()
+    # Monotonic instants become Unix times by the same offset that ``SimState.wall_iso`` uses.
+    offset = state.clock.time() - now
+    app_state = request.app.state
+    stores = {"nutrient": app_state.nutrient, "cloudsquid": app_state.cloudsquid, "uptiq": app_state.uptiq}
+    data = [
+        {
+            "id": run_id,
+            "vendor": name,
+            "created_t": created + offset,
+            "finish_t": None if finish is None else finish + offset,
+            "status": status,
+        }
+        for name in VENDORS
+        if vendor is None or vendor == name
+        for run_id, status, created, finish in stores[name].summaries(now)
+    ]
+    return JSONResponse({"data": data})
+
+
 def create_app(config: SimulatorConfig, *, clock: Clock | None = None) -> Starlette:
     """The simulator app; ``clock`` replaces the system clock (tests pass a ``ManualClock``)."""
     control = [
         Route("/requests", _requests, methods=["GET", "DELETE"]),
         Route("/config", _config, methods=["GET", "PATCH"]),
         Route("/stats", _stats, methods=["GET"]),
+        Route("/runs", _runs, methods=["GET"]),
     ]
     app = Starlette(
         routes=[

@@ -89,6 +89,13 @@ class CloudsquidStore:
             counts[status] = counts.get(status, 0) + 1
         return counts
 
+    def summaries(self, now: float) -> list[tuple[str, str, float, float | None]]:
+        """(id, status, created_at, ended or planned end) of every run, for ``GET /_sim/runs``."""
+        return [
+            (run.id, run.status(now), run.timeline.created_at, run.timeline.finishes_at)
+            for run in self.runs.values()
+        ]
+
 
 class _BadRequest(Exception):
     pass

@@ -17,6 +17,7 @@ Choices where the documents are silent:
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,13 +77,37 @@ class NutrientStore:
     # (api key, operation, Idempotency-Key) -> (request fingerprint, run id)
     idempotency: dict[tuple[str, str, str], tuple[str, str]] = field(default_factory=dict)
     spent: float = 0.0
+    # (finishes_at, run id) of the runs that will reach ``done`` and are not charged yet, soonest first:
+    # settling looks only at the runs that finished since the last look, not at every run (a benchmark
+    # keeps thousands in flight and polls each of them).
+    unsettled: list[tuple[float, str]] = field(default_factory=list)
+
+    def add(self, run: NutrientRun) -> None:
+        self.runs[run.id] = run
+        if run.succeeds and run.timeline.finishes_at is not None:
+            heapq.heappush(self.unsettled, (run.timeline.finishes_at, run.id))
 
     def settle(self, now: float) -> None:
         """Charge every run that has reached ``done`` since the last look."""
-        for run in self.runs.values():
-            if not run.charged and run.status(now) == "done":
+        while self.unsettled and self.unsettled[0][0] <= now:
+            _, run_id = heapq.heappop(self.unsettled)
+            run = self.runs.get(run_id)
+            # A run canceled before it finished never reaches ``done`` and is never charged.
+            if run is not None and not run.charged and run.status(now) == "done":
                 run.charged = True
                 self.spent += run.cost
+
+    def summaries(self, now: float) -> list[tuple[str, str, float, float | None]]:
+        """(id, status, created_at, ended or planned end) of every run, for ``GET /_sim/runs``."""
+        return [
+            (
+                run.id,
+                run.status(now),
+                run.timeline.created_at,
+                run.timeline.finishes_at if run.canceled_at is None else run.canceled_at,
+            )
+            for run in self.runs.values()
+        ]
 
     def status_counts(self, now: float) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -357,7 +382,7 @@ async def submit(request: Request) -> Response:
         cost=_cost(operation, instructions, document),
         idempotency_scope=scope,
     )
-    store.runs[run.id] = run
+    store.add(run)
     if scope is not None:
         store.idempotency[scope] = (fingerprint, run.id)
     return _accepted(run, state, replayed=False)

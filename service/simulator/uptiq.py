@@ -62,6 +62,13 @@ class UptiqStore:
             counts[status] = counts.get(status, 0) + 1
         return counts
 
+    def summaries(self, now: float) -> list[tuple[str, str, float, float | None]]:
+        """(id, status, created_at, ended or planned end) of every extraction, for ``GET /_sim/runs``."""
+        return [
+            (x.id, x.status(now), x.timeline.created_at, x.timeline.finishes_at)
+            for x in self.extractions.values()
+        ]
+
 
 def _store(request: Request) -> UptiqStore:
     store = request.app.state.uptiq
