@@ -12,7 +12,6 @@ from typing import Any
 from service import domain
 from service.domain import (
     CANCELED,
-    EVENT_CANCELED,
     EVENT_PROGRESS,
     EVENT_SUBMITTED,
     FAILED,
@@ -250,16 +249,3 @@ def vendor_told(run: Run, now_ms: int) -> Transition:
     new["_v"] = run["_v"] + 1
     new["_vendor_cancel"] = False
     return Transition(new, run["_v"], remove_due=True)
-
-
-__all__ = [
-    "EVENT_CANCELED",
-    "canceled",
-    "failed",
-    "finished",
-    "new_run",
-    "polled",
-    "public",
-    "submitted",
-    "touched",
-]

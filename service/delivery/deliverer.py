@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import httpx
+import structlog
 
 from service import __version__, domain, logs
 from service.delivery import schedule, signing
@@ -135,8 +136,6 @@ def _describe(exc: BaseException) -> str:
 
 
 def logs_bound(dlv: dict[str, str]) -> Any:
-    import structlog
-
     return structlog.contextvars.bound_contextvars(
         delivery_id=dlv.get("id"), subscription_id=dlv.get("sub"), run_id=dlv.get("run") or None
     )

@@ -183,7 +183,6 @@ class RunStepper:
                     vendor_status=result.vendor_status,
                     result=payload,
                 ),
-                seen_ms=now,
             )
         elif result.status == base.FAILED:
             await self._finish(
@@ -197,7 +196,6 @@ class RunStepper:
                     settings=self.settings,
                     vendor_status=result.vendor_status,
                 ),
-                seen_ms=now,
             )
         elif result.status == base.CANCELED:
             await self._finish(
@@ -210,7 +208,6 @@ class RunStepper:
                     settings=self.settings,
                     vendor_status=result.vendor_status,
                 ),
-                seen_ms=now,
             )
         else:
             shown, delay = next_delay(policy, run.get("_delay"), self._rng)
@@ -236,7 +233,6 @@ class RunStepper:
             lifecycle.failed(
                 run, _now(), code=domain.TIMED_OUT, message=message, settings=self.settings, count_poll=False
             ),
-            seen_ms=_now(),
         )
 
     async def _tell_vendor(self, run: dict[str, Any], adapter: VendorAdapter) -> None:
@@ -258,7 +254,6 @@ class RunStepper:
                     settings=self.settings,
                     count_poll=False,
                 ),
-                seen_ms=_now(),
             )
             return
         retry_after = getattr(exc, "retry_after", None)
@@ -269,7 +264,7 @@ class RunStepper:
 
     # Helpers ------------------------------------------------------------------------------------
 
-    async def _finish(self, run: dict[str, Any], change: Transition, *, seen_ms: int) -> None:
+    async def _finish(self, run: dict[str, Any], change: Transition) -> None:
         outcome, _ = await self._apply(change)
         if outcome == "ok":
             status = change.run["status"]

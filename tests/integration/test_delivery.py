@@ -347,3 +347,14 @@ async def test_a_subscription_failing_past_the_window_is_disabled(
 
     s = await eventually(disabled, what="disabled after exhausting attempts")
     assert "kept failing" in s["disabled_reason"] and s["consecutive_failures"] == 1
+
+
+async def test_a_subscription_rate_limit_spaces_deliveries(stack: Stack, receiver: Receiver) -> None:
+    sub = await stack.subscribe(receiver.url, rate_limit_per_s=4)
+    for _ in range(8):
+        assert (await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
+    await eventually(lambda: _value(len(receiver.received) == 8), timeout=20, what="eight test events")
+    times = sorted(r.at for r in receiver.received)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert min(gaps) >= 0.2  # 4 per second: 250 ms apart, less a little for scheduling
+    assert times[-1] - times[0] >= 1.5
