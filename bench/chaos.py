@@ -262,10 +262,14 @@ async def _explain(redis_url: str, sub_id: str, event_ids: list[str], logdir: Pa
         for event_id in event_ids:
             dlv = "dlv_" + hashlib.sha1(f"{event_id}:{sub_id}".encode()).hexdigest()[:26]
             record = await client.hgetall(f"hb:dlv:{dlv}")
-            event = await client.hgetall(f"hb:evt:{event_id}")
-            event.pop("body", None)
+            body = await client.get(f"hb:evt:{event_id}")
+            event = {
+                "id": event_id,
+                "kept": body is not None,
+                "type": json.loads(body)["type"] if body else None,
+            }
             due = await client.zscore("hb:due:deliveries", dlv)
-            chain = await client.lrange(f"hb:chain:{sub_id}:{record.get('run', event.get('run', ''))}", 0, -1)
+            chain = await client.lrange(f"hb:chain:{sub_id}:{record.get('run', '')}", 0, -1)
             attempts = await client.lrange(f"hb:dlv:{dlv}:attempts", 0, -1)
             lines.append(
                 json.dumps(

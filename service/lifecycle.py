@@ -135,6 +135,7 @@ def submitted(
     new = _next(run, now_ms)
     new.update(status=SUBMITTED, vendor_run_id=vendor_run_id, vendor_status=vendor_status, _transient=0)
     new["_state"] = {**run.get("_state", {}), **state}
+    new.pop("document", None)  # only the submit needed it
     return Transition(
         new, run["_v"], events=[_event(new, EVENT_SUBMITTED, now_ms)], due_ms=due_ms, delete_document=True
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
@@ -158,17 +157,10 @@ async def run_events(request: Request) -> Response:
     ctx = Context.of(request)
     client = ctx.keys.authenticate(request)
     run = await _own_run(ctx, client, request.path_params["run_id"])
-    events = []
-    for event in await ctx.store.run_events(run["id"]):
-        body = json.loads(event["body"]) if event["body"] else None
-        events.append(
-            {
-                "id": event["id"],
-                "type": event["type"],
-                "created_at": domain.rfc3339(event["created_ms"]),
-                "data": body["data"] if body else None,
-            }
-        )
+    events = [
+        {"id": event_id, "type": body["type"], "created_at": body["timestamp"], "data": body["data"]}
+        for event_id, body in await ctx.store.run_events(run["id"])
+    ]
     return JSONResponse({"data": events, "next_cursor": None})
 
 

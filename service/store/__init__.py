@@ -40,6 +40,42 @@ def _hash(raw: Sequence[bytes] | dict[bytes, bytes]) -> dict[str, str]:
     return {_s(k): _s(v) for k, v in zip(it, it, strict=True)}
 
 
+# Fields a stored run leaves out while they hold their default: a run in flight is most of Redis's
+# memory, and these are most of a run.
+_RUN_DEFAULTS: dict[str, Any] = {
+    "vendor_run_id": None,
+    "vendor_status": None,
+    "progress": None,
+    "metadata": {},
+    "zero_retention": False,
+    "completed_at": None,
+    "polls": 0,
+    "error": None,
+    "options": {},
+    "subscription_ids": [],
+    "_state": {},
+    "_delay": None,
+    "_transient": 0,
+    "_progress_event_at": 0,
+    "_vendor_cancel": False,
+}
+
+
+def dump_run(run: Doc) -> str:
+    return json.dumps(
+        {k: v for k, v in run.items() if k not in _RUN_DEFAULTS or v != _RUN_DEFAULTS[k]},
+        separators=(",", ":"),
+    )
+
+
+def load_run(raw: bytes | str) -> Doc:
+    run = json.loads(raw)
+    for key, default in _RUN_DEFAULTS.items():
+        if key not in run:
+            run[key] = default if not isinstance(default, dict | list) else type(default)()
+    return dict(run)
+
+
 def encode_cursor(score: float, member: str) -> str:
     return base64.urlsafe_b64encode(f"{score!r}|{member}".encode()).decode().rstrip("=")
 
@@ -105,7 +141,7 @@ class Store:
         instead when the key was used before (and writes nothing)."""
         run_id, client = run["id"], run["client"]
         ks = [keys.run(run_id), keys.document(run_id), keys.client_runs(client), keys.due_runs(run["vendor"])]
-        args: list[Any] = [json.dumps(run, separators=(",", ":")), document or b"", run["created_at"], run_id]
+        args: list[Any] = [dump_run(run), document or b"", run["created_at"], run_id]
         if idem:
             ks.append(keys.idempotency(client, idem[0]))
             args += [f"{idem[1]} {run_id}", int(self.settings.idempotency_ttl_s * 1000)]
@@ -118,13 +154,13 @@ class Store:
 
     async def get_run(self, run_id: str) -> Doc | None:
         raw = await self.redis.get(keys.run(run_id))
-        return json.loads(raw) if raw else None
+        return load_run(raw) if raw else None
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[Doc | None]:
         if not run_ids:
             return []
         raws = await self.redis.mget([keys.run(r) for r in run_ids])
-        return [json.loads(raw) if raw else None for raw in raws]
+        return [load_run(raw) if raw else None for raw in raws]
 
     async def get_document(self, run_id: str) -> bytes | None:
         raw = await self.redis.get(keys.document(run_id))
@@ -134,27 +170,13 @@ class Store:
         raw = await self.redis.get(keys.result(run_id))
         return bytes(raw) if raw is not None else None
 
-    async def run_events(self, run_id: str) -> list[dict[str, Any]]:
+    async def run_events(self, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+        """The run's events that are still kept, oldest first, as (event id, body)."""
         ids = [_s(i) for i in await self.redis.lrange(keys.run_events(run_id), 0, -1)]  # type: ignore[misc]
         if not ids:
             return []
-        pipe = self.redis.pipeline(transaction=False)
-        for event_id in ids:
-            pipe.hmget(keys.event(event_id), ["type", "created", "body"])
-        rows = await pipe.execute()
-        events = []
-        for event_id, (etype, created, body) in zip(ids, rows, strict=True):
-            if etype is None:
-                continue
-            events.append(
-                {
-                    "id": event_id,
-                    "type": _s(etype),
-                    "created_ms": int(_s(created)),
-                    "body": body and bytes(body),
-                }
-            )
-        return events
+        bodies = await self.redis.mget([keys.event(i) for i in ids])
+        return [(event_id, json.loads(body)) for event_id, body in zip(ids, bodies, strict=True) if body]
 
     async def list_runs(
         self, client: str, *, limit: int, cursor: str | None, status: str | None, vendor: str | None
@@ -191,13 +213,13 @@ class Store:
         if change.ttl_ms is not None:
             ops["ttl_ms"] = change.ttl_ms
         # The run and the result travel as their own arguments, not escaped inside the ops JSON.
-        args: list[Any] = [json.dumps(ops, separators=(",", ":")), json.dumps(run, separators=(",", ":"))]
+        args: list[Any] = [json.dumps(ops, separators=(",", ":")), dump_run(run)]
         if change.result is not None:
             args.append(change.result)
         reply = await self.scripts.transition(keys=[keys.run(run["id"])], args=args)
         outcome = _s(reply[0])
         if outcome == "conflict":
-            return outcome, json.loads(reply[1]), 0
+            return outcome, load_run(reply[1]), 0
         if outcome == "ok":
             return outcome, None, int(reply[1])
         return outcome, None, 0
@@ -218,7 +240,7 @@ class Store:
         )
         flat, nxt = reply
         claimed = [
-            ClaimedRun(json.loads(flat[i + 3]), float(flat[i + 1]), float(flat[i + 2]))
+            ClaimedRun(load_run(flat[i + 3]), float(flat[i + 1]), float(flat[i + 2]))
             for i in range(0, len(flat), 4)
         ]
         return claimed, float(nxt) if nxt else None

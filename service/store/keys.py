@@ -9,8 +9,8 @@ hb:run:{run}                      string  the run as JSON (public fields and ``_
 hb:doc:{run}                      string  the submitted document bytes, until the vendor accepted it
 hb:result:{run}                   string  the vendor's result as JSON (not kept with zero retention)
 hb:run:{run}:events               list    the run's event ids, oldest first
-hb:evt:{evt}                      hash    type, run, client, created, body (the exact bytes sent),
-                                          pending (deliveries not yet final), zr (zero retention)
+hb:evt:{evt}                      string  the event's body, the exact bytes sent (type and time inside)
+hb:evt:{evt}:pending              string  zero retention only: deliveries of the event not yet final
 hb:client:{client}:runs           zset    run ids by creation time (listing)
 hb:client:{client}:subs           zset    subscription ids by creation time
 hb:sub:{sub}                      hash    the subscription (lists as JSON strings), health counters

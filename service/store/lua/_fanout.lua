@@ -32,13 +32,11 @@ local function create_delivery(ev, sid, run_id, client, now, retention_ms)
   return 1
 end
 
--- Emits one event: stores its body, appends it to the run, fans it out. Returns deliveries created.
+-- Emits one event: fans it out, stores its body (the exact bytes sent) and appends it to the run.
+-- A run.progress event that no subscription asked for is not kept. Returns deliveries created.
 local function emit(ev, run_id, client, subs, filter, zr, now, retention_ms)
   local ekey = 'hb:evt:' .. ev['id']
   if redis.call('EXISTS', ekey) == 1 then return 0 end
-  redis.call('HSET', ekey, 'id', ev['id'], 'type', ev['type'], 'run', run_id, 'client', client,
-    'created', ev['created'], 'body', ev['body'], 'zr', zr)
-  if run_id ~= '' then redis.call('RPUSH', 'hb:run:' .. run_id .. ':events', ev['id']) end
   local n = 0
   for _, sid in ipairs(subs) do
     if filter == nil or filter[sid] then
@@ -48,8 +46,13 @@ local function emit(ev, run_id, client, subs, filter, zr, now, retention_ms)
       end
     end
   end
-  redis.call('HSET', ekey, 'pending', n)
-  redis.call('PEXPIRE', ekey, retention_ms)
+  if n == 0 and ev['type'] == 'run.progress' then return 0 end
+  redis.call('SET', ekey, ev['body'], 'PX', retention_ms)
+  if run_id ~= '' then redis.call('RPUSH', 'hb:run:' .. run_id .. ':events', ev['id']) end
+  if zr == '1' and n > 0 then
+    -- Zero retention: counts the deliveries not yet final; the last one to end drops the body.
+    redis.call('SET', ekey .. ':pending', n, 'PX', retention_ms)
+  end
   return n
 end
 

@@ -36,7 +36,7 @@ for _, id in ipairs(due) do
     if not held then
       redis.call('ZADD', ikey, now + lease, id)
       redis.call('ZADD', KEYS[1], now + lease, id)
-      local body = redis.call('HGET', 'hb:evt:' .. d[2], 'body')
+      local body = redis.call('GET', 'hb:evt:' .. d[2])
       table.insert(out, {redis.call('HGETALL', dkey), redis.call('HGETALL', skey), body or false})
     end
   end

@@ -46,10 +46,10 @@ end
 
 if d[5] == '0' then
   redis.call('HSET', KEYS[1], 'counted', 1)
-  local ekey = 'hb:evt:' .. evt
-  if redis.call('EXISTS', ekey) == 1 and redis.call('HINCRBY', ekey, 'pending', -1) <= 0 then
-    -- Zero retention: once every delivery of the event is final, its body (the result) is dropped.
-    if redis.call('HGET', ekey, 'zr') == '1' then redis.call('HDEL', ekey, 'body') end
+  local pkey = 'hb:evt:' .. evt .. ':pending'
+  if redis.call('EXISTS', pkey) == 1 and redis.call('DECR', pkey) <= 0 then
+    -- Zero retention: every delivery of the event has ended, so its body (the result) goes.
+    redis.call('DEL', 'hb:evt:' .. evt, pkey)
   end
 end
 redis.call('PEXPIRE', KEYS[1], ops['retention_ms'])
