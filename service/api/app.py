@@ -124,6 +124,27 @@ class RequestContext:
                     )
 
 
+def one_route_per_path(routes: list[Route]) -> list[Route]:
+    """Starlette answers 405 from the first route whose path matches, naming only its methods in
+    ``Allow``; merging the routes of one path into one route makes ``Allow`` list them all."""
+    by_path: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        for method in route.methods or ():
+            by_path.setdefault(route.path, {})[method] = route.endpoint
+    merged = []
+    for path, endpoints in by_path.items():
+        if len(endpoints) == 1 or set(endpoints) == {"GET", "HEAD"}:
+            merged += [r for r in routes if r.path == path]
+            continue
+
+        async def dispatch(request: Request, endpoints: dict[str, Any] = endpoints) -> Response:
+            response: Response = await endpoints[request.method](request)
+            return response
+
+        merged.append(Route(path, dispatch, methods=sorted(endpoints)))
+    return merged
+
+
 def create_app(settings: Settings, *, store: Store | None = None, redis_url: str | None = None) -> Starlette:
     """The app; it connects to Redis in its lifespan unless a ``store`` is given."""
 
@@ -149,8 +170,7 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
         Route("/readyz", readyz),
         Route("/metrics", metrics_endpoint),
         Route("/openapi.json", openapi),
-        *runs.routes,
-        *subscriptions.routes,
+        *one_route_per_path([*runs.routes, *subscriptions.routes]),
     ]
     return Starlette(
         routes=routes,

@@ -55,7 +55,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def parse_json(raw: bytes, max_depth: int) -> Any:
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_constant=_no_constants)
     except (ValueError, RecursionError) as exc:
         detail = (
             f"The body is not valid JSON: {exc}"
@@ -75,6 +75,11 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
             status=400,
         )
     return value
+
+
+def _no_constants(name: str) -> Any:
+    # NaN and Infinity are not JSON (RFC 8259), and a vendor would choke on them later.
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _encodable(value: Any) -> bool:
@@ -171,7 +176,7 @@ async def run_request(request: Request, settings: Settings) -> RunRequest:
                 content = await file.read()
                 filename, media_type = (
                     file.filename or "document",
-                    file.content_type or "application/octet-stream",
+                    (file.content_type or "application/octet-stream").split(";")[0].strip(),
                 )
         except InvalidInput:
             raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,7 +85,10 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
     """Raises ValueError on a cursor we did not make."""
     padded = cursor + "=" * (-len(cursor) % 4)
     score, _, member = base64.urlsafe_b64decode(padded.encode()).decode().partition("|")
-    return float(score), member
+    value = float(score)
+    if not math.isfinite(value):
+        raise ValueError("not a cursor")
+    return value, member
 
 
 @dataclass(frozen=True)

@@ -302,3 +302,15 @@ async def test_result_of_a_running_run_is_not_ready(api_only: Stack) -> None:
     run = await api_only.submit("nutrient")
     response = await api_only.api.get(f"/v1/runs/{run['id']}/result")
     assert response.status_code == 404 and response.json()["code"] == "result_not_ready"
+
+
+async def test_405_names_every_method_of_the_path(api_only: Stack) -> None:
+    response = await api_only.api.put("/v1/subscriptions/sub_x")
+    assert response.status_code == 405 and response.json()["code"] == "method_not_allowed"
+    assert set(response.headers["allow"].split(", ")) >= {"GET", "PATCH", "DELETE"}
+
+
+async def test_nan_in_json_is_not_json(api_only: Stack) -> None:
+    body = b'{"vendor": "nutrient", "document": {"url": "https://x.test/a.pdf"}, "options": {"t": NaN}}'
+    response = await api_only.api.post("/v1/runs", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["code"] == "invalid_json"

@@ -388,9 +388,6 @@ REGRESSIONS = [
         {"query": {"cursor": NAN_CURSOR}},
         422,
         id="nan-cursor",
-        marks=pytest.mark.xfail(
-            reason="store.decode_cursor lets NaN through; Redis refuses it: 503", strict=False
-        ),
     ),
 ]
 
