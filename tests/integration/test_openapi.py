@@ -259,7 +259,7 @@ def serve_in_thread(app: Any) -> Iterator[str]:
     deadline = time.monotonic() + 10
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "the API did not start"
-        time.sleep(0.01)
+        thread.join(timeout=0.01)  # returns at once if the server thread died
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
