@@ -11,6 +11,8 @@ for _, id in ipairs(due) do
   local d = redis.call('HMGET', dkey, 'sub', 'event', 'status')
   if not d[1] or not d[2] or d[3] ~= 'pending' then
     redis.call('ZREM', KEYS[1], id)
+    -- A pending record that names no event can never be sent: end it, or the sweeper re-adds it.
+    if d[3] == 'pending' then redis.call('HSET', dkey, 'status', 'failed') end
   else
     local sid = d[1]
     local skey = 'hb:sub:' .. sid
