@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import structlog
+
 from service import domain, lifecycle, logs
 from service.domain import QUEUED, TERMINAL
 from service.metrics import RUNS
@@ -72,6 +74,18 @@ class RunStepper:
         policy = self.settings.vendor(run["vendor"])
         adapter = self.adapters[run["vendor"]]
         timeout = self.settings.vendor_timeout_s * 2  # a step makes at most two vendor calls in a row
+        with structlog.contextvars.bound_contextvars(run_id=run["id"], vendor=run["vendor"]):
+            await self._step(claimed, latest, policy, adapter, timeout)
+
+    async def _step(
+        self,
+        claimed: ClaimedRun,
+        latest: list[dict[str, Any]],
+        policy: VendorSettings,
+        adapter: VendorAdapter,
+        timeout: float,
+    ) -> None:
+        run = claimed.run
         try:
             async with asyncio.timeout(timeout + max(0.0, claimed.slot_ms / 1000 - time.time())):
                 if run["status"] in TERMINAL:
