@@ -1,0 +1,176 @@
+"""The API alone: ``POST /v1/runs`` and ``GET /v1/runs/{id}`` requests per second and latency.
+
+    python -m bench.api                   # 10 s per phase at concurrency 32
+    python -m bench.api --quick           # 2 s per phase
+
+One ``hookbridge api`` process (uvicorn, one process) on Redis (AOF everysec); no worker, so submitted runs
+just queue. The client is aiohttp in this process (one ``ClientSession``, a closed loop of ``--concurrency``
+requests in flight), on the other core. Phases, each after a one-second warm-up:
+
+- ``POST /v1/runs`` with a URL document (the smallest submit: no document bytes),
+- ``POST /v1/runs`` with a 1 KiB document inline as base64 (the bytes are stored until the vendor has them),
+- ``GET /v1/runs/{id}`` of the runs just created, round robin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench._common import (
+    AUTH,
+    BenchResult,
+    Cluster,
+    Figure,
+    cpu_note,
+    percentile,
+    print_result,
+    run_main,
+    sampling,
+    url_run,
+)
+
+DOCUMENT = base64.b64encode(b"%PDF-1.7\n" + os.urandom(1015)).decode()
+
+
+def inline_run(i: int) -> dict[str, Any]:
+    return {
+        "vendor": "nutrient",
+        "operation": "extract",
+        "document": {
+            "content_base64": DOCUMENT,
+            "filename": f"invoice-{i}.pdf",
+            "media_type": "application/pdf",
+        },
+        "metadata": {"i": str(i)},
+    }
+
+
+async def _phase(
+    cluster: Cluster,
+    concurrency: int,
+    seconds: float,
+    request: Callable[[int], Any],
+    expect: int,
+) -> dict[str, Any]:
+    """A closed loop: ``concurrency`` clients, each sending its next request as soon as one is answered."""
+    latencies: list[float] = []
+    errors = 0
+    counter = 0
+    warm_until = time.monotonic() + 1.0
+    stop_at = warm_until + seconds
+
+    async def client() -> None:
+        nonlocal counter, errors
+        while time.monotonic() < stop_at:
+            counter += 1
+            t0 = time.monotonic()
+            async with request(counter) as response:
+                await response.read()
+                ok = response.status == expect
+            t1 = time.monotonic()
+            if not ok:
+                errors += 1
+            elif t0 >= warm_until:
+                latencies.append(t1 - t0)
+
+    async with sampling(cluster) as sampler:
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+    t_end = time.time()
+    usage = sampler.usage(t_end - seconds, t_end)
+    return {
+        "rps": len(latencies) / seconds,
+        "p50_ms": (percentile(latencies, 0.5) or 0) * 1000,
+        "p99_ms": (percentile(latencies, 0.99) or 0) * 1000,
+        "errors": errors,
+        "cpu": usage,
+    }
+
+
+async def run(quick: bool = False, concurrency: int = 32, seconds: float | None = None) -> BenchResult:
+    seconds = seconds or (2.0 if quick else 10.0)
+    started = time.monotonic()
+    result = BenchResult(
+        name="api", command="python -m bench.api", quick_command="python -m bench.api --quick"
+    )
+    async with Cluster("api", worker=False, simulator=False, receiver=False) as cluster:
+        url = f"{cluster.api_url}/v1/runs"
+        post_url = await _phase(
+            cluster,
+            concurrency,
+            seconds,
+            lambda i: cluster.http.post(url, json=url_run(i), headers=AUTH),
+            202,
+        )
+        post_inline = await _phase(
+            cluster,
+            concurrency,
+            seconds,
+            lambda i: cluster.http.post(url, json=inline_run(i), headers=AUTH),
+            202,
+        )
+        ids = await _run_ids(cluster)
+        get = await _phase(
+            cluster,
+            concurrency,
+            seconds,
+            lambda i: cluster.http.get(f"{url}/{ids[i % len(ids)]}", headers=AUTH),
+            200,
+        )
+    for label, phase in (
+        ("POST /v1/runs, URL document", post_url),
+        ("POST /v1/runs, 1 KiB inline document", post_inline),
+        ("GET /v1/runs/{id}", get),
+    ):
+        result.add(
+            Figure(
+                f"{label}: requests per second",
+                phase["rps"],
+                "req/s",
+                note=f"concurrency {concurrency}, {seconds:g} s",
+            ),
+            Figure(f"{label}: latency p99", phase["p99_ms"], "ms", note=f"p50 {phase['p50_ms']:.1f} ms"),
+        )
+        result.notes.append(
+            f"{label}: {phase['errors']} errors; CPU (share of one core): {cpu_note(phase['cpu'])}."
+        )
+    result.data.update(post_url=post_url, post_inline=post_inline, get=get, concurrency=concurrency)
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+async def _run_ids(cluster: Cluster, want: int = 2000) -> list[str]:
+    ids: list[str] = []
+    cursor = None
+    while len(ids) < want:
+        params: dict[str, Any] = {"limit": 200, **({"cursor": cursor} if cursor else {})}
+        async with cluster.http.get(f"{cluster.api_url}/v1/runs", params=params, headers=AUTH) as response:
+            page = await response.json()
+        ids += [r["id"] for r in page["data"]]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            break
+    if not ids:
+        raise RuntimeError("no runs to read")
+    return ids
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="2 s per phase")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--seconds", type=float, help="seconds per phase (default 10)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    print_result(run_main(run(args.quick, args.concurrency, args.seconds)), args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,330 @@
+"""Scale: 10,000 runs in flight at once on one worker process.
+
+    python -m bench.scale                 # 10,000 Nutrient runs lasting 30-120 s at the vendor
+    python -m bench.scale --quick         # 1,000 runs lasting 5-15 s, well under a minute
+
+One ``hookbridge api``, one ``hookbridge worker``, the simulator and Redis (AOF everysec) as subprocesses;
+all runs go to Nutrient with its documented poll policy (2 s doubling to 30 s, +0-15 % jitter). The
+documents are URLs, so no document bytes are kept; one subscription (the default: terminal events) points
+at a receiver in this process. Measured:
+
+- poll lateness (actual minus planned time of a run's step) from the worker's histogram
+  ``hookbridge_poll_lateness_seconds``, interpolated linearly within its buckets (the share later than
+  1 s is exact: 1 s is a bucket bound): for every poll after all runs reached the vendor, for those after
+  the backlog of due steps left by the burst had cleared, and for every step including the submits;
+- the worker's memory (``VmRSS`` sampled every second, ``VmHWM`` as its peak);
+- Redis ``used_memory`` before the runs and with every run in flight, per run; and what stays per finished
+  run (kept ``RETENTION_S``, 7 days by default);
+- how long the whole thing takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bench._common import (
+    BenchResult,
+    Cluster,
+    Figure,
+    cpu_note,
+    cpu_seconds,
+    histogram,
+    histogram_delta,
+    memory_kib,
+    metric_sum,
+    number,
+    print_result,
+    quantile,
+    run_main,
+    sampling,
+    submit_runs,
+    until,
+    url_run,
+)
+
+LATENESS_TARGET_S = 1.0
+REDIS_TARGET_BYTES = 2048
+LATENESS = "hookbridge_poll_lateness_seconds"
+
+
+async def run(
+    quick: bool = False,
+    runs: int | None = None,
+    duration: str | None = None,
+    concurrency: int = 32,
+    rate: float = 0.0,
+) -> BenchResult:
+    n = runs or (1000 if quick else 10_000)
+    duration = duration or ("5,15" if quick else "30,120")
+    started_mono = time.monotonic()
+    result = BenchResult(
+        name="scale", command="python -m bench.scale", quick_command="python -m bench.scale --quick"
+    )
+    async with Cluster("scale", {"SIM_DURATION_S": duration}) as cluster:
+        await cluster.subscribe()
+        cluster.receiver.expect_terminal = n
+        redis = await cluster.redis_client()
+        worker_pid = cluster.procs["worker"].process.pid
+        await asyncio.sleep(1.0)  # let the worker's first sweep and heartbeat write their keys
+        baseline = await cluster.redis_memory()
+        timeline: list[dict[str, Any]] = []
+        t_start = time.time()
+
+        async def probe() -> dict[str, Any]:
+            metrics = await cluster.metrics()
+            now = time.time()
+            row = {
+                "t": now - t_start,
+                "redis_bytes": await cluster.redis_memory(),
+                "in_flight": await redis.zcard("hb:due:runs:nutrient"),
+                "due_now": await redis.zcount("hb:due:runs:nutrient", "-inf", int(now * 1000)),
+                "worker_rss_kib": memory_kib(worker_pid).get("VmRSS", 0),
+                "worker_cpu_s": cpu_seconds(worker_pid),
+                "called_back": cluster.receiver.terminal_count,
+                "polls": metric_sum(metrics, "hookbridge_vendor_requests_total", kind="poll"),
+                "lateness": histogram(metrics, LATENESS),
+            }
+            timeline.append(row)
+            return row
+
+        async with sampling(cluster, period_s=1.0) as sampler:
+            sampler.probe(probe)
+            pace = _pacer(rate)
+            await submit_runs(cluster, n, concurrency, body=lambda i: url_run(i, tag="scale"), pace=pace)
+            accepted = time.time()
+
+            async def all_at_vendor() -> bool:
+                metrics = await cluster.metrics()
+                return metric_sum(metrics, "hookbridge_vendor_requests_total", kind="submit", code="202") >= n
+
+            at_vendor = await until(all_at_vendor, 600, "every run submitted to the vendor", period=0.1)
+            m_at_vendor = await cluster.metrics()
+            in_flight_memory = await cluster.redis_memory()
+            in_flight_count = await redis.zcard("hb:due:runs:nutrient")
+            in_flight_keys = await _breakdown(redis, await redis.zrange("hb:due:runs:nutrient", 0, 49))
+            await asyncio.wait_for(cluster.receiver.terminal.wait(), timeout=900)
+            finished = time.time()
+            m_end = await cluster.metrics()
+        await asyncio.sleep(1.0)
+        after = await cluster.redis_memory()
+        finished_keys = await _breakdown(redis, await redis.zrange("hb:client:bench:runs", 0, 49))
+        worker_mem = memory_kib(worker_pid)
+
+    # Lateness in three windows: the ramp (submits and first polls of the burst), the drain (until the
+    # backlog of due steps is gone), and the steady part after it.
+    cleared = next(
+        (r for r in timeline if r["t"] + t_start > at_vendor and r["due_now"] <= max(10, n // 200)),
+        timeline[-1],
+    )
+    cleared_t = cleared["t"] + t_start
+    hist_end = histogram(m_end, LATENESS)
+    hist_at_vendor = histogram(m_at_vendor, LATENESS)
+    after_vendor = histogram_delta(hist_end, hist_at_vendor)
+    steady = histogram_delta(hist_end, cleared["lateness"])
+    p50, _ = quantile(after_vendor, 0.5)
+    p99, beyond = quantile(after_vendor, 0.99)
+    all50, _ = quantile(hist_end, 0.5)
+    all99, all_beyond = quantile(hist_end, 0.99)
+    st50, _ = quantile(steady, 0.5)
+    st99, st_beyond = quantile(steady, 0.99)
+    per_run = (in_flight_memory - baseline) / in_flight_count if in_flight_count else None
+    per_finished = (after - baseline) / n
+    peak_rss = max([worker_mem.get("VmHWM", 0), *(r["worker_rss_kib"] for r in timeline)])
+    polls = metric_sum(m_end, "hookbridge_vendor_requests_total", kind="poll")
+    succeeded = sum(1 for c in cluster.receiver.terminal_callbacks() if c.type == "run.succeeded")
+    peak_due = max(r["due_now"] for r in timeline)
+
+    result.add(
+        Figure(
+            "poll lateness p50, every poll after all runs reached the vendor",
+            p50,
+            "s",
+            note=f"{share_over(after_vendor, 1.0):.1f} % later than 1 s",
+        ),
+        Figure(
+            "poll lateness p99, the same polls",
+            p99,
+            "s",
+            target="< 1 s",
+            goal=LATENESS_TARGET_S,
+            higher_is_better=False,
+            note=("≥ " if beyond else "") + "linear within the histogram's buckets",
+        ),
+        Figure(
+            "poll lateness p50 / p99 once the backlog had cleared",
+            st50,
+            "s",
+            note=f"p99 {'≥ ' if st_beyond else ''}{number(st99 or 0)} s; "
+            f"{cleared['t']:.0f} s after the first submit, {cleared['in_flight']:,} runs still in flight",
+        ),
+        Figure(
+            "step lateness p50 / p99 over the whole run, submits of the burst included",
+            all50,
+            "s",
+            note=f"p99 {'≥ ' if all_beyond else ''}{number(all99 or 0)} s",
+        ),
+        Figure("most steps due and not yet taken (the backlog)", peak_due, "steps"),
+        Figure("worker memory, peak RSS (VmHWM)", peak_rss / 1024, "MiB", note=f"{n:,} runs"),
+        Figure(
+            "Redis memory per run in flight, when all had reached the vendor",
+            per_run,
+            "bytes",
+            target="≤ 2 KiB",
+            goal=REDIS_TARGET_BYTES,
+            higher_is_better=False,
+            note=f"{in_flight_count:,} in flight; used_memory less client and AOF buffers; URL documents",
+        ),
+        Figure(
+            "Redis memory kept per finished run (for RETENTION_S, 7 days)",
+            per_finished,
+            "bytes",
+            note=f"{finished_keys['events per run']:.1f} events per run",
+        ),
+        Figure(
+            "submitting the runs through the API", accepted - t_start, "s", note=f"concurrency {concurrency}"
+        ),
+        Figure("every run at the vendor", at_vendor - t_start, "s"),
+        Figure("every run called back", finished - t_start, "s", note=f"vendor durations {duration} s"),
+        Figure("vendor polls per run", polls / n, "polls"),
+    )
+    ramp, drain, rest = (
+        sampler.usage(t_start, at_vendor),
+        sampler.usage(at_vendor, cleared_t),
+        sampler.usage(cleared_t, finished),
+    )
+    result.notes.append(
+        f"Scale: {n:,} Nutrient runs, {succeeded:,} succeeded and were called back. CPU (share of one core) "
+        f"during the ramp (first submit to all at the vendor, {at_vendor - t_start:.0f} s): "
+        f"{cpu_note(ramp)}; "
+        f"during the drain (to the backlog cleared, {cleared_t - at_vendor:.0f} s): {cpu_note(drain)}; "
+        f"after: {cpu_note(rest)}."
+    )
+    result.notes.append(
+        "Redis per run, by key (MEMORY USAGE averaged over 50 runs), in flight: "
+        + _keys_note(in_flight_keys)
+        + "; finished: "
+        + _keys_note(finished_keys)
+        + ". Besides these keys: the members of the due set and of the client's run index, and the main "
+        "dictionary's entries."
+    )
+    result.data.update(
+        runs=n,
+        duration=duration,
+        lateness_polls=after_vendor,
+        lateness_steady=steady,
+        lateness_all=hist_end,
+        timeline=[{k: v for k, v in r.items() if k != "lateness"} for r in timeline],
+        baseline_bytes=baseline,
+        in_flight_bytes=in_flight_memory,
+        in_flight_keys=in_flight_keys,
+        finished_keys=finished_keys,
+        cpu={"ramp": ramp, "drain": drain, "after": rest},
+        at_vendor_s=at_vendor - t_start,
+        cleared_s=cleared["t"],
+        finished_s=finished - t_start,
+    )
+    result.elapsed_s = time.monotonic() - started_mono
+    return result
+
+
+def share_over(buckets: list[tuple[float, float]], bound: float) -> float:
+    """Percent of the observations above ``bound``, which must be a bucket bound (exact, no interpolation)."""
+    counts = dict(buckets)
+    total = buckets[-1][1] if buckets else 0.0
+    return 100 * (total - counts.get(bound, total)) / total if total else 0.0
+
+
+def _pacer(rate: float) -> Callable[[int], Awaitable[None]] | None:
+    if rate <= 0:
+        return None
+    started = time.monotonic()
+
+    async def pace(i: int) -> None:
+        await asyncio.sleep(max(0.0, started + i / rate - time.monotonic()))
+
+    return pace
+
+
+async def _breakdown(redis: Any, run_ids: list[str]) -> dict[str, float]:
+    """Average ``MEMORY USAGE`` of the keys of one run (the run, its event list, its events by type, its
+    result, its deliveries and their attempt logs), over ``run_ids``."""
+    totals: dict[str, float] = {}
+    events = 0
+
+    async def add(name: str, key: str) -> None:
+        totals[name] = totals.get(name, 0.0) + (await redis.memory_usage(key) or 0)
+
+    for run_id in run_ids:
+        await add("hb:run", f"hb:run:{run_id}")
+        await add("hb:run:…:events", f"hb:run:{run_id}:events")
+        await add("hb:result", f"hb:result:{run_id}")
+        for event_id in await _members(redis, f"hb:run:{run_id}:events"):
+            await add(f"hb:evt {await _event_type(redis, f'hb:evt:{event_id}')}", f"hb:evt:{event_id}")
+            events += 1
+    deliveries = await redis.keys("hb:dlv:*")
+    per = max(1, len(run_ids))
+    out = {k: v / per for k, v in totals.items() if v}
+    if deliveries and run_ids:
+        # Deliveries are named by event and subscription, not by run: averaged over every run.
+        sample = deliveries[:200]
+        size = sum([await redis.memory_usage(k) or 0 for k in sample]) / len(sample)
+        runs_total = await redis.zcard("hb:client:bench:runs") or 1
+        out["hb:dlv (+ attempts)"] = size * len(deliveries) / runs_total
+    out["events per run"] = events / per
+    return out
+
+
+async def _members(redis: Any, key: str) -> list[str]:
+    """The items of a list, set or sorted set, whichever the store uses."""
+    kind = await redis.type(key)
+    if kind == "list":
+        return list(await redis.lrange(key, 0, -1))
+    if kind == "zset":
+        return list(await redis.zrange(key, 0, -1))
+    if kind == "set":
+        return list(await redis.smembers(key))
+    return []
+
+
+async def _event_type(redis: Any, key: str) -> str:
+    """An event's type, whether it is kept as a hash with a ``type`` field or as its JSON body."""
+    kind = await redis.type(key)
+    if kind == "hash":
+        return str(await redis.hget(key, "type"))
+    if kind == "string":
+        try:
+            return str(json.loads(await redis.get(key)).get("type"))
+        except (TypeError, ValueError, AttributeError):
+            return "?"
+    return "?"
+
+
+def _keys_note(keys: dict[str, float]) -> str:
+    parts = [f"{k} {v:,.0f} B" for k, v in keys.items() if k != "events per run"]
+    total = sum(v for k, v in keys.items() if k != "events per run")
+    return f"{', '.join(parts)} (sum {total:,.0f} B)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="1,000 runs lasting 5-15 s")
+    parser.add_argument("--runs", type=int, help="runs in flight (default 10000)")
+    parser.add_argument("--duration", help="vendor duration 'min,max' seconds (default 30,120)")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="submits per second (default: as fast as answered)"
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    print_result(run_main(run(args.quick, args.runs, args.duration, args.concurrency, args.rate)), args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+"""Throughput: runs per second end to end, vendor polls per second, and the floors under them.
+
+    python -m bench.throughput            # 2,000 runs end to end, 5,000 runs in flight for the polls
+    python -m bench.throughput --quick    # a smoke run, well under a minute
+
+Phases, each on its own Redis, simulator, one ``hookbridge api`` and one ``hookbridge worker``:
+
+1. **End to end.** The simulator finishes every run at once (``SIM_DURATION_S=0,0``; Nutrient polled
+   after 10 ms); a client submits ``--runs`` runs at ``--concurrency`` through the API; a receiver in
+   this process takes the callbacks (the subscription's default: terminal events). Runs per second are
+   counted over the steady part: from the 10th to the 90th percentile of the completed callbacks.
+2. **Floors, on the same redis-server**: arq's rate for empty jobs (enqueue N no-op jobs with
+   ``create_pool().enqueue_job``, then an ``arq.worker.Worker`` in burst mode, ``max_jobs=50``,
+   ``poll_delay=0``, in this process) and ``redis-benchmark -q -t set,get -n 100000``.
+3. **Polls per second.** ``--inflight`` runs that last 60 s at the vendor, polled every second
+   (``POLL_INITIAL_S = POLL_MAX_S = 1s``, +0-15 % jitter: about ``inflight / 1.075`` polls are due each
+   second); the worker's ``hookbridge_vendor_requests_total{kind="poll"}`` is read at two instants. The
+   CPU of every process over the same window says which one is the limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import subprocess
+import time
+from typing import Any
+
+from bench._common import (
+    BenchResult,
+    Cluster,
+    Figure,
+    cpu_note,
+    histogram,
+    histogram_delta,
+    metric_sum,
+    percentile,
+    print_result,
+    quantile,
+    run_main,
+    sampling,
+    submit_runs,
+    until,
+)
+
+POLLS_TARGET = 1000.0
+
+
+async def noop(ctx: dict[str, Any]) -> None:
+    """arq's empty job."""
+
+
+async def end_to_end(n: int, concurrency: int, arq_jobs: int, result: BenchResult) -> None:
+    overrides = {
+        "SIM_DURATION_S": "0,0",
+        "NUTRIENT_POLL_INITIAL_S": "10ms",
+        "NUTRIENT_POLL_MAX_S": "100ms",
+    }
+    async with Cluster("throughput", overrides) as cluster:
+        await cluster.subscribe()
+        cluster.receiver.expect_terminal = n
+        async with sampling(cluster) as sampler:
+            started = time.time()
+            submitted = await submit_runs(cluster, n, concurrency)
+            submit_done = time.time()
+            await asyncio.wait_for(cluster.receiver.terminal.wait(), timeout=120 + n / 20)
+            finished = time.time()
+        done = sorted(c.received for c in cluster.receiver.terminal_callbacks())
+        lo, hi = done[int(0.1 * n)], done[int(0.9 * n) - 1]
+        steady = (int(0.9 * n) - int(0.1 * n) - 1) / (hi - lo) if hi > lo else None
+        usage = sampler.usage(lo, hi)
+        submit_rate = n / (submit_done - started)
+        ok = sum(1 for c in cluster.receiver.terminal_callbacks() if c.type == "run.succeeded")
+        by_run = {c.run_id: c.received for c in cluster.receiver.terminal_callbacks()}
+        e2e = [by_run[r] - t for r, t in submitted if r in by_run]
+        result.add(
+            Figure(
+                "runs per second end to end (submit → vendor done → callback 2xx), steady part",
+                steady,
+                "runs/s",
+                note=f"{n} runs, client concurrency {concurrency}",
+            ),
+            Figure("submits accepted per second while the worker ran", submit_rate, "runs/s"),
+            Figure(
+                "submit → callback received, p50 / p99",
+                percentile(e2e, 0.5),
+                "s",
+                note=f"p99 {percentile(e2e, 0.99) or 0:.2f} s; runs queue while the API outruns the worker",
+            ),
+        )
+        result.notes.append(
+            f"End to end: {ok}/{n} runs succeeded and were called back in {finished - started:.1f} s. "
+            f"CPU over the steady part (share of one core): {cpu_note(usage)}."
+        )
+        result.data["e2e"] = {
+            "runs": n,
+            "concurrency": concurrency,
+            "steady_runs_per_s": steady,
+            "submit_rate": submit_rate,
+            "cpu": usage,
+            "completions": [t - started for t in done],
+            "elapsed_s": finished - started,
+        }
+
+        # The floors, on the same redis-server (db 1 for arq, so hookbridge's keys are not in the way).
+        arq = await arq_floor(cluster.redis.port, arq_jobs)
+        result.add(
+            Figure(
+                "floor: arq enqueues per second (one process, one at a time)", arq["enqueue_per_s"], "jobs/s"
+            ),
+            Figure(
+                "floor: arq empty jobs per second (one worker, max_jobs=50, poll_delay=0, burst)",
+                arq["jobs_per_s"],
+                "jobs/s",
+                note=f"{arq_jobs} jobs",
+            ),
+        )
+        result.data["arq"] = arq
+        bench = redis_benchmark(cluster.redis.port)
+        if bench is None:
+            result.notes.append("redis-benchmark is not on PATH: the Redis floor was skipped.")
+        else:
+            result.add(
+                Figure("floor: redis-benchmark SET (AOF everysec, no pipelining)", bench.get("SET"), "ops/s"),
+                Figure("floor: redis-benchmark GET", bench.get("GET"), "ops/s"),
+            )
+            result.data["redis_benchmark"] = bench
+
+
+async def arq_floor(port: int, jobs: int) -> dict[str, float]:
+    from arq import create_pool
+    from arq.connections import RedisSettings
+    from arq.worker import Worker
+
+    settings = RedisSettings(host="127.0.0.1", port=port, database=1)
+    pool = await create_pool(settings)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(jobs):
+            await pool.enqueue_job("noop")
+        enqueue_s = time.perf_counter() - t0
+        worker = Worker(
+            functions=[noop],
+            redis_pool=pool,
+            burst=True,
+            max_jobs=50,
+            poll_delay=0,
+            handle_signals=False,
+            log_results=False,
+        )
+        t0 = time.perf_counter()
+        await worker.main()
+        run_s = time.perf_counter() - t0
+        complete = worker.jobs_complete
+        await worker.close()
+        await pool.flushdb()
+    finally:
+        await pool.aclose()
+    return {"jobs": float(jobs), "enqueue_per_s": jobs / enqueue_s, "jobs_per_s": complete / run_s}
+
+
+def redis_benchmark(port: int) -> dict[str, float] | None:
+    binary = shutil.which("redis-benchmark")
+    if binary is None:
+        return None
+    out = subprocess.run(
+        [binary, "-q", "-t", "set,get", "-n", "100000", "-p", str(port)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    rates: dict[str, float] = {}
+    for line in re.split(r"[\r\n]", out):
+        match = re.match(r"^(SET|GET): ([\d.]+) requests per second", line.strip())
+        if match:
+            rates[match.group(1)] = float(match.group(2))
+    return rates
+
+
+async def polls(n: int, concurrency: int, window_s: float, result: BenchResult) -> None:
+    overrides = {
+        "SIM_DURATION_S": "60,60",
+        "NUTRIENT_POLL_INITIAL_S": "1s",
+        "NUTRIENT_POLL_MAX_S": "1s",
+    }
+    async with Cluster("polls", overrides) as cluster:
+        await cluster.subscribe()
+        async with sampling(cluster) as sampler:
+            t_start = time.time()
+            await submit_runs(cluster, n, concurrency)
+            submitted = time.time()
+
+            async def all_at_vendor() -> bool:
+                metrics = await cluster.metrics()
+                return metric_sum(metrics, "hookbridge_vendor_requests_total", kind="submit", code="202") >= n
+
+            at_vendor = await until(all_at_vendor, 120, "every run submitted to the vendor")
+            await asyncio.sleep(3.0)
+            m0, t0 = await cluster.metrics(), time.time()
+            await asyncio.sleep(window_s)
+            m1, t1 = await cluster.metrics(), time.time()
+        polls_n = metric_sum(m1, "hookbridge_vendor_requests_total", kind="poll") - metric_sum(
+            m0, "hookbridge_vendor_requests_total", kind="poll"
+        )
+        rate = polls_n / (t1 - t0)
+        offered = n / 1.075
+        usage = sampler.usage(t0, t1)
+        late = histogram_delta(
+            histogram(m1, "hookbridge_poll_lateness_seconds"),
+            histogram(m0, "hookbridge_poll_lateness_seconds"),
+        )
+        p50, _ = quantile(late, 0.5)
+        p99, beyond = quantile(late, 0.99)
+        limit = _limit(usage)
+        result.add(
+            Figure(
+                "vendor polls per second, one worker process",
+                rate,
+                "polls/s",
+                target="≥ 1,000 polls/s",
+                goal=POLLS_TARGET,
+                note=f"{n} runs in flight, each due every ~1.075 s: {offered:,.0f} polls/s offered",
+            ),
+            Figure(
+                "poll lateness during that window, p50 / p99",
+                p50,
+                "s",
+                note=f"p99 {'>' if beyond else ''}{p99 or 0:.2f} s",
+            ),
+            Figure("worker CPU during that window", usage.get("worker", 0) * 100, "% of a core"),
+            Figure("simulator CPU during that window", usage.get("simulator", 0) * 100, "% of a core"),
+        )
+        result.notes.append(
+            f"Polls: {n} runs submitted through the API in {submitted - t_start:.1f} s, all at the vendor "
+            f"{at_vendor - t_start:.1f} s in; window {t1 - t0:.1f} s. "
+            f"CPU over the window: {cpu_note(usage)}. {limit}"
+        )
+        result.data["polls"] = {
+            "inflight": n,
+            "polls_per_s": rate,
+            "offered_per_s": offered,
+            "cpu": usage,
+            "lateness_buckets": late,
+            "window_s": t1 - t0,
+        }
+
+
+def _limit(usage: dict[str, float]) -> str:
+    worker, sim = usage.get("worker", 0.0), usage.get("simulator", 0.0)
+    busy = sum(usage.values())
+    if worker >= 0.9:
+        return "The worker process is saturated (one core)."
+    if sim >= 0.9:
+        return "The simulator (one Python process) is saturated: it is the limit, not the worker."
+    if busy >= 1.8:
+        return f"The two cores are busy ({busy * 100:.0f} % in all): the processes share them."
+    return "No process is saturated."
+
+
+async def run(
+    quick: bool = False,
+    runs: int | None = None,
+    inflight: int | None = None,
+    concurrency: int = 32,
+    window_s: float | None = None,
+) -> BenchResult:
+    started = time.monotonic()
+    result = BenchResult(
+        name="throughput",
+        command="python -m bench.throughput",
+        quick_command="python -m bench.throughput --quick",
+    )
+    await end_to_end(runs or (200 if quick else 2000), concurrency, 1000 if quick else 10_000, result)
+    await polls(
+        inflight or (500 if quick else 5000), concurrency, window_s or (4.0 if quick else 15.0), result
+    )
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 200 runs, 500 in flight")
+    parser.add_argument("--runs", type=int, help="runs end to end (default 2000)")
+    parser.add_argument("--inflight", type=int, help="runs in flight for the polls phase (default 5000)")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--window", type=float, help="seconds the polls are counted over (default 15)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = run_main(run(args.quick, args.runs, args.inflight, args.concurrency, args.window))
+    print_result(result, args.json)
+
+
+if __name__ == "__main__":
+    main()

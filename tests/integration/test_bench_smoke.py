@@ -1,0 +1,31 @@
+"""The benchmarks run: the cheapest one, in its quick mode, produces its figures and the page with its plot.
+
+Speed is never asserted here: only that the benchmark ran against real processes and reported numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import api, report
+from bench._common import machine
+
+
+@pytest.mark.slow
+async def test_the_api_benchmark_produces_its_figures_and_the_page(tmp_path: Path) -> None:
+    result = await api.run(quick=True, concurrency=4, seconds=0.5)
+
+    assert result.name == "api"
+    assert len(result.figures) == 6
+    assert all(f.value is not None and f.value > 0 for f in result.figures)
+    assert {"post_url", "post_inline", "get"} <= set(result.data)
+
+    written = report.write(
+        [result], machine(), tmp_path, command="python -m bench.run --only api", total_s=1.0
+    )
+    page = (tmp_path / "performance.md").read_text()
+    assert "POST /v1/runs" in page and "GET /v1/runs/{id}" in page
+    assert (tmp_path / "perf" / "api.png").stat().st_size > 0
+    assert set(written) == {tmp_path / "performance.md", tmp_path / "perf" / "api.png"}
