@@ -39,6 +39,7 @@ from service.stack import Servers
 KEY = "bench-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+BUSY, STEAL = "_machine_busy", "_machine_steal"
 T = TypeVar("T")
 
 
@@ -154,6 +155,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine so far, every core together (``/proc/stat``)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq) / CLK_TCK, steal / CLK_TCK
+
+
 def memory_kib(pid: int) -> dict[str, int]:
     """``VmRSS`` (now) and ``VmHWM`` (peak) from ``/proc/<pid>/status``, KiB."""
     out: dict[str, int] = {}
@@ -182,7 +193,9 @@ class Sampler:
         self._probes.append(fn)
 
     def take(self) -> None:
-        self.samples.append((time.time(), {n: cpu_seconds(p) for n, p in self.pids.items()}))
+        row = {n: cpu_seconds(p) for n, p in self.pids.items()}
+        row[BUSY], row[STEAL] = machine_cpu_seconds()
+        self.samples.append((time.time(), row))
 
     async def _loop(self) -> None:
         while True:
@@ -214,11 +227,20 @@ class Sampler:
         span = after[0] - before[0]
         if span <= 0:
             return {}
-        return {n: round((after[1][n] - before[1][n]) / span, 3) for n in self.pids}
+        out = {n: round((after[1][n] - before[1][n]) / span, 3) for n in self.pids}
+        busy = (after[1][BUSY] - before[1][BUSY]) / span
+        # What the rest of the machine used meanwhile (other processes, the kernel's own threads), and
+        # what the hypervisor took: a figure measured while these were high is disturbed.
+        out["other processes"] = round(max(0.0, busy - sum(out.values())), 3)
+        out["steal"] = round((after[1][STEAL] - before[1][STEAL]) / span, 3)
+        return out
 
 
 def cpu_note(usage: Mapping[str, float]) -> str:
-    return ", ".join(f"{n} {v * 100:.0f} %" for n, v in sorted(usage.items(), key=lambda kv: -kv[1]))
+    ours = {n: v for n, v in usage.items() if n not in ("other processes", "steal")}
+    text = ", ".join(f"{n} {v * 100:.0f} %" for n, v in sorted(ours.items(), key=lambda kv: -kv[1]))
+    extra = [f"{n} {usage[n] * 100:.0f} %" for n in ("other processes", "steal") if usage.get(n, 0) >= 0.01]
+    return text + (f" (besides: {', '.join(extra)})" if extra else "")
 
 
 # Prometheus -------------------------------------------------------------------------------------------
