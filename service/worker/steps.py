@@ -198,27 +198,19 @@ class RunStepper:
                     result=payload,
                 ),
             )
-        elif result.status == base.FAILED:
+        elif result.status in (base.FAILED, base.CANCELED):
+            # Canceled at the vendor by someone else than us: for our client the run failed there.
+            message = result.error or "the vendor reported a failure"
+            if result.status == base.CANCELED:
+                message = "the run was canceled at the vendor"
             await self._finish(
                 run,
                 lifecycle.failed(
                     run,
                     now,
                     code=domain.VENDOR_FAILED,
-                    message=result.error or "the vendor reported a failure",
+                    message=message,
                     details=result.error_details,
-                    settings=self.settings,
-                    vendor_status=result.vendor_status,
-                ),
-            )
-        elif result.status == base.CANCELED:
-            await self._finish(
-                run,
-                lifecycle.failed(
-                    run,
-                    now,
-                    code=domain.VENDOR_FAILED,
-                    message="the run was canceled at the vendor",
                     settings=self.settings,
                     vendor_status=result.vendor_status,
                 ),
