@@ -328,7 +328,20 @@ def machine() -> dict[str, str]:
 
         out = subprocess.run([redis_server_binary(), "--version"], capture_output=True, text=True, timeout=10)
         redis_version = out.stdout.split()[2].removeprefix("v=") if out.stdout else ""
+    commit = ""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        root = Path(__file__).resolve().parent.parent
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "service"], cwd=root, capture_output=True, text=True
+        )
+        commit = head.stdout.strip() + (
+            " (service/ with uncommitted changes)" if dirty.stdout.strip() else ""
+        )
     return {
+        "commit": commit,
         "cpu": cpu,
         "cores": str(os.cpu_count()),
         "memory": mem,

@@ -148,7 +148,7 @@ def _requests(side: dict[str, Any]) -> int:
 
 
 def _ratio(side: dict[str, Any]) -> float:
-    return _requests(side) / sum(r["ideal"] for r in side["rows"])
+    return _requests(side) / float(sum(r["ideal"] for r in side["rows"]))
 
 
 def per_run(side: dict[str, Any]) -> float:

@@ -73,7 +73,8 @@ def _page(
         "",
         f"- **Machine**: {machine.get('cpu')}, {machine.get('cores')} cores, {machine.get('memory')}; "
         f"Linux {machine.get('kernel')}; Python {machine.get('python')}; Redis {machine.get('redis')}",
-        f"- **Date**: {machine.get('date')}; the whole run took {total_s / 60:.1f} min",
+        f"- **Date**: {machine.get('date')}; the whole run took {total_s / 60:.1f} min; "
+        f"commit {machine.get('commit') or 'unknown'}",
         f"- **Command**: `{command}`",
         "- **Settings**: production defaults (`WORKER_CONCURRENCY=500`, `WORKER_BATCH=200`, "
         "`WORKER_IDLE_S=0.05`, `LOG_FORMAT=json`, Redis AOF `appendfsync everysec`) unless a benchmark "
@@ -107,6 +108,7 @@ def _page(
         lines.append("")
         if result.name == "throughput":
             lines.append(img("throughput", "throughput against the floors"))
+            lines.append(img("e2e", "runs submitted, finished by the worker and called back over time"))
         elif result.name == "scale":
             lines.append(img("lateness", "poll lateness"))
             lines.append(img("scale", "runs in flight, Redis memory and worker memory over time"))
@@ -140,6 +142,7 @@ def _plots(results: Mapping[str, BenchResult], perf: Path) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for key, fn in (
         ("throughput", _throughput),
+        ("e2e", _e2e),
         ("lateness", _lateness),
         ("scale", _scale),
         ("requests", _requests),
@@ -187,6 +190,28 @@ def _throughput(results: Mapping[str, BenchResult]) -> Any:
     ax.text(1000, -0.9, " 1,000 polls/s target", color=ORANGE, fontsize=8)
     ax.set_xlabel("per second (log scale)")
     ax.set_title("hookbridge against the floors (one process each, 2 cores shared)")
+    return fig
+
+
+def _e2e(results: Mapping[str, BenchResult]) -> Any:
+    t = results.get("throughput")
+    if t is None or not t.data.get("e2e", {}).get("timeline"):
+        return None
+    runs = [("SUBSCRIPTION_MAX_IN_FLIGHT=10 (default)", t.data["e2e"])]
+    if t.data.get("e2e_wide"):
+        runs.append(("SUBSCRIPTION_MAX_IN_FLIGHT=100", t.data["e2e_wide"]))
+    fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.6), sharey=True, squeeze=False)
+    for ax, (title, e) in zip(axes[0], runs, strict=True):
+        submitted = sorted(e["submitted"])
+        ax.plot(submitted, range(1, len(submitted) + 1), color=GREY, label="accepted by the API")
+        tl = e["timeline"]
+        ax.plot([r["t"] for r in tl], [r["finished"] for r in tl], color=BLUE, label="finished by the worker")
+        ax.plot([r["t"] for r in tl], [r["called_back"] for r in tl], color=GREEN, label="called back")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("s since the first submit")
+    axes[0][0].set_ylabel("runs")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"{t.data['e2e']['runs']:,} runs end to end, the vendor finishing at once", fontsize=10)
     return fig
 
 

@@ -16,12 +16,18 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bench import api, efficiency, report, scale, throughput
 from bench._common import BenchResult, machine, print_result, run_main
 
-BENCHMARKS = {"api": api.run, "throughput": throughput.run, "efficiency": efficiency.run, "scale": scale.run}
+BENCHMARKS: dict[str, Callable[..., Awaitable[BenchResult]]] = {
+    "api": api.run,
+    "throughput": throughput.run,
+    "efficiency": efficiency.run,
+    "scale": scale.run,
+}
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 

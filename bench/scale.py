@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -114,6 +115,7 @@ async def run(
         after = await cluster.redis_memory()
         finished_keys = await _breakdown(redis, await redis.zrange("hb:client:bench:runs", 0, 49))
         worker_mem = memory_kib(worker_pid)
+        sweep = await _sweep_cost(cluster)
 
     # Lateness in three windows: the ramp (submits and first polls of the burst), the drain (until the
     # backlog of due steps is gone), and the steady part after it.
@@ -192,6 +194,18 @@ async def run(
         Figure("every run called back", finished - t_start, "s", note=f"vendor durations {duration} s"),
         Figure("vendor polls per run", polls / n, "polls"),
     )
+    if "error" in sweep:
+        result.notes.append(f"The sweeper's pass was not timed: {sweep['error']}")
+    else:
+        result.add(
+            Figure(
+                "one sweeper pass (Store.repair) once the runs had finished: CPU of the calling process",
+                sweep["cpu_s"],
+                "s",
+                note=f"{sweep['keys']:,} run and delivery keys, {sweep['wall_s']:.2f} s wall; "
+                f"{sweep['cpu_s'] / max(1, sweep['keys']) * 1e6:.0f} µs per key, every SWEEP_INTERVAL_S",
+            )
+        )
     ramp, drain, rest = (
         sampler.usage(t_start, at_vendor),
         sampler.usage(at_vendor, cleared_t),
@@ -224,12 +238,38 @@ async def run(
         in_flight_keys=in_flight_keys,
         finished_keys=finished_keys,
         cpu={"ramp": ramp, "drain": drain, "after": rest},
+        sweep=sweep,
         at_vendor_s=at_vendor - t_start,
         cleared_s=cleared["t"],
         finished_s=finished - t_start,
     )
     result.elapsed_s = time.monotonic() - started_mono
     return result
+
+
+async def _sweep_cost(cluster: Cluster) -> dict[str, Any]:
+    """Times one pass of the sweeper (``Store.repair``, what the worker's periodic job runs) in this
+    process, over everything Redis now holds: it visits every run and delivery key, finished or not."""
+    try:
+        from service import settings as settings_mod
+        from service.store import Store, connect
+
+        settings = settings_mod.load(cluster.env)
+        store = Store(connect(settings), settings)
+        redis = await cluster.redis_client()
+        keys = 0
+        for pattern in ("hb:run:*", "hb:dlv:*"):
+            async for key in redis.scan_iter(match=pattern, count=1000):
+                keys += not key.endswith((":events", ":attempts"))
+        try:
+            cpu0, t0 = cpu_seconds(os.getpid()), time.perf_counter()
+            await store.repair(int(time.time() * 1000))
+            wall, cpu = time.perf_counter() - t0, cpu_seconds(os.getpid()) - cpu0
+        finally:
+            await store.close()
+    except Exception as exc:  # the store's interface may move under us; the rest of the figures stand
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"keys": keys, "wall_s": wall, "cpu_s": cpu}
 
 
 def share_over(buckets: list[tuple[float, float]], bound: float) -> float:

@@ -7,21 +7,25 @@ Phases, each on its own Redis, simulator, one ``hookbridge api`` and one ``hookb
 
 1. **End to end.** The simulator finishes every run at once (``SIM_DURATION_S=0,0``; Nutrient polled
    after 10 ms); a client submits ``--runs`` runs at ``--concurrency`` through the API; a receiver in
-   this process takes the callbacks (the subscription's default: terminal events). Runs per second are
-   counted over the steady part: from the 10th to the 90th percentile of the completed callbacks.
+   this process takes the callbacks (the subscription's default: terminal events). Counted: runs from the
+   first submit to the last callback; runs the worker finished per second (its ``hookbridge_runs_total``,
+   from 10 % to 90 % of them); callbacks per second while the worker was still finishing runs and after.
+   Then the same again with ``SUBSCRIPTION_MAX_IN_FLIGHT=100`` instead of the default 10 (not with
+   ``--quick``).
 2. **Floors, on the same redis-server**: arq's rate for empty jobs (enqueue N no-op jobs with
    ``create_pool().enqueue_job``, then an ``arq.worker.Worker`` in burst mode, ``max_jobs=50``,
    ``poll_delay=0``, in this process) and ``redis-benchmark -q -t set,get -n 100000``.
 3. **Polls per second.** ``--inflight`` runs that last 60 s at the vendor, polled every second
    (``POLL_INITIAL_S = POLL_MAX_S = 1s``, +0-15 % jitter: about ``inflight / 1.075`` polls are due each
-   second); the worker's ``hookbridge_vendor_requests_total{kind="poll"}`` is read at two instants. The
-   CPU of every process over the same window says which one is the limit.
+   second); the worker's ``hookbridge_vendor_requests_total{kind="poll"}`` is read every second over a
+   ``--window``. The CPU of every process over the same window says which one is the limit.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import re
 import shutil
 import subprocess
@@ -36,6 +40,7 @@ from bench._common import (
     histogram,
     histogram_delta,
     metric_sum,
+    number,
     percentile,
     print_result,
     quantile,
@@ -52,58 +57,52 @@ async def noop(ctx: dict[str, Any]) -> None:
     """arq's empty job."""
 
 
-async def end_to_end(n: int, concurrency: int, arq_jobs: int, result: BenchResult) -> None:
+async def end_to_end(n: int, concurrency: int, arq_jobs: int, result: BenchResult, quick: bool) -> None:
     overrides = {
         "SIM_DURATION_S": "0,0",
         "NUTRIENT_POLL_INITIAL_S": "10ms",
         "NUTRIENT_POLL_MAX_S": "100ms",
     }
     async with Cluster("throughput", overrides) as cluster:
-        await cluster.subscribe()
-        cluster.receiver.expect_terminal = n
-        async with sampling(cluster) as sampler:
-            started = time.time()
-            submitted = await submit_runs(cluster, n, concurrency)
-            submit_done = time.time()
-            await asyncio.wait_for(cluster.receiver.terminal.wait(), timeout=120 + n / 20)
-            finished = time.time()
-        done = sorted(c.received for c in cluster.receiver.terminal_callbacks())
-        lo, hi = done[int(0.1 * n)], done[int(0.9 * n) - 1]
-        steady = (int(0.9 * n) - int(0.1 * n) - 1) / (hi - lo) if hi > lo else None
-        usage = sampler.usage(lo, hi)
-        submit_rate = n / (submit_done - started)
-        ok = sum(1 for c in cluster.receiver.terminal_callbacks() if c.type == "run.succeeded")
-        by_run = {c.run_id: c.received for c in cluster.receiver.terminal_callbacks()}
-        e2e = [by_run[r] - t for r, t in submitted if r in by_run]
+        e2e = await _end_to_end(cluster, n, concurrency)
+        label = "SUBSCRIPTION_MAX_IN_FLIGHT=10 (default)"
         result.add(
             Figure(
-                "runs per second end to end (submit → vendor done → callback 2xx), steady part",
-                steady,
+                "runs per second end to end, first submit → last callback",
+                e2e["overall_per_s"],
                 "runs/s",
                 note=f"{n} runs, client concurrency {concurrency}",
             ),
-            Figure("submits accepted per second while the worker ran", submit_rate, "runs/s"),
             Figure(
-                "submit → callback received, p50 / p99",
-                percentile(e2e, 0.5),
+                "runs finished per second by the worker (submit, poll, result, finish), steady part",
+                e2e["finished_per_s"],
+                "runs/s",
+            ),
+            Figure(
+                "callbacks per second while the worker was still finishing runs",
+                e2e["callbacks_during_per_s"],
+                "callbacks/s",
+                note=label,
+            ),
+            Figure(
+                "callbacks per second once every run had finished",
+                e2e["callbacks_after_per_s"],
+                "callbacks/s",
+            ),
+            Figure("submits accepted per second while the worker ran", e2e["submit_per_s"], "runs/s"),
+            Figure(
+                "submit → callback received, p50",
+                e2e["latency_p50"],
                 "s",
-                note=f"p99 {percentile(e2e, 0.99) or 0:.2f} s; runs queue while the API outruns the worker",
+                note=f"p99 {e2e['latency_p99']:.2f} s; runs queue while the API outruns the worker",
             ),
         )
         result.notes.append(
-            f"End to end: {ok}/{n} runs succeeded and were called back in {finished - started:.1f} s. "
-            f"CPU over the steady part (share of one core): {cpu_note(usage)}."
+            f"End to end: {e2e['succeeded']}/{n} runs succeeded and were called back in "
+            f"{e2e['elapsed_s']:.1f} s. CPU while the worker finished runs (share of one core): "
+            f"{cpu_note(e2e['cpu'])}."
         )
-        result.data["e2e"] = {
-            "runs": n,
-            "concurrency": concurrency,
-            "steady_runs_per_s": steady,
-            "submit_rate": submit_rate,
-            "cpu": usage,
-            "completions": [t - started for t in done],
-            "elapsed_s": finished - started,
-        }
-
+        result.data["e2e"] = e2e
         # The floors, on the same redis-server (db 1 for arq, so hookbridge's keys are not in the way).
         arq = await arq_floor(cluster.redis.port, arq_jobs)
         result.add(
@@ -127,6 +126,81 @@ async def end_to_end(n: int, concurrency: int, arq_jobs: int, result: BenchResul
                 Figure("floor: redis-benchmark GET", bench.get("GET"), "ops/s"),
             )
             result.data["redis_benchmark"] = bench
+    if quick:
+        return
+    # The same with a wider per-subscription window: what the default holds back.
+    async with Cluster("throughput-wide", {**overrides, "SUBSCRIPTION_MAX_IN_FLIGHT": "100"}) as cluster:
+        wide = await _end_to_end(cluster, n, concurrency)
+    result.add(
+        Figure(
+            "runs per second end to end, with SUBSCRIPTION_MAX_IN_FLIGHT=100",
+            wide["overall_per_s"],
+            "runs/s",
+        ),
+        Figure(
+            "callbacks per second while the worker was still finishing runs, the same",
+            wide["callbacks_during_per_s"],
+            "callbacks/s",
+        ),
+    )
+    result.data["e2e_wide"] = wide
+
+
+async def _end_to_end(cluster: Cluster, n: int, concurrency: int) -> dict[str, Any]:
+    """Submits ``n`` runs and waits for their callbacks; a timeline of what the worker finished and what the
+    receiver got says which of the two was the limit."""
+    await cluster.subscribe()
+    cluster.receiver.expect_terminal = n
+    timeline: list[dict[str, float]] = []
+
+    async def probe() -> dict[str, Any]:
+        metrics = await cluster.metrics()
+        row = {
+            "t": time.time(),
+            "finished": metric_sum(metrics, "hookbridge_runs_total"),
+            "called_back": float(cluster.receiver.terminal_count),
+        }
+        timeline.append(row)
+        return row
+
+    async with sampling(cluster, period_s=0.25) as sampler:
+        sampler.probe(probe)
+        started = time.time()
+        submitted = await submit_runs(cluster, n, concurrency)
+        submit_done = time.time()
+        await asyncio.wait_for(cluster.receiver.terminal.wait(), timeout=120 + n / 10)
+        finished = time.time()
+    callbacks = cluster.receiver.terminal_callbacks()
+    done = sorted(c.received for c in callbacks)
+    # When the worker had finished 10 %, 90 % and all of the runs (from its own counter).
+    t10 = next((r["t"] for r in timeline if r["finished"] >= 0.1 * n), started)
+    t90 = next((r["t"] for r in timeline if r["finished"] >= 0.9 * n), finished)
+    all_done = next((r["t"] for r in timeline if r["finished"] >= n), finished)
+    first_cb = done[0] if done else finished
+    during = sum(1 for t in done if t <= all_done)
+    by_run = {c.run_id: c.received for c in callbacks}
+    latency = [by_run[r] - t for r, t in submitted if r in by_run]
+    return {
+        "runs": n,
+        "concurrency": concurrency,
+        "overall_per_s": n / (done[-1] - started) if done else None,
+        "finished_per_s": 0.8 * n / (t90 - t10) if t90 > t10 else None,
+        "callbacks_during_per_s": during / (all_done - first_cb) if all_done > first_cb else None,
+        "callbacks_after_per_s": (n - during) / (done[-1] - all_done)
+        if done and done[-1] > all_done
+        else None,
+        "submit_per_s": n / (submit_done - started),
+        "latency_p50": percentile(latency, 0.5),
+        "latency_p99": percentile(latency, 0.99) or 0.0,
+        "succeeded": sum(1 for c in callbacks if c.type == "run.succeeded"),
+        "cpu": sampler.usage(started, all_done),
+        "elapsed_s": finished - started,
+        "timeline": [
+            {"t": r["t"] - started, "finished": r["finished"], "called_back": r["called_back"]}
+            for r in timeline
+        ],
+        "submitted": [t - started for _, t in submitted],
+    }
 
 
 async def arq_floor(port: int, jobs: int) -> dict[str, float]:
@@ -199,12 +273,15 @@ async def polls(n: int, concurrency: int, window_s: float, result: BenchResult) 
             at_vendor = await until(all_at_vendor, 120, "every run submitted to the vendor")
             await asyncio.sleep(3.0)
             m0, t0 = await cluster.metrics(), time.time()
-            await asyncio.sleep(window_s)
+            # Second by second: the rate moves with what the polls find (queued, running with progress)
+            # and with the sweeper's passes.
+            slices: list[tuple[float, float]] = [(t0, _polls(m0))]
+            while time.time() < t0 + window_s:
+                await asyncio.sleep(1.0)
+                slices.append((time.time(), _polls(await cluster.metrics())))
             m1, t1 = await cluster.metrics(), time.time()
-        polls_n = metric_sum(m1, "hookbridge_vendor_requests_total", kind="poll") - metric_sum(
-            m0, "hookbridge_vendor_requests_total", kind="poll"
-        )
-        rate = polls_n / (t1 - t0)
+        rate = (_polls(m1) - _polls(m0)) / (t1 - t0)
+        per_second = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in itertools.pairwise(slices)]
         offered = n / 1.075
         usage = sampler.usage(t0, t1)
         late = histogram_delta(
@@ -223,6 +300,12 @@ async def polls(n: int, concurrency: int, window_s: float, result: BenchResult) 
                 # With fewer polls due than the target (a quick run), the figure says nothing of it.
                 goal=POLLS_TARGET if offered >= POLLS_TARGET else None,
                 note=f"{n} runs in flight, each due every ~1.075 s: {offered:,.0f} polls/s offered",
+            ),
+            Figure(
+                "polls per second, second by second: 10th / 90th percentile",
+                percentile(per_second, 0.1),
+                "polls/s",
+                note=f"90th {number(percentile(per_second, 0.9) or 0)} polls/s",
             ),
             Figure(
                 "poll lateness during that window, p50 / p99",
@@ -245,14 +328,19 @@ async def polls(n: int, concurrency: int, window_s: float, result: BenchResult) 
             "cpu": usage,
             "lateness_buckets": late,
             "window_s": t1 - t0,
+            "per_second": per_second,
         }
+
+
+def _polls(metrics: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> float:
+    return metric_sum(metrics, "hookbridge_vendor_requests_total", kind="poll")
 
 
 def _limit(usage: dict[str, float]) -> str:
     worker, sim = usage.get("worker", 0.0), usage.get("simulator", 0.0)
     busy = sum(usage.values())
-    if worker >= 0.9:
-        return "The worker process is saturated (one core)."
+    if worker >= 0.85:
+        return f"The worker process is saturated ({worker * 100:.0f} % of its one core)."
     if sim >= 0.9:
         return "The simulator (one Python process) is saturated: it is the limit, not the worker."
     if busy >= 1.8:
@@ -273,9 +361,9 @@ async def run(
         command="python -m bench.throughput",
         quick_command="python -m bench.throughput --quick",
     )
-    await end_to_end(runs or (200 if quick else 2000), concurrency, 1000 if quick else 10_000, result)
+    await end_to_end(runs or (200 if quick else 2000), concurrency, 1000 if quick else 10_000, result, quick)
     await polls(
-        inflight or (500 if quick else 5000), concurrency, window_s or (4.0 if quick else 15.0), result
+        inflight or (500 if quick else 5000), concurrency, window_s or (4.0 if quick else 30.0), result
     )
     result.elapsed_s = time.monotonic() - started
     return result
@@ -289,7 +377,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, help="runs end to end (default 2000)")
     parser.add_argument("--inflight", type=int, help="runs in flight for the polls phase (default 5000)")
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--window", type=float, help="seconds the polls are counted over (default 15)")
+    parser.add_argument("--window", type=float, help="seconds the polls are counted over (default 30)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result = run_main(run(args.quick, args.runs, args.inflight, args.concurrency, args.window))
