@@ -149,7 +149,7 @@ async def run(
             note=f"{share_over(after_vendor, 1.0):.1f} % later than 1 s",
         ),
         Figure(
-            "poll lateness p99, the same polls",
+            "poll lateness p99, every poll after all runs reached the vendor",
             p99,
             "s",
             target="< 1 s",
