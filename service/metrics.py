@@ -20,7 +20,7 @@ POLL_LATENESS = Histogram(
     "hookbridge_poll_lateness_seconds",
     "Actual minus planned time of a run's step",
     ["vendor"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60),
     registry=REGISTRY,
 )
 DELIVERY_ATTEMPTS = Counter(

@@ -232,9 +232,6 @@ class Store:
         """Moves a run's next step (no state change: a retry after a transient fault)."""
         await self.redis.zadd(keys.due_runs(vendor), {run_id: int(due_ms)}, xx=True)
 
-    async def unschedule_run(self, vendor: str, run_id: str) -> None:
-        await self.redis.zrem(keys.due_runs(vendor), run_id)
-
     async def claim_runs(
         self, vendor: str, now_ms: int, limit: int, lease_ms: int, interval_ms: float, lookahead_ms: int
     ) -> tuple[list[ClaimedRun], float | None]:
@@ -400,29 +397,33 @@ class Store:
     async def repair(self, now_ms: int) -> dict[str, int]:
         """The sweeper: every unfinished run and every pending delivery that should be due has a place in
         its due set. The scripts keep that true; this catches what they cannot (a due set lost or edited
-        by hand, a Redis restored from an older snapshot). Idempotent: ``ZADD NX`` never moves work that
-        is already scheduled or leased."""
+        by hand, a Redis restored from an older snapshot). It walks the sets of unfinished work, so a pass
+        costs what is in flight, not the history kept for retention. Idempotent: ``ZADD NX`` never moves
+        work that is already scheduled or leased."""
         counts = {"runs": 0, "deliveries": 0}
-        for kind, match, exclude in (("run", "run:*", ":events"), ("delivery", "dlv:*", ":attempts")):
-            async for batch in self._scan_batches(keys.PREFIX + match, exclude=exclude):
-                pipe = self.redis.pipeline(transaction=False)
-                for key in batch:
-                    await self.scripts.repair(keys=[key], args=[kind, now_ms], client=pipe)
-                counts["runs" if kind == "run" else "deliveries"] += sum(int(r) for r in await pipe.execute())
+        for kind, active, key_of in (
+            ("run", keys.ACTIVE_RUNS, keys.run),
+            ("delivery", keys.ACTIVE_DELIVERIES, keys.delivery),
+        ):
+            batch: list[str] = []
+            async for raw in self.redis.sscan_iter(active, count=500):
+                batch.append(_s(raw))
+                if len(batch) >= 500:
+                    counts["runs" if kind == "run" else "deliveries"] += await self._repair(
+                        kind, key_of, batch, now_ms
+                    )
+                    batch = []
+            if batch:
+                counts["runs" if kind == "run" else "deliveries"] += await self._repair(
+                    kind, key_of, batch, now_ms
+                )
         return counts
 
-    async def _scan_batches(self, match: str, exclude: str) -> Any:
-        batch: list[str] = []
-        async for raw in self.redis.scan_iter(match=match, count=1000):
-            key = _s(raw)
-            if key.endswith(exclude):
-                continue
-            batch.append(key)
-            if len(batch) >= 500:
-                yield batch
-                batch = []
-        if batch:
-            yield batch
+    async def _repair(self, kind: str, key_of: Any, ids: list[str], now_ms: int) -> int:
+        pipe = self.redis.pipeline(transaction=False)
+        for item in ids:
+            await self.scripts.repair(keys=[key_of(item)], args=[kind, now_ms, item], client=pipe)
+        return sum(int(r) for r in await pipe.execute())
 
     # Retention ----------------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ hb:dlv:{dlv}                      hash    one delivery: event, subscription, sta
 hb:dlv:{dlv}:attempts             list    every attempt as JSON
 hb:due:runs:{vendor}              zset    run ids by the time their next step is due (or lease end)
 hb:due:deliveries                 zset    delivery ids by the time their next attempt is due
+hb:active:runs                    set     runs not finished (the sweeper walks this, not the history)
+hb:active:deliveries              set     deliveries pending
 hb:idem:{client}:{sha256(key)}    string  "fingerprint run_id" for Idempotency-Key, with a TTL
 hb:budget:{vendor}                string  the vendor budget's theoretical arrival time (GCRA), ms
 hb:budget:sub:{sub}               string  the same for a subscription's delivery rate
@@ -35,6 +37,8 @@ import hashlib
 
 PREFIX = "hb:"
 DUE_DELIVERIES = f"{PREFIX}due:deliveries"
+ACTIVE_RUNS = f"{PREFIX}active:runs"
+ACTIVE_DELIVERIES = f"{PREFIX}active:deliveries"
 WORKERS = f"{PREFIX}worker:"
 
 

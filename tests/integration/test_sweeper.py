@@ -56,10 +56,19 @@ async def test_a_stale_chain_head_is_dropped_and_the_next_delivery_made_due(
             },
         )
         await raw.rpush(k.chain(sub["id"], run["id"]), delivered, "dlv_stuck")
+        await raw.sadd(k.ACTIVE_DELIVERIES, "dlv_stuck")
         assert (await store.repair(0))["deliveries"] == 1
         assert await raw.lrange(k.chain(sub["id"], run["id"]), 0, -1) == ["dlv_stuck"]
         assert await raw.zscore(k.DUE_DELIVERIES, "dlv_stuck") is not None
         assert (await store.repair(0))["deliveries"] == 0
+
+        async def finished_work_left_the_active_sets() -> bool:
+            await store.repair(0)
+            return not await raw.sismember(k.ACTIVE_DELIVERIES, delivered) and not await raw.sismember(
+                k.ACTIVE_RUNS, run["id"]
+            )
+
+        await eventually(finished_work_left_the_active_sets, what="only unfinished work in the active sets")
     finally:
         await raw.aclose()
         await store.close()

@@ -26,6 +26,7 @@ local function create_delivery(ev, sid, run_id, client, now, retention_ms)
     'client', client, 'status', 'pending', 'attempts', 0, 'created', now, 'updated', now,
     'next_at', now, 'chained', 1, 'counted', 0, 'series', 0)
   redis.call('ZADD', 'hb:sub:' .. sid .. ':deliveries', now, did)
+  redis.call('SADD', 'hb:active:deliveries', did)
   if redis.call('RPUSH', 'hb:chain:' .. sid .. ':' .. run_id, did) == 1 then
     redis.call('ZADD', 'hb:due:deliveries', now, did)
   end

@@ -13,6 +13,7 @@ for _, id in ipairs(due) do
     redis.call('ZREM', KEYS[1], id)
     -- A pending record that names no event can never be sent: end it, or the sweeper re-adds it.
     if d[3] == 'pending' then redis.call('HSET', dkey, 'status', 'failed') end
+    redis.call('SREM', 'hb:active:deliveries', id)
   else
     local sid = d[1]
     local skey = 'hb:sub:' .. sid

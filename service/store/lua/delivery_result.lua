@@ -29,6 +29,7 @@ end
 local final = 'failed'
 if outcome == 'succeeded' then final = 'succeeded' end
 redis.call('ZREM', 'hb:due:deliveries', id)
+redis.call('SREM', 'hb:active:deliveries', id)
 redis.call('HSET', KEYS[1], 'status', final, 'next_at', '')
 
 local nxt = ''

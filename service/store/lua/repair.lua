@@ -1,18 +1,29 @@
 -- The sweeper's check of one run or one delivery, atomic so that it never acts on a stale read.
--- KEYS[1] the run or delivery key. ARGV: kind ('run' | 'delivery'), now_ms
+-- KEYS[1] the run or delivery key. ARGV: kind ('run' | 'delivery'), now_ms, id
+-- The sweeper walks hb:active:runs and hb:active:deliveries (work not finished), so a pass costs what is
+-- in flight, not what is kept; an id whose work is gone or done leaves its set here.
 -- Returns 1 when it scheduled work that had no place in a due set, else 0.
 local kind, now = ARGV[1], tonumber(ARGV[2])
 if kind == 'run' then
   local raw = redis.call('GET', KEYS[1])
-  if not raw then return 0 end
+  if not raw then
+    redis.call('SREM', 'hb:active:runs', ARGV[3])
+    return 0
+  end
   local run = cjson.decode(raw)
   local terminal = run['status'] == 'succeeded' or run['status'] == 'failed' or run['status'] == 'canceled'
-  if terminal and not run['_vendor_cancel'] then return 0 end
+  if terminal and not run['_vendor_cancel'] then
+    redis.call('SREM', 'hb:active:runs', ARGV[3])
+    return 0
+  end
   return redis.call('ZADD', 'hb:due:runs:' .. run['vendor'], 'NX', now, run['id'])
 end
 
 local d = redis.call('HMGET', KEYS[1], 'id', 'status', 'chained', 'sub', 'run')
-if not d[1] or d[2] ~= 'pending' then return 0 end
+if not d[1] or d[2] ~= 'pending' then
+  redis.call('SREM', 'hb:active:deliveries', ARGV[3])
+  return 0
+end
 if d[3] == '1' then
   local ckey = 'hb:chain:' .. d[4] .. ':' .. d[5]
   while true do

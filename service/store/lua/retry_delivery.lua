@@ -8,4 +8,5 @@ redis.call('HSET', KEYS[1], 'status', 'pending', 'next_at', ARGV[1], 'series', a
 redis.call('PERSIST', KEYS[1])
 redis.call('PERSIST', 'hb:dlv:' .. id .. ':attempts')
 redis.call('ZADD', 'hb:due:deliveries', ARGV[1], id)
+redis.call('SADD', 'hb:active:deliveries', id)
 return 1

@@ -21,6 +21,7 @@ if ops['due_score'] then
   redis.call('ZADD', ops['due_key'], ops['due_score'], run_id)
 elseif ops['due_remove'] then
   redis.call('ZREM', ops['due_key'], run_id)
+  redis.call('SREM', 'hb:active:runs', run_id) -- nothing left to do for it
 end
 if ARGV[3] then redis.call('SET', 'hb:result:' .. run_id, ARGV[3]) end
 if ops['del_doc'] then redis.call('DEL', 'hb:doc:' .. run_id) end
