@@ -7,9 +7,9 @@ Exceptions::
     ├── Conflict                 409 run_not_cancelable / idempotency_key_reused
     ├── Gone                     410 result_gone
     ├── InvalidInput             400/413/415/422 (invalid_json, validation_error, ...)
-    ├── Unauthorized             401 unauthorized
-    ├── RateLimited              429 rate_limited
-    └── StoreUnavailable         503 (Redis is down)
+    └── Unauthorized             401 unauthorized
+
+A Redis that cannot be reached is not a domain error: the API maps redis-py's errors to 503.
 """
 
 from __future__ import annotations
@@ -122,14 +122,6 @@ class InvalidInput(HookbridgeError):
 
 class Unauthorized(HookbridgeError):
     status, code, title = 401, "unauthorized", "Unauthorized"
-
-
-class RateLimited(HookbridgeError):
-    status, code, title = 429, "rate_limited", "Too many requests"
-
-
-class StoreUnavailable(HookbridgeError):
-    status, code, title = 503, "unavailable", "Service unavailable"
 
 
 @dataclass(frozen=True)

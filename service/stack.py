@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -111,12 +110,3 @@ async def run_stack(
         await servers.stop()
         if redis is not None:
             redis.cleanup()
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True

@@ -386,11 +386,3 @@ def timestamp(value: Any, name: str) -> int:
             f"{name} needs a time zone.", errors=[{"field": name, "message": "RFC 3339 with offset"}]
         )
     return int(parsed.timestamp() * 1000)
-
-
-def b64_ok(text: str) -> bool:
-    try:
-        base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    return True
