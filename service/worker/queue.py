@@ -106,10 +106,11 @@ class Queue:
             finally:
                 stopper.cancel()
                 task.cancel()
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):
-                    pass
+                # arq's job tasks outlive its main loop; end them here, not at interpreter exit.
+                jobs = [*worker.tasks.values(), task]
+                for job in jobs:
+                    job.cancel()
+                await asyncio.gather(*jobs, return_exceptions=True)
                 await pool.aclose()
 
 
