@@ -76,6 +76,7 @@ class Settings:
     worker_batch: int = 200
     worker_idle_s: float = 0.05
     worker_metrics_port: int = 9090
+    worker_role: str = "all"  # all | runs | deliveries
     shutdown_grace_s: float = 25.0
     sweep_interval_s: float = 30.0
     subscription_max_in_flight: int = 10
@@ -200,6 +201,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "WORKER_BATCH": ("worker_batch", _positive(int)),
     "WORKER_IDLE_S": ("worker_idle_s", _DURATION_S),
     "WORKER_METRICS_PORT": ("worker_metrics_port", int),
+    "WORKER_ROLE": ("worker_role", _choice("all", "runs", "deliveries")),
     "SHUTDOWN_GRACE_S": ("shutdown_grace_s", _DURATION_S),
     "SWEEP_INTERVAL_S": ("sweep_interval_s", _DURATION_S),
     "SUBSCRIPTION_MAX_IN_FLIGHT": ("subscription_max_in_flight", _positive(int)),

@@ -28,7 +28,7 @@ from service.settings import VENDORS, Settings
 from service.store import Store, connect
 from service.vendors import build_adapters
 from service.worker.budget import StoreBudget
-from service.worker.pumps import DeliveryPump, RunPump
+from service.worker.pumps import DeliveryPump, Pump, RunPump
 from service.worker.queue import Periodic, Queue
 from service.worker.steps import RunStepper
 
@@ -65,6 +65,13 @@ class WorkerRuntime:
         )
         intervals = {v: b.interval_ms for v, b in budgets.items()}
         self.run_pump = RunPump(self.store, settings, self.stepper.step, list(self.adapters), intervals)
+        # WORKER_ROLE splits the two loops over separate processes (or Deployments), so that callbacks
+        # never wait behind a backlog of vendor polls on a busy worker.
+        role = settings.worker_role
+        self.pumps: list[Pump] = [
+            *([self.run_pump] if role in ("all", "runs") else []),
+            *([self.delivery_pump] if role in ("all", "deliveries") else []),
+        ]
         self.queue = Queue(
             settings,
             [
@@ -80,10 +87,14 @@ class WorkerRuntime:
 
     async def run(self, *, serve_health: bool = True) -> None:
         """Runs until :meth:`request_stop`, then drains within ``SHUTDOWN_GRACE_S``."""
-        log.info("worker starting", worker_id=self.worker_id, vendors=list(self.adapters))
+        log.info(
+            "worker starting",
+            worker_id=self.worker_id,
+            vendors=list(self.adapters),
+            role=self.settings.worker_role,
+        )
         self.tasks = [
-            asyncio.create_task(self.run_pump.run(self.stop)),
-            asyncio.create_task(self.delivery_pump.run(self.stop)),
+            *(asyncio.create_task(pump.run(self.stop)) for pump in self.pumps),
             asyncio.create_task(self.queue.run(self.stop)),
             asyncio.create_task(self._heartbeat()),
         ]
@@ -103,8 +114,9 @@ class WorkerRuntime:
         await self.stop.wait()
         log.info("worker stopping: finishing the work in flight", grace_s=self.settings.shutdown_grace_s)
         grace = self.settings.shutdown_grace_s
-        left = await self.run_pump.drain(grace * 0.6)
-        left += await self.delivery_pump.drain(grace * 0.3)
+        left = 0
+        for pump, share in zip(self.pumps, (0.6, 0.3), strict=False):
+            left += await pump.drain(grace * share)
         if left:
             log.warning("work handed back to other workers through its leases", tasks=left)
         if server is not None:
@@ -127,9 +139,7 @@ class WorkerRuntime:
 
     def alive(self) -> bool:
         now = time.monotonic()
-        return not self.stop.is_set() and all(
-            now - pump.last_tick < STALE_AFTER_S for pump in (self.run_pump, self.delivery_pump)
-        )
+        return not self.stop.is_set() and all(now - pump.last_tick < STALE_AFTER_S for pump in self.pumps)
 
     # Periodic jobs ------------------------------------------------------------------------------
 
