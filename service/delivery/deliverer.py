@@ -8,6 +8,7 @@ import random
 import time
 from typing import Any
 
+import aiohttp
 import httpx
 import structlog
 
@@ -77,7 +78,9 @@ class Deliverer:
             error = f"callback_url_not_allowed: {exc}"
         except TimeoutError:
             error = f"timed out after {self.settings.callback_timeout_s:g}s"
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, aiohttp.ClientError, OSError, ValueError) as exc:
+            # OSError and ValueError: what the transport lets through unmapped (a reset, a bad header).
+            # Recorded as a failed attempt, so the schedule applies instead of the lease looping.
             error = _describe(exc)
         duration_ms = round((time.time() - started) * 1000, 1)
         attempt = {
