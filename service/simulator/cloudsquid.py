@@ -220,8 +220,8 @@ def data_row(run: CloudsquidRun, state: SimState, now: float, *, legacy: bool) -
     return body
 
 
-async def upload(request: Request) -> Response:
-    state = sim_state(request)
+async def _upload_body(request: Request, state: SimState) -> Document | Response:
+    """The checked request and its document, or the error answer: shared by upload and sync extract."""
     if (refused := _check_request(request, state, "table_id")) is not None:
         return refused
     try:
@@ -230,6 +230,14 @@ async def upload(request: Request) -> Response:
         return _error(400, str(exc))
     if document.outcome.reject:
         return _error(400, REJECT_MESSAGE)
+    return document
+
+
+async def upload(request: Request) -> Response:
+    state = sim_state(request)
+    document = await _upload_body(request, state)
+    if isinstance(document, Response):
+        return document
     return JSONResponse({"row_id": _new_row(request, state, document).id}, status_code=201)
 
 
@@ -266,14 +274,9 @@ async def get_run(request: Request) -> Response:
 
 async def extract_sync(request: Request) -> Response:
     state = sim_state(request)
-    if (refused := _check_request(request, state, "table_id")) is not None:
-        return refused
-    try:
-        document = _document(await _json_object(request))
-    except _BadRequest as exc:
-        return _error(400, str(exc))
-    if document.outcome.reject:
-        return _error(400, REJECT_MESSAGE)
+    document = await _upload_body(request, state)
+    if isinstance(document, Response):
+        return document
     run = _new_run(request, state, _new_row(request, state, document), zero_retention=False)
     finishes_at = run.timeline.finishes_at
     wait = _SYNC_WAIT_CAP_S if finishes_at is None else min(_SYNC_WAIT_CAP_S, finishes_at - state.now())
