@@ -4,7 +4,9 @@ go through the same processors so that every line has one shape."""
 from __future__ import annotations
 
 import logging
+import re
 import sys
+from typing import Any
 
 import structlog
 
@@ -16,6 +18,40 @@ def _drop_secrets(_: object, __: str, event: structlog.typing.EventDict) -> stru
     for key in list(event):
         if key.lower() in _SECRET_KEYS:
             event[key] = "[redacted]"
+    return event
+
+
+# A URL's userinfo and query string: where receivers put credentials (``?token=``, ``user:pass@``).
+_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^\s/?#@]*@)?([^\s?#]*)(\?[^\s#\"'<>]*)?")
+
+
+def redact_urls(text: str) -> str:
+    """Every URL in ``text`` with its userinfo and query string replaced by ``[redacted]``."""
+
+    def one(m: re.Match[str]) -> str:
+        scheme, userinfo, rest, query = m.groups()
+        return scheme + ("[redacted]@" if userinfo else "") + rest + ("?[redacted]" if query else "")
+
+    return _URL.sub(one, text) if "://" in text else text
+
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_urls(value)
+    if isinstance(value, dict):
+        return {k: _redact(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_redact(v) for v in value)
+    return value
+
+
+def _redact_urls(_: object, __: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    # Callback URLs reach log lines inside transport errors; their credentials must not.
+    for key, value in event.items():
+        if isinstance(value, str | dict | list | tuple):
+            event[key] = _redact(value)
+        elif isinstance(value, BaseException):
+            event[key] = redact_urls(f"{type(value).__name__}: {value}")
     return event
 
 
@@ -33,6 +69,7 @@ def configure(log_format: str = "console", level: str = "INFO") -> None:
         shared.append(structlog.processors.format_exc_info)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    shared.append(_redact_urls)
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),

@@ -18,7 +18,12 @@ VENDORS = ("nutrient", "cloudsquid", "uptiq")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+# Cloud metadata services (AWS, GCP and Azure; AWS over IPv6; Alibaba): never a callback target, whatever
+# CALLBACK_BLOCKED_NETWORKS or CALLBACK_ALLOWED_NETWORKS say.
+METADATA_NETWORKS = ("169.254.169.254/32", "fd00:ec2::254/128", "100.100.100.200/32")
+
 DEFAULT_BLOCKED_NETWORKS = (
+    *METADATA_NETWORKS,
     "127.0.0.0/8",
     "::1/128",
     "169.254.0.0/16",
@@ -29,6 +34,7 @@ DEFAULT_BLOCKED_NETWORKS = (
     "ff00::/8",
     "255.255.255.255/32",
 )
+_DEFAULT_BLOCKED = tuple(ipaddress.ip_network(n) for n in DEFAULT_BLOCKED_NETWORKS)
 
 
 class SettingsError(ValueError):
@@ -63,7 +69,8 @@ class Settings:
     callback_timeout_s: float = 15.0
     retry_schedule: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
     callback_allowed_networks: tuple[Network, ...] = ()
-    callback_blocked_networks: tuple[Network, ...] = ()
+    # Unset or empty: this list; "none" turns it off (the metadata addresses stay blocked).
+    callback_blocked_networks: tuple[Network, ...] = _DEFAULT_BLOCKED
     max_document_bytes: int = 50 * 1024 * 1024
     max_inline_result_bytes: int = 256 * 1024
     max_json_depth: int = 32
@@ -85,6 +92,9 @@ class Settings:
     progress_min_interval_s: float = 5.0
     retention_s: float = 7 * 86400.0
     idempotency_ttl_s: float = 86400.0
+    # Subscription secrets at rest: (key id, AES key); the first encrypts, every one decrypts.
+    secret_keys: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
+    client_max_in_flight: int = 100
 
     def vendor(self, name: str) -> VendorSettings:
         return self.vendors[name]
@@ -114,6 +124,43 @@ def parse_schedule(text: str) -> tuple[float, ...]:
 
 def parse_networks(text: str) -> tuple[Network, ...]:
     return tuple(ipaddress.ip_network(part.strip(), strict=False) for part in text.split(",") if part.strip())
+
+
+def parse_blocked_networks(text: str) -> tuple[Network, ...]:
+    """A CIDR list; empty (or only spaces and commas) means the default list, ``none`` means no list
+    (the metadata addresses stay blocked either way)."""
+    if text.strip().lower() == "none":
+        return ()
+    return parse_networks(text) or _DEFAULT_BLOCKED
+
+
+_KEY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
+
+
+def parse_secret_keys(text: str) -> tuple[tuple[str, bytes], ...]:
+    """``keyid:base64key,...``: AES keys of 16, 24 or 32 bytes; the first encrypts, all decrypt."""
+    import base64
+    import binascii
+
+    out: list[tuple[str, bytes]] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key_id, sep, encoded = item.partition(":")
+        # Never echo a key: name its id at most.
+        if not sep or not _KEY_ID.match(key_id):
+            raise ValueError("each entry must be keyid:base64key, the id of letters, digits, . _ - (1-32)")
+        try:
+            key = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(f"key {key_id}: not valid base64") from None
+        if len(key) not in (16, 24, 32):
+            raise ValueError(f"key {key_id}: must be 16, 24 or 32 bytes (32 recommended), got {len(key)}")
+        if key_id in {k for k, _ in out}:
+            raise ValueError(f"key {key_id}: listed twice")
+        out.append((key_id, key))
+    return tuple(out)
 
 
 def parse_api_keys(text: str) -> tuple[tuple[str, str], ...]:
@@ -190,7 +237,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CALLBACK_TIMEOUT_S": ("callback_timeout_s", _DURATION_S),
     "RETRY_SCHEDULE": ("retry_schedule", parse_schedule),
     "CALLBACK_ALLOWED_NETWORKS": ("callback_allowed_networks", parse_networks),
-    "CALLBACK_BLOCKED_NETWORKS": ("callback_blocked_networks", parse_networks),
+    "CALLBACK_BLOCKED_NETWORKS": ("callback_blocked_networks", parse_blocked_networks),
     "MAX_DOCUMENT_BYTES": ("max_document_bytes", _positive(int)),
     "MAX_INLINE_RESULT_BYTES": ("max_inline_result_bytes", _positive(int)),
     "MAX_JSON_DEPTH": ("max_json_depth", _positive(int)),
@@ -210,6 +257,8 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "PROGRESS_MIN_INTERVAL_S": ("progress_min_interval_s", _non_negative),
     "RETENTION_S": ("retention_s", _DURATION_S),
     "IDEMPOTENCY_TTL_S": ("idempotency_ttl_s", _DURATION_S),
+    "SECRET_KEYS": ("secret_keys", parse_secret_keys),
+    "CLIENT_MAX_IN_FLIGHT": ("client_max_in_flight", _positive(int)),
 }
 
 # Vendor defaults come from each vendor's own documentation (shared/vendors/NOTES.md).
@@ -297,10 +346,6 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     values["vendors"] = vendors
 
     settings = Settings(**values)
-    if not settings.callback_blocked_networks and f"{PREFIX}CALLBACK_BLOCKED_NETWORKS" not in env:
-        settings = replace(
-            settings, callback_blocked_networks=parse_networks(",".join(DEFAULT_BLOCKED_NETWORKS))
-        )
     outbound = max(settings.vendor_timeout_s, settings.callback_timeout_s)
     if settings.lease_s <= outbound + 5:
         # A lease shorter than a request would let a second worker send the same request in parallel.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -21,7 +22,8 @@ from service.api.validation import (
 )
 from service.delivery.signing import new_secret
 from service.delivery.urlsafety import UnsafeURL
-from service.domain import Conflict, InvalidInput, NotFound, ValidationErrors
+from service.domain import Conflict, HookbridgeError, InvalidInput, NotFound, ValidationErrors
+from service.store import SecretUnavailable
 
 _SUB_FIELDS = {
     "url",
@@ -67,6 +69,22 @@ def public_delivery(d: dict[str, str]) -> dict[str, Any]:
         "created_at": domain.rfc3339(int(d["created"])),
         "updated_at": domain.rfc3339(int(d.get("updated") or d["created"])),
     }
+
+
+class SecretsUnavailable(HookbridgeError):
+    status, code, title = 503, "unavailable", "Service unavailable"
+
+
+def _secrets(ctx: Context, sub: dict[str, str]) -> list[list[Any]]:
+    """The subscription's secrets, opened; a sealed value whose key is not configured is the operator's
+    fault, not the tenant's: 503, with the key id in the log only."""
+    try:
+        return ctx.store.open_secrets(sub)
+    except SecretUnavailable as exc:
+        ctx.log.error("subscription secret cannot be decrypted", subscription_id=sub["id"], error=str(exc))
+        raise SecretsUnavailable(
+            "This subscription's secret cannot be read with the keys the service holds; try again later."
+        ) from None
 
 
 async def _own_sub(ctx: Context, client: str, sub_id: str) -> dict[str, str]:
@@ -152,15 +170,16 @@ async def create_subscription(request: Request) -> Response:
     fields = await _fields(ctx, body, creating=True)
     now = domain.now_ms()
     secret = new_secret()
+    sub_id = domain.new_id("sub")
     sub = {
-        "id": domain.new_id("sub"),
+        "id": sub_id,
         "client": client,
         "event_types": "",
         "description": "",
         "metadata": "{}",
         "disabled": "0",
         "disabled_reason": "",
-        "secrets": json.dumps([[secret, None]]),
+        "secrets": ctx.store.seal_secrets(sub_id, [[secret, None]]),
         "created": str(now),
         "updated": str(now),
         "max_in_flight": "",
@@ -207,6 +226,10 @@ async def patch_subscription(request: Request) -> Response:
     fields = await _fields(ctx, await json_object(request, ctx.settings), creating=False)
     if fields:
         fields["updated"] = str(domain.now_ms())
+        if not ctx.store.secret_box.current(sub.get("secrets") or ""):
+            # Any write seals a secret stored plain (or under a key no longer first): the lazy migration.
+            with contextlib.suppress(SecretUnavailable):
+                fields["secrets"] = ctx.store.seal_secrets(sub["id"], ctx.store.open_secrets(sub))
         await ctx.store.update_subscription(sub["id"], fields)
     return JSONResponse(public_subscription({**sub, **fields}))
 
@@ -223,7 +246,7 @@ async def get_secret(request: Request) -> Response:
     ctx = Context.of(request)
     client = ctx.keys.authenticate(request)
     sub = await _own_sub(ctx, client, request.path_params["sub_id"])
-    return JSONResponse({"secret": json.loads(sub["secrets"])[0][0]})
+    return JSONResponse({"secret": _secrets(ctx, sub)[0][0]})
 
 
 async def rotate_secret(request: Request) -> Response:
@@ -231,12 +254,12 @@ async def rotate_secret(request: Request) -> Response:
     client = ctx.keys.authenticate(request)
     sub = await _own_sub(ctx, client, request.path_params["sub_id"])
     now = domain.now_ms()
-    old = [[s, exp] for s, exp in json.loads(sub["secrets"]) if exp is None or exp > now]
+    old = [[s, exp] for s, exp in _secrets(ctx, sub) if exp is None or exp > now]
     expires = now + int(ctx.settings.secret_rotation_overlap_s * 1000)
     secret = new_secret()
     # The new secret signs first; the old ones keep signing beside it until the overlap ends.
     secrets = [[secret, None], *[[s, min(exp or expires, expires)] for s, exp in old]]
-    fields = {"secrets": json.dumps(secrets), "updated": str(now)}
+    fields = {"secrets": ctx.store.seal_secrets(sub["id"], secrets), "updated": str(now)}
     await ctx.store.update_subscription(sub["id"], fields)
     return JSONResponse({**public_subscription({**sub, **fields}), "secret": secret})
 

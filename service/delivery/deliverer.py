@@ -3,37 +3,48 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
-import aiohttp
-import httpx
 import structlog
 
 from service import __version__, domain, logs
 from service.delivery import schedule, signing
+from service.delivery.client import CallbackClient
 from service.delivery.urlsafety import Policy, UnsafeURL
 from service.metrics import DELIVERY_ATTEMPTS, DELIVERY_LATENCY
 from service.settings import Settings
-from service.store import ClaimedDelivery, Store
+from service.store import ClaimedDelivery, SecretUnavailable, Store
 from service.vendors.http import retry_after_seconds
 
 log = logs.get("hookbridge.delivery")
 USER_AGENT = f"hookbridge/{__version__}"
-RESPONSE_BODY_LIMIT = 4096
 
 
-def active_secrets(sub: dict[str, str], now_ms: int) -> list[str]:
+def active_secrets(secrets: list[list[Any]], now_ms: int) -> list[str]:
     """The current secret, and a rotated-out one while its overlap lasts."""
-    secrets = json.loads(sub.get("secrets") or "[]")
     return [s for s, expires in secrets if expires is None or expires > now_ms]
+
+
+def redact(text: str, url: str) -> str:
+    """``text`` without the callback URL's query string and userinfo: receivers authenticate with them
+    (``?token=``), and the delivery log is read by the tenant, the worker log by the operator."""
+    try:
+        parts = urlsplit(url)
+        hidden = [parts.query, parts.netloc.rpartition("@")[0]]
+    except ValueError:
+        hidden = []
+    for part in hidden:
+        if len(part) >= 3:
+            text = text.replace(part, "[redacted]")
+    return logs.redact_urls(text)
 
 
 class Deliverer:
     def __init__(
-        self, store: Store, settings: Settings, client: httpx.AsyncClient, *, rng: random.Random | None = None
+        self, store: Store, settings: Settings, client: CallbackClient, *, rng: random.Random | None = None
     ) -> None:
         self.store = store
         self.settings = settings
@@ -58,30 +69,34 @@ class Deliverer:
     async def _send(self, dlv: dict[str, str], sub: dict[str, str], body: bytes) -> str:
         started = time.time()
         now_ms = int(started * 1000)
-        headers = signing.headers(active_secrets(sub, now_ms), dlv["event"], int(started), body, USER_AGENT)
         status_code: int | None = None
         error: str | None = None
         response_body = ""
         retry_after: float | None = None
         try:
-            self.policy.check_syntax(sub["url"])
+            # Whatever this raises is a failed attempt, recorded below: never a lease loop.
             async with asyncio.timeout(self.settings.callback_timeout_s):
-                response = await self.client.post(sub["url"], content=body, headers=headers)
-                raw = await response.aread()
-            status_code = response.status_code
-            response_body = raw[:RESPONSE_BODY_LIMIT].decode("utf-8", "replace")
+                url = self.policy.check_syntax(sub["url"])
+                secrets = active_secrets(self.store.open_secrets(sub), now_ms)
+                headers = signing.headers(secrets, dlv["event"], int(started), body, USER_AGENT)
+                answer = await self.client.post(url, body, headers)
+            status_code = answer.status
+            response_body = answer.body.decode("utf-8", "replace")
             if status_code in (429, 503):
-                retry_after = retry_after_seconds(response.headers.get("retry-after"))
+                retry_after = retry_after_seconds(answer.headers.get("Retry-After"))
             if 300 <= status_code < 400:
-                error = f"redirect to {response.headers.get('location', '?')} not followed"
+                error = f"redirect to {answer.headers.get('Location', '?')} not followed"
         except UnsafeURL as exc:
             error = f"callback_url_not_allowed: {exc}"
         except TimeoutError:
             error = f"timed out after {self.settings.callback_timeout_s:g}s"
-        except (httpx.HTTPError, aiohttp.ClientError, OSError, ValueError) as exc:
-            # OSError and ValueError: what the transport lets through unmapped (a reset, a bad header).
-            # Recorded as a failed attempt, so the schedule applies instead of the lease looping.
+        except SecretUnavailable as exc:
+            error = f"secret_unavailable: {exc}"
+            log.error("subscription secret cannot be decrypted", error=str(exc))
+        except Exception as exc:
             error = _describe(exc)
+        if error is not None:
+            error = redact(error, sub.get("url", ""))
         duration_ms = round((time.time() - started) * 1000, 1)
         attempt = {
             "at": domain.rfc3339(now_ms),
@@ -135,7 +150,7 @@ def _describe(exc: BaseException) -> str:
     named = next((e for e in reversed(chain[1:]) if not isinstance(e, OSError) and str(e)), exc)
     parts = [f"{type(named).__name__}: {named}" if str(named) else type(named).__name__]
     parts += [str(e) for e in chain if str(e) and str(e) not in parts[0]][:2]
-    return "; ".join(parts)[:500]
+    return "; ".join(parts)[:500] or type(exc).__name__
 
 
 def logs_bound(dlv: dict[str, str]) -> Any:

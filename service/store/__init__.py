@@ -22,8 +22,18 @@ from service.settings import Settings
 from service.store import keys
 from service.store.connection import connect
 from service.store.scripts import Scripts
+from service.store.secretbox import SecretBox, SecretUnavailable
 
-__all__ = ["ClaimedDelivery", "ClaimedRun", "Page", "Store", "Transition", "connect", "keys"]
+__all__ = [
+    "ClaimedDelivery",
+    "ClaimedRun",
+    "Page",
+    "SecretUnavailable",
+    "Store",
+    "Transition",
+    "connect",
+    "keys",
+]
 
 Doc = dict[str, Any]
 
@@ -131,6 +141,7 @@ class Store:
         self.settings = settings
         self.scripts = Scripts(redis)
         self._retention_ms = int(settings.retention_s * 1000)
+        self.secret_box = SecretBox(settings.secret_keys)
 
     async def ping(self) -> bool:
         return bool(await self.redis.ping())
@@ -305,6 +316,41 @@ class Store:
         pipe.zrem(keys.client_subs(client), sub_id)
         await pipe.execute()
 
+    # Subscription secrets at rest (secretbox.py) -------------------------------------------------
+
+    def seal_secrets(self, sub_id: str, secrets: list[list[Any]]) -> str:
+        """The ``secrets`` field to store: sealed under the primary ``SECRET_KEYS`` key when one is set."""
+        return self.secret_box.seal(sub_id, secrets)
+
+    def open_secrets(self, sub: dict[str, str]) -> list[list[Any]]:
+        """``[[secret, expires_ms | None], ...]``, newest first; raises SecretUnavailable."""
+        return self.secret_box.open(sub["id"], sub.get("secrets") or "[]")
+
+    async def reseal_secrets(self) -> dict[str, int]:
+        """Seals every subscription's secrets under the primary key (plain ones included): the migration
+        after setting ``SECRET_KEYS`` or putting a new key first. Safe beside a running API: a value that
+        changed meanwhile is left to its writer."""
+        counts = {"resealed": 0, "current": 0, "unavailable": 0, "changed_meanwhile": 0}
+        async for raw in self.redis.scan_iter(match=keys.subscription("*"), count=500):
+            key = _s(raw)
+            if key.count(":") != 2:
+                continue  # hb:sub:{id}:deliveries and the like
+            sub = _hash(await self.redis.hgetall(key))  # type: ignore[misc]
+            stored = sub.get("secrets")
+            if not stored or "id" not in sub:
+                continue
+            if self.secret_box.current(stored):
+                counts["current"] += 1
+                continue
+            try:
+                sealed = self.secret_box.seal(sub["id"], self.secret_box.open(sub["id"], stored))
+            except SecretUnavailable:
+                counts["unavailable"] += 1
+                continue
+            done = await self.scripts.reseal_secret(keys=[key], args=[stored, sealed])
+            counts["resealed" if done else "changed_meanwhile"] += 1
+        return counts
+
     async def emit_test_event(self, client: str, sub_id: str, event: dict[str, Any], now_ms: int) -> int:
         ops = {
             "client": client,
@@ -322,7 +368,14 @@ class Store:
     ) -> tuple[list[ClaimedDelivery], float | None]:
         reply = await self.scripts.claim_deliveries(
             keys=[keys.DUE_DELIVERIES],
-            args=[now_ms, limit, lease_ms, self.settings.subscription_max_in_flight],
+            args=[
+                now_ms,
+                limit,
+                lease_ms,
+                self.settings.subscription_max_in_flight,
+                self.settings.client_max_in_flight,
+                keys.DELIVERY_CLIENT,
+            ],
         )
         rows, nxt = reply
         claimed = [
@@ -350,6 +403,7 @@ class Store:
             "disable_after_ms": int(self.settings.subscription_disable_after_s * 1000),
             "keep_attempts": 100,
             "status_code": "" if status_code is None else str(status_code),
+            "client_prefix": keys.DELIVERY_CLIENT,
         }
         if attempt is not None:
             ops["attempt"] = json.dumps(attempt, separators=(",", ":"))

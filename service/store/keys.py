@@ -27,6 +27,9 @@ hb:active:deliveries              set     deliveries pending
 hb:idem:{client}:{sha256(key)}    string  "fingerprint run_id" for Idempotency-Key, with a TTL
 hb:budget:{vendor}                string  the vendor budget's theoretical arrival time (GCRA), ms
 hb:budget:sub:{sub}               string  the same for a subscription's delivery rate
+hb:dlvclient:{client}:inflight    zset    a client's deliveries being attempted, by lease expiry
+hb:dlvclient:{client}:parked      zset    a client's due deliveries held back by its in-flight limit,
+                                          by due time; one returns to the due set as one ends
 hb:worker:{worker}                string  a worker's heartbeat, with a TTL
 ================================  ======  =========================================================
 """
@@ -40,6 +43,8 @@ DUE_DELIVERIES = f"{PREFIX}due:deliveries"
 ACTIVE_RUNS = f"{PREFIX}active:runs"
 ACTIVE_DELIVERIES = f"{PREFIX}active:deliveries"
 WORKERS = f"{PREFIX}worker:"
+# Per-client delivery bookkeeping; the Lua scripts build the keys from this prefix (passed in).
+DELIVERY_CLIENT = f"{PREFIX}dlvclient:"
 
 
 def run(run_id: str) -> str:
@@ -80,6 +85,14 @@ def sub_deliveries(sub_id: str) -> str:
 
 def sub_inflight(sub_id: str) -> str:
     return f"{PREFIX}sub:{sub_id}:inflight"
+
+
+def client_inflight(client: str) -> str:
+    return f"{DELIVERY_CLIENT}{client}:inflight"
+
+
+def client_parked(client: str) -> str:
+    return f"{DELIVERY_CLIENT}{client}:parked"
 
 
 def chain(sub_id: str, run_id: str) -> str:

@@ -1,17 +1,29 @@
 -- Records one delivery attempt and its consequence, atomically.
 -- KEYS[1] delivery key. ARGV[1] JSON: id, outcome ('succeeded'|'retry'|'failed'|'gone'|'skipped'),
 --   next_at (for retry), attempt (JSON string, absent for 'skipped' without attempt), now,
---   retention_ms, disable_after_ms, keep_attempts, status_code
+--   retention_ms, disable_after_ms, keep_attempts, status_code, client_prefix (keys.DELIVERY_CLIENT)
 -- 'gone' is a failure that disables the subscription (410); 'skipped' fails it without counting
 -- against the subscription's health (subscription deleted or disabled).
 -- Returns {'ok', next_in_chain | ''} | {'missing'}.
 local ops = cjson.decode(ARGV[1])
 local id, outcome, now = ops['id'], ops['outcome'], tonumber(ops['now'])
-local d = redis.call('HMGET', KEYS[1], 'sub', 'run', 'event', 'chained', 'counted', 'created')
+local d = redis.call('HMGET', KEYS[1], 'sub', 'run', 'event', 'chained', 'counted', 'created', 'client')
 if not d[1] then return {'missing'} end
 local sid, run_id, evt = d[1], d[2], d[3]
 local skey = 'hb:sub:' .. sid
 redis.call('ZREM', 'hb:sub:' .. sid .. ':inflight', id)
+if ops['client_prefix'] then
+  -- The attempt frees one of its client's in-flight slots: the client's oldest parked delivery (see
+  -- claim_deliveries.lua) goes back to the due set, at its own due time.
+  local cprefix = ops['client_prefix'] .. (d[7] or '')
+  redis.call('ZREM', cprefix .. ':inflight', id)
+  redis.call('ZREM', cprefix .. ':parked', id)
+  local parked = redis.call('ZRANGE', cprefix .. ':parked', 0, 0, 'WITHSCORES')
+  if parked[1] then
+    redis.call('ZREM', cprefix .. ':parked', parked[1])
+    redis.call('ZADD', 'hb:due:deliveries', 'NX', math.min(tonumber(parked[2]), now), parked[1])
+  end
+end
 if ops['attempt'] then
   local akey = 'hb:dlv:' .. id .. ':attempts'
   redis.call('RPUSH', akey, ops['attempt'])
