@@ -1,4 +1,4 @@
-"""The ``hookbridge`` command: api, worker, simulator, dev, demo, settings."""
+"""The ``hookbridge`` command: api, worker, simulator, dev, demo, reseal-secrets, settings."""
 
 from __future__ import annotations
 
@@ -136,6 +136,34 @@ def cmd_demo(args: argparse.Namespace) -> None:
     raise SystemExit(_run(main(timeout_s=args.timeout)))
 
 
+def cmd_reseal_secrets(args: argparse.Namespace) -> None:
+    """Seals every subscription secret under the first SECRET_KEYS key: after setting the keys, or after
+    putting a new key first (then the old key can be dropped)."""
+    from service.store import Store, connect
+
+    settings = _settings()
+    _require_redis(settings, "reseal-secrets")
+    if not settings.secret_keys:
+        print(
+            "hookbridge reseal-secrets: HOOKBRIDGE_SECRET_KEYS is not set: nothing to seal with",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+    async def main() -> dict[str, int]:
+        store = Store(connect(settings), settings)
+        try:
+            return await store.reseal_secrets()
+        finally:
+            await store.close()
+
+    counts = _run(main())
+    print(" ".join(f"{k}={v}" for k, v in counts.items()))
+    if counts["unavailable"]:
+        print("some secrets are sealed with a key that SECRET_KEYS no longer lists", file=sys.stderr)
+        raise SystemExit(1)
+
+
 def cmd_settings(args: argparse.Namespace) -> None:
     for name, default in settings_mod.describe():
         print(f"{name}={default}")
@@ -161,6 +189,10 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("demo", help="the main job end to end on embedded defaults")
     p.add_argument("--timeout", type=float, default=120.0)
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser(
+        "reseal-secrets", help="seal every subscription secret under the first SECRET_KEYS key"
+    )
+    p.set_defaults(func=cmd_reseal_secrets)
     p = sub.add_parser("settings", help="print every setting with its default")
     p.set_defaults(func=cmd_settings)
     args = parser.parse_args(argv)
