@@ -80,7 +80,7 @@ def huge_chunked(seen: Seen, total: int = GIB) -> Callable[[web.Request], Awaita
 
 
 def gzip_bombing(seen: Seen) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """200 with ``Content-Encoding: gzip`` (whatever was asked for) and a 1 MiB body that inflates to 1 GiB."""
+    """200 with ``Content-Encoding: gzip`` (whatever was asked) and a 1 MiB body that inflates to 1 GiB."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         _enter(seen, request)

@@ -1,0 +1,118 @@
+"""One tenant's hanging receivers must cost that tenant alone (issue 10, finding 3).
+
+Alice points many subscriptions at a receiver that hangs; Bob has one ordinary receiver. Each client has
+at most ``CLIENT_MAX_IN_FLIGHT`` deliveries in flight across every worker; the rest of Alice's due
+deliveries are parked, out of everyone's way, and come back one for each of hers that ends. Bob's
+callback is delivered while every one of Alice's first attempts is still hanging.
+
+Real API, worker and receivers (aiohttp's server). The delay Bob sees with 500 hanging receivers is
+measured by ``python -m bench.hostile`` (not asserted here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from aiohttp import web
+
+from tests.conftest import StackFactory, eventually
+from tests.hostile.hostile_receivers import Seen, hanging, serve
+
+LIMIT = 4
+
+
+async def test_a_tenants_hanging_receivers_never_hold_another_tenants_callback(
+    make_stack: StackFactory,
+) -> None:
+    release = asyncio.Event()
+    alice_seen, bob_seen = Seen(), Seen()
+    bob_alice_in_flight: list[int] = []
+
+    async def bob_receiver(request: web.Request) -> web.Response:
+        bob_seen.requests += 1
+        bob_alice_in_flight.append(alice_seen.in_flight)
+        await request.read()
+        return web.Response(status=204)
+
+    async with serve(hanging(alice_seen, release)) as alice_url, serve(bob_receiver) as bob_url:
+        stack = await make_stack(
+            HOOKBRIDGE_CLIENT_MAX_IN_FLIGHT=str(LIMIT),
+            HOOKBRIDGE_WORKER_CONCURRENCY="12",
+            HOOKBRIDGE_CALLBACK_TIMEOUT_S="20",
+            HOOKBRIDGE_LEASE_S="30",
+            HOOKBRIDGE_RETRY_SCHEDULE="100ms",
+        )
+        # Twenty subscriptions, each on its own path: twenty receivers that hang.
+        subs = [await stack.subscribe(f"{alice_url}/{i}") for i in range(20)]
+        for sub in subs:
+            assert (await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
+        await eventually(lambda: _value(alice_seen.in_flight >= LIMIT), what="alice's limit in flight")
+
+        bob = (await stack.bob.post("/v1/subscriptions", json={"url": bob_url})).json()
+        assert (await stack.bob.post(f"/v1/subscriptions/{bob['id']}/test")).status_code == 202
+        await eventually(lambda: _value(bob_seen.requests == 1), what="bob's callback")
+        # Bob was called back while Alice's first attempts all still hung, and Alice never had more than
+        # her limit in flight, though the worker had room for three times as many.
+        assert bob_alice_in_flight == [LIMIT]
+        assert alice_seen.finished == 0
+        assert alice_seen.most_in_flight == LIMIT
+
+        # Alice's parked deliveries come back as hers end: all twenty arrive, never more than LIMIT at once.
+        release.set()
+
+        async def all_delivered() -> bool:
+            rows = [
+                (await stack.api.get(f"/v1/subscriptions/{s['id']}/deliveries")).json()["data"] for s in subs
+            ]
+            return all(r and r[0]["status"] == "succeeded" for r in rows)
+
+        await eventually(all_delivered, timeout=30, what="alice's twenty deliveries")
+        assert alice_seen.finished == 20
+        assert alice_seen.most_in_flight == LIMIT
+
+
+async def test_a_tenants_backlog_does_not_queue_another_tenant_behind_it(make_stack: StackFactory) -> None:
+    """No hang at all, only volume: Alice's 60 due deliveries to a slow receiver do not stand in front of
+    Bob's one; at most LIMIT of hers are ever in flight."""
+    alice_seen = Seen()
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        alice_seen.requests += 1
+        alice_seen.in_flight += 1
+        alice_seen.most_in_flight = max(alice_seen.most_in_flight, alice_seen.in_flight)
+        try:
+            await request.read()
+            order.append("alice")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(gate.wait(), 0.2)
+            return web.Response(status=204)
+        finally:
+            alice_seen.in_flight -= 1
+
+    async def quick(request: web.Request) -> web.Response:
+        await request.read()
+        order.append("bob")
+        return web.Response(status=204)
+
+    async with serve(slow) as alice_url, serve(quick) as bob_url:
+        stack = await make_stack(
+            HOOKBRIDGE_CLIENT_MAX_IN_FLIGHT=str(LIMIT), HOOKBRIDGE_WORKER_CONCURRENCY="50"
+        )
+        subs = [await stack.subscribe(f"{alice_url}/{i}") for i in range(60)]
+        for sub in subs:
+            await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")
+        bob = (await stack.bob.post("/v1/subscriptions", json={"url": bob_url})).json()
+        await stack.bob.post(f"/v1/subscriptions/{bob['id']}/test")
+        await eventually(lambda: _value("bob" in order), what="bob's callback")
+        # Bob's came among Alice's first few, not after her sixty.
+        assert order.index("bob") <= 3 * LIMIT, order
+        gate.set()
+        await eventually(lambda: _value(order.count("alice") == 60), timeout=30, what="all of alice's")
+        assert alice_seen.most_in_flight <= LIMIT
+
+
+async def _value(value: object) -> object:
+    return value
