@@ -133,7 +133,8 @@ async def serve(
     app = web.Application()
     app.router.add_post(path, handler)
     app.router.add_post(path + "/{tail:.*}", handler)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+    # handler_cancellation: a handler ends when its client hangs up, so in_flight counts open connections.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5, handler_cancellation=True)
     await runner.setup()
     port = free_port()
     site = web.TCPSite(runner, "127.0.0.1", port, backlog=2048)
