@@ -163,11 +163,16 @@ async def fairness(hanging_subs: int, samples: int, attack_s: float, extra: dict
         return web.Response(status=204)
 
     started = time.monotonic()
-    async with (
-        Cluster("hostile-fairness", _overrides(extra), simulator=False, receiver=False) as cluster,
-        serve(hanging(hung, release)) as hang_url,
-        serve(quick) as quick_url,
-    ):
+    async with contextlib.AsyncExitStack() as stack:
+        cluster = await stack.enter_async_context(
+            Cluster("hostile-fairness", _overrides(extra), simulator=False, receiver=False)
+        )
+        # 50 receivers per server: the worker's connection pool allows 50 connections per host and port.
+        hang_urls = [
+            await stack.enter_async_context(serve(hanging(hung, release)))
+            for _ in range((hanging_subs + 49) // 50)
+        ]
+        quick_url = await stack.enter_async_context(serve(quick))
         b_sub = await _subscribe(cluster, quick_url, B_AUTH)
         # A connection per request: a pooled one that the API closed while idle would fail the POST.
         b_http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
@@ -184,11 +189,11 @@ async def fairness(hanging_subs: int, samples: int, attack_s: float, extra: dict
             await b_delay()  # warm-up: first connections, first claims
         usual = [await b_delay() for _ in range(samples)]
         a_subs = await asyncio.gather(
-            *(_subscribe(cluster, f"{hang_url}/{i}", AUTH) for i in range(hanging_subs))
+            *(_subscribe(cluster, f"{hang_urls[i % len(hang_urls)]}/{i}", AUTH) for i in range(hanging_subs))
         )
         await asyncio.gather(*(_test_event(cluster, s, AUTH) for s in a_subs))
         deadline = time.monotonic() + 30
-        while hung.in_flight < min(hanging_subs, 50) and time.monotonic() < deadline:
+        while hung.in_flight < min(hanging_subs, 100) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         attacked: list[float] = []
         t_end = time.monotonic() + attack_s
