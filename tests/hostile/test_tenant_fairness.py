@@ -170,5 +170,11 @@ async def test_the_claim_parks_a_clients_surplus_and_each_end_brings_one_back(re
         assert [c.delivery["client"] for c in again] == ["alice"]
         assert again[0].delivery["id"] == parked[0].decode()  # the oldest parked came back first
         assert await store.redis.zcard(keys.client_parked("alice")) == 3
+        # A worker that died leaves no delivery of its own to end: the sweeper puts parked ones back in
+        # the due set, and a claim parks them again while Alice is at her limit.
+        await store.repair(now + 4)
+        parked_now = {m.decode() for m in await store.redis.zrange(keys.client_parked("alice"), 0, -1)}
+        due = {m.decode() for m in await store.redis.zrange(keys.DUE_DELIVERIES, 0, -1)}
+        assert parked_now <= due
     finally:
         await store.close()
