@@ -150,11 +150,13 @@ async def serve_raw(answer: bytes) -> AsyncIterator[str]:
     """A TCP server that reads a request head and writes ``answer`` verbatim (not HTTP, or broken HTTP)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(Exception):
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(answer)
-            await writer.drain()
-        writer.close()
+        try:
+            with contextlib.suppress(Exception):
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(answer)
+                await writer.drain()
+        finally:
+            writer.close()
 
     port = free_port()
     server = await asyncio.start_server(handle, "127.0.0.1", port)
