@@ -41,7 +41,6 @@ from service.worker.budget import prepaid
 
 log = logs.get("hookbridge.worker")
 
-RESULT_TOO_LARGE = "result_too_large"
 # The vendor's own usage object is kept on the run up to this size; past it only the credits are kept.
 MAX_USAGE_BYTES = 1024
 
@@ -124,7 +123,11 @@ class RunStepper:
             await self._finish(
                 latest[0],
                 lifecycle.failed(
-                    latest[0], _now(), code=RESULT_TOO_LARGE, message=exc.message, settings=self.settings
+                    latest[0],
+                    _now(),
+                    code=domain.RESULT_TOO_LARGE,
+                    message=exc.message,
+                    settings=self.settings,
                 ),
             )
 
