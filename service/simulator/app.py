@@ -3,12 +3,15 @@
 Vendor routes (each prefix is the vendor's base URL):
 
 - ``POST /nutrient/extraction/{parse|extract|classify|split}/async``
-- ``GET|DELETE /nutrient/extraction/runs/{run_id}``, ``GET .../assets/result``, ``POST .../cancel``
+- ``GET|DELETE /nutrient/extraction/runs/{run_id}``, ``GET .../assets/result``, ``GET .../assets/zip``,
+  ``POST .../cancel``
 - ``POST /cloudsquid/api/projects/{project}/tables/{table_id}/files``, ``.../run``, ``.../extract``;
   ``GET .../run/{run_id}``
 - ``POST /uptiq/extract``, ``GET /uptiq/document-extractions/{extraction_id}``
 
-Control routes, unauthenticated and never faulted: ``GET|DELETE /_sim/requests`` (the last 100 000 vendor
+Every vendor request takes a token from its vendor's bucket for the API key it presents (when that
+vendor's ``*_rps`` is set); an empty bucket answers 429. Control routes, unauthenticated, never limited
+and never faulted: ``GET|DELETE /_sim/requests`` (the last 100 000 vendor
 requests, optionally ``?vendor=``), ``GET|PATCH /_sim/config``, ``GET /_sim/stats``, and ``GET /_sim/runs``
 (every run with its status and, as Unix times, when it was created and when it ends or ended, optionally
 ``?vendor=``; the benchmarks measure from it how soon a finished run was called back).
