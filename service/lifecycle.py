@@ -76,9 +76,6 @@ def new_run(
         "completed_at": None,
         "polls": 0,
         "error": None,
-        "usage": None,  # what the vendor reports the run cost
-        "vendor_deleted": None,  # zero retention: whether the vendor's copy is gone
-        "vendor_delete_error": None,
         "document": document,
         "options": options,
         "subscription_ids": subscription_ids,
@@ -87,7 +84,9 @@ def new_run(
         "_transient": 0,  # transient vendor faults in a row
         "_progress_event_at": 0,
         "_vendor_cancel": False,  # canceled here; the vendor still has to be told
-        "_vendor_delete": False,  # zero retention: the vendor's copy still has to be deleted
+        # Set only when they apply, to keep the run small in Redis (``public`` reads absent ones as null):
+        # usage (what the vendor reports the run cost), vendor_deleted and vendor_delete_error (zero
+        # retention: whether the vendor's copy is gone, and why not), _vendor_delete (it is still to go).
     }
 
 
@@ -200,14 +199,9 @@ def finished(
     """
     new = _next(run, now_ms)
     vendor_delete = bool(run.get("zero_retention") and run.get("vendor_run_id"))
-    new.update(
-        status=status,
-        completed_at=now_ms,
-        error=error,
-        _vendor_cancel=vendor_cancel,
-        _vendor_delete=vendor_delete,
-        vendor_deleted=False if vendor_delete else None,
-    )
+    new.update(status=status, completed_at=now_ms, error=error, _vendor_cancel=vendor_cancel)
+    if vendor_delete:
+        new.update(_vendor_delete=True, vendor_deleted=False)
     if usage is not None:
         new["usage"] = usage
     if vendor_status is not None:
@@ -285,9 +279,12 @@ def vendor_told(
     """
     new = dict(run)
     new["_v"] = run["_v"] + 1
-    new.update(_vendor_cancel=False, _vendor_delete=False, _vendor_attempts=0)
-    if run.get("_vendor_delete"):
-        new.update(vendor_deleted=bool(deleted), vendor_delete_error=None if deleted else error)
+    new["_vendor_cancel"] = False
+    new.pop("_vendor_attempts", None)
+    if new.pop("_vendor_delete", False):
+        new["vendor_deleted"] = bool(deleted)
+        if not deleted:
+            new["vendor_delete_error"] = error
     return Transition(new, run["_v"], remove_due=True, ttl_ms=_remaining_ttl(run, now_ms, settings))
 
 
