@@ -96,8 +96,9 @@ class RunStepper:
         run = claimed.run
         timeout += max(0.0, claimed.slot_ms / 1000 - time.time())
         if run["status"] in TERMINAL:
-            # Its own bounded retries: a terminal run must never go through the transient path below.
-            await self._tell_vendor(run, adapter, policy, timeout)
+            # Its own bounded retries: a terminal run must never go through the transient path below. Up to
+            # four vendor calls in a row: cancel, delete, and on 409 run_in_flight cancel and delete again.
+            await self._tell_vendor(run, adapter, policy, timeout * 2)
             return
         try:
             async with asyncio.timeout(timeout):

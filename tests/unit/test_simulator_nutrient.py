@@ -267,6 +267,16 @@ class TestIdempotency:
         assert response.status_code == 400
         assert response.json()["errorDetails"]["code"] == "invalid_request"
 
+    async def test_a_key_outside_printable_ascii_is_400(self, client: httpx.AsyncClient) -> None:
+        response = await client.post(
+            f"{BASE}/parse/async",
+            headers=[*AUTH.items(), ("Idempotency-Key", b"caf\xe9")],
+            files={"file": ("a.pdf", b"%PDF")},
+        )
+        assert response.status_code == 400
+        assert response.json()["errorDetails"]["code"] == "invalid_request"
+        assert (await client.get("/_sim/stats")).json()["nutrient"] == {}
+
     async def test_longest_key_is_fine(self, client: httpx.AsyncClient) -> None:
         assert (await submit(client, headers={"Idempotency-Key": "~" * 255})).status_code == 202
 
