@@ -5,14 +5,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 import zipfile
 from typing import Any
 
 import httpx
 import pytest
+import redis.asyncio
 from standardwebhooks import Webhook
 
 from service.metrics import REGISTRY
+from service.store import keys
 from tests.conftest import Receiver, Stack, StackFactory, eventually
 
 VENDORS = ["nutrient", "cloudsquid", "uptiq"]
@@ -337,3 +340,27 @@ async def test_a_result_past_the_size_limit_fails_the_run(make_stack: StackFacto
     final = await stack.wait_status(run["id"], "failed")
     assert final["error"]["code"] == "result_too_large"
     assert "HOOKBRIDGE_MAX_DOCUMENT_BYTES" in final["error"]["message"]
+
+
+@pytest.mark.parametrize("zero_retention", [False, True], ids=["cancel", "cancel-and-delete"])
+async def test_a_run_the_vendor_was_told_about_keeps_its_retention(
+    stack: Stack, zero_retention: bool
+) -> None:
+    """Writing the run again after telling the vendor (cancel, delete) must not drop its expiry: a plain SET
+    does, and such runs then stayed in Redis for ever."""
+    run = await stack.submit("nutrient", filename="stuck.pdf", zero_retention=zero_retention)
+    await stack.wait_status(run["id"], "submitted", "running")
+    assert (await stack.api.post(f"/v1/runs/{run['id']}/cancel")).status_code == 200
+    client = redis.asyncio.Redis.from_url(stack.redis_url)
+
+    async def told() -> bool:
+        doc = json.loads(await client.get(keys.run(run["id"])) or b"{}")
+        # The store leaves fields out while they hold their default (_vendor_cancel: false).
+        return bool(doc) and not doc.get("_vendor_cancel") and "_vendor_delete" not in doc
+
+    try:
+        await eventually(told, what="the vendor told")
+        ttl_ms = await client.pttl(keys.run(run["id"]))
+    finally:
+        await client.aclose()
+    assert 0 < ttl_ms <= stack.settings.retention_s * 1000
