@@ -133,6 +133,15 @@ def raise_for_transient(response: httpx.Response) -> None:
 
 
 @contextlib.contextmanager
+def _decoding_errors() -> Iterator[None]:
+    """A body that does not decode (a broken gzip stream) is a vendor fault worth retrying."""
+    try:
+        yield
+    except httpx.DecodingError as exc:
+        raise VendorTransient(f"the answer does not decode: {exc}") from exc
+
+
+@contextlib.contextmanager
 def transport_errors() -> Iterator[None]:
     """Connection faults, timeouts and dropped connections become :class:`VendorTransient`."""
     try:
@@ -147,7 +156,7 @@ async def get_bounded(
     """GET ``url`` and read at most ``limit`` bytes of its body, so that a vendor cannot push more into the
     worker's memory (and Redis) than hookbridge keeps. A longer body (by its ``Content-Length`` or as read)
     raises :class:`VendorResultTooLarge`; an error answer's body is read up to 64 KiB."""
-    with transport_errors():
+    with transport_errors(), _decoding_errors():
         async with client.stream("GET", url, extensions={"kind": kind}) as response:
             cap = limit if response.is_success else min(limit, 64 * 1024)
             declared = response.headers.get("content-length", "")

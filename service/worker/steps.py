@@ -307,9 +307,9 @@ class RunStepper:
                         log.info("vendor copy deleted", run_id=run["id"], vendor=run["vendor"])
                     else:
                         error = f"{run['vendor']} has no API to delete its copy of a run"
-        except (base.VendorError, TimeoutError) as exc:
+        except Exception as exc:  # anything at all: a cleanup step ends recorded, never in a lease loop
             attempts = int(run.get("_vendor_attempts", 0)) + 1
-            message = getattr(exc, "message", None) or type(exc).__name__
+            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}".rstrip(": ")
             final = isinstance(exc, VendorRejected) or attempts >= self.settings.vendor_max_transient_failures
             log.warning(
                 "telling the vendor failed",
@@ -412,11 +412,11 @@ def _file_result(run: dict[str, Any], file: FileResult) -> tuple[Any, tuple[byte
     """The event's JSON and the file to keep. The vendor's ``downloadUrl`` needs the vendor's key, so it
     becomes ours; with zero retention nothing is kept and the file travels inline, base64 encoded."""
     data = json.loads(json.dumps(file.data)) if file.data is not None else {}
-    output = data.get("output") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        data = {"result": data}
+    output = data.get("output")
     if not isinstance(output, dict):
-        output = {}
-        if isinstance(data, dict):
-            data["output"] = output
+        output = data["output"] = {}
     if run.get("zero_retention"):
         output.pop("downloadUrl", None)
         output["file_base64"] = base64.b64encode(file.content).decode("ascii")

@@ -206,3 +206,13 @@ class TestBoundedReads:
         async with self.client(b"e" * 200_000, status=503) as client:
             response, body = await get_bounded(client, "/a", limit=10_000_000, kind="result")
         assert response.status_code == 503 and len(body) == 64 * 1024
+
+    async def test_a_body_that_does_not_decode_is_transient(self) -> None:
+        def vendor(req: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, headers={"content-encoding": "gzip"}, content=b"not gzip at all")
+
+        async with httpx.AsyncClient(
+            base_url="http://v.test", transport=httpx.MockTransport(vendor)
+        ) as client:
+            with pytest.raises(VendorTransient, match="does not decode"):
+                await get_bounded(client, "/a", limit=1000, kind="result")
