@@ -94,7 +94,8 @@ class PollResult:
     needs_fetch: bool = False  # SUCCEEDED, and the result must be fetched with fetch_result
     error: str | None = None  # the vendor's own message on FAILED
     error_details: dict[str, Any] | None = None
-    usage: dict[str, Any] | None = None  # what the vendor reports the run cost, as it reports it
+    # What the vendor reports the run cost: {"credits": number or None, "reported": its own usage object}.
+    usage: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
