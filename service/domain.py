@@ -50,6 +50,7 @@ VENDOR_FAILED = "vendor_failed"
 VENDOR_UNREACHABLE = "vendor_unreachable"
 TIMED_OUT = "timed_out"
 VENDOR_EXPIRED = "vendor_expired"
+RESULT_TOO_LARGE = "result_too_large"  # the vendor's result asset is past MAX_DOCUMENT_BYTES
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 

@@ -40,6 +40,9 @@ PUBLIC_FIELDS = (
     "completed_at",
     "polls",
     "error",
+    "usage",
+    "vendor_deleted",
+    "vendor_delete_error",
 )
 
 
@@ -81,6 +84,9 @@ def new_run(
         "_transient": 0,  # transient vendor faults in a row
         "_progress_event_at": 0,
         "_vendor_cancel": False,  # canceled here; the vendor still has to be told
+        # Set only when they apply, to keep the run small in Redis (``public`` reads absent ones as null):
+        # usage (what the vendor reports the run cost), vendor_deleted and vendor_delete_error (zero
+        # retention: whether the vendor's copy is gone, and why not), _vendor_delete (it is still to go).
     }
 
 
@@ -178,14 +184,26 @@ def finished(
     error: dict[str, Any] | None = None,
     count_poll: bool = True,
     vendor_cancel: bool = False,
+    usage: dict[str, Any] | None = None,
+    result_file: tuple[bytes, str] | None = None,
 ) -> Transition:
-    """The run reached ``succeeded``, ``failed`` or ``canceled``: the last change it will ever see.
+    """The run reached ``succeeded``, ``failed`` or ``canceled``: the last change it will ever see
+    (apart from the vendor's acknowledgement, :func:`vendor_told`).
 
     The result goes inline in the event when it fits ``MAX_INLINE_RESULT_BYTES`` (always with zero
-    retention), else the event carries ``result_url``. With zero retention nothing is stored.
+    retention), else the event carries ``result_url``. With zero retention nothing is stored. A
+    ``result_file`` (bytes, media type: Nutrient split's zip) is what ``/v1/runs/{id}/result`` serves, so the
+    event always carries ``result_url``, with ``result`` (the vendor's JSON that names the file) inline
+    when it fits. With zero retention and a vendor run, the vendor's copy is deleted next
+    (``_vendor_delete``; the worker does it after the event is emitted, so it never holds the callback).
     """
     new = _next(run, now_ms)
+    vendor_delete = bool(run.get("zero_retention") and run.get("vendor_run_id"))
     new.update(status=status, completed_at=now_ms, error=error, _vendor_cancel=vendor_cancel)
+    if vendor_delete:
+        new.update(_vendor_delete=True, vendor_deleted=False)
+    if usage is not None:
+        new["usage"] = usage
     if vendor_status is not None:
         new["vendor_status"] = vendor_status
     if count_poll:
@@ -195,19 +213,26 @@ def finished(
     result_bytes = None
     inline, url = None, None
     if status == SUCCEEDED:
-        result_bytes = json.dumps(result, separators=(",", ":")).encode()
-        if run.get("zero_retention") or len(result_bytes) <= settings.max_inline_result_bytes:
-            inline = result
+        json_bytes = json.dumps(result, separators=(",", ":")).encode()
+        fits = len(json_bytes) <= settings.max_inline_result_bytes
+        if result_file is not None and not run.get("zero_retention"):
+            result_bytes, new["_result_type"] = result_file
+            inline, url = (result if fits else None), f"/v1/runs/{run['id']}/result"
         else:
-            url = f"/v1/runs/{run['id']}/result"
+            result_bytes = json_bytes
+            if run.get("zero_retention") or fits:
+                inline = result
+            else:
+                url = f"/v1/runs/{run['id']}/result"
     event = _event(new, TERMINAL_EVENT[status], now_ms, result=inline, result_url=url)
     keep_result = result_bytes if not run.get("zero_retention") else None
+    tell_vendor = vendor_cancel or vendor_delete
     return Transition(
         new,
         run["_v"],
         events=[event],
-        due_ms=now_ms if vendor_cancel else None,
-        remove_due=not vendor_cancel,
+        due_ms=now_ms if tell_vendor else None,
+        remove_due=not tell_vendor,
         result=keep_result,
         delete_document=True,
         ttl_ms=int(settings.retention_s * 1000),
@@ -244,9 +269,33 @@ def canceled(run: Run, now_ms: int, *, settings: Settings, vendor_can_cancel: bo
     )
 
 
-def vendor_told(run: Run, now_ms: int) -> Transition:
-    """The vendor acknowledged our cancel: nothing is left to do for this run."""
+def vendor_told(
+    run: Run, now_ms: int, *, settings: Settings, deleted: bool | None = None, error: str | None = None
+) -> Transition:
+    """The vendor was told (cancel, delete), or we gave up telling it: nothing is left to do for this run.
+
+    ``deleted`` records whether the vendor's copy is gone (zero retention), ``error`` why not. The run keeps
+    the rest of its retention: writing it again must not drop its expiry.
+    """
     new = dict(run)
     new["_v"] = run["_v"] + 1
     new["_vendor_cancel"] = False
-    return Transition(new, run["_v"], remove_due=True)
+    new.pop("_vendor_attempts", None)
+    if new.pop("_vendor_delete", False):
+        new["vendor_deleted"] = bool(deleted)
+        if not deleted:
+            new["vendor_delete_error"] = error
+    return Transition(new, run["_v"], remove_due=True, ttl_ms=_remaining_ttl(run, now_ms, settings))
+
+
+def vendor_retry(run: Run, now_ms: int, *, settings: Settings, due_ms: float, attempts: int) -> Transition:
+    """Telling the vendor failed for now: again at ``due_ms``, after ``attempts`` (the worker bounds them)."""
+    new = dict(run)
+    new["_v"] = run["_v"] + 1
+    new["_vendor_attempts"] = attempts
+    return Transition(new, run["_v"], due_ms=due_ms, ttl_ms=_remaining_ttl(run, now_ms, settings))
+
+
+def _remaining_ttl(run: Run, now_ms: int, settings: Settings) -> int:
+    completed = run.get("completed_at") or now_ms
+    return max(1000, int(completed + settings.retention_s * 1000 - now_ms))

@@ -7,6 +7,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 RUNS = Counter("hookbridge_runs_total", "Runs that reached a status", ["vendor", "status"], registry=REGISTRY)
+VENDOR_CREDITS = Counter(
+    "hookbridge_vendor_credits_total",
+    "Credits the vendors report that finished runs cost (Nutrient usage.data_extraction_credits.cost, "
+    "Uptiq creditReservation), for charging teams back",
+    ["vendor", "client"],
+    registry=REGISTRY,
+)
 VENDOR_REQUESTS = Counter(
     "hookbridge_vendor_requests_total",
     "Requests sent to vendors",

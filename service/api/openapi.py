@@ -34,6 +34,7 @@ _RUN_ERROR_CODES = (
     domain.VENDOR_UNREACHABLE,
     domain.TIMED_OUT,
     domain.VENDOR_EXPIRED,
+    domain.RESULT_TOO_LARGE,
 )
 
 # Problem ``code`` values, by status (CONTRACT §4 and the codes the code adds).
@@ -162,6 +163,22 @@ def _progress() -> Schema:
     )
 
 
+def _usage() -> Schema:
+    return obj(
+        {
+            "credits": nullable({"type": "number", "description": "What the vendor says the run cost."}),
+            "reported": nullable(
+                {
+                    "type": "object",
+                    "description": "The vendor's own usage record, as it reported it (Nutrient `usage`, "
+                    "Uptiq `creditReservation`); null when larger than 1 KiB.",
+                }
+            ),
+        },
+        description="What the vendor reports a finished run cost.",
+    )
+
+
 def _run_error() -> Schema:
     return obj(
         {
@@ -199,6 +216,18 @@ def _run() -> Schema:
             "completed_at": nullable(timestamp("When the run reached a terminal status.")),
             "polls": {"type": "integer", "minimum": 0, "description": "How often the vendor was polled."},
             "error": nullable(ref("RunError")),
+            "usage": nullable(ref("Usage")),
+            "vendor_deleted": nullable(
+                {
+                    "type": "boolean",
+                    "description": "With `zero_retention`: true once the vendor's copy of the run is deleted "
+                    "(Nutrient); false while it is not (yet), or when the vendor has no delete API. "
+                    "null without `zero_retention`, or when the vendor never had the run.",
+                }
+            ),
+            "vendor_delete_error": nullable(
+                string("Why the vendor's copy was not deleted, once hookbridge stopped trying.")
+            ),
         },
         description="A document-extraction run.",
     )
@@ -425,6 +454,7 @@ def component_schemas() -> dict[str, Schema]:
         "Run": _run(),
         "RunError": _run_error(),
         "Progress": _progress(),
+        "Usage": _usage(),
         "RunList": list_envelope("Run", "A page of runs, newest first."),
         "RunRequest": _run_request(multipart=False),
         "RunRequestPart": _run_request(multipart=True),
@@ -748,7 +778,17 @@ def run_paths() -> dict[str, Any]:
                 "getRunResult",
                 "runs",
                 "Get the vendor's result of a succeeded run",
-                {"200": ok("The vendor's result, as it gave it.", {}), **errors(404, 410)},
+                {
+                    "200": {
+                        "description": "The vendor's result, as it gave it: JSON, or a file (Nutrient "
+                        "split's `zip` asset, fetched with the vendor's key).",
+                        "content": {
+                            **json_content({}),
+                            "application/zip": {"schema": {"type": "string", "format": "binary"}},
+                        },
+                    },
+                    **errors(404, 410),
+                },
             ),
         },
         "/v1/runs/{run_id}/events": {

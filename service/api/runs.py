@@ -150,7 +150,14 @@ async def get_result(request: Request) -> Response:
     raw = await ctx.store.get_result(run["id"])
     if raw is None:
         raise Gone("The result is past retention.", code="result_gone")
-    return Response(raw, media_type="application/json")
+    # A file result (Nutrient split's zip) is served as the file; anything else is the vendor's JSON.
+    media_type = run.get("_result_type") or "application/json"
+    headers = (
+        {"Content-Disposition": f'attachment; filename="{run["id"]}.zip"'}
+        if media_type == "application/zip"
+        else None
+    )
+    return Response(raw, media_type=media_type, headers=headers)
 
 
 async def run_events(request: Request) -> Response:

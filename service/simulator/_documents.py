@@ -96,11 +96,3 @@ def decode_base64(text: str) -> bytes:
         return base64.b64decode(text.strip(), validate=True)
     except (binascii.Error, ValueError):
         raise ValueError("not valid base64") from None
-
-
-def decode_base64_lenient(text: str) -> bytes:
-    """Base64 if it decodes, else the text itself: Uptiq's request schema is undocumented."""
-    try:
-        return decode_base64(text)
-    except ValueError:
-        return text.encode()

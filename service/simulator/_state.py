@@ -106,6 +106,22 @@ class LogEntry:
         }
 
 
+@dataclass
+class TokenBucket:
+    """``rate`` tokens a second up to ``burst``; each request takes one or is refused."""
+
+    tokens: float
+    at: float
+
+    def take(self, now: float, rate: float, burst: int) -> bool:
+        self.tokens = min(float(burst), self.tokens + max(0.0, now - self.at) * rate)
+        self.at = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
 def _rng(seed: int, purpose: str) -> random.Random:
     # Separate streams, so that e.g. a fault draw never shifts the durations of later runs.
     return random.Random(f"{seed}:{purpose}")
@@ -119,6 +135,8 @@ class SimState:
     fault_rng: random.Random = field(init=False)
     run_rng: random.Random = field(init=False)
     id_rng: random.Random = field(init=False)
+    # (vendor, the API key as presented) -> its bucket
+    buckets: dict[tuple[str, str], TokenBucket] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.reseed()
@@ -128,6 +146,18 @@ class SimState:
         self.fault_rng = _rng(seed, "faults")
         self.run_rng = _rng(seed, "runs")
         self.id_rng = _rng(seed, "ids")
+
+    def admit(self, vendor: str, key: str) -> bool:
+        """Takes a token from the bucket of ``vendor`` and ``key``; False when the key is over its limit."""
+        rate = float(getattr(self.config, f"{vendor}_rps"))
+        if rate <= 0:
+            return True
+        burst = int(getattr(self.config, f"{vendor}_burst"))
+        now = self.now()
+        bucket = self.buckets.get((vendor, key))
+        if bucket is None:
+            bucket = self.buckets[(vendor, key)] = TokenBucket(tokens=float(burst), at=now)
+        return bucket.take(now, rate, burst)
 
     def now(self) -> float:
         return self.clock.monotonic()

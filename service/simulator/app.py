@@ -3,12 +3,15 @@
 Vendor routes (each prefix is the vendor's base URL):
 
 - ``POST /nutrient/extraction/{parse|extract|classify|split}/async``
-- ``GET|DELETE /nutrient/extraction/runs/{run_id}``, ``GET .../assets/result``, ``POST .../cancel``
+- ``GET|DELETE /nutrient/extraction/runs/{run_id}``, ``GET .../assets/result``, ``GET .../assets/zip``,
+  ``POST .../cancel``
 - ``POST /cloudsquid/api/projects/{project}/tables/{table_id}/files``, ``.../run``, ``.../extract``;
   ``GET .../run/{run_id}``
 - ``POST /uptiq/extract``, ``GET /uptiq/document-extractions/{extraction_id}``
 
-Control routes, unauthenticated and never faulted: ``GET|DELETE /_sim/requests`` (the last 100 000 vendor
+Every vendor request takes a token from its vendor's bucket for the API key it presents (when that
+vendor's ``*_rps`` is set); an empty bucket answers 429. Control routes, unauthenticated, never limited
+and never faulted: ``GET|DELETE /_sim/requests`` (the last 100 000 vendor
 requests, optionally ``?vendor=``), ``GET|PATCH /_sim/config``, ``GET /_sim/stats``, and ``GET /_sim/runs``
 (every run with its status and, as Unix times, when it was created and when it ends or ended, optionally
 ``?vendor=``; the benchmarks measure from it how soon a finished run was called back).
@@ -22,6 +25,7 @@ from typing import Any
 
 import httpx
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -43,8 +47,19 @@ def _vendor_of(path: str) -> str | None:
     return None
 
 
+# The header each vendor takes its API key from: the rate limit is per key.
+_KEY_HEADERS = {"nutrient": "authorization", "cloudsquid": "x-api-key", "uptiq": "x-api-key"}
+
+
 def _fault_response(vendor: str, status: int, state: SimState) -> Response:
-    """An injected 429/5xx in the vendor's own error shape."""
+    """A 429 (from the rate limit) or an injected 5xx, in the vendor's own error shape.
+
+    Nutrient's 429 is documented ("rate limit exceeded for your subscription", NU-err) in its usual error
+    body. Cloudsquid and Uptiq document no rate limit at all: their 429 bodies are a GUESS (Cloudsquid's
+    ``Error`` schema ``{errorMessage}``, Uptiq's ``{status, message}``); check the vendor's API reference
+    (Cloudsquid: the OpenAPI of each path; Uptiq: the Conventions page) before going live. No vendor
+    documents ``Retry-After``, so none is sent.
+    """
     message = (
         "rate limit exceeded for your subscription" if status == 429 else "backend temporarily unavailable"
     )
@@ -58,8 +73,6 @@ def _fault_response(vendor: str, status: int, state: SimState) -> Response:
     else:
         # Cloudsquid documents no body for its 500.
         response = PlainTextResponse("Internal Server Error", status_code=status)
-    if status == 429 and state.config.retry_after_s is not None:
-        response.headers["retry-after"] = str(state.config.retry_after_s)
     return response
 
 
@@ -82,7 +95,8 @@ async def _drop_connection(receive: Receive) -> None:
 
 
 class VendorTrafficMiddleware:
-    """Logs every vendor request on arrival, adds latency, and injects faults drawn from the seeded RNG."""
+    """Logs every vendor request on arrival, adds latency, applies the per-key rate limit, and injects
+    faults drawn from the seeded RNG."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -103,16 +117,17 @@ class VendorTrafficMiddleware:
         draw = state.fault_rng.random()
         if latency_ms > 0:
             await asyncio.sleep(latency_ms / 1000)
+        key = Headers(scope=scope).get(_KEY_HEADERS[vendor], "")
+        if not state.admit(vendor, key):
+            entry.fault, entry.status = "429", 429
+            await _fault_response(vendor, 429, state)(scope, receive, send)
+            return
         if vendor in config.vendors_faulty:
             if draw < config.rate_drop:
                 entry.fault = "drop"
                 await _drop_connection(receive)
                 return
-            if draw < config.rate_drop + config.rate_429:
-                entry.fault, entry.status = "429", 429
-                await _fault_response(vendor, 429, state)(scope, receive, send)
-                return
-            if draw < config.rate_drop + config.rate_429 + config.rate_5xx:
+            if draw < config.rate_drop + config.rate_5xx:
                 status = state.fault_rng.choice((500, 502, 503))
                 entry.fault, entry.status = "5xx", status
                 await _fault_response(vendor, status, state)(scope, receive, send)
@@ -151,6 +166,8 @@ async def _config(request: Request) -> Response:
             return JSONResponse({"error": str(exc)}, status_code=400)
         if "seed" in changes:
             state.reseed()
+        if any(name.endswith(("_rps", "_burst")) for name in changes):
+            state.buckets.clear()  # a new limit starts with full buckets
     return JSONResponse(state.config.to_json())
 
 

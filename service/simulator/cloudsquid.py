@@ -6,7 +6,13 @@ Choices where the documents are silent:
 - A well-formed but unknown ``run_id`` answers 404 ``{errorMessage}``; an unknown ``row_id`` on start-run
   answers 400, as the brief asks. Rows and runs belong to the project and table they were made in.
 - A run in ``error`` carries the message in ``reasoning`` (the only documented free-text field) and also
-  in ``errorMessage``.
+  in ``errorMessage``: a GUESS. S002 documents no error field on a DataRow, and the ``Error`` schema
+  (``{errorMessage}``) only for 400/401 answers. Before going live, look at a real failed run's body and
+  the OpenAPI of ``GET /projects/{project_name}/tables/{table_id}/run/{run_id}``.
+- The bodies of 429 (and of 500, which has no schema in S001) are GUESSES: Cloudsquid documents no rate
+  limit.
+- ``zero_retention`` is accepted and kept, and changes nothing visible: S001 says it only stops
+  intermediate results from being persisted; the final result is still returned and kept.
 - ``uri`` files are not fetched: the URI stands in for the bytes. ``multipart`` parts must be a non-empty
   array; their JSON text stands in for the bytes.
 - ``billing`` documents succeed: Cloudsquid has no documented billing failure.

@@ -11,18 +11,28 @@ Each line: variable -> field (default): meaning.
 - ``HOOKBRIDGE_SIM_LATENCY_MS`` -> ``latency_ms`` ("0,0"): extra delay of every vendor request, ms "min,max".
 - ``HOOKBRIDGE_SIM_DURATION_S`` -> ``duration_s`` ("1,3"): processing time of a run, s "min,max"; about
   the first 20% of it is spent queued.
-- ``HOOKBRIDGE_SIM_RATE_429`` -> ``rate_429`` (0): share of vendor requests answered 429.
-- ``HOOKBRIDGE_SIM_RETRY_AFTER_S`` -> ``retry_after_s`` (1): ``Retry-After`` of those 429s, whole seconds;
-  "none" sends none.
 - ``HOOKBRIDGE_SIM_RATE_5XX`` -> ``rate_5xx`` (0): share of vendor requests answered 500, 502 or 503.
 - ``HOOKBRIDGE_SIM_RATE_DROP`` -> ``rate_drop`` (0): share of vendor requests whose connection is closed
   without an answer.
-- ``HOOKBRIDGE_SIM_VENDORS_FAULTY`` -> ``vendors_faulty`` ("all"): comma list of the vendors the three rates
+- ``HOOKBRIDGE_SIM_VENDORS_FAULTY`` -> ``vendors_faulty`` ("all"): comma list of the vendors the two rates
   above apply to; "none" for none.
+- ``HOOKBRIDGE_SIM_NUTRIENT_RPS`` -> ``nutrient_rps`` (0 = no limit): tokens a second of the token bucket
+  that every Nutrient request takes one token from, one bucket per API key ("polling and submission
+  requests share a rate limit", S003); a request that finds it empty is answered 429. The buckets are the
+  only source of 429s, and send no ``Retry-After``: no vendor documents one. No vendor publishes its
+  numbers either, so the limits are off by default; tests set them to make a storm. Changing any
+  ``*_rps`` or ``*_burst`` refills every bucket.
+- ``HOOKBRIDGE_SIM_NUTRIENT_BURST`` -> ``nutrient_burst`` (10): the bucket's size.
+- ``HOOKBRIDGE_SIM_CLOUDSQUID_RPS`` -> ``cloudsquid_rps`` (0): the same for Cloudsquid, whose rate limit is
+  undocumented (a GUESS).
+- ``HOOKBRIDGE_SIM_CLOUDSQUID_BURST`` -> ``cloudsquid_burst`` (10).
+- ``HOOKBRIDGE_SIM_UPTIQ_RPS`` -> ``uptiq_rps`` (0): the same for Uptiq, whose rate limit is undocumented
+  (a GUESS).
+- ``HOOKBRIDGE_SIM_UPTIQ_BURST`` -> ``uptiq_burst`` (10).
 - ``HOOKBRIDGE_SIM_CLOUDSQUID_LEGACY`` -> ``cloudsquid_legacy_shape`` (false): Cloudsquid polls answer the
   older ``{status, result}`` shape with the 3-value status enum.
-- ``HOOKBRIDGE_SIM_UPTIQ_EARLY_404S`` -> ``uptiq_early_404s`` (1): the first N polls of each Uptiq
-  extraction answer 404.
+- ``HOOKBRIDGE_SIM_UPTIQ_EARLY_404_S`` -> ``uptiq_early_404_s`` (1): for this many seconds after its submit
+  (on the simulator's clock), an Uptiq extraction answers 404 ("wait a second and retry", S004).
 - ``HOOKBRIDGE_SIM_UPTIQ_STUCK`` -> ``uptiq_stuck`` (false): Uptiq extractions submitted while it is on
   never leave ``Processing``.
 - ``HOOKBRIDGE_SIM_NUTRIENT_CREDITS`` -> ``nutrient_credits`` (unset = unlimited): Nutrient credit balance;
@@ -39,7 +49,7 @@ Each line: variable -> field (default): meaning.
   ``X-API-Key`` expected.
 - ``HOOKBRIDGE_SIM_UPTIQ_API_KEY`` -> ``uptiq_api_key`` ("sim-uptiq-key"): the ``X-Api-Key`` expected.
 
-Booleans accept 1/0, true/false, yes/no, on/off. Rates are fractions in [0, 1]; the three fault rates
+Booleans accept 1/0, true/false, yes/no, on/off. Rates are fractions in [0, 1]; the two fault rates
 together must not exceed 1, since one draw per request picks at most one fault.
 """
 
@@ -60,13 +70,11 @@ class SimulatorConfig:
     seed: int = 0
     latency_ms: tuple[float, float] = (0.0, 0.0)
     duration_s: tuple[float, float] = (1.0, 3.0)
-    rate_429: float = 0.0
-    retry_after_s: int | None = 1
     rate_5xx: float = 0.0
     rate_drop: float = 0.0
     vendors_faulty: frozenset[str] = field(default_factory=lambda: frozenset(VENDORS))
     cloudsquid_legacy_shape: bool = False
-    uptiq_early_404s: int = 1
+    uptiq_early_404_s: float = 1.0
     uptiq_stuck: bool = False
     nutrient_credits: float | None = None
     nutrient_max_processing_s: float = 900.0
@@ -75,26 +83,34 @@ class SimulatorConfig:
     nutrient_api_key: str = "sim-nutrient-key"
     cloudsquid_api_key: str = "sim-cloudsquid-key"
     uptiq_api_key: str = "sim-uptiq-key"
+    nutrient_rps: float = 0.0
+    nutrient_burst: int = 10
+    cloudsquid_rps: float = 0.0
+    cloudsquid_burst: int = 10
+    uptiq_rps: float = 0.0
+    uptiq_burst: int = 10
 
     def __post_init__(self) -> None:
         _check_range("latency_ms", self.latency_ms)
         _check_range("duration_s", self.duration_s)
-        for name in ("rate_429", "rate_5xx", "rate_drop", "nutrient_rate_enqueue_fail"):
+        for name in ("rate_5xx", "rate_drop", "nutrient_rate_enqueue_fail"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name}: must be between 0 and 1, got {value}")
-        if self.rate_429 + self.rate_5xx + self.rate_drop > 1.0 + 1e-9:
-            raise ValueError("rate_429 + rate_5xx + rate_drop: must not exceed 1")
-        if self.retry_after_s is not None and self.retry_after_s < 0:
-            raise ValueError(f"retry_after_s: must be >= 0, got {self.retry_after_s}")
+        if self.rate_5xx + self.rate_drop > 1.0 + 1e-9:
+            raise ValueError("rate_5xx + rate_drop: must not exceed 1")
         unknown = set(self.vendors_faulty) - set(VENDORS)
         if unknown:
             raise ValueError(f"vendors_faulty: unknown vendor(s) {sorted(unknown)}")
-        if self.uptiq_early_404s < 0:
-            raise ValueError(f"uptiq_early_404s: must be >= 0, got {self.uptiq_early_404s}")
+        for vendor in VENDORS:
+            rps, burst = getattr(self, f"{vendor}_rps"), getattr(self, f"{vendor}_burst")
+            if not rps >= 0 or math.isinf(rps):
+                raise ValueError(f"{vendor}_rps: must be a finite number >= 0 (0 = no limit), got {rps}")
+            if burst < 1:
+                raise ValueError(f"{vendor}_burst: must be >= 1, got {burst}")
         if self.nutrient_credits is not None and self.nutrient_credits < 0:
             raise ValueError(f"nutrient_credits: must be >= 0, got {self.nutrient_credits}")
-        for name in ("nutrient_max_processing_s", "nutrient_retention_s"):
+        for name in ("nutrient_max_processing_s", "nutrient_retention_s", "uptiq_early_404_s"):
             value = getattr(self, name)
             if not value >= 0 or math.isinf(value):
                 raise ValueError(f"{name}: must be a finite number >= 0, got {value}")
@@ -195,10 +211,6 @@ def _parse_range(raw: str) -> tuple[float, float]:
     return (_parse_float(parts[0]), _parse_float(parts[1]))
 
 
-def _parse_optional_int(raw: str) -> int | None:
-    return None if raw.lower() in ("", "none") else _parse_int(raw)
-
-
 def _parse_optional_float(raw: str) -> float | None:
     return None if raw.lower() in ("", "none", "unlimited") else _parse_float(raw)
 
@@ -223,13 +235,11 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "seed": _parse_int,
     "latency_ms": _parse_range,
     "duration_s": _parse_range,
-    "rate_429": _parse_float,
-    "retry_after_s": _parse_optional_int,
     "rate_5xx": _parse_float,
     "rate_drop": _parse_float,
     "vendors_faulty": _parse_vendors,
     "cloudsquid_legacy_shape": _parse_bool,
-    "uptiq_early_404s": _parse_int,
+    "uptiq_early_404_s": _parse_float,
     "uptiq_stuck": _parse_bool,
     "nutrient_credits": _parse_optional_float,
     "nutrient_max_processing_s": _parse_float,
@@ -238,6 +248,12 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "nutrient_api_key": _parse_str,
     "cloudsquid_api_key": _parse_str,
     "uptiq_api_key": _parse_str,
+    "nutrient_rps": _parse_float,
+    "nutrient_burst": _parse_int,
+    "cloudsquid_rps": _parse_float,
+    "cloudsquid_burst": _parse_int,
+    "uptiq_rps": _parse_float,
+    "uptiq_burst": _parse_int,
 }
 
 
@@ -257,9 +273,9 @@ def _from_json(name: str, raw: Any) -> Any:
         if not isinstance(raw, bool):
             raise ValueError("expected a boolean")
         return raw
-    if raw is None and name in ("retry_after_s", "nutrient_credits"):
+    if raw is None and name == "nutrient_credits":
         return None
-    if name in ("seed", "uptiq_early_404s", "retry_after_s"):
+    if name == "seed" or name.endswith("_burst"):
         if isinstance(raw, bool) or not isinstance(raw, int):
             raise ValueError("expected an integer")
         return raw

@@ -1,5 +1,15 @@
 """Nutrient DWS Data Extraction async runs (NOTES.md §2, nutrient-run-asynchronously.md), under ``/nutrient``.
 
+Read strictly from S003 (and NU-parse for the JSON shape): the async routes take the synchronous
+endpoint's request format, which is a multipart upload with a ``file`` part and an ``instructions`` part
+(a JSON string), or a JSON body whose instruction fields (``mode``, ``output``, ``schema``, ...) sit at the
+top level beside ``url`` (or ``assetId``). A JSON body that nests them under ``instructions`` is refused with
+400 ``invalid_request``: the real API would not read them there (a parse would silently fall back to its
+default mode). A multipart body without a ``file`` (or ``assetId``) part is refused too, as is an unknown
+operation (404), an ``Idempotency-Key`` that is not 1 to 255 printable ASCII characters (400), an unknown
+parse ``mode``, and ``storeRun: false`` (400). Every request of one API key takes a token from one bucket
+(``nutrient_rps``/``nutrient_burst``): polls and submits share the limit.
+
 Choices where the documents are silent:
 
 - ``GET /extraction/runs/{id}/assets/result`` on a queued or running run answers 409 ``run_in_flight`` (the
@@ -12,13 +22,23 @@ Choices where the documents are silent:
   runs) is not positive; a run's cost is charged when it reaches ``done``.
 - ``url`` and ``assetId`` inputs are not downloaded: the URL (or id) string stands in for the input bytes.
 - The processing limit also ends ``stuck`` runs: Nutrient documents that no run outlives it.
+- Delete is ``DELETE /extraction/runs/{id}`` (204): the runs guide says runs are deleted "with the
+  /extraction/runs endpoints" but the exact verb and path were not read (NOTES.md §2.5, an inference).
+- Split's output format is the instruction ``output``: ``json`` (default), ``zip`` or ``both`` (S003 names
+  the formats, not the field: a GUESS; check the split guide). With ``zip`` or ``both`` the run gains a
+  ``zip`` asset at ``/extraction/runs/{id}/assets/zip`` (a GUESS by analogy with ``assets/result``), and
+  the result's ``output.downloadUrl`` is its absolute URL, fetched with the same Bearer key.
+- ``extract`` is not refused without a ``schema`` (NU-extract says it must have one): hookbridge's tests
+  submit schema-less extracts throughout. A known gap.
 """
 
 from __future__ import annotations
 
 import hashlib
 import heapq
+import io
 import json
+import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +54,7 @@ OPERATIONS = ("parse", "extract", "classify", "split")
 # Credits per page by parse mode (NU-price); parse defaults to "understand" (NU-parse).
 _CREDITS_PER_PAGE = {"text": 1.0, "structure": 1.5, "understand": 9.0, "agentic": 18.0}
 _MAX_KEY_LENGTH = 255
+_SPLIT_OUTPUTS = ("json", "zip", "both")
 
 
 @dataclass
@@ -46,6 +67,7 @@ class NutrientRun:
     timed_out: bool
     cost: float
     idempotency_scope: tuple[str, str, str] | None
+    split_output: str | None = None  # json | zip | both, for split runs
     canceled_at: float | None = None
     charged: bool = False
 
@@ -180,7 +202,11 @@ async def _parse_submission(request: Request) -> tuple[Document, dict[str, Any]]
                     Document(content=content, filename=upload.filename, media_type=upload.content_type),
                     instructions,
                 )
-            document = _reference_document(form.get("url"), form.get("assetId"))
+            if form.get("url") is not None:
+                raise _BadRequest(
+                    "url: a multipart upload carries the document as 'file'; send a URL as JSON"
+                )
+            document = _reference_document(None, form.get("assetId"))
     elif content_type == "application/json":
         try:
             body = await request.json()
@@ -189,10 +215,16 @@ async def _parse_submission(request: Request) -> tuple[Document, dict[str, Any]]
         if not isinstance(body, dict):
             raise _BadRequest("body: must be a JSON object")
         if "instructions" in body:
-            instructions = _parse_instructions(body["instructions"])
-        else:
-            # The parse guide puts mode/output at the top level of a JSON request.
-            instructions = {k: v for k, v in body.items() if k not in ("url", "assetId")}
+            # The JSON format carries the instruction fields at the top level (NU-parse): a nested object
+            # is not read by the real API, so it is refused here rather than silently ignored.
+            raise _BadRequest(
+                "instructions: not a field of a JSON request; put mode, output, schema... at the top level"
+            )
+        instructions = {k: v for k, v in body.items() if k not in ("url", "assetId")}
+        if "url" in body and not (
+            isinstance(body["url"], str) and body["url"].startswith(("https://", "http://"))
+        ):
+            raise _BadRequest("url: must be an http(s) URL")
         document = _reference_document(body.get("url"), body.get("assetId"))
     else:
         # The sync parse endpoint takes a raw document body; the async routes "accept the same formats".
@@ -203,6 +235,18 @@ async def _parse_submission(request: Request) -> tuple[Document, dict[str, Any]]
     if document is None:
         raise _BadRequest("no document: send multipart 'file', JSON 'url', or 'assetId'")
     return document, instructions
+
+
+def _check_instructions(operation: str, instructions: dict[str, Any]) -> str | None:
+    """Refuses instruction values the documents rule out; returns split's output format."""
+    if operation == "parse" and "mode" in instructions and instructions["mode"] not in _CREDITS_PER_PAGE:
+        raise _BadRequest(f"mode: must be one of {', '.join(_CREDITS_PER_PAGE)}")
+    if operation != "split":
+        return None
+    output = instructions.get("output", "json")
+    if output not in _SPLIT_OUTPUTS:
+        raise _BadRequest(f"output: must be one of {', '.join(_SPLIT_OUTPUTS)}")
+    return str(output)
 
 
 def _fingerprint(instructions: dict[str, Any], document: Document) -> str:
@@ -291,12 +335,23 @@ def run_json(run: NutrientRun, state: SimState, now: float) -> dict[str, Any]:
     elif status == "done":
         body["usage"] = {"data_extraction_credits": {"cost": run.cost}}
         body["assets"].append({"name": "result", "contentType": "application/json"})
+        if run.split_output in ("zip", "both"):
+            body["assets"].append({"name": "zip", "contentType": "application/zip"})
     elif status == "error":
         body["error"] = _run_error(run)
     return body
 
 
-def _output(operation: str, document: Document) -> dict[str, Any]:
+def zip_bytes(run: NutrientRun) -> bytes:
+    """The split's zip asset: one PDF per split document (the input's bytes stand in for its pages)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("invoice-1.pdf", run.document.content)
+        archive.writestr("manifest.json", json.dumps({"documents": [{"file": "invoice-1.pdf"}]}))
+    return buffer.getvalue()
+
+
+def _output(operation: str, document: Document, split_output: str | None = None) -> dict[str, Any]:
     fields = document.fields()
     output: dict[str, Any] = {"fields": fields}
     if operation == "parse":
@@ -305,7 +360,7 @@ def _output(operation: str, document: Document) -> dict[str, Any]:
         )
     elif operation == "classify":
         output["label"] = "invoice"
-    elif operation == "split":
+    elif operation == "split" and split_output != "zip":  # "with zip, the result omits page ranges"
         output["documents"] = [{"label": "invoice", "pages": [1, document.pages]}]
     return output
 
@@ -336,6 +391,7 @@ async def submit(request: Request) -> Response:
         return _error(state, 400, "Idempotency-Key must be 1 to 255 printable characters", "invalid_request")
     try:
         document, instructions = await _parse_submission(request)
+        split_output = _check_instructions(operation, instructions)
     except _BadRequest as exc:
         return _error(state, 400, str(exc), "invalid_request")
     if document.outcome.reject:
@@ -381,6 +437,7 @@ async def submit(request: Request) -> Response:
         timed_out=timed_out,
         cost=_cost(operation, instructions, document),
         idempotency_scope=scope,
+        split_output=split_output,
     )
     store.add(run)
     if scope is not None:
@@ -433,9 +490,23 @@ async def result_asset(request: Request) -> Response:
     credits: dict[str, Any] = {"cost": run.cost}
     if state.config.nutrient_credits is not None:
         credits["remainingCredits"] = max(0.0, state.config.nutrient_credits - _store(request).spent)
-    return JSONResponse(
-        {"output": _output(run.operation, run.document), "usage": {"data_extraction_credits": credits}}
-    )
+    output = _output(run.operation, run.document, run.split_output)
+    if run.split_output in ("zip", "both"):
+        output["downloadUrl"] = str(request.url_for("nutrient_zip", run_id=run.id))
+    return JSONResponse({"output": output, "usage": {"data_extraction_credits": credits}})
+
+
+async def zip_asset(request: Request) -> Response:
+    run = _lookup(request)
+    if isinstance(run, JSONResponse):
+        return run
+    state = sim_state(request)
+    status = run.status(state.now())
+    if status in ("queued", "running"):
+        return _error(state, 409, f"the run is {status}: no result yet", "run_in_flight")
+    if status != "done" or run.split_output not in ("zip", "both"):
+        return _error(state, 404, "the run has no zip asset")
+    return Response(zip_bytes(run), media_type="application/zip")
 
 
 async def cancel(request: Request) -> Response:
@@ -457,5 +528,6 @@ def routes() -> list[BaseRoute]:
         Route("/extraction/{operation}/async", submit, methods=["POST"]),
         Route("/extraction/runs/{run_id}", run_resource, methods=["GET", "DELETE"]),
         Route("/extraction/runs/{run_id}/assets/result", result_asset, methods=["GET"]),
+        Route("/extraction/runs/{run_id}/assets/zip", zip_asset, methods=["GET"], name="nutrient_zip"),
         Route("/extraction/runs/{run_id}/cancel", cancel, methods=["POST"]),
     ]

@@ -1,13 +1,22 @@
 """Uptiq DocAI async extraction (NOTES.md §3, uptiq-async-extraction-and-polling.md), under ``/uptiq``.
 
-Choices where the documents are silent:
+Read strictly from S004: one of ``documentType`` (string) or ``documentTypes`` (non-empty list of strings)
+is required, and a submission is a document to extract, so one without a document is refused (400). The
+record is not visible for ``uptiq_early_404_s`` seconds after the submit ("404 right after submitting ...
+wait a second and retry"), measured on the simulator's clock, however often it is polled.
 
-- The ``/extract`` body schema is not published. One of ``documentType`` (string) or ``documentTypes``
-  (non-empty list of strings) is required; the document may come as ``fileUrl`` (or ``url``,
-  ``documentUrl``) or as ``fileBase64`` (or ``file``, ``fileContent``) with ``fileName``; any other JSON
-  is accepted, and a body without a document is its own identity.
-- Errors (401, 400, 404) use ``{"status": "error", "message": ...}``: the error envelope is not published.
-- The early 404 counts polls per extraction against the current ``uptiq_early_404s``.
+GUESSES, where the documents are silent (check before going live: the sync quickstart's ``request.json``
+at docs.uptiq.ai/document-ai/developer-documentation/getting-started/quickstart-extract-a-document.md, the
+reference pages "Extract document data asynchronously" and "Get extraction details", the Conventions page,
+and "Reading fraud and control checks"):
+
+- The document fields: exactly one of ``fileUrl`` (a URL) or ``fileBase64`` (standard base64), with an
+  optional ``fileName``. Other JSON fields are accepted and ignored, except the echoed ``model``,
+  ``enableCaching`` and ``processorId``.
+- The shapes of ``creditReservation`` (``{"credits", "status"}``), ``webhookStatus`` (a string) and
+  ``fraudResults`` (``{"riskScore", "checks"}``): S004 names these fields of the async record, nothing more.
+- Errors (401, 400, 404, 429) use ``{"status": "error", "message": ...}``: the error envelope is not
+  published.
 - ``billing`` documents succeed: Uptiq has no documented billing failure.
 """
 
@@ -21,12 +30,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending, decode_base64_lenient
+from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending, decode_base64
 from ._state import Phase, SimState, Timeline, sim_state
 
-_URL_KEYS = ("fileUrl", "url", "documentUrl")
-_CONTENT_KEYS = ("fileBase64", "file", "fileContent")
-_NAME_KEYS = ("fileName", "filename")
+_CREDITS_PER_PAGE = 10  # a GUESS: Uptiq publishes no prices
 _ECHOED_KEYS = ("model", "enableCaching", "processorId")
 
 
@@ -40,7 +47,6 @@ class Extraction:
     timeline: Timeline
     nominal_finish: float
     echoed: dict[str, Any]
-    polls: int = 0
 
     def status(self, now: float) -> str:
         phase = self.timeline.phase(now)
@@ -80,23 +86,32 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"status": "error", "message": message}, status_code=status)
 
 
-def _first_str(body: dict[str, Any], keys: tuple[str, ...]) -> str | None:
-    for key in keys:
-        value = body.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return None
+class _BadRequest(Exception):
+    pass
 
 
 def _document(body: dict[str, Any]) -> Document:
-    name = _first_str(body, _NAME_KEYS)
-    url = _first_str(body, _URL_KEYS)
+    """The document of a submission (field names are a GUESS, see the module docstring)."""
+    url, content, name = body.get("fileUrl"), body.get("fileBase64"), body.get("fileName")
+    if name is not None and not isinstance(name, str):
+        raise _BadRequest("fileName must be a string")
+    if url is not None and content is not None:
+        raise _BadRequest("send one document: fileUrl or fileBase64, not both")
     if url is not None:
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            raise _BadRequest("fileUrl must be an http(s) URL")
         return Document(content=url.encode(), url=url, filename=name or url.rstrip("/").rsplit("/", 1)[-1])
-    content = _first_str(body, _CONTENT_KEYS)
     if content is not None:
-        return Document(content=decode_base64_lenient(content), filename=name)
-    return Document(content=json.dumps(body, sort_keys=True).encode(), filename=name)
+        if not isinstance(content, str):
+            raise _BadRequest("fileBase64 must be a base64 string")
+        try:
+            data = decode_base64(content)
+        except ValueError:
+            raise _BadRequest("fileBase64 is not valid base64") from None
+        if not data:
+            raise _BadRequest("fileBase64 is empty")
+        return Document(content=data, filename=name)
+    raise _BadRequest("no document: send fileUrl or fileBase64")
 
 
 def _stage(extraction: Extraction, state: SimState, status: str, now: float) -> dict[str, Any]:
@@ -127,6 +142,26 @@ def _result(extraction: Extraction, status: str) -> dict[str, Any]:
     return {}
 
 
+def _credit_reservation(extraction: Extraction, status: str) -> dict[str, Any]:
+    """A GUESS at the shape: credits held at submit, consumed on success, released on failure."""
+    state = {"Processed": "consumed", "Failed": "released"}.get(status, "reserved")
+    return {"credits": _CREDITS_PER_PAGE * extraction.document.pages, "status": state}
+
+
+def _fraud_results(extraction: Extraction, status: str) -> dict[str, Any] | None:
+    """A GUESS at the shape; only a processed document has been checked."""
+    if status != "Processed":
+        return None
+    risk = int(extraction.document.sha256[18:20], 16) % 20 / 100
+    return {
+        "riskScore": risk,
+        "checks": [
+            {"name": "font_consistency", "result": "pass"},
+            {"name": "metadata_tampering", "result": "pass" if risk < 0.15 else "review"},
+        ],
+    }
+
+
 def extraction_json(extraction: Extraction, state: SimState, now: float) -> dict[str, Any]:
     status = extraction.status(now)
     record: dict[str, Any] = {
@@ -137,6 +172,10 @@ def extraction_json(extraction: Extraction, state: SimState, now: float) -> dict
         "result": _result(extraction, status),
         "requestId": extraction.request_id,
         **extraction.echoed,
+        # S004: "the asynchronous record carries more than the synchronous response does".
+        "creditReservation": _credit_reservation(extraction, status),
+        "webhookStatus": "NotConfigured",
+        "fraudResults": _fraud_results(extraction, status),
     }
     if extraction.document_types is not None:
         record["documentTypes"] = extraction.document_types
@@ -164,7 +203,10 @@ async def submit(request: Request) -> Response:
         document_types, status_code = None, 200
     else:
         return _error(400, "documentType (string) or documentTypes (list of strings) is required")
-    document = _document(body)
+    try:
+        document = _document(body)
+    except _BadRequest as exc:
+        return _error(400, str(exc))
     if document.outcome.reject:
         return _error(400, REJECT_MESSAGE)
     stuck = document.outcome.ending is Ending.STUCK or state.config.uptiq_stuck
@@ -202,11 +244,11 @@ async def get_extraction(request: Request) -> Response:
     extraction = _store(request).extractions.get(request.path_params["extraction_id"])
     if extraction is None:
         return _error(404, "Extraction not found")
-    extraction.polls += 1
-    # The record is not visible to the first reads after submit (S004: "404 right after submitting").
-    if extraction.polls <= state.config.uptiq_early_404s:
+    now = state.now()
+    # The record is not visible for a while after the submit (S004: "404 right after submitting").
+    if now < extraction.timeline.created_at + state.config.uptiq_early_404_s:
         return _error(404, "Extraction not found")
-    return JSONResponse(extraction_json(extraction, state, state.now()))
+    return JSONResponse(extraction_json(extraction, state, now))
 
 
 def routes() -> list[BaseRoute]:

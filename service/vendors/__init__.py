@@ -40,7 +40,8 @@ def build_adapters(
 
     nutrient = settings.vendor("nutrient")
     adapters["nutrient"] = NutrientAdapter(
-        client("nutrient", {"Authorization": f"Bearer {nutrient.api_key}"})
+        client("nutrient", {"Authorization": f"Bearer {nutrient.api_key}"}),
+        max_asset_bytes=settings.max_document_bytes,
     )
     cloudsquid = settings.vendor("cloudsquid")
     adapters["cloudsquid"] = CloudsquidAdapter(

@@ -6,6 +6,7 @@ the vendor's answers into :class:`PollResult` and the exceptions below::
     VendorError
     ├── VendorRejected        the vendor refused the submission for good (run error vendor_rejected)
     ├── VendorExpired         the vendor no longer has the run (vendor_expired)
+    ├── VendorResultTooLarge  the result asset is past MAX_DOCUMENT_BYTES (result_too_large)
     └── VendorTransient       worth retrying: 5xx, network faults, an early 404
         └── VendorRateLimited 429; ``retry_after`` says when to ask again
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 # What a poll can say, in our words (shared/vendors/NOTES.md §0).
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELED = "queued", "running", "succeeded", "failed", "canceled"
@@ -93,6 +94,29 @@ class PollResult:
     needs_fetch: bool = False  # SUCCEEDED, and the result must be fetched with fetch_result
     error: str | None = None  # the vendor's own message on FAILED
     error_details: dict[str, Any] | None = None
+    # What the vendor reports the run cost: {"credits": number or None, "reported": its own usage object}.
+    usage: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """A result that is a file rather than JSON (Nutrient split's zip asset), with the JSON beside it."""
+
+    content: bytes
+    media_type: str
+    data: Any = None  # the vendor's JSON result that names the file
+
+
+class VendorResultTooLarge(VendorError):
+    """A result asset larger than hookbridge keeps (``MAX_DOCUMENT_BYTES``): the run fails."""
+
+
+@runtime_checkable
+class DeletesRuns(Protocol):
+    """An adapter whose vendor can delete its copy of a run (for ``zero_retention``)."""
+
+    async def delete(self, vendor_run_id: str, state: dict[str, Any]) -> None:
+        """Deletes the vendor's run, canceling it first if the vendor requires; gone already is fine."""
 
 
 class VendorAdapter(Protocol):

@@ -7,9 +7,14 @@ Cloudsquid has no idempotency key, so the row (and then the run) is checkpointed
 Poll ``GET .../run/{run_id}``: the current ``DataRow`` shape carries ``data``, the older page's shape
 ``{status, result}``; both are read. There is no cancel API.
 
+``zero_retention`` is passed as Cloudsquid's own flag, which only keeps intermediate artifacts from being
+stored (S001: "you want the final output but not intermediate artifacts stored"); the row and the result
+stay at Cloudsquid, which documents no delete.
+
 Where the documents are silent: the upload's 2xx code (any 2xx is accepted); the message of a run in
-``error`` (``errorMessage`` if present, else ``reasoning``, the only documented free-text field); a 404 on
-poll (taken to mean the vendor no longer has the run).
+``error`` (``errorMessage`` if present, else ``reasoning``, the only documented free-text field: a GUESS,
+check a real failed run's body before going live); a 404 on poll (taken to mean the vendor no longer has
+the run).
 """
 
 from __future__ import annotations

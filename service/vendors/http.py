@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from service.vendors.base import VendorRateLimited, VendorTransient
+from service.vendors.base import VendorRateLimited, VendorResultTooLarge, VendorTransient
 
 
 class Budget(Protocol):
@@ -133,9 +133,53 @@ def raise_for_transient(response: httpx.Response) -> None:
 
 
 @contextlib.contextmanager
+def _decoding_errors() -> Iterator[None]:
+    """A body that does not decode (a broken gzip stream) is a vendor fault worth retrying."""
+    try:
+        yield
+    except httpx.DecodingError as exc:
+        raise VendorTransient(f"the answer does not decode: {exc}") from exc
+
+
+@contextlib.contextmanager
 def transport_errors() -> Iterator[None]:
     """Connection faults, timeouts and dropped connections become :class:`VendorTransient`."""
     try:
         yield
     except httpx.TransportError as exc:
         raise VendorTransient(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from exc
+
+
+async def get_bounded(
+    client: httpx.AsyncClient, url: str, *, limit: int, kind: str
+) -> tuple[httpx.Response, bytes]:
+    """GET ``url`` and read at most ``limit`` bytes of its body, so that a vendor cannot push more into the
+    worker's memory (and Redis) than hookbridge keeps. A longer body (by its ``Content-Length`` or as read)
+    raises :class:`VendorResultTooLarge`; an error answer's body is read up to 64 KiB."""
+    with transport_errors(), _decoding_errors():
+        async with client.stream("GET", url, extensions={"kind": kind}) as response:
+            cap = limit if response.is_success else min(limit, 64 * 1024)
+            declared = response.headers.get("content-length", "")
+            if response.is_success and declared.isdigit() and int(declared) > limit:
+                raise VendorResultTooLarge(
+                    f"the vendor's {kind} is {int(declared)} bytes, more than the {limit} kept "
+                    "(HOOKBRIDGE_MAX_DOCUMENT_BYTES)"
+                )
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > cap:
+                    if response.is_success:
+                        raise VendorResultTooLarge(
+                            f"the vendor's {kind} is more than the {limit} bytes kept "
+                            "(HOOKBRIDGE_MAX_DOCUMENT_BYTES)"
+                        )
+                    del body[cap:]
+                    break
+    # A response whose body was read (and decoded): ``.json()`` and ``.text`` work on it for the error paths.
+    headers = [
+        (k, v)
+        for k, v in response.headers.multi_items()
+        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+    return httpx.Response(response.status_code, headers=headers, content=bytes(body)), bytes(body)

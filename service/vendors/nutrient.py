@@ -1,15 +1,25 @@
 """Nutrient DWS Data Extraction, async runs (shared/vendors/nutrient-run-asynchronously.md).
 
-Submit ``POST /extraction/{operation}/async`` (multipart ``file`` + ``instructions``, or JSON ``url``)
-with ``Idempotency-Key`` = our run id, so a submit retried after a crash returns the same vendor run.
-Poll ``GET /extraction/runs/{id}``; fetch ``/assets/result`` only when ``done``; cancel with
-``POST /extraction/runs/{id}/cancel``.
+Submit ``POST /extraction/{operation}/async`` in the synchronous endpoint's request format (S003): a file
+goes as multipart, ``file`` plus an ``instructions`` part holding the instructions as a JSON string; a URL
+goes as a JSON body whose instruction fields sit at the top level beside ``url`` (``{"url": ..., "mode":
+"text"}``, NU-parse), never nested under ``instructions`` (the API would not read them there: a parse would
+fall back to its default mode, 9 credits a page instead of 1 for ``text``). ``Idempotency-Key`` is our run
+id, so a submit retried after a crash returns the same vendor run.
+
+Poll ``GET /extraction/runs/{id}``; on ``done`` its ``usage.data_extraction_credits.cost`` is what the run
+cost. Fetch ``/assets/result`` only when ``done``; a split with ``zip`` or ``both`` output also has a ``zip``
+asset named by ``output.downloadUrl``, fetched with our key (only from Nutrient's own host), both bounded
+by ``max_asset_bytes``. Cancel with ``POST /extraction/runs/{id}/cancel``. Delete with ``DELETE
+/extraction/runs/{id}`` (the path is an inference, NOTES.md §2.5): an in-flight run answers 409
+``run_in_flight`` and is canceled first, as S003 says.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -19,6 +29,7 @@ from service.vendors.base import (
     QUEUED,
     RUNNING,
     SUCCEEDED,
+    FileResult,
     PollResult,
     Progress,
     SubmitRequest,
@@ -27,7 +38,12 @@ from service.vendors.base import (
     VendorRejected,
     VendorTransient,
 )
-from service.vendors.http import error_message, raise_for_transient, transport_errors
+from service.vendors.http import error_message, get_bounded, raise_for_transient, transport_errors
+
+# What hookbridge keeps of a result asset when not told otherwise (the worker passes MAX_DOCUMENT_BYTES).
+MAX_ASSET_BYTES = 50 * 1024 * 1024
+# Request fields that are not instructions: the document itself.
+_DOCUMENT_FIELDS = ("url", "assetId", "file")
 
 STATUSES = {"queued": QUEUED, "running": RUNNING, "done": SUCCEEDED, "error": FAILED, "canceled": CANCELED}
 
@@ -37,19 +53,24 @@ class NutrientAdapter:
     supports_cancel = True
     operations = frozenset({"parse", "extract", "classify", "split"})
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
+    def __init__(self, client: httpx.AsyncClient, *, max_asset_bytes: int = MAX_ASSET_BYTES) -> None:
         self._client = client
+        self._max_asset_bytes = max_asset_bytes
 
     async def submit(self, request: SubmitRequest) -> Submitted:
         instructions = request.options.get("instructions")
+        if instructions is not None and not isinstance(instructions, dict):
+            raise VendorRejected("options.instructions must be a JSON object")
+        clash = sorted(set(instructions or {}) & set(_DOCUMENT_FIELDS))
+        if clash:
+            raise VendorRejected(f"options.instructions must not carry the document ({', '.join(clash)})")
         headers = {"Idempotency-Key": request.run_id}
         path = f"/extraction/{request.operation}/async"
         doc = request.document
         with transport_errors():
             if doc.url is not None:
-                body: dict[str, Any] = {"url": doc.url}
-                if instructions is not None:
-                    body["instructions"] = instructions
+                # The JSON format: instruction fields at the top level beside the URL.
+                body: dict[str, Any] = {**(instructions or {}), "url": doc.url}
                 response = await self._client.post(
                     path, json=body, headers=headers, extensions={"kind": "submit"}
                 )
@@ -99,18 +120,61 @@ class NutrientAdapter:
             return PollResult(
                 FAILED, vendor_status, error=_failure_message(error), error_details=error or None
             )
-        return PollResult(status, vendor_status, progress=progress, needs_fetch=status == SUCCEEDED)
+        return PollResult(
+            status,
+            vendor_status,
+            progress=progress,
+            needs_fetch=status == SUCCEEDED,
+            usage=_usage(run.get("usage")) if status == SUCCEEDED else None,
+        )
 
     async def fetch_result(self, vendor_run_id: str, state: dict[str, Any]) -> Any:
-        with transport_errors():
-            response = await self._client.get(
-                f"/extraction/runs/{vendor_run_id}/assets/result", extensions={"kind": "result"}
-            )
+        """The ``result`` asset (JSON); with a ``zip`` asset beside it, a :class:`FileResult` of both."""
+        run_path = f"/extraction/runs/{quote(vendor_run_id, safe='')}"
+        response, body = await get_bounded(
+            self._client, f"{run_path}/assets/result", limit=self._max_asset_bytes, kind="result"
+        )
         self._check(response)
         try:
-            return response.json()
+            result = json.loads(body)
         except ValueError as exc:
             raise VendorTransient("the result asset is not JSON") from exc
+        output = result.get("output") if isinstance(result, dict) else None
+        download = output.get("downloadUrl") if isinstance(output, dict) else None
+        if not isinstance(download, str) or not download:
+            return result
+        response, content = await get_bounded(
+            self._client,
+            self._own_url(download, f"{run_path}/assets/zip"),
+            limit=self._max_asset_bytes,
+            kind="zip",
+        )
+        self._check(response)
+        return FileResult(content=content, media_type="application/zip", data=result)
+
+    async def delete(self, vendor_run_id: str, state: dict[str, Any]) -> None:
+        """Deletes the run at Nutrient; a run still in flight is canceled first (S003). Gone is fine."""
+        path = f"/extraction/runs/{quote(vendor_run_id, safe='')}"
+        with transport_errors():
+            response = await self._client.delete(path, extensions={"kind": "delete"})
+        if response.status_code == 409:  # run_in_flight: "Cancel the run before deleting it."
+            await self.cancel(vendor_run_id, state)
+            with transport_errors():
+                response = await self._client.delete(path, extensions={"kind": "delete"})
+        raise_for_transient(response)
+        # 404: already deleted; 410 run_expired: past its retention window, gone by itself.
+        if not response.is_success and response.status_code not in (404, 410):
+            raise VendorRejected(error_message(response), status_code=response.status_code)
+
+    def _own_url(self, url: str, fallback: str) -> str:
+        """``url`` if it is on Nutrient's own base URL (our key goes only there), else ``fallback``."""
+        target, base = httpx.URL(url), self._client.base_url
+        if target.is_relative_url:
+            return fallback if target.host else url
+        same_origin = (target.scheme, target.host, target.port) == (base.scheme, base.host, base.port)
+        if same_origin and target.path.startswith(base.path):
+            return str(target)
+        return fallback
 
     async def cancel(self, vendor_run_id: str, state: dict[str, Any]) -> None:
         with transport_errors():
@@ -129,6 +193,16 @@ class NutrientAdapter:
             raise VendorExpired(error_message(response), status_code=response.status_code)
         if not response.is_success:
             raise VendorTransient(f"HTTP {response.status_code}: {error_message(response)}")
+
+
+def _usage(raw: Any) -> dict[str, Any] | None:
+    """``{"credits", "reported"}`` from the run's ``usage``; None while it is empty."""
+    if not isinstance(raw, dict) or not raw:
+        return None
+    credits = raw.get("data_extraction_credits")
+    cost = credits.get("cost") if isinstance(credits, dict) else None
+    number = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
+    return {"credits": number, "reported": raw}
 
 
 def _failure_message(error: dict[str, Any]) -> str:

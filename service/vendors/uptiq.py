@@ -6,6 +6,10 @@ success (200 for ``documentType``, 202 for ``documentTypes``); the poll id is ``
 state ``data.documentStatus``: the envelope ``status`` is never read. Poll
 ``GET /document-extractions/{id}`` and read ``extraction.status`` only.
 
+The async record carries more than the result (S004): ``creditReservation``, ``webhookStatus`` and
+``fraudResults`` are kept in the result the client gets, beside the synchronous response's fields
+(``extractedData``, ``extractionMetrics``...), and ``creditReservation`` is also the run's ``usage``.
+
 Where the documents are silent:
 
 - The ``/extract`` body schema (``request.json`` of the sync quickstart) is not published. A URL goes as
@@ -13,7 +17,11 @@ Where the documents are silent:
   accepts. The real field names for bytes are a guess until Uptiq's schema is known.
 - A 404 just after submit means the record is not visible yet (S004). It is treated as transient for
   :data:`EARLY_404_WINDOW_S` after the submit, and as the vendor no longer having the run after that.
-- No cancel API is documented: :meth:`UptiqAdapter.cancel` does nothing.
+- No cancel API is documented: :meth:`UptiqAdapter.cancel` does nothing. No delete either, so a
+  ``zero_retention`` run stays at Uptiq.
+- The shape of ``creditReservation`` is a GUESS: a number, or an object whose ``credits`` (else
+  ``amount``) is the number of credits; check "Extract document data asynchronously" and "Get extraction
+  details" in Uptiq's API reference before going live. Whatever it is, it is kept as reported.
 """
 
 from __future__ import annotations
@@ -52,6 +60,8 @@ EARLY_404_WINDOW_S = 30.0
 SUBMITTED_KEY = "uptiq_submitted_s"
 
 _DOCUMENT_KEYS = ("fileUrl", "fileBase64", "fileName")
+# Fields of the async record that the synchronous result lacks, kept in what the client gets (S004).
+RECORD_EXTRAS = ("fraudResults", "creditReservation", "webhookStatus")
 
 
 class UptiqAdapter:
@@ -111,8 +121,16 @@ class UptiqAdapter:
         progress = _progress(extraction.get("processingStage"))
         result = extraction.get("result")
         if status == SUCCEEDED:
+            kept = dict(result) if isinstance(result, dict) else {} if result is None else {"result": result}
+            for name in RECORD_EXTRAS:
+                if name in extraction and name not in kept:
+                    kept[name] = extraction[name]
             return PollResult(
-                SUCCEEDED, vendor_status, progress=progress, result=result if result is not None else {}
+                SUCCEEDED,
+                vendor_status,
+                progress=progress,
+                result=kept,
+                usage=_usage(extraction.get("creditReservation")),
             )
         if status == FAILED:
             return _failure(vendor_status, result, progress)
@@ -165,6 +183,17 @@ def _request_body(request: SubmitRequest) -> dict[str, Any]:
         body["fileBase64"] = base64.b64encode(doc.content).decode("ascii")
     body["fileName"] = doc.filename
     return body
+
+
+def _usage(reservation: Any) -> dict[str, Any] | None:
+    """``{"credits", "reported"}`` from ``creditReservation`` (its shape is a GUESS, see above)."""
+    if reservation is None:
+        return None
+    number: Any = reservation
+    if isinstance(reservation, dict):
+        number = next((reservation[k] for k in ("credits", "amount") if k in reservation), None)
+    credits = float(number) if isinstance(number, int | float) and not isinstance(number, bool) else None
+    return {"credits": credits, "reported": {"creditReservation": reservation}}
 
 
 def _submitted_at(state: dict[str, Any]) -> float | None:

@@ -9,6 +9,8 @@ store's transition keeps a late or duplicate write from landing.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -18,23 +20,29 @@ import structlog
 
 from service import domain, lifecycle, logs
 from service.domain import QUEUED, TERMINAL
-from service.metrics import RUNS
+from service.metrics import RUNS, VENDOR_CREDITS
 from service.settings import Settings, VendorSettings
 from service.store import ClaimedRun, Store, Transition
 from service.vendors import base
 from service.vendors.base import (
+    DeletesRuns,
     Document,
+    FileResult,
     PollResult,
     SubmitRequest,
     VendorAdapter,
     VendorExpired,
     VendorRateLimited,
     VendorRejected,
+    VendorResultTooLarge,
     VendorTransient,
 )
 from service.worker.budget import prepaid
 
 log = logs.get("hookbridge.worker")
+
+# The vendor's own usage object is kept on the run up to this size; past it only the credits are kept.
+MAX_USAGE_BYTES = 1024
 
 
 def next_delay(policy: VendorSettings, current: float | None, rng: random.Random) -> tuple[float, float]:
@@ -86,11 +94,15 @@ class RunStepper:
         timeout: float,
     ) -> None:
         run = claimed.run
+        timeout += max(0.0, claimed.slot_ms / 1000 - time.time())
+        if run["status"] in TERMINAL:
+            # Its own bounded retries: a terminal run must never go through the transient path below. Up to
+            # four vendor calls in a row: cancel, delete, and on 409 run_in_flight cancel and delete again.
+            await self._tell_vendor(run, adapter, policy, timeout * 2)
+            return
         try:
-            async with asyncio.timeout(timeout + max(0.0, claimed.slot_ms / 1000 - time.time())):
-                if run["status"] in TERMINAL:
-                    await self._tell_vendor(run, adapter)
-                elif _now() - run["created_at"] > policy.max_run_s * 1000:
+            async with asyncio.timeout(timeout):
+                if _now() - run["created_at"] > policy.max_run_s * 1000:
                     await self._time_out(run, adapter, policy)
                 elif run["status"] == QUEUED:
                     await self._submit(latest, adapter, policy)
@@ -107,6 +119,17 @@ class RunStepper:
                 lifecycle.failed(
                     latest[0], _now(), code=domain.VENDOR_EXPIRED, message=exc.message, settings=self.settings
                 )
+            )
+        except VendorResultTooLarge as exc:
+            await self._finish(
+                latest[0],
+                lifecycle.failed(
+                    latest[0],
+                    _now(),
+                    code=domain.RESULT_TOO_LARGE,
+                    message=exc.message,
+                    settings=self.settings,
+                ),
             )
 
     # Steps --------------------------------------------------------------------------------------
@@ -173,8 +196,14 @@ class RunStepper:
         outcome, current = await self._apply(change)
         if outcome == "conflict" and current is not None and current["status"] in TERMINAL:
             # Canceled while we were submitting: the vendor has a run nobody wants any more.
+            vendor_state = {**state, **accepted.state}
             if adapter.supports_cancel:
-                await self._cancel_quietly(adapter, accepted.vendor_run_id, {**state, **accepted.state})
+                await self._cancel_quietly(adapter, accepted.vendor_run_id, vendor_state)
+            if run.get("zero_retention") and isinstance(adapter, DeletesRuns):
+                try:
+                    await adapter.delete(accepted.vendor_run_id, vendor_state)
+                except base.VendorError as exc:
+                    log.warning("vendor delete failed", vendor=adapter.name, error=exc.message)
         log.info(
             "run submitted", run_id=run["id"], vendor=run["vendor"], vendor_run_id=accepted.vendor_run_id
         )
@@ -187,6 +216,9 @@ class RunStepper:
             payload = result.result
             if result.needs_fetch:
                 payload = await adapter.fetch_result(run["vendor_run_id"], state)
+            result_file = None
+            if isinstance(payload, FileResult):
+                payload, result_file = _file_result(run, payload)
             await self._finish(
                 run,
                 lifecycle.finished(
@@ -196,6 +228,8 @@ class RunStepper:
                     settings=self.settings,
                     vendor_status=result.vendor_status,
                     result=payload,
+                    usage=_bounded_usage(result.usage),
+                    result_file=result_file,
                 ),
             )
         elif result.status in (base.FAILED, base.CANCELED):
@@ -232,19 +266,71 @@ class RunStepper:
 
     async def _time_out(self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings) -> None:
         message = f"no result after {policy.max_run_s:g}s (HOOKBRIDGE_{run['vendor'].upper()}_MAX_RUN_S)"
+        progress = run.get("progress") or {}
+        if progress.get("message"):
+            # What the vendor last said it was doing (Uptiq: "check processingStage.message").
+            message += f"; the vendor last said: {progress['message']}"
         if run.get("vendor_run_id") and adapter.supports_cancel:
             await self._cancel_quietly(adapter, run["vendor_run_id"], run.get("_state") or {})
         await self._finish(
             run,
             lifecycle.failed(
-                run, _now(), code=domain.TIMED_OUT, message=message, settings=self.settings, count_poll=False
+                run,
+                _now(),
+                code=domain.TIMED_OUT,
+                message=message,
+                details={"last_progress": progress} if progress else None,
+                settings=self.settings,
+                count_poll=False,
             ),
         )
 
-    async def _tell_vendor(self, run: dict[str, Any], adapter: VendorAdapter) -> None:
-        if run.get("_vendor_cancel") and run.get("vendor_run_id") and adapter.supports_cancel:
-            await adapter.cancel(run["vendor_run_id"], run.get("_state") or {})
-        await self._apply(lifecycle.vendor_told(run, _now()))
+    async def _tell_vendor(
+        self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings, timeout: float
+    ) -> None:
+        """Cancels (canceled here) and deletes (zero retention) the vendor's run, with bounded retries.
+
+        Every way out is recorded: the vendor told, or after ``VENDOR_MAX_TRANSIENT_FAILURES`` attempts (or
+        a refusal) the run says ``vendor_deleted: false`` with ``vendor_delete_error``. It never loops.
+        """
+        vendor_run_id, state = run.get("vendor_run_id"), run.get("_state") or {}
+        deleted: bool | None = None
+        error: str | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                if run.get("_vendor_cancel") and vendor_run_id and adapter.supports_cancel:
+                    await adapter.cancel(vendor_run_id, state)
+                if run.get("_vendor_delete") and vendor_run_id:
+                    if isinstance(adapter, DeletesRuns):
+                        await adapter.delete(vendor_run_id, state)
+                        deleted = True
+                        log.info("vendor copy deleted", run_id=run["id"], vendor=run["vendor"])
+                    else:
+                        error = f"{run['vendor']} has no API to delete its copy of a run"
+        except Exception as exc:  # anything at all: a cleanup step ends recorded, never in a lease loop
+            attempts = int(run.get("_vendor_attempts", 0)) + 1
+            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}".rstrip(": ")
+            final = isinstance(exc, VendorRejected) or attempts >= self.settings.vendor_max_transient_failures
+            log.warning(
+                "telling the vendor failed",
+                run_id=run["id"],
+                vendor=run["vendor"],
+                error=message,
+                attempt=attempts,
+            )
+            if not final:
+                backoff = min(policy.poll_max_s, policy.poll_initial_s * 2 ** (attempts - 1))
+                delay = max(backoff, getattr(exc, "retry_after", None) or 0.0) * self._rng.uniform(1.0, 1.2)
+                await self._apply(
+                    lifecycle.vendor_retry(
+                        run, _now(), settings=self.settings, due_ms=_now() + delay * 1000, attempts=attempts
+                    )
+                )
+                return
+            error = f"gave up after {attempts} attempt{'s' if attempts > 1 else ''}: {message}"
+        await self._apply(
+            lifecycle.vendor_told(run, _now(), settings=self.settings, deleted=deleted, error=error)
+        )
 
     async def _transient(self, run: dict[str, Any], policy: VendorSettings, exc: Exception) -> None:
         count = int(run.get("_transient", 0)) + 1
@@ -275,6 +361,10 @@ class RunStepper:
         if outcome == "ok":
             status = change.run["status"]
             RUNS.labels(run["vendor"], status).inc()
+            credits = (change.run.get("usage") or {}).get("credits")
+            if isinstance(credits, int | float) and credits > 0:
+                # Labels stay bounded: vendors are a fixed set, clients come from HOOKBRIDGE_API_KEYS.
+                VENDOR_CREDITS.labels(run["vendor"], run["client"]).inc(credits)
             log.info(
                 "run finished",
                 run_id=run["id"],
@@ -316,6 +406,32 @@ class RunStepper:
             await adapter.cancel(vendor_run_id, state)
         except base.VendorError as exc:
             log.warning("vendor cancel failed", vendor=adapter.name, error=exc.message)
+
+
+def _file_result(run: dict[str, Any], file: FileResult) -> tuple[Any, tuple[bytes, str] | None]:
+    """The event's JSON and the file to keep. The vendor's ``downloadUrl`` needs the vendor's key, so it
+    becomes ours; with zero retention nothing is kept and the file travels inline, base64 encoded."""
+    data = json.loads(json.dumps(file.data)) if file.data is not None else {}
+    if not isinstance(data, dict):
+        data = {"result": data}
+    output = data.get("output")
+    if not isinstance(output, dict):
+        output = data["output"] = {}
+    if run.get("zero_retention"):
+        output.pop("downloadUrl", None)
+        output["file_base64"] = base64.b64encode(file.content).decode("ascii")
+        output["file_media_type"] = file.media_type
+        return data, None
+    output["downloadUrl"] = f"/v1/runs/{run['id']}/result"
+    return data, (file.content, file.media_type)
+
+
+def _bounded_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    if len(json.dumps(usage, separators=(",", ":"), default=str)) <= MAX_USAGE_BYTES:
+        return usage
+    return {"credits": usage.get("credits"), "reported": None}
 
 
 def _progress(result: PollResult) -> dict[str, Any] | None:

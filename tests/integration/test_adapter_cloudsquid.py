@@ -259,10 +259,14 @@ async def test_5xx_and_429_are_transient(adapter: CloudsquidAdapter, sim: httpx.
         await adapter.submit(request())
     assert info.value.status_code in (500, 502, 503) and not isinstance(info.value, VendorRateLimited)
 
-    await sim.patch("/_sim/config", json={"rate_5xx": 0.0, "rate_429": 1.0, "retry_after_s": 2})
+    # 429s come from the simulator's bucket per key: one request's worth, then empty for ~1000 s.
+    await sim.patch("/_sim/config", json={"rate_5xx": 0.0, "cloudsquid_rps": 0.001, "cloudsquid_burst": 1})
+    where = {"project": PROJECT, "table_id": TABLE}
+    with pytest.raises(VendorExpired):
+        await adapter.poll("8c1f9d0e-1111-4222-8333-444455556666", where)
     with pytest.raises(VendorRateLimited) as limited:
-        await adapter.poll("8c1f9d0e-1111-4222-8333-444455556666", {"project": PROJECT, "table_id": TABLE})
-    assert limited.value.retry_after == 2
+        await adapter.poll("8c1f9d0e-1111-4222-8333-444455556666", where)
+    assert limited.value.retry_after is None  # Cloudsquid documents no Retry-After
 
 
 async def test_an_unknown_run_is_expired(adapter: CloudsquidAdapter) -> None:

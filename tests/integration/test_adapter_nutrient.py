@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import random
+import zipfile
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -171,3 +174,144 @@ async def test_enqueue_failure_is_transient(adapter: NutrientAdapter, sim: httpx
     with pytest.raises(VendorTransient) as info:
         await adapter.submit(request())
     assert info.value.status_code == 503
+
+
+async def vendor_log(sim: httpx.AsyncClient) -> list[tuple[str, str, int | None]]:
+    entries = (await sim.get("/_sim/requests", params={"vendor": "nutrient"})).json()["data"]
+    return [(e["method"], e["path"].rsplit("/", 1)[-1], e["status"]) for e in entries]
+
+
+async def test_a_url_goes_as_json_with_the_instruction_fields_at_the_top_level(
+    adapter: NutrientAdapter,
+) -> None:
+    """Issue 11, finding 1: nested under "instructions", Nutrient would not read the mode (the strict
+    simulator refuses it), and a text parse would cost the default mode's 9 credits a page instead of 1."""
+    url = "https://files.example.com/statement.pdf"
+    submitted = await adapter.submit(
+        request(Document(url=url), operation="parse", options={"instructions": {"mode": "text"}})
+    )
+    final = (await until_terminal(adapter, submitted))[-1]
+    assert final.status == base.SUCCEEDED
+    result = await adapter.fetch_result(submitted.vendor_run_id, submitted.state)
+    pages = result["output"]["fields"]["pages"]
+    assert final.usage is not None and final.usage["credits"] == 1.0 * pages  # text: 1 credit a page
+
+
+async def test_instructions_that_carry_a_document_are_refused_before_calling(
+    adapter: NutrientAdapter, sim: httpx.AsyncClient
+) -> None:
+    for instructions in ({"url": "https://elsewhere.example/x.pdf"}, {"assetId": "a1"}):
+        with pytest.raises(VendorRejected, match="must not carry the document"):
+            await adapter.submit(
+                request(
+                    Document(url="https://files.example.com/a.pdf"), options={"instructions": instructions}
+                )
+            )
+    with pytest.raises(VendorRejected, match="JSON object"):
+        await adapter.submit(request(options={"instructions": ["mode", "text"]}))
+    assert await vendor_log(sim) == []
+
+
+async def test_a_done_poll_reports_the_usage(adapter: NutrientAdapter) -> None:
+    submitted = await adapter.submit(request())
+    seen = await until_terminal(adapter, submitted)
+    assert all(p.usage is None for p in seen[:-1])  # "a new run has empty usage"
+    result = await adapter.fetch_result(submitted.vendor_run_id, submitted.state)
+    cost = result["usage"]["data_extraction_credits"]["cost"]
+    assert seen[-1].usage == {"credits": cost, "reported": {"data_extraction_credits": {"cost": cost}}}
+
+
+@pytest.mark.parametrize("output", ["zip", "both"])
+async def test_a_split_with_a_zip_asset_is_fetched_with_our_key(
+    adapter: NutrientAdapter, output: str
+) -> None:
+    """Issue 11, finding 5: the zip asset only Nutrient's key can fetch comes back as a FileResult."""
+    doc = pdf("two-invoices.pdf")
+    submitted = await adapter.submit(
+        request(doc, operation="split", options={"instructions": {"output": output}})
+    )
+    await until_terminal(adapter, submitted)
+    fetched = await adapter.fetch_result(submitted.vendor_run_id, submitted.state)
+    assert isinstance(fetched, base.FileResult)
+    assert fetched.media_type == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(fetched.content)) as archive:
+        assert archive.read("invoice-1.pdf") == doc.content
+    assert fetched.data["output"]["downloadUrl"].endswith(f"/runs/{submitted.vendor_run_id}/assets/zip")
+    assert ("documents" in fetched.data["output"]) is (output == "both")
+
+
+async def test_a_result_asset_past_the_limit_fails_without_reading_it_all(simulator: str) -> None:
+    big = Document(content=b"%PDF-1.4 " + random.Random(3).randbytes(64 * 1024), filename="big.pdf")
+    async with make_client(
+        simulator + "/nutrient", {"Authorization": f"Bearer {KEY}"}, timeout_s=5, vendor="nutrient"
+    ) as client:
+        adapter = NutrientAdapter(client, max_asset_bytes=16 * 1024)
+        submitted = await adapter.submit(
+            request(big, operation="split", options={"instructions": {"output": "zip"}})
+        )
+        await until_terminal(adapter, submitted)
+        with pytest.raises(base.VendorResultTooLarge, match="HOOKBRIDGE_MAX_DOCUMENT_BYTES"):
+            await adapter.fetch_result(submitted.vendor_run_id, submitted.state)
+
+
+async def test_a_download_url_on_another_host_never_gets_our_key() -> None:
+    """The simulator always names its own host, so a MockTransport plays a vendor answer naming another."""
+    seen: list[tuple[str, str | None]] = []
+
+    def vendor(req: httpx.Request) -> httpx.Response:
+        seen.append((str(req.url), req.headers.get("authorization")))
+        if req.url.path.endswith("/assets/result"):
+            return httpx.Response(200, json={"output": {"downloadUrl": "https://evil.example/steal.zip"}})
+        return httpx.Response(
+            200, content=b"PK\x05\x06" + bytes(18), headers={"content-type": "application/zip"}
+        )
+
+    async with httpx.AsyncClient(
+        base_url="https://api.nutrient.test/",
+        headers={"Authorization": "Bearer k"},
+        transport=httpx.MockTransport(vendor),
+    ) as client:
+        fetched = await NutrientAdapter(client).fetch_result("RUN1", {})
+    assert isinstance(fetched, base.FileResult)
+    assert [url for url, _ in seen] == [
+        "https://api.nutrient.test/extraction/runs/RUN1/assets/result",
+        "https://api.nutrient.test/extraction/runs/RUN1/assets/zip",
+    ]
+
+
+async def test_delete_removes_a_finished_run(adapter: NutrientAdapter, sim: httpx.AsyncClient) -> None:
+    submitted = await adapter.submit(request())
+    await until_terminal(adapter, submitted)
+    await adapter.delete(submitted.vendor_run_id, submitted.state)
+    with pytest.raises(VendorExpired):
+        await adapter.poll(submitted.vendor_run_id, submitted.state)
+    await adapter.delete(submitted.vendor_run_id, submitted.state)  # gone already: quiet
+    assert [e for e in await vendor_log(sim) if e[0] == "DELETE"] == [
+        ("DELETE", submitted.vendor_run_id, 204),
+        ("DELETE", submitted.vendor_run_id, 404),
+    ]
+
+
+async def test_delete_cancels_a_run_in_flight_first(adapter: NutrientAdapter, sim: httpx.AsyncClient) -> None:
+    """S003: "The API rejects deletion requests for queued or running runs. Cancel the run before deleting
+    it." """
+    submitted = await adapter.submit(request(pdf("stuck.pdf")))
+    await sim.delete("/_sim/requests")
+    await adapter.delete(submitted.vendor_run_id, submitted.state)
+    assert await vendor_log(sim) == [
+        ("DELETE", submitted.vendor_run_id, 409),
+        ("POST", "cancel", 200),
+        ("DELETE", submitted.vendor_run_id, 204),
+    ]
+    assert isinstance(adapter, base.DeletesRuns)
+
+
+async def test_polls_and_submits_share_one_rate_limit(
+    adapter: NutrientAdapter, sim: httpx.AsyncClient
+) -> None:
+    await sim.patch("/_sim/config", json={"nutrient_rps": 0.001, "nutrient_burst": 2})
+    submitted = await adapter.submit(request())
+    await adapter.poll(submitted.vendor_run_id, submitted.state)
+    with pytest.raises(base.VendorRateLimited) as limited:
+        await adapter.submit(request(run_id="run_next"))
+    assert limited.value.retry_after is None  # Nutrient documents no Retry-After

@@ -180,15 +180,49 @@ async def test_an_unknown_status_is_not_terminal(status: str | None) -> None:
 async def test_early_404s_are_transient_then_the_record_is_visible(
     adapter: UptiqAdapter, sim: httpx.AsyncClient
 ) -> None:
-    await sim.patch("/_sim/config", json={"uptiq_early_404s": 3})
+    await sim.patch("/_sim/config", json={"uptiq_early_404_s": 0.5})
     submitted = await adapter.submit(request())
-    for _ in range(3):
-        with pytest.raises(VendorTransient) as info:
-            await adapter.poll(submitted.vendor_run_id, submitted.state)
-        assert info.value.status_code == 404 and not isinstance(info.value, VendorExpired)
+    with pytest.raises(VendorTransient) as info:
+        await adapter.poll(submitted.vendor_run_id, submitted.state)
+    assert info.value.status_code == 404 and not isinstance(info.value, VendorExpired)
+    await eventually(lambda: _visible(adapter, submitted), what="the record visible after its 404 window")
     visible = await adapter.poll(submitted.vendor_run_id, submitted.state)
     assert visible.vendor_status in ("Pending", "Processing", "Processed")
     assert (await until_terminal(adapter, submitted))[-1].status == base.SUCCEEDED
+
+
+async def test_the_record_extras_reach_the_result_and_the_credits_the_usage(adapter: UptiqAdapter) -> None:
+    """S004: the async record carries creditReservation, webhookStatus and fraudResults beside the result."""
+    final = (await until_terminal(adapter, await adapter.submit(request())))[-1]
+    assert final.status == base.SUCCEEDED
+    assert final.result["extractedData"]["invoice_number"].startswith("INV-")  # the sync shape, unchanged
+    assert final.result["fraudResults"]["checks"]
+    assert final.result["creditReservation"]["status"] == "consumed"
+    assert final.result["webhookStatus"] == "NotConfigured"
+    assert final.usage is not None
+    assert final.usage["credits"] == final.result["creditReservation"]["credits"] > 0
+    assert final.usage["reported"] == {"creditReservation": final.result["creditReservation"]}
+
+
+@pytest.mark.parametrize(
+    ("reservation", "credits"),
+    [(12, 12.0), ({"amount": 3.5}, 3.5), ({"status": "reserved"}, None), ("n/a", None)],
+    ids=["number", "amount", "no-number", "text"],
+)
+async def test_an_unknown_credit_reservation_shape_is_kept_as_reported(
+    reservation: Any, credits: float | None
+) -> None:
+    """The shape of creditReservation is a guess; the simulator has one shape, so a MockTransport plays the
+    other readings of it."""
+    record = {"_id": "x1", "status": "Processed", "result": {}, "creditReservation": reservation}
+
+    def vendor(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"extraction": record, "status": "success"})
+
+    async with httpx.AsyncClient(base_url="http://uptiq.test", transport=httpx.MockTransport(vendor)) as c:
+        result = await UptiqAdapter(c).poll("x1", {SUBMITTED_KEY: time.time()})
+    assert result.usage == {"credits": credits, "reported": {"creditReservation": reservation}}
+    assert result.result == {"creditReservation": reservation}
 
 
 async def test_a_404_after_the_window_means_expired(simulator: str, sim: httpx.AsyncClient) -> None:
@@ -215,7 +249,7 @@ async def test_without_its_own_timestamp_the_window_uses_the_worker_one(simulato
 
 
 async def test_stuck_in_processing_stays_running(adapter: UptiqAdapter, sim: httpx.AsyncClient) -> None:
-    await sim.patch("/_sim/config", json={"uptiq_stuck": True, "uptiq_early_404s": 0})
+    await sim.patch("/_sim/config", json={"uptiq_stuck": True, "uptiq_early_404_s": 0})
     submitted = await adapter.submit(request())
     started = time.monotonic()
     seen: list[PollResult] = []
@@ -255,10 +289,14 @@ async def test_5xx_and_429_are_transient(adapter: UptiqAdapter, sim: httpx.Async
     with pytest.raises(VendorTransient) as info:
         await adapter.submit(request())
     assert info.value.status_code in (500, 502, 503)
-    await sim.patch("/_sim/config", json={"rate_5xx": 0.0, "rate_429": 1.0, "retry_after_s": 3})
+    # 429s come from the simulator's bucket per key: one request's worth, then empty for ~1000 s.
+    await sim.patch("/_sim/config", json={"rate_5xx": 0.0, "uptiq_rps": 0.001, "uptiq_burst": 1})
+    with pytest.raises(VendorTransient) as first:
+        await adapter.poll("x", {SUBMITTED_KEY: time.time()})
+    assert first.value.status_code == 404
     with pytest.raises(VendorRateLimited) as limited:
         await adapter.poll("x", {SUBMITTED_KEY: time.time()})
-    assert limited.value.retry_after == 3
+    assert limited.value.retry_after is None  # Uptiq documents no Retry-After
 
 
 async def test_cancel_does_nothing(adapter: UptiqAdapter, sim: httpx.AsyncClient) -> None:

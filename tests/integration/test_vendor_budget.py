@@ -1,4 +1,4 @@
-"""The vendor request budget (MAX_RPS) holds across 429s with Retry-After, and every run still ends."""
+"""The vendor request budget (MAX_RPS) holds across the vendor's 429s, and every run still ends."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def sim_config() -> SimulatorConfig:
-    # A third of the vendor's answers are 429 with Retry-After; runs finish almost at once.
-    return SimulatorConfig(
-        duration_s=(0.01, 0.05), seed=11, rate_429=0.33, retry_after_s=0.2, vendors_faulty=("nutrient",)
-    )
+    # The vendor's own limit (a token bucket per key, polls and submits together, no Retry-After) is a
+    # little under our budget, so some requests are answered 429; runs finish almost at once.
+    return SimulatorConfig(duration_s=(0.01, 0.05), seed=11, nutrient_rps=4.5, nutrient_burst=3)
 
 
 async def test_fifty_runs_finish_within_five_requests_per_second(make_stack: StackFactory) -> None:
@@ -36,12 +35,17 @@ async def test_fifty_runs_finish_within_five_requests_per_second(make_stack: Sta
 
     statuses = {r["id"]: (await stack.api.get(f"/v1/runs/{r['id']}")).json()["status"] for r in runs}
     per_second = Counter(int(entry["t"]) for entry in log)
+    # Six requests in a row span a second at 5 per second; up to 100 ms of scheduling jitter is allowed, since
+    # with slots exactly 200 ms apart a request a few ms late lands in the next calendar second.
+    times = sorted(entry["t"] for entry in log)
+    tightest = min(times[i + 5] - times[i] for i in range(len(times) - 5))
     rate_limited = sum(1 for entry in log if entry["status"] == 429)
     print(
         f"budget: {len(log)} requests, {rate_limited} answered 429, "
         f"busiest second {max(per_second.values())}, "
-        f"span {max(per_second) - min(per_second) + 1}s, {Counter(statuses.values())}"
+        f"span {max(per_second) - min(per_second) + 1}s, tightest 6 in {tightest:.3f}s, "
+        f"{Counter(statuses.values())}"
     )
     assert set(statuses.values()) == {"succeeded"}
     assert rate_limited > 0
-    assert max(per_second.values()) <= 5
+    assert tightest >= 0.9

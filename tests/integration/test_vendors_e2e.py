@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
+import json
+import zipfile
 from typing import Any
 
 import httpx
 import pytest
+import redis.asyncio
 from standardwebhooks import Webhook
 
+from service.metrics import REGISTRY
+from service.store import keys
 from tests.conftest import Receiver, Stack, StackFactory, eventually
 
 VENDORS = ["nutrient", "cloudsquid", "uptiq"]
@@ -133,3 +140,227 @@ async def test_max_run_s_ends_a_stuck_run_timed_out(
 
 async def _equal(value: Any, expected: Any) -> bool:
     return bool(await value == expected)
+
+
+# Issue 11 ----------------------------------------------------------------------------------------------
+
+
+async def sim_requests(stack: Stack, vendor: str) -> list[tuple[str, str, int | None]]:
+    async with httpx.AsyncClient(base_url=stack.simulator_url) as sim:
+        entries = (await sim.get("/_sim/requests", params={"vendor": vendor})).json()["data"]
+    return [(e["method"], e["path"], e["status"]) for e in entries]
+
+
+async def run_field(stack: Stack, run_id: str, name: str, expected: Any) -> dict[str, Any] | None:
+    run: dict[str, Any] = (await stack.api.get(f"/v1/runs/{run_id}")).json()
+    return run if run[name] == expected else None
+
+
+async def delete_recorded(stack: Stack, run_id: str) -> dict[str, Any] | None:
+    """The run once the worker has given up deleting the vendor's copy (``vendor_deleted`` is false from
+    the moment the run ends until then)."""
+    run: dict[str, Any] = (await stack.api.get(f"/v1/runs/{run_id}")).json()
+    return run if run["vendor_delete_error"] else None
+
+
+async def test_zero_retention_deletes_the_run_at_nutrient_after_the_result_is_fetched(
+    stack: Stack, receiver: Receiver
+) -> None:
+    await stack.subscribe(receiver.url)
+    run = await stack.submit("nutrient", filename="private.pdf", zero_retention=True)
+    delivered = (await eventually(lambda: callbacks(receiver, "run.succeeded", run["id"]), what="callback"))[
+        0
+    ]
+    assert delivered.json()["data"]["result"]["output"]["fields"]["invoice_number"]  # inline, as always
+    final = await eventually(
+        lambda: run_field(stack, run["id"], "vendor_deleted", True), what="vendor_deleted"
+    )
+    assert final is not None and final["vendor_delete_error"] is None
+    vendor_run = final["vendor_run_id"]
+    log = await sim_requests(stack, "nutrient")
+    paths = [(method, path.rsplit("/", 1)[-1]) for method, path, _ in log]
+    # Deleted once, after the result was fetched; the vendor no longer has it.
+    assert paths.index(("DELETE", vendor_run)) > paths.index(("GET", "result"))
+    assert [e for e in log if e[0] == "DELETE"] == [
+        ("DELETE", f"/nutrient/extraction/runs/{vendor_run}", 204)
+    ]
+    assert await sim_stats(stack, "nutrient") == {}
+
+
+async def test_without_zero_retention_nothing_is_deleted(stack: Stack) -> None:
+    run = await stack.submit("nutrient", filename="keep.pdf")
+    final = await stack.wait_status(run["id"], "succeeded")
+    assert final["vendor_deleted"] is None
+    later = await stack.submit("nutrient", filename="later.pdf")
+    await stack.wait_status(later["id"], "succeeded")  # the worker had every chance to delete the first
+    assert not [e for e in await sim_requests(stack, "nutrient") if e[0] == "DELETE"]
+    assert (await sim_stats(stack, "nutrient"))["done"] == 2
+
+
+async def test_zero_retention_cancels_then_deletes_a_canceled_run(stack: Stack, receiver: Receiver) -> None:
+    await stack.subscribe(receiver.url)
+    run = await stack.submit("nutrient", filename="stuck-private.pdf", zero_retention=True)
+    submitted = await stack.wait_status(run["id"], "submitted", "running")
+    assert (await stack.api.post(f"/v1/runs/{run['id']}/cancel")).status_code == 200
+    await eventually(lambda: callbacks(receiver, "run.canceled", run["id"]), what="run.canceled")
+    await eventually(lambda: run_field(stack, run["id"], "vendor_deleted", True), what="vendor_deleted")
+    tail = [(m, p.rsplit("/", 1)[-1]) for m, p, _ in await sim_requests(stack, "nutrient")][-2:]
+    assert tail == [("POST", "cancel"), ("DELETE", submitted["vendor_run_id"])]
+    assert await sim_stats(stack, "nutrient") == {}
+
+
+async def test_a_delete_that_keeps_failing_ends_recorded_not_in_a_loop(
+    make_stack: StackFactory, receiver: Receiver
+) -> None:
+    stack = await make_stack(HOOKBRIDGE_VENDOR_MAX_TRANSIENT_FAILURES="3")
+    await stack.subscribe(receiver.url)
+    run = await stack.submit("nutrient", filename="stuck-private.pdf", zero_retention=True)
+    await stack.wait_status(run["id"], "submitted", "running")
+    async with httpx.AsyncClient(base_url=stack.simulator_url) as sim:
+        await sim.patch("/_sim/config", json={"rate_5xx": 1.0, "vendors_faulty": ["nutrient"]})
+    assert (await stack.api.post(f"/v1/runs/{run['id']}/cancel")).status_code == 200
+    # The callback does not wait for the vendor.
+    await eventually(lambda: callbacks(receiver, "run.canceled", run["id"]), what="run.canceled")
+    final = await eventually(lambda: delete_recorded(stack, run["id"]), what="given up")
+    assert final is not None and final["vendor_deleted"] is False
+    assert "gave up after 3 attempts" in final["vendor_delete_error"]
+    attempts = len([e for e in await sim_requests(stack, "nutrient") if e[1].endswith("/cancel")])
+    assert attempts == 3
+    # Nothing more is tried: a later run of the same vendor finishes and the count stays.
+    async with httpx.AsyncClient(base_url=stack.simulator_url) as sim:
+        await sim.patch("/_sim/config", json={"rate_5xx": 0.0})
+    later = await stack.submit("nutrient", filename="later.pdf")
+    await stack.wait_status(later["id"], "succeeded")
+    assert len([e for e in await sim_requests(stack, "nutrient") if e[1].endswith("/cancel")]) == 3
+
+
+@pytest.mark.parametrize("vendor", ["cloudsquid", "uptiq"])
+async def test_zero_retention_at_a_vendor_without_delete_says_the_copy_remains(
+    stack: Stack, vendor: str
+) -> None:
+    run = await stack.submit(vendor, filename="private.pdf", zero_retention=True)
+    await stack.wait_status(run["id"], "succeeded")
+    final = await eventually(lambda: delete_recorded(stack, run["id"]), what="recorded")
+    assert final is not None and final["vendor_deleted"] is False
+    assert "no API to delete" in final["vendor_delete_error"]
+
+
+async def test_usage_is_on_the_run_and_counted_per_vendor_and_client(stack: Stack) -> None:
+    def counted(vendor: str) -> float:
+        value = REGISTRY.get_sample_value(
+            "hookbridge_vendor_credits_total", {"vendor": vendor, "client": "alice"}
+        )
+        return value or 0.0
+
+    before = {v: counted(v) for v in ("nutrient", "uptiq")}
+    nutrient = await stack.submit(
+        "nutrient", filename="a.pdf", operation="parse", options={"instructions": {"mode": "text"}}
+    )
+    uptiq = await stack.submit("uptiq", filename="b.pdf")
+    n = await stack.wait_status(nutrient["id"], "succeeded")
+    u = await stack.wait_status(uptiq["id"], "succeeded")
+    pages = (await stack.api.get(f"/v1/runs/{n['id']}/result")).json()["output"]["fields"]["pages"]
+    assert n["usage"] == {
+        "credits": 1.0 * pages,
+        "reported": {"data_extraction_credits": {"cost": 1.0 * pages}},
+    }
+    assert u["usage"]["credits"] > 0 and u["usage"]["reported"]["creditReservation"]
+    assert counted("nutrient") - before["nutrient"] == n["usage"]["credits"]
+    assert counted("uptiq") - before["uptiq"] == u["usage"]["credits"]
+
+
+async def test_uptiq_record_extras_reach_the_client(stack: Stack, receiver: Receiver) -> None:
+    await stack.subscribe(receiver.url)
+    run = await stack.submit("uptiq", filename="statement.pdf")
+    delivered = (await eventually(lambda: callbacks(receiver, "run.succeeded", run["id"]), what="callback"))[
+        0
+    ]
+    result = delivered.json()["data"]["result"]
+    assert {"fraudResults", "creditReservation", "webhookStatus"} <= set(result)
+    assert result["extractedData"]["invoice_number"].startswith("INV-")
+    assert (await stack.api.get(f"/v1/runs/{run['id']}/result")).json() == result
+
+
+async def test_an_uptiq_timeout_keeps_the_last_stage_message(make_stack: StackFactory) -> None:
+    stack = await make_stack(HOOKBRIDGE_UPTIQ_MAX_RUN_S="1.5")
+    async with httpx.AsyncClient(base_url=stack.simulator_url) as sim:
+        await sim.patch("/_sim/config", json={"uptiq_early_404_s": 0})
+    run = await stack.submit("uptiq", filename="stuck-statement.pdf")
+    final = await stack.wait_status(run["id"], "failed", timeout=15)
+    assert final["error"]["code"] == "timed_out"
+    last = final["error"]["details"]["last_progress"]
+    assert last["message"].startswith("Extracting data (")
+    assert f"the vendor last said: {last['message']}" in final["error"]["message"]
+
+
+async def test_a_split_zip_is_served_as_the_result(stack: Stack, receiver: Receiver) -> None:
+    await stack.subscribe(receiver.url)
+    run = await stack.submit(
+        "nutrient", filename="two.pdf", operation="split", options={"instructions": {"output": "both"}}
+    )
+    delivered = (await eventually(lambda: callbacks(receiver, "run.succeeded", run["id"]), what="callback"))[
+        0
+    ]
+    data = delivered.json()["data"]
+    assert data["result_url"] == f"/v1/runs/{run['id']}/result"
+    assert data["result"]["output"]["downloadUrl"] == data["result_url"]  # ours, not the vendor's
+    assert data["result"]["output"]["documents"]  # "both": the page ranges too
+    served = await stack.api.get(data["result_url"])
+    assert served.status_code == 200 and served.headers["content-type"] == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(served.content)) as archive:
+        assert archive.read("invoice-1.pdf") == sent_bytes("two.pdf")
+
+
+async def test_a_split_zip_with_zero_retention_travels_inline(stack: Stack, receiver: Receiver) -> None:
+    await stack.subscribe(receiver.url)
+    run = await stack.submit(
+        "nutrient",
+        filename="two.pdf",
+        operation="split",
+        zero_retention=True,
+        options={"instructions": {"output": "zip"}},
+    )
+    delivered = (await eventually(lambda: callbacks(receiver, "run.succeeded", run["id"]), what="callback"))[
+        0
+    ]
+    data = delivered.json()["data"]
+    assert data["result_url"] is None
+    output = data["result"]["output"]
+    assert "downloadUrl" not in output and output["file_media_type"] == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(base64.b64decode(output["file_base64"]))) as archive:
+        assert archive.read("invoice-1.pdf") == sent_bytes("two.pdf")
+    assert (await stack.api.get(f"/v1/runs/{run['id']}/result")).status_code == 410
+
+
+async def test_a_result_past_the_size_limit_fails_the_run(make_stack: StackFactory) -> None:
+    stack = await make_stack(HOOKBRIDGE_MAX_DOCUMENT_BYTES="200")
+    run = await stack.submit(
+        "nutrient", filename="two.pdf", operation="split", options={"instructions": {"output": "zip"}}
+    )
+    final = await stack.wait_status(run["id"], "failed")
+    assert final["error"]["code"] == "result_too_large"
+    assert "HOOKBRIDGE_MAX_DOCUMENT_BYTES" in final["error"]["message"]
+
+
+@pytest.mark.parametrize("zero_retention", [False, True], ids=["cancel", "cancel-and-delete"])
+async def test_a_run_the_vendor_was_told_about_keeps_its_retention(
+    stack: Stack, zero_retention: bool
+) -> None:
+    """Writing the run again after telling the vendor (cancel, delete) must not drop its expiry: a plain SET
+    does, and such runs then stayed in Redis for ever."""
+    run = await stack.submit("nutrient", filename="stuck.pdf", zero_retention=zero_retention)
+    await stack.wait_status(run["id"], "submitted", "running")
+    assert (await stack.api.post(f"/v1/runs/{run['id']}/cancel")).status_code == 200
+    client = redis.asyncio.Redis.from_url(stack.redis_url)
+
+    async def told() -> bool:
+        doc = json.loads(await client.get(keys.run(run["id"])) or b"{}")
+        # The store leaves fields out while they hold their default (_vendor_cancel: false).
+        return bool(doc) and not doc.get("_vendor_cancel") and "_vendor_delete" not in doc
+
+    try:
+        await eventually(told, what="the vendor told")
+        ttl_ms = await client.pttl(keys.run(run["id"]))
+    finally:
+        await client.aclose()
+    assert 0 < ttl_ms <= stack.settings.retention_s * 1000

@@ -15,9 +15,9 @@ def test_defaults() -> None:
     config = SimulatorConfig.from_env({})
     assert config == SimulatorConfig()
     assert config.duration_s == (1.0, 3.0)
-    assert config.retry_after_s == 1
     assert config.vendors_faulty == frozenset({"nutrient", "cloudsquid", "uptiq"})
-    assert config.uptiq_early_404s == 1
+    assert config.uptiq_early_404_s == 1.0
+    assert (config.nutrient_rps, config.cloudsquid_rps, config.uptiq_rps) == (0, 0, 0)  # no limit
     assert config.nutrient_credits is None
     assert config.nutrient_max_processing_s == 900
     assert (config.nutrient_api_key, config.cloudsquid_api_key, config.uptiq_api_key) == (
@@ -33,13 +33,11 @@ def test_every_variable_is_read() -> None:
             "HOOKBRIDGE_SIM_SEED": "42",
             "HOOKBRIDGE_SIM_LATENCY_MS": "5, 20",
             "HOOKBRIDGE_SIM_DURATION_S": "0.1,0.2",
-            "HOOKBRIDGE_SIM_RATE_429": "0.1",
-            "HOOKBRIDGE_SIM_RETRY_AFTER_S": "none",
             "HOOKBRIDGE_SIM_RATE_5XX": "0.2",
             "HOOKBRIDGE_SIM_RATE_DROP": "0.05",
             "HOOKBRIDGE_SIM_VENDORS_FAULTY": "nutrient, Uptiq",
             "HOOKBRIDGE_SIM_CLOUDSQUID_LEGACY": "true",
-            "HOOKBRIDGE_SIM_UPTIQ_EARLY_404S": "3",
+            "HOOKBRIDGE_SIM_UPTIQ_EARLY_404_S": "2.5",
             "HOOKBRIDGE_SIM_UPTIQ_STUCK": "1",
             "HOOKBRIDGE_SIM_NUTRIENT_CREDITS": "100",
             "HOOKBRIDGE_SIM_NUTRIENT_MAX_PROCESSING_S": "30",
@@ -48,19 +46,23 @@ def test_every_variable_is_read() -> None:
             "HOOKBRIDGE_SIM_NUTRIENT_API_KEY": "n",
             "HOOKBRIDGE_SIM_CLOUDSQUID_API_KEY": "c",
             "HOOKBRIDGE_SIM_UPTIQ_API_KEY": "u",
+            "HOOKBRIDGE_SIM_NUTRIENT_RPS": "2",
+            "HOOKBRIDGE_SIM_NUTRIENT_BURST": "4",
+            "HOOKBRIDGE_SIM_CLOUDSQUID_RPS": "3.5",
+            "HOOKBRIDGE_SIM_CLOUDSQUID_BURST": "1",
+            "HOOKBRIDGE_SIM_UPTIQ_RPS": "0.5",
+            "HOOKBRIDGE_SIM_UPTIQ_BURST": "2",
         }
     )
     assert config == SimulatorConfig(
         seed=42,
         latency_ms=(5.0, 20.0),
         duration_s=(0.1, 0.2),
-        rate_429=0.1,
-        retry_after_s=None,
         rate_5xx=0.2,
         rate_drop=0.05,
         vendors_faulty=frozenset({"nutrient", "uptiq"}),
         cloudsquid_legacy_shape=True,
-        uptiq_early_404s=3,
+        uptiq_early_404_s=2.5,
         uptiq_stuck=True,
         nutrient_credits=100.0,
         nutrient_max_processing_s=30.0,
@@ -69,6 +71,12 @@ def test_every_variable_is_read() -> None:
         nutrient_api_key="n",
         cloudsquid_api_key="c",
         uptiq_api_key="u",
+        nutrient_rps=2.0,
+        nutrient_burst=4,
+        cloudsquid_rps=3.5,
+        cloudsquid_burst=1,
+        uptiq_rps=0.5,
+        uptiq_burst=2,
     )
 
 
@@ -85,13 +93,16 @@ def test_every_field_has_a_documented_variable() -> None:
         ("HOOKBRIDGE_SIM_LATENCY_MS", "1,2,3"),
         ("HOOKBRIDGE_SIM_DURATION_S", "3,1"),
         ("HOOKBRIDGE_SIM_DURATION_S", "-1,1"),
-        ("HOOKBRIDGE_SIM_RATE_429", "1.5"),
+        ("HOOKBRIDGE_SIM_RATE_5XX", "1.5"),
         ("HOOKBRIDGE_SIM_RATE_5XX", "abc"),
         ("HOOKBRIDGE_SIM_RATE_DROP", "nan"),
-        ("HOOKBRIDGE_SIM_RETRY_AFTER_S", "1.5"),
+        ("HOOKBRIDGE_SIM_NUTRIENT_RPS", "-1"),
+        ("HOOKBRIDGE_SIM_NUTRIENT_RPS", "inf"),
+        ("HOOKBRIDGE_SIM_UPTIQ_BURST", "0"),
+        ("HOOKBRIDGE_SIM_CLOUDSQUID_BURST", "1.5"),
         ("HOOKBRIDGE_SIM_VENDORS_FAULTY", "nutrient,textract"),
         ("HOOKBRIDGE_SIM_CLOUDSQUID_LEGACY", "maybe"),
-        ("HOOKBRIDGE_SIM_UPTIQ_EARLY_404S", "-1"),
+        ("HOOKBRIDGE_SIM_UPTIQ_EARLY_404_S", "-1"),
         ("HOOKBRIDGE_SIM_NUTRIENT_CREDITS", "-5"),
         ("HOOKBRIDGE_SIM_NUTRIENT_MAX_PROCESSING_S", "inf"),
         ("HOOKBRIDGE_SIM_NUTRIENT_API_KEY", ""),
@@ -104,7 +115,7 @@ def test_bad_value_names_the_variable(var: str, value: str) -> None:
 
 def test_fault_rates_must_fit_one_draw() -> None:
     with pytest.raises(ValueError, match="must not exceed 1"):
-        SimulatorConfig.from_env({"HOOKBRIDGE_SIM_RATE_429": "0.6", "HOOKBRIDGE_SIM_RATE_5XX": "0.6"})
+        SimulatorConfig.from_env({"HOOKBRIDGE_SIM_RATE_DROP": "0.6", "HOOKBRIDGE_SIM_RATE_5XX": "0.6"})
 
 
 def test_patched_coerces_json_values() -> None:
@@ -113,7 +124,8 @@ def test_patched_coerces_json_values() -> None:
             "duration_s": [0.1, 0.2],
             "latency_ms": "1,2",
             "vendors_faulty": ["uptiq"],
-            "retry_after_s": None,
+            "nutrient_rps": 5,
+            "uptiq_burst": 3,
             "nutrient_credits": 5,
             "cloudsquid_legacy_shape": True,
             "seed": 7,
@@ -122,7 +134,7 @@ def test_patched_coerces_json_values() -> None:
     assert config.duration_s == (0.1, 0.2)
     assert config.latency_ms == (1.0, 2.0)
     assert config.vendors_faulty == frozenset({"uptiq"})
-    assert config.retry_after_s is None
+    assert (config.nutrient_rps, config.uptiq_burst) == (5.0, 3)
     assert config.nutrient_credits == 5.0
     assert config.cloudsquid_legacy_shape is True
     assert config.seed == 7
@@ -132,7 +144,9 @@ def test_patched_coerces_json_values() -> None:
     "changes",
     [
         {"no_such_knob": 1},
-        {"rate_429": 2},
+        {"rate_5xx": 2},
+        {"rate_429": 0.5},  # gone: 429s come from the per-key buckets
+        {"nutrient_burst": 2.5},
         {"seed": "x"},
         {"seed": 1.5},
         {"uptiq_stuck": 1},

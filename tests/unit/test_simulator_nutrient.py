@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import json
 import time
+import zipfile
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -265,6 +267,16 @@ class TestIdempotency:
         assert response.status_code == 400
         assert response.json()["errorDetails"]["code"] == "invalid_request"
 
+    async def test_a_key_outside_printable_ascii_is_400(self, client: httpx.AsyncClient) -> None:
+        response = await client.post(
+            f"{BASE}/parse/async",
+            headers=[*AUTH.items(), ("Idempotency-Key", b"caf\xe9")],
+            files={"file": ("a.pdf", b"%PDF")},
+        )
+        assert response.status_code == 400
+        assert response.json()["errorDetails"]["code"] == "invalid_request"
+        assert (await client.get("/_sim/stats")).json()["nutrient"] == {}
+
     async def test_longest_key_is_fine(self, client: httpx.AsyncClient) -> None:
         assert (await submit(client, headers={"Idempotency-Key": "~" * 255})).status_code == 202
 
@@ -394,3 +406,99 @@ async def test_real_clock_run_finishes() -> None:
                 break
             await asyncio.sleep(0.01)
         assert seen[0] == "queued" and seen[-1] == "done"
+
+
+class TestStrictReading:
+    """What the documents do not allow is refused, and nothing is stored (S003, NU-parse)."""
+
+    async def test_nested_instructions_in_a_json_body_are_400(self, client: httpx.AsyncClient) -> None:
+        response = await client.post(
+            f"{BASE}/parse/async",
+            headers=AUTH,
+            json={"url": "https://example.com/a.pdf", "instructions": {"mode": "text"}},
+        )
+        assert response.status_code == 400
+        assert response.json()["errorDetails"]["code"] == "invalid_request"
+        assert "top level" in response.json()["errorMessage"]
+        assert (await client.get("/_sim/stats")).json()["nutrient"] == {}
+
+    async def test_top_level_mode_of_a_json_body_is_read(
+        self, client: httpx.AsyncClient, clock: ManualClock
+    ) -> None:
+        url = "https://example.com/a.pdf"
+        text = await client.post(f"{BASE}/parse/async", headers=AUTH, json={"url": url, "mode": "text"})
+        default = await client.post(f"{BASE}/parse/async", headers=AUTH, json={"url": url})
+        clock.advance(20.0)
+        costs = [
+            (await get_run(client, r.json()["id"])).json()["usage"]["data_extraction_credits"]["cost"]
+            for r in (text, default)
+        ]
+        # text costs 1 credit a page, the default (understand) 9 (NU-price).
+        assert costs[1] == 9 * costs[0]
+
+    async def test_an_unknown_parse_mode_is_400(self, client: httpx.AsyncClient) -> None:
+        response = await submit(client, instructions={"mode": "telepathy"})
+        assert response.status_code == 400
+        assert response.json()["errorDetails"]["code"] == "invalid_request"
+
+    @pytest.mark.parametrize("operation", ["translate", "PARSE", "runs"])
+    async def test_an_unknown_operation_is_404_and_stores_nothing(
+        self, client: httpx.AsyncClient, operation: str
+    ) -> None:
+        response = await submit(client, operation=operation)
+        assert response.status_code == 404
+        assert (await client.get("/_sim/stats")).json()["nutrient"] == {}
+
+    async def test_a_url_in_a_multipart_body_is_400(self, client: httpx.AsyncClient) -> None:
+        response = await client.post(
+            f"{BASE}/parse/async",
+            headers=AUTH,
+            data={"url": "https://example.com/a.pdf", "instructions": "{}"},
+            files={"unrelated": ("x", b"x")},
+        )
+        assert response.status_code == 400
+
+    async def test_a_json_url_must_be_http(self, client: httpx.AsyncClient) -> None:
+        response = await client.post(f"{BASE}/parse/async", headers=AUTH, json={"url": "file:///etc/passwd"})
+        assert response.status_code == 400
+
+
+class TestSplitZip:
+    async def finished_split(self, client: httpx.AsyncClient, clock: ManualClock, output: str) -> str:
+        response = await submit(
+            client, b"%PDF-1.7 two invoices", operation="split", instructions={"output": output}
+        )
+        assert response.status_code == 202, response.text
+        clock.advance(20.0)
+        return str(response.json()["id"])
+
+    @pytest.mark.parametrize("output", ["zip", "both"])
+    async def test_zip_output_adds_a_zip_asset_named_by_download_url(
+        self, client: httpx.AsyncClient, clock: ManualClock, output: str
+    ) -> None:
+        run_id = await self.finished_split(client, clock, output)
+        run = (await get_run(client, run_id)).json()
+        assert [a["name"] for a in run["assets"]] == ["input", "result", "zip"]
+        result = (await client.get(f"{BASE}/runs/{run_id}/assets/result", headers=AUTH)).json()
+        url = result["output"]["downloadUrl"]
+        assert url == f"http://sim{BASE}/runs/{run_id}/assets/zip"
+        # With zip alone, the result omits page ranges (S003).
+        assert ("documents" in result["output"]) is (output == "both")
+        assert (await client.get(url)).status_code == 401  # only Nutrient's key fetches it
+        fetched = await client.get(url, headers=AUTH)
+        assert fetched.status_code == 200
+        assert fetched.headers["content-type"] == "application/zip"
+        with zipfile.ZipFile(io.BytesIO(fetched.content)) as archive:
+            assert archive.read("invoice-1.pdf") == b"%PDF-1.7 two invoices"
+
+    async def test_json_output_has_page_ranges_and_no_zip(
+        self, client: httpx.AsyncClient, clock: ManualClock
+    ) -> None:
+        run_id = await self.finished_split(client, clock, "json")
+        result = (await client.get(f"{BASE}/runs/{run_id}/assets/result", headers=AUTH)).json()
+        assert "downloadUrl" not in result["output"] and result["output"]["documents"]
+        assert (await client.get(f"{BASE}/runs/{run_id}/assets/zip", headers=AUTH)).status_code == 404
+
+    async def test_an_unknown_output_is_400(self, client: httpx.AsyncClient) -> None:
+        response = await submit(client, operation="split", instructions={"output": "tarball"})
+        assert response.status_code == 400

@@ -57,7 +57,9 @@ async def cloudsquid_submit(client: httpx.AsyncClient) -> str:
 
 
 async def uptiq_submit(client: httpx.AsyncClient) -> str:
-    response = await client.post("/uptiq/extract", headers=UPTIQ_AUTH, json={"documentType": "Invoice"})
+    response = await client.post(
+        "/uptiq/extract", headers=UPTIQ_AUTH, json={"documentType": "Invoice", "fileUrl": "https://x/a.pdf"}
+    )
     assert response.status_code == 200, response.text
     return str(response.json()["data"]["_id"])
 
@@ -137,7 +139,9 @@ async def test_runs_of_vendors_without_a_limit_that_never_finish_have_no_end(
     client: httpx.AsyncClient,
 ) -> None:
     response = await client.post(
-        "/uptiq/extract", headers=UPTIQ_AUTH, json={"documentType": "Invoice", "fileName": "stuck.pdf"}
+        "/uptiq/extract",
+        headers=UPTIQ_AUTH,
+        json={"documentType": "Invoice", "fileUrl": "https://x/stuck.pdf"},
     )
     assert response.status_code == 200
     (run,) = await runs(client, vendor="uptiq")

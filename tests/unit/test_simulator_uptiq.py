@@ -85,12 +85,13 @@ async def test_first_poll_is_404_then_pending_processing_processed(
     early = await poll(client, extraction_id)
     assert early.status_code == 404
 
+    clock.advance(1.0)  # the default window: "wait a second and retry" (S004)
     pending = await extraction(client, extraction_id)
     assert pending["status"] == "Pending"
     assert pending["_id"] == extraction_id
     assert set(pending["processingStage"]) == {"stage", "message", "updatedAt"}
 
-    clock.advance(5.0)
+    clock.advance(4.0)
     processing = await extraction(client, extraction_id)
     assert processing["status"] == "Processing"
     assert processing["processingStage"]["message"]
@@ -105,13 +106,23 @@ async def test_first_poll_is_404_then_pending_processing_processed(
     assert 0 < result["extractionMetrics"]["accuracyScore"] <= 1
 
 
-async def test_early_404_count_is_a_knob(client: httpx.AsyncClient) -> None:
-    await client.patch("/_sim/config", json={"uptiq_early_404s": 3})
+async def test_the_early_404_lasts_a_window_of_time_not_a_number_of_polls(
+    client: httpx.AsyncClient, clock: ManualClock
+) -> None:
+    await client.patch("/_sim/config", json={"uptiq_early_404_s": 3})
     extraction_id = await submit(client, fileUrl="https://x/a.pdf")
-    statuses = [(await poll(client, extraction_id)).status_code for _ in range(5)]
-    assert statuses == [404, 404, 404, 200, 200]
-    await client.patch("/_sim/config", json={"uptiq_early_404s": 0})
-    assert (await poll(client, await submit(client, fileUrl="https://x/b.pdf"))).status_code == 200
+    # However often it is polled inside the window, the record stays invisible.
+    assert {(await poll(client, extraction_id)).status_code for _ in range(20)} == {404}
+    clock.advance(2.9)
+    assert (await poll(client, extraction_id)).status_code == 404
+    clock.advance(0.1)
+    assert (await poll(client, extraction_id)).status_code == 200
+    # A record first polled late is visible at once: the window runs from the submit, not the first poll.
+    late = await submit(client, fileUrl="https://x/b.pdf")
+    clock.advance(3.0)
+    assert (await poll(client, late)).status_code == 200
+    await client.patch("/_sim/config", json={"uptiq_early_404_s": 0})
+    assert (await poll(client, await submit(client, fileUrl="https://x/c.pdf"))).status_code == 200
 
 
 async def test_failed_extraction_carries_document_quality(
@@ -119,7 +130,6 @@ async def test_failed_extraction_carries_document_quality(
 ) -> None:
     content = base64.b64encode(b"a scan that will fail").decode()
     extraction_id = await submit(client, fileBase64=content, fileName="scan.png")
-    await poll(client, extraction_id)
     clock.advance(20.0)
     failed = await extraction(client, extraction_id)
     assert failed["status"] == "Failed"
@@ -135,8 +145,6 @@ async def test_stuck_switch_keeps_extractions_processing(
     await client.patch("/_sim/config", json={"uptiq_stuck": False})
     by_name_id = await submit(client, fileUrl="https://x/stuck.pdf")
     normal_id = await submit(client, fileUrl="https://x/b.pdf")
-    for extraction_id in (stuck_id, by_name_id, normal_id):
-        await poll(client, extraction_id)
     clock.advance(100_000.0)
     assert (await extraction(client, stuck_id))["status"] == "Processing"
     assert (await extraction(client, by_name_id))["status"] == "Processing"
@@ -161,8 +169,32 @@ async def test_body_without_a_document_type_is_400(client: httpx.AsyncClient, bo
     assert response.json()["status"] == "error"
 
 
-async def test_any_other_body_is_accepted(client: httpx.AsyncClient) -> None:
-    await submit(client, whatever={"nested": True}, file="not base64 at all", model="gpt", enableCaching=True)
+@pytest.mark.parametrize(
+    "document",
+    [
+        {},
+        {"fileName": "a.pdf"},
+        {"fileUrl": ""},
+        {"fileUrl": "ftp://x/a.pdf"},
+        {"fileBase64": "not base64 at all"},
+        {"fileBase64": ""},
+        {"fileUrl": "https://x/a.pdf", "fileBase64": "JVBERg=="},
+    ],
+    ids=["none", "a-name-only", "empty-url", "not-http", "bad-base64", "empty-bytes", "both"],
+)
+async def test_a_submission_without_exactly_one_document_is_400(
+    client: httpx.AsyncClient, document: dict[str, Any]
+) -> None:
+    response = await client.post("/uptiq/extract", headers=AUTH, json={"documentType": "W2", **document})
+    assert response.status_code == 400
+    assert response.json()["status"] == "error"
+    assert (await client.get("/_sim/stats")).json()["uptiq"] == {}  # nothing was queued
+
+
+async def test_other_fields_beside_the_document_are_accepted(client: httpx.AsyncClient) -> None:
+    await submit(
+        client, fileUrl="https://x/a.pdf", whatever={"nested": True}, model="gpt", enableCaching=True
+    )
 
 
 async def test_auth_and_unknown_extraction(client: httpx.AsyncClient) -> None:
@@ -172,9 +204,26 @@ async def test_auth_and_unknown_extraction(client: httpx.AsyncClient) -> None:
     assert (await poll(client, "nope")).status_code == 404
 
 
-async def test_record_echoes_job_parameters(client: httpx.AsyncClient) -> None:
+async def test_record_echoes_job_parameters(client: httpx.AsyncClient, clock: ManualClock) -> None:
     extraction_id = await submit(client, fileUrl="https://x/a.pdf", model="m1", processorId="p1")
-    await poll(client, extraction_id)
+    clock.advance(1.0)
     record = await extraction(client, extraction_id)
     assert record["model"] == "m1"
     assert record["processorId"] == "p1"
+
+
+async def test_the_async_record_carries_credit_reservation_webhook_status_and_fraud_results(
+    client: httpx.AsyncClient, clock: ManualClock
+) -> None:
+    # S004: "plus creditReservation, webhookStatus and fraudResults". Their shapes are guesses.
+    extraction_id = await submit(client, fileUrl="https://x/a.pdf")
+    clock.advance(1.0)
+    pending = await extraction(client, extraction_id)
+    assert pending["creditReservation"]["status"] == "reserved"
+    assert pending["fraudResults"] is None
+    clock.advance(20.0)
+    done = await extraction(client, extraction_id)
+    assert done["creditReservation"]["status"] == "consumed"
+    assert done["creditReservation"]["credits"] > 0
+    assert done["webhookStatus"]
+    assert 0 <= done["fraudResults"]["riskScore"] < 1

@@ -15,6 +15,7 @@ from service import settings as settings_mod
 from service.vendors import base, build_adapters
 from service.vendors.base import Document, SubmitRequest, VendorExpired, VendorRejected, VendorTransient
 from service.vendors.cloudsquid import CloudsquidAdapter
+from service.vendors.http import get_bounded
 from service.vendors.uptiq import SUBMITTED_KEY, UptiqAdapter
 
 ENV = {
@@ -168,3 +169,50 @@ async def test_uptiq_failed_without_document_quality() -> None:
         result = await UptiqAdapter(c).poll("x1", {})
     assert result.status == base.FAILED and result.error == "OCR gave up"
     assert result.progress == base.Progress(phase="failed", message="OCR gave up")
+
+
+class TestBoundedReads:
+    """A result asset is read up to a limit. The simulator always sends Content-Length, so a MockTransport
+    plays a vendor that streams without one, or lies about it."""
+
+    @staticmethod
+    def client(body: bytes, *, status: int = 200, declare: bool = False) -> httpx.AsyncClient:
+        async def chunks() -> Any:
+            for i in range(0, len(body), 1000):
+                yield body[i : i + 1000]
+
+        def vendor(req: httpx.Request) -> httpx.Response:
+            headers = {"content-length": str(len(body))} if declare else {}
+            return httpx.Response(status, headers=headers, content=chunks())
+
+        return httpx.AsyncClient(base_url="http://vendor.test", transport=httpx.MockTransport(vendor))
+
+    async def test_a_stream_past_the_limit_is_refused_as_read(self) -> None:
+        async with self.client(b"x" * 10_000) as client:
+            with pytest.raises(base.VendorResultTooLarge, match="5000"):
+                await get_bounded(client, "/a", limit=5_000, kind="zip")
+
+    async def test_a_declared_length_past_the_limit_is_refused_before_reading(self) -> None:
+        async with self.client(b"x" * 10_000, declare=True) as client:
+            with pytest.raises(base.VendorResultTooLarge, match="10000 bytes"):
+                await get_bounded(client, "/a", limit=5_000, kind="zip")
+
+    async def test_within_the_limit_the_body_is_whole(self) -> None:
+        async with self.client(b'{"a": 1}') as client:
+            response, body = await get_bounded(client, "/a", limit=8, kind="result")
+        assert body == b'{"a": 1}' and response.json() == {"a": 1}
+
+    async def test_an_error_body_is_cut_not_refused(self) -> None:
+        async with self.client(b"e" * 200_000, status=503) as client:
+            response, body = await get_bounded(client, "/a", limit=10_000_000, kind="result")
+        assert response.status_code == 503 and len(body) == 64 * 1024
+
+    async def test_a_body_that_does_not_decode_is_transient(self) -> None:
+        def vendor(req: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, headers={"content-encoding": "gzip"}, content=b"not gzip at all")
+
+        async with httpx.AsyncClient(
+            base_url="http://v.test", transport=httpx.MockTransport(vendor)
+        ) as client:
+            with pytest.raises(VendorTransient, match="does not decode"):
+                await get_bounded(client, "/a", limit=1000, kind="result")
