@@ -246,6 +246,16 @@ class Store:
         ]
         return claimed, float(nxt) if nxt else None
 
+    async def release_runs(self, vendor: str, leases: Sequence[tuple[str, float]], now_ms: int) -> int:
+        """Makes leased runs due now, each only while its lease (id, lease end ms) is still the one taken."""
+        if not leases:
+            return 0
+        args: list[Any] = [now_ms]
+        for run_id, lease_end in leases:
+            args += [run_id, lease_end]
+        due = keys.due_runs(vendor)
+        return int(await self.scripts.release(keys=[due] + [due] * len(leases), args=args))
+
     async def budget_take(self, vendor: str, now_ms: int, interval_ms: float) -> float:
         """Reserves the vendor's next request slot; returns when (ms) the request may go."""
         slot = await self.scripts.budget(
@@ -330,6 +340,17 @@ class Store:
             for dlv, sub, body in rows
         ]
         return claimed, float(nxt) if nxt else None
+
+    async def release_deliveries(self, leases: Sequence[tuple[str, str, float]], now_ms: int) -> int:
+        """Makes leased deliveries (id, subscription id, lease end ms) due now and frees their in-flight
+        slots, each only while its lease is still the one taken."""
+        if not leases:
+            return 0
+        args: list[Any] = [now_ms]
+        for dlv_id, _, lease_end in leases:
+            args += [dlv_id, lease_end]
+        inflight = [keys.sub_inflight(sub) if sub else keys.DUE_DELIVERIES for _, sub, _ in leases]
+        return int(await self.scripts.release(keys=[keys.DUE_DELIVERIES, *inflight], args=args))
 
     async def record_attempt(
         self,

@@ -34,3 +34,4 @@ class Scripts:
         self.delivery_result = load("delivery_result")
         self.retry_delivery = load("retry_delivery")
         self.repair = load("repair")
+        self.release = load("release")
