@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import helm_python as helm
+from helm_python import _native as helm_native
 import jsonschema
 import kubernetes_validate
 import pytest
@@ -55,6 +56,8 @@ SECRET_ENV = {
     "HOOKBRIDGE_CLOUDSQUID_API_KEY",
     "HOOKBRIDGE_UPTIQ_API_KEY",
     "HOOKBRIDGE_REDIS_URL",
+    "HOOKBRIDGE_REDIS_PASSWORD",
+    "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD",
 }
 
 
@@ -92,8 +95,28 @@ def chart() -> Iterator[helm.Chart]:
         yield loaded
 
 
-def render(chart: helm.Chart, values: dict[str, Any] | None = None) -> Release:
-    manifests = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+def render_manifests(
+    chart: helm.Chart,
+    values: dict[str, Any] | None = None,
+    *,
+    name: str = RELEASE,
+    namespace: str = NAMESPACE,
+    kube_version: str | None = None,
+) -> dict[str, str]:
+    """helm template, offline. helm-python-sdk's render() takes no kube version; its native call does
+    (Helm's --kube-version), which .Capabilities.KubeVersion then reports."""
+    if kube_version is None:
+        return chart.render(values or {}, name=name, namespace=namespace, is_install=True)
+    opts = {"name": name, "namespace": namespace, "is_install": True, "kube_version": kube_version}
+    rendered = helm_native.call_string("helm_render", chart._raw(), json.dumps(values or {}), json.dumps(opts))
+    manifests: dict[str, str] = json.loads(rendered)
+    return manifests
+
+
+def render(
+    chart: helm.Chart, values: dict[str, Any] | None = None, *, kube_version: str | None = None
+) -> Release:
+    manifests = render_manifests(chart, values, kube_version=kube_version)
     objects = [
         doc
         for path, text in sorted(manifests.items())
@@ -137,8 +160,10 @@ def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
 # --- schema validity ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
-def test_every_object_validates_against_its_schema(release: Release, kube_version: str) -> None:
+def test_every_object_validates_against_its_schema(chart: helm.Chart, scenario: str, kube_version: str) -> None:
+    release = render(chart, load_values(scenario), kube_version=kube_version)
     for obj in release.objects:
         crd_schema = CRD_SCHEMAS.get((obj["apiVersion"], obj["kind"]))
         if crd_schema is not None:
@@ -196,6 +221,24 @@ def test_values_file_matches_its_schema() -> None:
         ({"api": {"resources": {"requests": {"cpu": "lots"}}}}, "/api/resources/requests/cpu"),
         ({"worker": {"resources": {"requests": {"memory": None}}}}, "/worker/resources/requests"),
         ({"image": {"digest": "latest"}}, "/image/digest"),
+        # A password in the ConfigMap, by userinfo or by query parameter.
+        ({"redis": {"mode": "url", "url": "redis://r:6379/0?password=hunter2"}}, "/redis/url"),
+        ({"redis": {"mode": "url", "url": "rediss://r:6379/0?db=1&Password=hunter2"}}, "/redis/url"),
+        ({"redis": {"mode": "url", "url": "redis://default:hunter2@r:6379/0"}}, "/redis/url"),
+        # Every setting is listed (generated from service/settings.py); a typo is refused at install.
+        ({"config": {"RETRY_SCHEDUL": "5s"}}, "additional properties 'RETRY_SCHEDUL'"),
+        ({"config": {"NUTRIENT_MAX_RSP": 5}}, "additional properties 'NUTRIENT_MAX_RSP'"),
+        ({"config": {"REDIS_PASSWORD": "x"}}, "REDIS_PASSWORD"),
+        ({"config": {"WORKER_METRICS_HOST": "::"}}, "WORKER_METRICS_HOST"),
+        ({"config": {"WORKER_ROLE": "everything"}}, "/config/WORKER_ROLE"),
+        # Probes and securityContext have real shapes.
+        ({"api": {"livenessProbe": {"httpGet": {"port": "http", "path": "healthz"}}}}, "/api/livenessProbe"),
+        ({"worker": {"startupProbe": {"exec": {"command": ["true"]}}}}, "/worker/startupProbe"),
+        ({"api": {"readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSecond": 5}}}, "periodSecond"),
+        ({"securityContext": {"runAsNonroot": True}}, "runAsNonroot"),
+        ({"podSecurityContext": {"runAsUser": "root"}}, "/podSecurityContext/runAsUser"),
+        ({"keda": {"minReplicaCount": -1}}, "/keda/minReplicaCount"),
+        ({"networkPolicy": {"egress": {"dns": {"enabled": True, "to": [{"ipblock": {}}]}}}}, "ipblock"),
     ],
 )
 def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], message: str) -> None:
@@ -218,8 +261,82 @@ def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], me
             "set the Redis URL once",
         ),
         ({"redis": {"embedded": {"enabled": True}, "url": "redis://r:6379"}}, "embedded"),
-        ({"worker": {"shutdownGraceSeconds": 40}}, "terminationGracePeriodSeconds must exceed"),
+        ({"worker": {"shutdownGraceSeconds": 40}}, "worker.terminationGracePeriodSeconds (40) must be at least"),
         ({"keda": {"enabled": True}}, "keda.enabled needs keda.prometheus.serverAddress"),
+        # Shutdown margins, for both roles: preStop + grace + 5 s must fit in the termination grace.
+        (
+            {"api": {"preStopSleepSeconds": 5, "shutdownGraceSeconds": 25, "terminationGracePeriodSeconds": 30}},
+            "api.terminationGracePeriodSeconds (30) must be at least api.preStopSleepSeconds (5) + "
+            "api.shutdownGraceSeconds (25) + a 5s margin = 35",
+        ),
+        (
+            {"api": {"preStopSleepSeconds": 0, "shutdownGraceSeconds": 30, "terminationGracePeriodSeconds": 30}},
+            "api.terminationGracePeriodSeconds (30) must be at least",
+        ),
+        (
+            {"worker": {"shutdownGraceSeconds": 25, "terminationGracePeriodSeconds": 29}},
+            "worker.terminationGracePeriodSeconds (29) must be at least",
+        ),
+        # KEDA: at 0 replicas no pod exports the metric; `service` exists only on ServiceMonitor scrapes.
+        (
+            {"keda": {"enabled": True, "minReplicaCount": 0, "prometheus": {"serverAddress": "http://p:9090"}}},
+            "keda.minReplicaCount must be 1 or more",
+        ),
+        (
+            {
+                "keda": {
+                    "enabled": True,
+                    "prometheus": {
+                        "serverAddress": "http://p:9090",
+                        "query": 'sum(hookbridge_ready_jobs{service="hb-hookbridge-worker-metrics"})',
+                    },
+                }
+            },
+            "filters on the label `service` or `endpoint`",
+        ),
+        (
+            {
+                "keda": {
+                    "enabled": True,
+                    "prometheus": {
+                        "serverAddress": "http://p:9090",
+                        "query": 'max(hookbridge_ready_jobs{namespace="apps",endpoint="metrics"})',
+                    },
+                }
+            },
+            "filters on the label `service` or `endpoint`",
+        ),
+        # PDBs that could never allow an eviction.
+        (
+            {"api": {"autoscaling": {"enabled": False}, "replicas": 2, "pdb": {"minAvailable": 2}}},
+            "api.pdb.minAvailable (2) must be below the role's replica count (2)",
+        ),
+        (
+            {"api": {"autoscaling": {"minReplicas": 2}, "pdb": {"minAvailable": 3}}},
+            "api.pdb.minAvailable (3) must be below the role's replica count (2)",
+        ),
+        ({"worker": {"replicas": 1, "pdb": {"minAvailable": 1}}}, "worker.pdb.minAvailable (1) must be below"),
+        ({"worker": {"pdb": {"minAvailable": "100%"}}}, "worker.pdb.minAvailable 100% blocks every eviction"),
+        (
+            {
+                "keda": {"enabled": True, "minReplicaCount": 2, "prometheus": {"serverAddress": "http://p:9090"}},
+                "worker": {"pdb": {"minAvailable": 2}},
+            },
+            "worker.pdb.minAvailable (2) must be below the role's replica count (2)",
+        ),
+        # Redis credentials that cannot apply.
+        (
+            {"redis": {"mode": "url", "url": "redis://r:6379", "tls": {"enabled": True}}},
+            "redis.tls.enabled is for the master found through Sentinel",
+        ),
+        (
+            {"redis": {"mode": "url", "url": "redis://r:6379"}, "secret": {"redisSentinelPassword": "x"}},
+            "Sentinel credentials or TLS",
+        ),
+        (
+            {"redis": {"embedded": {"enabled": True}}, "secret": {"redisPassword": "x"}},
+            "the embedded Redis has no password",
+        ),
     ],
 )
 def test_chart_refuses_inconsistent_values(chart: helm.Chart, values: dict[str, Any], message: str) -> None:
@@ -303,10 +420,25 @@ def test_checksums_follow_config_and_secret_changes(chart: helm.Chart) -> None:
     assert secret_changed["checksum/config"] == base["checksum/config"]
 
 
-def test_worker_outlives_its_shutdown_grace(release: Release) -> None:
-    worker = release.get("Deployment", f"{PREFIX}-worker")
-    grace = int(release.config["HOOKBRIDGE_SHUTDOWN_GRACE_S"])
-    assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > grace
+def test_each_role_outlives_its_own_shutdown_grace_with_a_margin(release: Release) -> None:
+    """Kubernetes counts terminationGracePeriodSeconds from the start of preStop: the preStop sleep, the
+    process's own grace and a margin for its exit must all fit, for the api and for the worker."""
+    assert "HOOKBRIDGE_SHUTDOWN_GRACE_S" not in release.config, "each role sets its own"
+    for role in ("api", "worker"):
+        pod = release.get("Deployment", f"{PREFIX}-{role}")["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        grace = float(env_of(container)["HOOKBRIDGE_SHUTDOWN_GRACE_S"]["value"])
+        assert grace == release.values[role]["shutdownGraceSeconds"], role
+        pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+        sleep = float(pre_stop[1]) if pre_stop[:1] == ["sleep"] else 0.0
+        assert pre_stop == [] or pre_stop[:1] == ["sleep"], role
+        assert sleep + grace + 5 <= pod["terminationGracePeriodSeconds"], role
+
+
+def test_the_api_grace_is_its_own_value(chart: helm.Chart) -> None:
+    release = render(chart, {"api": {"shutdownGraceSeconds": 7}, "worker": {"shutdownGraceSeconds": 21}})
+    assert env_of(release.container(f"{PREFIX}-api"))["HOOKBRIDGE_SHUTDOWN_GRACE_S"]["value"] == "7"
+    assert env_of(release.container(f"{PREFIX}-worker"))["HOOKBRIDGE_SHUTDOWN_GRACE_S"]["value"] == "21"
 
 
 # --- labels and selectors ----------------------------------------------------------------------
@@ -442,7 +574,7 @@ def test_secret_wiring(release: Release) -> None:
     existing = release.values["existingSecret"]
     secrets = release.of_kind("Secret")
     containers = [release.container(d["metadata"]["name"]) for d in hookbridge_deployments(release)]
-    envs = [env_of(c) for c in containers]
+    envs = [{k: v for k, v in env_of(c).items() if k in SECRET_ENV} for c in containers]
     assert envs[0] == envs[1], "the api and the worker read the same secrets"
     refs = {name: e["valueFrom"]["secretKeyRef"] for name, e in envs[0].items() if name in SECRET_ENV}
     if existing["name"]:
@@ -453,11 +585,18 @@ def test_secret_wiring(release: Release) -> None:
             "HOOKBRIDGE_CLOUDSQUID_API_KEY": existing["keys"]["cloudsquidApiKey"],
             "HOOKBRIDGE_UPTIQ_API_KEY": existing["keys"]["uptiqApiKey"],
             "HOOKBRIDGE_REDIS_URL": existing["keys"]["redisUrl"],
+            "HOOKBRIDGE_REDIS_PASSWORD": existing["keys"]["redisPassword"],
+            "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD": existing["keys"]["redisSentinelPassword"],
         }
         assert {name: ref["key"] for name, ref in refs.items()} == {k: v for k, v in expected.items() if v}
         for name, ref in refs.items():
             assert ref["name"] == existing["name"]
-            required = name in {"HOOKBRIDGE_API_KEYS", "HOOKBRIDGE_REDIS_URL"}
+            required = name in {
+                "HOOKBRIDGE_API_KEYS",
+                "HOOKBRIDGE_REDIS_URL",
+                "HOOKBRIDGE_REDIS_PASSWORD",
+                "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD",
+            }
             assert ref["optional"] is (not required), name
     else:
         (secret,) = secrets
@@ -499,7 +638,10 @@ def test_the_application_accepts_the_rendered_environment(release: Release) -> N
         "HOOKBRIDGE_REDIS_URL": "redis://:p4ssw0rd@redis:6379/0",
     }
     secrets = {s["metadata"]["name"]: s for s in release.of_kind("Secret")}
-    for name, entry in env_of(release.container(f"{PREFIX}-api")).items():
+    for name, entry in env_of(release.container(f"{PREFIX}-worker")).items():
+        if "value" in entry:
+            env[name] = entry["value"]
+            continue
         ref = entry["valueFrom"]["secretKeyRef"]
         if ref["name"] in secrets:
             env[name] = base64.b64decode(secrets[ref["name"]]["data"][ref["key"]]).decode()
@@ -535,8 +677,25 @@ def test_network_policies_allow_what_hookbridge_needs(chart: helm.Chart) -> None
     egress = api["spec"]["egress"]
     ports = [p["port"] for rule in egress for p in rule.get("ports", [])]
     assert 53 in ports and 6380 in ports
-    blocks = [peer["ipBlock"] for rule in egress for peer in rule.get("to", []) if "ipBlock" in peer]
-    assert {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]} in blocks
+    # The api calls no vendor and no receiver: DNS and Redis only.
+    assert not [peer for rule in egress for peer in rule.get("to", []) if "ipBlock" in peer and "/0" in peer["ipBlock"]["cidr"]]
+
+    worker = release.get("NetworkPolicy", f"{PREFIX}-worker")["spec"]["egress"]
+    # No rule opens every port to everywhere: each rule that reaches the internet names its ports.
+    for rule in worker:
+        wide = [p for p in rule.get("to", []) if "ipBlock" in p and p["ipBlock"]["cidr"] in ("0.0.0.0/0", "::/0")]
+        if wide or "to" not in rule:
+            assert rule.get("ports"), rule
+    (internet,) = [r for r in worker if any(p.get("ipBlock", {}).get("cidr") == "0.0.0.0/0" for p in r.get("to", []))]
+    assert [p["port"] for p in internet["ports"]] == [443]
+    blocks = {p["ipBlock"]["cidr"]: p["ipBlock"]["except"] for p in internet["to"]}
+    assert set(blocks) == {"0.0.0.0/0", "::/0"}, "IPv4 and IPv6"
+    for cluster_range in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"):
+        assert cluster_range in blocks["0.0.0.0/0"]
+    assert "fc00::/7" in blocks["::/0"] and "fe80::/10" in blocks["::/0"]
+    assert all(":" not in e for e in blocks["0.0.0.0/0"]) and all(":" in e for e in blocks["::/0"])
+    (dns,) = [r for r in worker if {"port": 53, "protocol": "UDP"} in r.get("ports", [])]
+    assert dns["to"] == [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]
 
     embedded = render(chart, load_values("embedded-redis"))
     redis_policy = embedded.get("NetworkPolicy", f"{PREFIX}-redis")
