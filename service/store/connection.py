@@ -38,10 +38,19 @@ def _credentials(username: str, password: str) -> dict[str, Any]:
     return options
 
 
-def connect(settings: Settings, *, url: str | None = None, redis_class: type[R] = Redis) -> R:  # type: ignore[assignment]
+def connect(
+    settings: Settings,
+    *,
+    url: str | None = None,
+    redis_class: type[R] = Redis,  # type: ignore[assignment]
+    socket_timeout: float | None = 10.0,
+) -> R:
     """A client that retries a command a few times on connection faults, then raises.
 
     Beyond those retries the caller decides: the API answers 503, the worker backs off.
+    ``socket_timeout=None`` for a client whose tasks are cancelled from outside (arq's loop): redis-py
+    wraps each read in a timeout scope, and on Python 3.11 a cancellation that lands in that scope can
+    be swallowed, which left the worker's shutdown waiting forever on arq's task.
     """
     auth = settings.redis
     retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3)
@@ -49,7 +58,7 @@ def connect(settings: Settings, *, url: str | None = None, redis_class: type[R] 
         "retry": retry,
         "retry_on_error": [ConnectionError, TimeoutError],
         "socket_connect_timeout": 2.0,
-        "socket_timeout": 10.0,
+        "socket_timeout": socket_timeout,
         "health_check_interval": 15,
         "max_connections": 200,
         **_credentials(auth.username, auth.password),
@@ -57,7 +66,7 @@ def connect(settings: Settings, *, url: str | None = None, redis_class: type[R] 
     if settings.redis_sentinels and url is None:
         sentinel_options: dict[str, Any] = {
             "socket_connect_timeout": 2.0,
-            "socket_timeout": 5.0,
+            "socket_timeout": socket_timeout and 5.0,
             **_credentials(auth.sentinel_username, auth.sentinel_password),
         }
         if auth.sentinel_tls:

@@ -94,7 +94,8 @@ class Pump:
             _, pending = await asyncio.wait(self.tasks, timeout=timeout_s)
             for task in pending:
                 task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            if pending:  # bounded: a task that swallows its cancellation must not hold up the exit
+                await asyncio.wait(pending, timeout=2.0)
             if self.held:
                 try:
                     released = await self.release(list(self.held.values()))
