@@ -6,7 +6,6 @@ that passwords, usernames and TLS reach both alike, for the master and for the S
 
 from __future__ import annotations
 
-import ssl
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
@@ -22,7 +21,8 @@ R = TypeVar("R", bound=Redis)
 
 def tls_options(auth: RedisAuth) -> dict[str, Any]:
     """redis-py's ssl_* keywords for a TLS connection under these settings."""
-    options: dict[str, Any] = {"ssl_cert_reqs": ssl.CERT_REQUIRED if auth.tls_verify else ssl.CERT_NONE}
+    # Strings: redis-py's asyncio SSL context ignores an ssl.VerifyMode here (and then fails on connect).
+    options: dict[str, Any] = {"ssl_cert_reqs": "required" if auth.tls_verify else "none"}
     options["ssl_check_hostname"] = auth.tls_verify
     if auth.tls_ca_file:
         options["ssl_ca_certs"] = auth.tls_ca_file

@@ -75,7 +75,10 @@ class Cluster:
         services = [o for o in self.objects if o["kind"] == "Service"]
         env: dict[str, str] = {}
         # The API server's own Service exists in every cluster (its links appear in every namespace).
-        kubernetes = {"metadata": {"name": "kubernetes"}, "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP"}]}}
+        kubernetes = {
+            "metadata": {"name": "kubernetes"},
+            "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP"}]},
+        }
         for index, service in enumerate([kubernetes, *services]):
             spec = service["spec"]
             if spec.get("clusterIP") == "None" or spec.get("type") == "ExternalName":

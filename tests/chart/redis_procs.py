@@ -19,7 +19,6 @@ import redis
 from service.embedded_redis import free_port, redis_server_binary
 
 
-
 @dataclass
 class LocalCA:
     """A throwaway CA and a server certificate for 127.0.0.1 (and the given names), made with openssl."""
@@ -35,12 +34,36 @@ class LocalCA:
         self.ca_cert, self.cert, self.key = d / "ca.crt", d / "server.crt", d / "server.key"
         san = ",".join(["IP:127.0.0.1", *(f"DNS:{n}" for n in self.names)])
         (d / "ext").write_text(f"subjectAltName={san}\n")
-        run = ["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj"]
-        _quiet(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=hb-test-ca",
-                "-keyout", str(d / "ca.key"), "-out", str(self.ca_cert)])  # fmt: skip
-        _quiet([*run, "/CN=redis", "-keyout", str(self.key), "-out", str(d / "server.csr")])
-        _quiet(["openssl", "x509", "-req", "-in", str(d / "server.csr"), "-CA", str(self.ca_cert), "-CAkey",
-                str(d / "ca.key"), "-CAcreateserial", "-days", "1", "-out", str(self.cert), "-extfile", str(d / "ext")])  # fmt: skip
+        ca_key, csr = str(d / "ca.key"), str(d / "server.csr")
+        new_key = ["openssl", "req", "-newkey", "rsa:2048", "-nodes"]
+        _quiet(
+            [
+                *new_key,
+                "-x509",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=hb-test-ca",
+                "-keyout",
+                ca_key,
+                "-out",
+                str(self.ca_cert),
+            ]
+        )
+        _quiet([*new_key, "-subj", "/CN=redis", "-keyout", str(self.key), "-out", csr])
+        sign = [
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            csr,
+            "-CA",
+            str(self.ca_cert),
+            "-CAkey",
+            ca_key,
+            "-CAcreateserial",
+        ]
+        _quiet([*sign, "-days", "1", "-out", str(self.cert), "-extfile", str(d / "ext")])
 
 
 def _quiet(argv: list[str]) -> None:
@@ -69,7 +92,7 @@ class RedisProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def _config(self) -> str:
-        lines = [f"bind 127.0.0.1", "protected-mode no", f"dir {self.directory}", "save \"\"", "appendonly no",
+        lines = ["bind 127.0.0.1", "protected-mode no", f"dir {self.directory}", "save \"\"", "appendonly no",
                  "loglevel warning", f"logfile {self.directory / 'redis.log'}"]  # fmt: skip
         if self.tls:
             lines += [
@@ -109,7 +132,11 @@ class RedisProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                log = (self.directory / "redis.log").read_text() if (self.directory / "redis.log").exists() else ""
+                log = (
+                    (self.directory / "redis.log").read_text()
+                    if (self.directory / "redis.log").exists()
+                    else ""
+                )
                 raise RuntimeError(f"redis-server exited with {self.process.returncode}: {log[-2000:]}")
             try:
                 if self.command("PING") and (self.sentinel_of is None or self._knows_master()):
@@ -147,5 +174,3 @@ class RedisProcess:
                 self.process.kill()
                 self.process.wait()
         shutil.rmtree(self.directory, ignore_errors=True)
-
-

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import helm_python as helm
-from helm_python import _native as helm_native
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from helm_python import _native as helm_native
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "hookbridge"
@@ -108,7 +108,9 @@ def render_manifests(
     if kube_version is None:
         return chart.render(values or {}, name=name, namespace=namespace, is_install=True)
     opts = {"name": name, "namespace": namespace, "is_install": True, "kube_version": kube_version}
-    rendered = helm_native.call_string("helm_render", chart._raw(), json.dumps(values or {}), json.dumps(opts))
+    rendered = helm_native.call_string(
+        "helm_render", chart._raw(), json.dumps(values or {}), json.dumps(opts)
+    )
     manifests: dict[str, str] = json.loads(rendered)
     return manifests
 
@@ -162,7 +164,9 @@ def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
-def test_every_object_validates_against_its_schema(chart: helm.Chart, scenario: str, kube_version: str) -> None:
+def test_every_object_validates_against_its_schema(
+    chart: helm.Chart, scenario: str, kube_version: str
+) -> None:
     release = render(chart, load_values(scenario), kube_version=kube_version)
     for obj in release.objects:
         crd_schema = CRD_SCHEMAS.get((obj["apiVersion"], obj["kind"]))
@@ -234,7 +238,10 @@ def test_values_file_matches_its_schema() -> None:
         # Probes and securityContext have real shapes.
         ({"api": {"livenessProbe": {"httpGet": {"port": "http", "path": "healthz"}}}}, "/api/livenessProbe"),
         ({"worker": {"startupProbe": {"exec": {"command": ["true"]}}}}, "/worker/startupProbe"),
-        ({"api": {"readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSecond": 5}}}, "periodSecond"),
+        (
+            {"api": {"readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSecond": 5}}},
+            "periodSecond",
+        ),
         ({"securityContext": {"runAsNonroot": True}}, "runAsNonroot"),
         ({"podSecurityContext": {"runAsUser": "root"}}, "/podSecurityContext/runAsUser"),
         ({"keda": {"minReplicaCount": -1}}, "/keda/minReplicaCount"),
@@ -261,16 +268,31 @@ def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], me
             "set the Redis URL once",
         ),
         ({"redis": {"embedded": {"enabled": True}, "url": "redis://r:6379"}}, "embedded"),
-        ({"worker": {"shutdownGraceSeconds": 40}}, "worker.terminationGracePeriodSeconds (40) must be at least"),
+        (
+            {"worker": {"shutdownGraceSeconds": 40}},
+            "worker.terminationGracePeriodSeconds (40) must be at least",
+        ),
         ({"keda": {"enabled": True}}, "keda.enabled needs keda.prometheus.serverAddress"),
         # Shutdown margins, for both roles: preStop + grace + 5 s must fit in the termination grace.
         (
-            {"api": {"preStopSleepSeconds": 5, "shutdownGraceSeconds": 25, "terminationGracePeriodSeconds": 30}},
+            {
+                "api": {
+                    "preStopSleepSeconds": 5,
+                    "shutdownGraceSeconds": 25,
+                    "terminationGracePeriodSeconds": 30,
+                }
+            },
             "api.terminationGracePeriodSeconds (30) must be at least api.preStopSleepSeconds (5) + "
             "api.shutdownGraceSeconds (25) + a 5s margin = 35",
         ),
         (
-            {"api": {"preStopSleepSeconds": 0, "shutdownGraceSeconds": 30, "terminationGracePeriodSeconds": 30}},
+            {
+                "api": {
+                    "preStopSleepSeconds": 0,
+                    "shutdownGraceSeconds": 30,
+                    "terminationGracePeriodSeconds": 30,
+                }
+            },
             "api.terminationGracePeriodSeconds (30) must be at least",
         ),
         (
@@ -279,7 +301,13 @@ def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], me
         ),
         # KEDA: at 0 replicas no pod exports the metric; `service` exists only on ServiceMonitor scrapes.
         (
-            {"keda": {"enabled": True, "minReplicaCount": 0, "prometheus": {"serverAddress": "http://p:9090"}}},
+            {
+                "keda": {
+                    "enabled": True,
+                    "minReplicaCount": 0,
+                    "prometheus": {"serverAddress": "http://p:9090"},
+                }
+            },
             "keda.minReplicaCount must be 1 or more",
         ),
         (
@@ -315,11 +343,18 @@ def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], me
             {"api": {"autoscaling": {"minReplicas": 2}, "pdb": {"minAvailable": 3}}},
             "api.pdb.minAvailable (3) must be below the role's replica count (2)",
         ),
-        ({"worker": {"replicas": 1, "pdb": {"minAvailable": 1}}}, "worker.pdb.minAvailable (1) must be below"),
+        (
+            {"worker": {"replicas": 1, "pdb": {"minAvailable": 1}}},
+            "worker.pdb.minAvailable (1) must be below",
+        ),
         ({"worker": {"pdb": {"minAvailable": "100%"}}}, "worker.pdb.minAvailable 100% blocks every eviction"),
         (
             {
-                "keda": {"enabled": True, "minReplicaCount": 2, "prometheus": {"serverAddress": "http://p:9090"}},
+                "keda": {
+                    "enabled": True,
+                    "minReplicaCount": 2,
+                    "prometheus": {"serverAddress": "http://p:9090"},
+                },
                 "worker": {"pdb": {"minAvailable": 2}},
             },
             "worker.pdb.minAvailable (2) must be below the role's replica count (2)",
@@ -678,15 +713,24 @@ def test_network_policies_allow_what_hookbridge_needs(chart: helm.Chart) -> None
     ports = [p["port"] for rule in egress for p in rule.get("ports", [])]
     assert 53 in ports and 6380 in ports
     # The api calls no vendor and no receiver: DNS and Redis only.
-    assert not [peer for rule in egress for peer in rule.get("to", []) if "ipBlock" in peer and "/0" in peer["ipBlock"]["cidr"]]
+    assert not [
+        peer
+        for rule in egress
+        for peer in rule.get("to", [])
+        if "ipBlock" in peer and "/0" in peer["ipBlock"]["cidr"]
+    ]
 
     worker = release.get("NetworkPolicy", f"{PREFIX}-worker")["spec"]["egress"]
     # No rule opens every port to everywhere: each rule that reaches the internet names its ports.
     for rule in worker:
-        wide = [p for p in rule.get("to", []) if "ipBlock" in p and p["ipBlock"]["cidr"] in ("0.0.0.0/0", "::/0")]
+        wide = [
+            p for p in rule.get("to", []) if "ipBlock" in p and p["ipBlock"]["cidr"] in ("0.0.0.0/0", "::/0")
+        ]
         if wide or "to" not in rule:
             assert rule.get("ports"), rule
-    (internet,) = [r for r in worker if any(p.get("ipBlock", {}).get("cidr") == "0.0.0.0/0" for p in r.get("to", []))]
+    (internet,) = [
+        r for r in worker if any(p.get("ipBlock", {}).get("cidr") == "0.0.0.0/0" for p in r.get("to", []))
+    ]
     assert [p["port"] for p in internet["ports"]] == [443]
     blocks = {p["ipBlock"]["cidr"]: p["ipBlock"]["except"] for p in internet["to"]}
     assert set(blocks) == {"0.0.0.0/0", "::/0"}, "IPv4 and IPv6"

@@ -41,7 +41,7 @@ import yaml
 
 from service.embedded_redis import free_port
 from tests.chart.kubelet import Cluster, Image, Process, assemble, image_from_dockerfile
-from tests.chart.redis_procs import RedisProcess, LocalCA
+from tests.chart.redis_procs import LocalCA, RedisProcess
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -186,10 +186,22 @@ def start(process: Process, workdir: Path, log: Path) -> subprocess.Popen[bytes]
         )
 
 
-async def wait_ready(proc: subprocess.Popen[bytes], probe: dict[str, Any], ports: dict[str, int], log: Path) -> None:
+def pod_ip(process: Process) -> str:
+    """The address a kubelet's probe would reach: the pod's IPv4, or its IPv6 where the process binds an
+    IPv6 address only (asyncio sets IPV6_V6ONLY on "::", as on an IPv6-only cluster)."""
+    argv = process.argv
+    hosts = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--host"]
+    hosts.append(process.env.get("HOOKBRIDGE_WORKER_METRICS_HOST", "0.0.0.0"))
+    role_host = hosts[0] if argv[1:2] == ["api"] else hosts[-1]
+    return "[::1]" if ":" in role_host else "127.0.0.1"
+
+
+async def wait_ready(
+    proc: subprocess.Popen[bytes], probe: dict[str, Any], ports: dict[str, int], address: str, log: Path
+) -> None:
     http = probe["httpGet"]
     port = ports[http["port"]] if isinstance(http["port"], str) else http["port"]
-    url = f"http://127.0.0.1:{port}{http.get('path', '/')}"
+    url = f"http://{address}:{port}{http.get('path', '/')}"
     deadline = time.monotonic() + READY_WITHIN_S
     last = "no answer"
     async with httpx.AsyncClient(timeout=float(probe.get("timeoutSeconds", 1))) as client:
@@ -204,7 +216,9 @@ async def wait_ready(proc: subprocess.Popen[bytes], probe: dict[str, Any], ports
             except httpx.HTTPError as exc:
                 last = repr(exc)
             await asyncio.sleep(0.2)
-    pytest.fail(f"{url} never answered 200 within {READY_WITHIN_S}s (last: {last}):\n{log.read_text()[-3000:]}")
+    pytest.fail(
+        f"{url} never answered 200 within {READY_WITHIN_S}s (last: {last}):\n{log.read_text()[-3000:]}"
+    )
 
 
 async def stop(proc: subprocess.Popen[bytes], grace_s: float, log: Path) -> None:
@@ -224,6 +238,22 @@ async def stop(proc: subprocess.Popen[bytes], grace_s: float, log: Path) -> None
     assert "Finished server process" in text or "worker stopped" in text, text[-3000:]
 
 
+async def wrote_to_redis(redis: LocalRedis, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """The worker's store (its heartbeat) and arq (its health check) both reached the Redis of the
+    values, through the Sentinel where there is one."""
+    assert redis.master is not None
+    deadline = time.monotonic() + READY_WITHIN_S
+    keys: set[str] = set()
+    while time.monotonic() < deadline:
+        keys = {k.decode() for k in redis.master.client().keys("*")}
+        if any(k.startswith("hb:worker:") for k in keys) and "hookbridge:arq:health-check" in keys:
+            return
+        if proc.poll() is not None:
+            break
+        await asyncio.sleep(0.2)
+    pytest.fail(f"the worker wrote no heartbeat or arq health check ({keys}):\n{log.read_text()[-3000:]}")
+
+
 async def run_pod(pod: Pod, cluster: Cluster, image: Image, redis: LocalRedis, workdir: Path) -> str:
     process = assemble(pod.spec, pod.container, cluster, image, workdir / "volumes" / pod.name)
     if not pod.spec.get("enableServiceLinks", True):
@@ -233,7 +263,9 @@ async def run_pod(pod: Pod, cluster: Cluster, image: Image, redis: LocalRedis, w
     log = workdir / f"{pod.name}.log"
     proc = start(process, workdir, log)
     try:
-        await wait_ready(proc, pod.container["readinessProbe"], ports, log)
+        await wait_ready(proc, pod.container["readinessProbe"], ports, pod_ip(process), log)
+        if pod.container["name"] == "worker":
+            await wrote_to_redis(redis, proc, log)
         await stop(proc, float(pod.spec.get("terminationGracePeriodSeconds", 30)), log)
     finally:
         if proc.poll() is None:
@@ -243,7 +275,13 @@ async def run_pod(pod: Pod, cluster: Cluster, image: Image, redis: LocalRedis, w
 
 
 async def start_release(
-    chart: helm.Chart, ca: LocalCA, scenario: str, release: str, tmp_path: Path, *, service_links: bool = False
+    chart: helm.Chart,
+    ca: LocalCA,
+    scenario: str,
+    release: str,
+    tmp_path: Path,
+    *,
+    service_links: bool = False,
 ) -> tuple[list[str], LocalRedis]:
     values = yaml.safe_load((HERE / "values" / f"{scenario}.yaml").read_text()) or {}
     objects = render(chart, values, release)
@@ -262,15 +300,11 @@ async def start_release(
             redis.wire(assemble(pod.spec, pod.container, cluster, image, tmp_path / "probe").env)
         logs = await asyncio.gather(*(run_pod(p, cluster, image, redis, tmp_path) for p in pods))
         assert redis.master is not None
-        keys = {k.decode() for k in redis.master.client().keys("*")}
-        # The worker's store and arq both reached this Redis (through the Sentinel where there is one).
-        assert any(k.startswith("hb:worker:") for k in keys), keys
-        assert any(k.startswith("hookbridge:arq") for k in keys), keys
         if redis.master.password:
-            with pytest.raises(Exception, match="(?i)auth|NOPERM|WRONGPASS"):
+            with pytest.raises(Exception, match=r"(?i)auth|NOPERM|WRONGPASS"):
                 redis.master.command("PING", auth=False)
         if redis.sentinel is not None and redis.sentinel.password:
-            with pytest.raises(Exception, match="(?i)auth"):
+            with pytest.raises(Exception, match=r"(?i)auth"):
                 redis.sentinel.command("PING", auth=False)
         return logs, redis
 
@@ -291,5 +325,7 @@ async def test_pods_start_even_with_service_links_on(chart: helm.Chart, ca: Loca
     are ignored by the settings loader (on 9efe3c0 both pods exit 2: "unknown setting")."""
     cluster = Cluster(NAMESPACE, render(chart, {}, "hookbridge"))
     injected = cluster.service_link_env()
-    assert injected["HOOKBRIDGE_API_SERVICE_HOST"] and injected["HOOKBRIDGE_WORKER_METRICS_PORT"].startswith("tcp://")
+    assert injected["HOOKBRIDGE_API_SERVICE_HOST"] and injected["HOOKBRIDGE_WORKER_METRICS_PORT"].startswith(
+        "tcp://"
+    )
     await start_release(chart, ca, "sentinel-auth", "hookbridge", tmp_path, service_links=True)
