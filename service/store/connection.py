@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 
@@ -38,6 +38,16 @@ def _credentials(username: str, password: str) -> dict[str, Any]:
     return options
 
 
+class _SentinelPool(SentinelConnectionPool):
+    """Closes the Sentinel clients with the pool: the client is the only owner of its Sentinel (which
+    redis-py leaves open, one connection per Sentinel, when the master client is closed)."""
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        for sentinel in self.sentinel_manager.sentinels:
+            await sentinel.aclose()
+
+
 def connect(
     settings: Settings,
     *,
@@ -59,7 +69,9 @@ def connect(
         "retry_on_error": [ConnectionError, TimeoutError],
         "socket_connect_timeout": 2.0,
         "socket_timeout": socket_timeout,
-        "health_check_interval": 15,
+        # No health_check_interval: with it, redis-py retries a refused AUTH (NOAUTH is a ConnectionError)
+        # inside its own health check without end (a wrong or missing password hung every command).
+        # The retries above reconnect a connection that went stale while idle.
         "max_connections": 200,
         **_credentials(auth.username, auth.password),
     }
@@ -74,7 +86,12 @@ def connect(
         if auth.tls:
             options |= {"ssl": True, **tls_options(auth)}
         sentinel = Sentinel(list(settings.redis_sentinels), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
-        client: R = sentinel.master_for(settings.redis_sentinel_master, redis_class=redis_class, **options)
+        client: R = sentinel.master_for(
+            settings.redis_sentinel_master,
+            redis_class=redis_class,
+            connection_pool_class=_SentinelPool,
+            **options,
+        )
         return client
     target = url or settings.redis_url
     if not target:
