@@ -40,10 +40,12 @@ bench: venv       ## every benchmark; writes docs/performance.md and its plots
 scan-tools:       ## checkov in a venv of its own (.scan/): tests/chart/test_policy_scan.py runs it
 	test -x .scan/bin/checkov || ($(PYTHON) -m venv .scan && .scan/bin/pip install --quiet 'checkov==3.3.30')
 
-lock: venv        ## requirements.lock (hashed, for the image) from pyproject.toml
+LOCK := --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --custom-compile-command 'make lock'
+
+lock: venv        ## requirements.lock and requirements-build.lock (hashed, for the image) from pyproject.toml
 	$(BIN)/pip install --quiet 'uv>=0.5'
-	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
-	  --python-platform x86_64-manylinux_2_28 --annotation-style line -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml $(LOCK) -o requirements.lock
+	echo 'setuptools>=77' | $(BIN)/uv pip compile - $(LOCK) -o requirements-build.lock
 
 schema: venv      ## helm/hookbridge/values.schema.json's config section from service/settings.py
 	$(BIN)/python helm/generate_schema.py
