@@ -800,3 +800,121 @@ def test_production_values_in_the_docs_render(chart: helm.Chart) -> None:
         crd_schema = CRD_SCHEMAS.get((obj["apiVersion"], obj["kind"]))
         if crd_schema is None:
             kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
+
+
+# --- platform findings (issue 12) ----------------------------------------------------------------
+
+
+def test_service_links_are_off_in_every_pod(release: Release) -> None:
+    """With release `hookbridge` the Services hookbridge-api and hookbridge-worker-metrics would inject
+    HOOKBRIDGE_API_SERVICE_HOST and more into every pod of the namespace."""
+    for name, pod in pod_specs(release):
+        assert pod["enableServiceLinks"] is False, name
+
+
+def test_keda_default_query_needs_no_service_monitor(chart: helm.Chart) -> None:
+    values = {"keda": {"enabled": True, "prometheus": {"serverAddress": "http://prometheus:9090"}}}
+    release = render(chart, values)
+    (scaled,) = release.of_kind("ScaledObject")
+    query = scaled["spec"]["triggers"][0]["metadata"]["query"]
+    assert "service=" not in query and "endpoint=" not in query
+    pattern = re.search(r'pod=~"([^"]+)"', query)
+    assert pattern, query
+    worker = release.get("Deployment", f"{PREFIX}-worker")["metadata"]["name"]
+    # A worker pod's name is <deployment>-<replicaset hash>-<pod hash>; the api's must not match.
+    assert re.fullmatch(pattern.group(1), f"{worker}-7d9f8b6c5-x2x4z")
+    assert not re.fullmatch(pattern.group(1), f"{PREFIX}-api-7d9f8b6c5-x2x4z")
+    # The pods carry the annotations a Prometheus without the operator discovers them by.
+    annotations = release.get("Deployment", f"{PREFIX}-worker")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "9090"
+    # With a ServiceMonitor, the precise `service` label is used, and the annotations are not needed.
+    with_monitor = render(chart, {**values, "serviceMonitor": {"enabled": True}})
+    (scaled,) = with_monitor.of_kind("ScaledObject")
+    assert f'service="{PREFIX}-worker-metrics"' in scaled["spec"]["triggers"][0]["metadata"]["query"]
+    pod = with_monitor.get("Deployment", f"{PREFIX}-worker")["spec"]["template"]["metadata"]
+    assert "prometheus.io/scrape" not in pod["annotations"]
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "expected"), [("1.25.0", None), ("1.27.0", "AlwaysAllow"), ("1.31.0", "AlwaysAllow")]
+)
+def test_pdbs_let_unhealthy_pods_be_evicted(
+    chart: helm.Chart, kube_version: str, expected: str | None
+) -> None:
+    """Every pod unready (a Redis incident) must not block a node drain, where the field exists."""
+    release = render(chart, {}, kube_version=kube_version)
+    pdbs = release.of_kind("PodDisruptionBudget")
+    assert len(pdbs) == 2
+    for pdb in pdbs:
+        assert pdb["spec"].get("unhealthyPodEvictionPolicy") == expected
+
+
+def test_tmp_holds_the_uploads_in_flight(chart: helm.Chart) -> None:
+    """Multipart files over 1 MiB spool to /tmp: the volume is sized from MAX_DOCUMENT_BYTES times the
+    uploads in flight (on 9efe3c0 a fixed 64Mi against 50 MiB documents: two uploads evicted the pod)."""
+
+    def tmp_bytes(values: dict[str, Any]) -> int:
+        api = render(chart, values).get("Deployment", f"{PREFIX}-api")["spec"]["template"]["spec"]
+        (tmp,) = [v for v in api["volumes"] if v["name"] == "tmp"]
+        size = tmp["emptyDir"]["sizeLimit"]
+        assert size.endswith("Mi"), size
+        return int(size[:-2]) * 1024 * 1024
+
+    default = tmp_bytes({})
+    assert default >= 52428800 * 10
+    assert (
+        tmp_bytes({"config": {"MAX_DOCUMENT_BYTES": 10 * 1024 * 1024}, "api": {"uploadsInFlight": 3}})
+        >= 30 * 1024 * 1024
+    )
+    assert tmp_bytes({"config": {"MAX_DOCUMENT_BYTES": "104857600"}}) >= 104857600 * 10
+    # An explicit size still wins.
+    release = render(chart, {"tmpVolume": {"sizeLimit": "2Gi"}})
+    (tmp,) = [
+        v
+        for v in release.get("Deployment", f"{PREFIX}-api")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "tmp"
+    ]
+    assert tmp["emptyDir"]["sizeLimit"] == "2Gi"
+
+
+def test_redis_auth_values_reach_the_pods_without_the_configmap(chart: helm.Chart) -> None:
+    release = render(chart, load_values("sentinel-auth"))
+    config = release.config
+    assert config["HOOKBRIDGE_REDIS_USERNAME"] == "hookbridge"
+    for secret in ("HOOKBRIDGE_REDIS_PASSWORD", "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD"):
+        assert secret not in config
+        ref = env_of(release.container(f"{PREFIX}-worker"))[secret]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": f"{PREFIX}-secret", "key": secret}
+    assert all("pa55word" not in v for v in config.values())
+
+    tls = render(chart, load_values("sentinel-tls"))
+    assert (
+        tls.config["HOOKBRIDGE_REDIS_TLS"] == "true" and tls.config["HOOKBRIDGE_REDIS_SENTINEL_TLS"] == "true"
+    )
+    ca_file = tls.config["HOOKBRIDGE_REDIS_TLS_CA_FILE"]
+    for role in ("api", "worker"):
+        pod = tls.get("Deployment", f"{PREFIX}-{role}")["spec"]["template"]["spec"]
+        (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "redis-ca"]
+        assert ca_file.startswith(mount["mountPath"] + "/") and mount["readOnly"] is True
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "redis-ca"]
+        assert volume["secret"] == {"secretName": "redis-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+
+
+def test_the_committed_schema_lists_every_setting() -> None:
+    """values.schema.json's config section is generated from service/settings.py; out of date fails."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "helm" / "generate_schema.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    from service import settings
+
+    config = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
+    assert config["additionalProperties"] is False
+    names = {name.removeprefix("HOOKBRIDGE_") for name, _ in settings.describe()}
+    assert set(config["properties"]) < names
+    for key in yaml.safe_load((CHART / "values.yaml").read_text())["config"]:
+        assert key in config["properties"], key
