@@ -795,7 +795,10 @@ def test_production_values_in_the_docs_render(chart: helm.Chart) -> None:
     text = (ROOT / "docs" / "deploy.md").read_text()
     match = re.search(r"```yaml\n# values-production\.yaml\n(.*?)```", text, re.S)
     assert match, "docs/deploy.md lost its production values block"
-    release = render(chart, yaml.safe_load(match.group(1)))
+    production = yaml.safe_load(match.group(1))
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", production["image"]["digest"]), "production pins a digest"
+    release = render(chart, production)
+    assert release.container(f"{PREFIX}-api")["image"].endswith(production["image"]["digest"])
     for obj in release.objects:
         crd_schema = CRD_SCHEMAS.get((obj["apiVersion"], obj["kind"]))
         if crd_schema is None:
