@@ -13,17 +13,26 @@ ENV PIP_NO_CACHE_DIR=1 \
 
 WORKDIR /src
 
-# The venv is the only thing the final stage takes from here.
-RUN python -m venv /opt/venv
-ENV PATH="/opt/venv/bin:${PATH}"
+# The venv is the only thing the final stage takes from here. It is made without pip (and without the
+# setuptools that pip's venvs bring): the image runs the service, it never installs anything.
+RUN python -m venv --without-pip /opt/venv
 
-# Build a wheel of the project alone, then install it with its runtime dependencies only
-# (no [dev] extra) into the venv.
+# The runtime dependencies, exactly as pinned and hashed in requirements.lock, and the build backend as
+# pinned in requirements-build.lock (`make lock` writes both from pyproject.toml). pip refuses any file
+# whose hash differs, so two builds of one commit install the same bytes. Wheels only: nothing compiles.
+COPY requirements.lock requirements-build.lock ./
+RUN python -m venv /opt/build \
+    && /opt/build/bin/pip install --no-deps --require-hashes --only-binary=:all: -r requirements-build.lock \
+    && /opt/build/bin/pip --python /opt/venv/bin/python install --no-deps --require-hashes \
+       --only-binary=:all: -r requirements.lock
+
+# Then the project itself: a wheel built with that pinned setuptools (no build isolation, so nothing
+# unpinned is fetched), installed without its dependencies (installed above). pip byte-compiles what it
+# installs, so the read-only final image never needs to write .pyc files.
 COPY pyproject.toml README.md ./
 COPY service ./service
-# pip byte-compiles what it installs, so the read-only final image never needs to write .pyc files.
-RUN pip wheel --no-deps --wheel-dir /wheels . \
-    && pip install /wheels/hookbridge-*.whl
+RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
+    && /opt/build/bin/pip --python /opt/venv/bin/python install --no-deps --no-index /wheels/hookbridge-*.whl
 
 
 FROM python:3.11.13-slim-bookworm

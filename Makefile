@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo dev test test-fast lint format bench clean
+.PHONY: venv demo dev test test-fast lint format bench clean scan-tools lock schema
 
 venv: $(VENV)/.installed
 
@@ -37,5 +37,18 @@ format: venv
 bench: venv       ## every benchmark; writes docs/performance.md and its plots
 	$(BIN)/python -m bench.run
 
+scan-tools:       ## checkov in a venv of its own (.scan/): tests/chart/test_policy_scan.py runs it
+	test -x .scan/bin/checkov || ($(PYTHON) -m venv .scan && .scan/bin/pip install --quiet 'checkov==3.3.30')
+
+LOCK := --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --custom-compile-command 'make lock'
+
+lock: venv        ## requirements.lock and requirements-build.lock (hashed, for the image) from pyproject.toml
+	$(BIN)/pip install --quiet 'uv>=0.5'
+	$(BIN)/uv pip compile pyproject.toml $(LOCK) -o requirements.lock
+	echo 'setuptools>=77' | $(BIN)/uv pip compile - $(LOCK) -o requirements-build.lock
+
+schema: venv      ## helm/hookbridge/values.schema.json's config section from service/settings.py
+	$(BIN)/python helm/generate_schema.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .scan .pytest_cache .mypy_cache .ruff_cache

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -58,10 +59,30 @@ class VendorSettings:
 
 
 @dataclass(frozen=True)
+class RedisAuth:
+    """Credentials and TLS for the Redis master and for the Sentinels (REDIS_* settings).
+
+    Passwords come from the Secret (HOOKBRIDGE_REDIS_PASSWORD, HOOKBRIDGE_REDIS_SENTINEL_PASSWORD), never
+    from a URL in a ConfigMap. ``tls`` applies to the master found through Sentinel (a URL says it with
+    ``rediss://``); ``sentinel_tls`` to the Sentinels themselves.
+    """
+
+    username: str = ""
+    password: str = field(default="", repr=False)
+    sentinel_username: str = ""
+    sentinel_password: str = field(default="", repr=False)
+    tls: bool = False
+    sentinel_tls: bool = False
+    tls_ca_file: str = ""
+    tls_verify: bool = True
+
+
+@dataclass(frozen=True)
 class Settings:
     redis_url: str | None = None
     redis_sentinels: tuple[tuple[str, int], ...] = ()
     redis_sentinel_master: str = "mymaster"
+    redis: RedisAuth = field(default_factory=RedisAuth)
     api_keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     vendors: Mapping[str, VendorSettings] = field(default_factory=dict)
     vendor_timeout_s: float = 30.0
@@ -83,6 +104,7 @@ class Settings:
     worker_batch: int = 200
     worker_idle_s: float = 0.05
     worker_metrics_port: int = 9090
+    worker_metrics_host: str = "0.0.0.0"
     worker_role: str = "all"  # all | runs | deliveries
     shutdown_grace_s: float = 25.0
     sweep_interval_s: float = 30.0
@@ -215,6 +237,7 @@ def _choice(*options: str) -> Callable[[str], str]:
             raise ValueError(f"must be one of {', '.join(options)}")
         return text.lower()
 
+    check.choices = options  # type: ignore[attr-defined]  # read by helm/generate_schema.py
     return check
 
 
@@ -225,6 +248,88 @@ def _redis_url(text: str) -> str:
 
 
 _DURATION_S = _positive(parse_duration)
+
+
+def parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
+def _host(text: str) -> str:
+    host = text.strip()
+    if not host or any(c.isspace() for c in host) or "/" in host:
+        raise ValueError("must be a host name or an IP address")
+    return host
+
+
+# Redis credentials and TLS, read into Settings.redis (see RedisAuth). The passwords are secrets: the chart
+# puts them in the Secret, never in the ConfigMap.
+_REDIS_AUTH_PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "REDIS_USERNAME": ("username", str),
+    "REDIS_PASSWORD": ("password", str),
+    "REDIS_SENTINEL_USERNAME": ("sentinel_username", str),
+    "REDIS_SENTINEL_PASSWORD": ("sentinel_password", str),
+    "REDIS_TLS": ("tls", parse_bool),
+    "REDIS_SENTINEL_TLS": ("sentinel_tls", parse_bool),
+    "REDIS_TLS_CA_FILE": ("tls_ca_file", str),
+    "REDIS_TLS_VERIFY": ("tls_verify", parse_bool),
+}
+
+
+def url_has_password(url: str) -> bool:
+    """True when a Redis URL carries a password (userinfo or a ``password`` query parameter)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password:
+        return True
+    query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
+    return any(k.lower() == "password" for k in query)
+
+
+def _load_redis_auth(env: Mapping[str, str], redis_url: str | None) -> RedisAuth:
+    values: dict[str, Any] = {}
+    for suffix, (attr, parse) in _REDIS_AUTH_PARSERS.items():
+        if env.get(PREFIX + suffix, "") != "":
+            values[attr] = _read(env, PREFIX + suffix, parse)
+    auth = RedisAuth(**values)
+    if redis_url and redis_url.startswith("redis://") and auth.tls:
+        raise SettingsError(f"{PREFIX}REDIS_TLS: with a URL, say TLS by its scheme (rediss://)")
+    if redis_url and auth.password and url_has_password(redis_url):
+        raise SettingsError(f"{PREFIX}REDIS_PASSWORD: the Redis URL carries credentials too; give them once")
+    return auth
+
+
+# Kubernetes injects these for every Service in the namespace unless the pod sets enableServiceLinks: false.
+# A Service named hookbridge-api gives HOOKBRIDGE_API_SERVICE_HOST=10.0.0.7, HOOKBRIDGE_API_PORT=tcp://...
+# The loader drops a name only when its shape AND its value are what Kubernetes writes, so a typo of a real
+# setting (HOOKBRIDGE_RETRY_SCHEDUL=..., HOOKBRIDGE_WORKER_METRIC_PORT=9090) is still refused.
+_IP = r"(?:[0-9.]+|[0-9a-fA-F:]+)"
+_PORT_URL = rf"(?:tcp|udp|sctp)://(?:{_IP}|\[[0-9a-fA-F:]+\]):[0-9]{{1,5}}"
+_SERVICE_LINK_SHAPES = (
+    (re.compile(r"^(?:.+_)?SERVICE_HOST$"), re.compile(rf"^{_IP}$")),
+    (re.compile(r"^(?:.+_)?SERVICE_PORT(?:_[A-Z0-9_]+)?$"), re.compile(r"^[0-9]{1,5}$")),
+    (re.compile(r"^(?:.+_)?PORT$"), re.compile(rf"^{_PORT_URL}$")),
+    (re.compile(r"^(?:.+_)?PORT_[0-9]{1,5}_(?:TCP|UDP|SCTP)$"), re.compile(rf"^{_PORT_URL}$")),
+    (re.compile(r"^(?:.+_)?PORT_[0-9]{1,5}_(?:TCP|UDP|SCTP)_PROTO$"), re.compile(r"^(?:tcp|udp|sctp)$")),
+    (re.compile(r"^(?:.+_)?PORT_[0-9]{1,5}_(?:TCP|UDP|SCTP)_PORT$"), re.compile(r"^[0-9]{1,5}$")),
+    (re.compile(r"^(?:.+_)?PORT_[0-9]{1,5}_(?:TCP|UDP|SCTP)_ADDR$"), re.compile(rf"^{_IP}$")),
+)
+
+
+def is_service_link(name: str, value: str) -> bool:
+    """True for a variable that Kubernetes' service links inject (``HOOKBRIDGE_<SVC>_SERVICE_HOST`` ...)."""
+    if not name.startswith(PREFIX):
+        return False
+    rest = name[len(PREFIX) :]
+    return any(n.match(rest) and v.match(value) for n, v in _SERVICE_LINK_SHAPES)
+
+
+def _without_service_links(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not is_service_link(k, v)}
+
 
 # Setting name (without prefix) -> (field, parser).
 _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -248,6 +353,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "WORKER_BATCH": ("worker_batch", _positive(int)),
     "WORKER_IDLE_S": ("worker_idle_s", _DURATION_S),
     "WORKER_METRICS_PORT": ("worker_metrics_port", int),
+    "WORKER_METRICS_HOST": ("worker_metrics_host", _host),
     "WORKER_ROLE": ("worker_role", _choice("all", "runs", "deliveries")),
     "SHUTDOWN_GRACE_S": ("shutdown_grace_s", _DURATION_S),
     "SWEEP_INTERVAL_S": ("sweep_interval_s", _DURATION_S),
@@ -317,9 +423,9 @@ def _read(env: Mapping[str, str], name: str, parse: Callable[[str], Any]) -> Any
 
 def load(env: Mapping[str, str] | None = None) -> Settings:
     """Build :class:`Settings` from the environment (or ``env``), validating every value."""
-    env = os.environ if env is None else env
+    env = _without_service_links(os.environ if env is None else env)
     known = set(_PARSERS) | {f"{v.upper()}_{k}" for v in VENDORS for k in _vendor_parsers(v)}
-    known |= {"REDIS_EMBEDDED_DIR"}
+    known |= {"REDIS_EMBEDDED_DIR"} | set(_REDIS_AUTH_PARSERS)
     for name in env:
         if name.startswith(PREFIX) and not name.startswith(PREFIX + "SIM_"):
             if name[len(PREFIX) :] not in known:
@@ -344,6 +450,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
             raise SettingsError(f"{PREFIX}{vendor.upper()}_POLL_MAX_S: must be >= POLL_INITIAL_S")
         vendors[vendor] = VendorSettings(**cfg)
     values["vendors"] = vendors
+    values["redis"] = _load_redis_auth(env, values.get("redis_url"))
 
     settings = Settings(**values)
     outbound = max(settings.vendor_timeout_s, settings.callback_timeout_s)
@@ -359,6 +466,10 @@ def describe() -> list[tuple[str, str]]:
     """Every setting name with its default, for the README and ``hookbridge settings``."""
     defaults = Settings()
     rows = [(PREFIX + name, repr(getattr(defaults, attr))) for name, (attr, _) in _PARSERS.items()]
+    rows += [
+        (PREFIX + name, repr(getattr(defaults.redis, attr)))
+        for name, (attr, _) in _REDIS_AUTH_PARSERS.items()
+    ]
     for vendor in VENDORS:
         for suffix, (attr, _) in _vendor_parsers(vendor).items():
             rows.append((f"{PREFIX}{vendor.upper()}_{suffix}", repr(_VENDOR_DEFAULTS[vendor].get(attr, ""))))
@@ -366,6 +477,7 @@ def describe() -> list[tuple[str, str]]:
 
 
 __all__ = [
+    "RedisAuth",
     "Settings",
     "SettingsError",
     "VendorSettings",

@@ -257,6 +257,16 @@ class Store:
         ]
         return claimed, float(nxt) if nxt else None
 
+    async def release_runs(self, vendor: str, leases: Sequence[tuple[str, float]], now_ms: int) -> int:
+        """Makes leased runs due now, each only while its lease (id, lease end ms) is still the one taken."""
+        if not leases:
+            return 0
+        args: list[Any] = [now_ms]
+        for run_id, lease_end in leases:
+            args += [run_id, lease_end]
+        due = keys.due_runs(vendor)
+        return int(await self.scripts.release(keys=[due] + [due] * (2 * len(leases)), args=args))
+
     async def budget_take(self, vendor: str, now_ms: int, interval_ms: float) -> float:
         """Reserves the vendor's next request slot; returns when (ms) the request may go."""
         slot = await self.scripts.budget(
@@ -383,6 +393,19 @@ class Store:
             for dlv, sub, body in rows
         ]
         return claimed, float(nxt) if nxt else None
+
+    async def release_deliveries(self, leases: Sequence[tuple[str, str, str, float]], now_ms: int) -> int:
+        """Makes leased deliveries (id, subscription id, client, lease end ms) due now and frees their
+        subscription's and client's in-flight slots, each only while its lease is still the one taken."""
+        if not leases:
+            return 0
+        args: list[Any] = [now_ms]
+        inflight: list[str] = []
+        for dlv_id, sub, client, lease_end in leases:
+            args += [dlv_id, lease_end]
+            inflight.append(keys.sub_inflight(sub) if sub else keys.DUE_DELIVERIES)
+            inflight.append(keys.client_inflight(client) if client else keys.DUE_DELIVERIES)
+        return int(await self.scripts.release(keys=[keys.DUE_DELIVERIES, *inflight], args=args))
 
     async def record_attempt(
         self,

@@ -1,36 +1,102 @@
-"""Connecting to Redis by URL or through Sentinel, with retries on connection faults."""
+"""Connecting to Redis by URL or through Sentinel, with retries on connection faults.
+
+One place builds every Redis client of the process: the store's and arq's (``redis_class=ArqRedis``), so
+that passwords, usernames and TLS reach both alike, for the master and for the Sentinels.
+"""
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 
-from service.settings import Settings
+from service.settings import RedisAuth, Settings
+
+R = TypeVar("R", bound=Redis)
 
 
-def connect(settings: Settings, *, url: str | None = None) -> Redis:
+def tls_options(auth: RedisAuth) -> dict[str, Any]:
+    """redis-py's ssl_* keywords for a TLS connection under these settings."""
+    # Strings: redis-py's asyncio SSL context ignores an ssl.VerifyMode here (and then fails on connect).
+    options: dict[str, Any] = {"ssl_cert_reqs": "required" if auth.tls_verify else "none"}
+    options["ssl_check_hostname"] = auth.tls_verify
+    if auth.tls_ca_file:
+        options["ssl_ca_certs"] = auth.tls_ca_file
+    return options
+
+
+def _credentials(username: str, password: str) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if username:
+        options["username"] = username
+    if password:
+        options["password"] = password
+    return options
+
+
+class _SentinelPool(SentinelConnectionPool):
+    """Closes the Sentinel clients with the pool: the client is the only owner of its Sentinel (which
+    redis-py leaves open, one connection per Sentinel, when the master client is closed)."""
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        for sentinel in self.sentinel_manager.sentinels:
+            await sentinel.aclose()
+
+
+def connect(
+    settings: Settings,
+    *,
+    url: str | None = None,
+    redis_class: type[R] = Redis,  # type: ignore[assignment]
+    socket_timeout: float | None = 10.0,
+) -> R:
     """A client that retries a command a few times on connection faults, then raises.
 
     Beyond those retries the caller decides: the API answers 503, the worker backs off.
+    ``socket_timeout=None`` for a client whose tasks are cancelled from outside (arq's loop): redis-py
+    wraps each read in a timeout scope, and on Python 3.11 a cancellation that lands in that scope can
+    be swallowed, which left the worker's shutdown waiting forever on arq's task.
     """
+    auth = settings.redis
     retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3)
-    options: dict[str, object] = {
+    options: dict[str, Any] = {
         "retry": retry,
         "retry_on_error": [ConnectionError, TimeoutError],
         "socket_connect_timeout": 2.0,
-        "socket_timeout": 10.0,
-        "health_check_interval": 15,
+        "socket_timeout": socket_timeout,
+        # No health_check_interval: with it, redis-py retries a refused AUTH (NOAUTH is a ConnectionError)
+        # inside its own health check without end (a wrong or missing password hung every command).
+        # The retries above reconnect a connection that went stale while idle.
         "max_connections": 200,
+        **_credentials(auth.username, auth.password),
     }
     if settings.redis_sentinels and url is None:
-        sentinel = Sentinel(list(settings.redis_sentinels), socket_connect_timeout=2.0)  # type: ignore[no-untyped-call]
-        client: Redis = sentinel.master_for(settings.redis_sentinel_master, **options)  # type: ignore[arg-type]
+        sentinel_options: dict[str, Any] = {
+            "socket_connect_timeout": 2.0,
+            "socket_timeout": socket_timeout and 5.0,
+            **_credentials(auth.sentinel_username, auth.sentinel_password),
+        }
+        if auth.sentinel_tls:
+            sentinel_options |= {"ssl": True, **tls_options(auth)}
+        if auth.tls:
+            options |= {"ssl": True, **tls_options(auth)}
+        sentinel = Sentinel(list(settings.redis_sentinels), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+        client: R = sentinel.master_for(
+            settings.redis_sentinel_master,
+            redis_class=redis_class,
+            connection_pool_class=_SentinelPool,
+            **options,
+        )
         return client
     target = url or settings.redis_url
     if not target:
         raise ValueError("no Redis URL")
-    client = Redis.from_url(target, **options)  # type: ignore[arg-type]
+    if target.startswith("rediss://"):  # a URL says TLS by its scheme; REDIS_TLS is for Sentinel's master
+        options |= tls_options(auth)
+    client = redis_class.from_url(target, **options)
     return client

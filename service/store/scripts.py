@@ -35,3 +35,4 @@ class Scripts:
         self.retry_delivery = load("retry_delivery")
         self.repair = load("repair")
         self.reseal_secret = load("reseal_secret")
+        self.release = load("release")

@@ -33,12 +33,29 @@ class Pump:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.last_tick = time.monotonic()
         self._wake = asyncio.Event()
+        # Leases of the items being worked on; an item cancelled by drain() stays here until released.
+        self.held: dict[str, Any] = {}
 
     def wake(self) -> None:
         self._wake.set()
 
     async def claim(self, free: int) -> tuple[list[Awaitable[Any]], float | None]:
         raise NotImplementedError
+
+    async def release(self, leases: list[Any]) -> int:
+        """Hands leased items back (due now), so that another worker need not wait out their leases."""
+        raise NotImplementedError
+
+    async def _held(self, key: str, lease: Any, work: Awaitable[Any]) -> None:
+        self.held[key] = lease
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise  # stays held: drain() releases it
+        except BaseException:
+            self.held.pop(key, None)
+            raise
+        self.held.pop(key, None)
 
     async def run(self, stop: asyncio.Event) -> None:
         backoff = 0.1
@@ -77,6 +94,15 @@ class Pump:
             _, pending = await asyncio.wait(self.tasks, timeout=timeout_s)
             for task in pending:
                 task.cancel()
+            if pending:  # bounded: a task that swallows its cancellation must not hold up the exit
+                await asyncio.wait(pending, timeout=2.0)
+            if self.held:
+                try:
+                    released = await self.release(list(self.held.values()))
+                    log.info("leases handed back", pump=self.name, items=len(self.held), released=released)
+                    self.held.clear()
+                except (RedisError, OSError) as exc:
+                    log.warning("could not hand leases back; they expire", pump=self.name, error=str(exc))
             return len(pending)
         return 0
 
@@ -123,10 +149,20 @@ class RunPump(Pump):
             claimed, nxt = await self.store.claim_runs(
                 vendor, now, limit, lease_ms, self.intervals.get(vendor, 0.0), LOOKAHEAD_MS
             )
-            work.extend(self.step(c) for c in claimed)
+            work.extend(
+                self._held(c.run["id"], (vendor, c.run["id"], c.slot_ms + lease_ms), self.step(c))
+                for c in claimed
+            )
             if nxt is not None:
                 next_due = nxt if next_due is None else min(next_due, nxt)
         return work, next_due
+
+    async def release(self, leases: list[Any]) -> int:
+        released, now = 0, int(time.time() * 1000)
+        for vendor in self.vendors:
+            mine = [(run_id, lease_end) for v, run_id, lease_end in leases if v == vendor]
+            released += await self.store.release_runs(vendor, mine, now)
+        return released
 
 
 class DeliveryPump(Pump):
@@ -140,7 +176,17 @@ class DeliveryPump(Pump):
         now = int(time.time() * 1000)
         lease_ms = int(self.settings.lease_s * 1000)
         claimed, nxt = await self.store.claim_deliveries(now, min(self.settings.worker_batch, free), lease_ms)
-        return [self.attempt(c) for c in claimed], nxt
+        return [
+            self._held(
+                c.delivery["id"],
+                (c.delivery["id"], c.delivery.get("sub", ""), c.delivery.get("client", ""), now + lease_ms),
+                self.attempt(c),
+            )
+            for c in claimed
+        ], nxt
+
+    async def release(self, leases: list[Any]) -> int:
+        return await self.store.release_deliveries(leases, int(time.time() * 1000))
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from arq import cron
-from arq.connections import ArqRedis, RedisSettings, create_pool
+from arq.connections import ArqRedis
 from arq.worker import Worker
 from redis.exceptions import RedisError
 
 from service import logs
 from service.settings import Settings
+from service.store.connection import connect
 
 log = logs.get("hookbridge.worker")
 
@@ -38,21 +39,24 @@ class Periodic:
     every_s: int
 
 
-def redis_settings(settings: Settings, url: str | None = None) -> RedisSettings:
-    if settings.redis_sentinels and url is None:
-        return RedisSettings(
-            host=list(settings.redis_sentinels), sentinel=True, sentinel_master=settings.redis_sentinel_master
-        )
-    target = url or settings.redis_url
-    assert target is not None
-    rs = RedisSettings.from_dsn(target)
-    rs.conn_retries = 1
-    return rs
+async def create_pool(settings: Settings, url: str | None = None) -> ArqRedis:
+    """arq's connection, built by the same code as the store's (store.connection.connect), so that the
+    Redis and Sentinel passwords, usernames and TLS reach arq too. arq's own RedisSettings cannot carry
+    a Sentinel password (it passes no ``sentinel_kwargs``)."""
+    pool = connect(settings, url=url, redis_class=ArqRedis, socket_timeout=None)  # as arq's own pool
+    pool.default_queue_name = QUEUE_NAME
+    try:
+        await pool.ping()
+    except BaseException:
+        await pool.aclose()
+        raise
+    return pool
 
 
 class Queue:
     def __init__(self, settings: Settings, periodic: list[Periodic], *, url: str | None = None) -> None:
-        self._redis = redis_settings(settings, url)
+        self._settings = settings
+        self._url = url
         self._periodic = periodic
 
     def _worker(self, pool: ArqRedis) -> Worker:
@@ -85,7 +89,7 @@ class Queue:
         while not stop.is_set():
             # The pool is ours, not arq's, so that it is closed however arq's loop ends.
             try:
-                pool = await create_pool(self._redis, default_queue_name=QUEUE_NAME)
+                pool = await create_pool(self._settings, self._url)
             except (RedisError, OSError) as exc:
                 log.warning("arq worker cannot reach redis", error=str(exc), retry_in_s=backoff)
                 await _sleep_unless(stop, backoff)

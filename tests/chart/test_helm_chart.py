@@ -25,6 +25,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from helm_python import _native as helm_native
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "hookbridge"
@@ -55,6 +56,8 @@ SECRET_ENV = {
     "HOOKBRIDGE_CLOUDSQUID_API_KEY",
     "HOOKBRIDGE_UPTIQ_API_KEY",
     "HOOKBRIDGE_REDIS_URL",
+    "HOOKBRIDGE_REDIS_PASSWORD",
+    "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD",
 }
 
 
@@ -92,8 +95,30 @@ def chart() -> Iterator[helm.Chart]:
         yield loaded
 
 
-def render(chart: helm.Chart, values: dict[str, Any] | None = None) -> Release:
-    manifests = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+def render_manifests(
+    chart: helm.Chart,
+    values: dict[str, Any] | None = None,
+    *,
+    name: str = RELEASE,
+    namespace: str = NAMESPACE,
+    kube_version: str | None = None,
+) -> dict[str, str]:
+    """helm template, offline. helm-python-sdk's render() takes no kube version; its native call does
+    (Helm's --kube-version), which .Capabilities.KubeVersion then reports."""
+    if kube_version is None:
+        return chart.render(values or {}, name=name, namespace=namespace, is_install=True)
+    opts = {"name": name, "namespace": namespace, "is_install": True, "kube_version": kube_version}
+    rendered = helm_native.call_string(
+        "helm_render", chart._raw(), json.dumps(values or {}), json.dumps(opts)
+    )
+    manifests: dict[str, str] = json.loads(rendered)
+    return manifests
+
+
+def render(
+    chart: helm.Chart, values: dict[str, Any] | None = None, *, kube_version: str | None = None
+) -> Release:
+    manifests = render_manifests(chart, values, kube_version=kube_version)
     objects = [
         doc
         for path, text in sorted(manifests.items())
@@ -137,8 +162,12 @@ def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
 # --- schema validity ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
-def test_every_object_validates_against_its_schema(release: Release, kube_version: str) -> None:
+def test_every_object_validates_against_its_schema(
+    chart: helm.Chart, scenario: str, kube_version: str
+) -> None:
+    release = render(chart, load_values(scenario), kube_version=kube_version)
     for obj in release.objects:
         crd_schema = CRD_SCHEMAS.get((obj["apiVersion"], obj["kind"]))
         if crd_schema is not None:
@@ -196,6 +225,27 @@ def test_values_file_matches_its_schema() -> None:
         ({"api": {"resources": {"requests": {"cpu": "lots"}}}}, "/api/resources/requests/cpu"),
         ({"worker": {"resources": {"requests": {"memory": None}}}}, "/worker/resources/requests"),
         ({"image": {"digest": "latest"}}, "/image/digest"),
+        # A password in the ConfigMap, by userinfo or by query parameter.
+        ({"redis": {"mode": "url", "url": "redis://r:6379/0?password=hunter2"}}, "/redis/url"),
+        ({"redis": {"mode": "url", "url": "rediss://r:6379/0?db=1&Password=hunter2"}}, "/redis/url"),
+        ({"redis": {"mode": "url", "url": "redis://default:hunter2@r:6379/0"}}, "/redis/url"),
+        # Every setting is listed (generated from service/settings.py); a typo is refused at install.
+        ({"config": {"RETRY_SCHEDUL": "5s"}}, "additional properties 'RETRY_SCHEDUL'"),
+        ({"config": {"NUTRIENT_MAX_RSP": 5}}, "additional properties 'NUTRIENT_MAX_RSP'"),
+        ({"config": {"REDIS_PASSWORD": "x"}}, "REDIS_PASSWORD"),
+        ({"config": {"WORKER_METRICS_HOST": "::"}}, "WORKER_METRICS_HOST"),
+        ({"config": {"WORKER_ROLE": "everything"}}, "/config/WORKER_ROLE"),
+        # Probes and securityContext have real shapes.
+        ({"api": {"livenessProbe": {"httpGet": {"port": "http", "path": "healthz"}}}}, "/api/livenessProbe"),
+        ({"worker": {"startupProbe": {"exec": {"command": ["true"]}}}}, "/worker/startupProbe"),
+        (
+            {"api": {"readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSecond": 5}}},
+            "periodSecond",
+        ),
+        ({"securityContext": {"runAsNonroot": True}}, "runAsNonroot"),
+        ({"podSecurityContext": {"runAsUser": "root"}}, "/podSecurityContext/runAsUser"),
+        ({"keda": {"minReplicaCount": -1}}, "/keda/minReplicaCount"),
+        ({"networkPolicy": {"egress": {"dns": {"enabled": True, "to": [{"ipblock": {}}]}}}}, "ipblock"),
     ],
 )
 def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], message: str) -> None:
@@ -218,8 +268,110 @@ def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], me
             "set the Redis URL once",
         ),
         ({"redis": {"embedded": {"enabled": True}, "url": "redis://r:6379"}}, "embedded"),
-        ({"worker": {"shutdownGraceSeconds": 40}}, "terminationGracePeriodSeconds must exceed"),
+        (
+            {"worker": {"shutdownGraceSeconds": 40}},
+            "worker.terminationGracePeriodSeconds (40) must be at least",
+        ),
         ({"keda": {"enabled": True}}, "keda.enabled needs keda.prometheus.serverAddress"),
+        # Shutdown margins, for both roles: preStop + grace + 5 s must fit in the termination grace.
+        (
+            {
+                "api": {
+                    "preStopSleepSeconds": 5,
+                    "shutdownGraceSeconds": 25,
+                    "terminationGracePeriodSeconds": 30,
+                }
+            },
+            "api.terminationGracePeriodSeconds (30) must be at least api.preStopSleepSeconds (5) + "
+            "api.shutdownGraceSeconds (25) + a 5s margin = 35",
+        ),
+        (
+            {
+                "api": {
+                    "preStopSleepSeconds": 0,
+                    "shutdownGraceSeconds": 30,
+                    "terminationGracePeriodSeconds": 30,
+                }
+            },
+            "api.terminationGracePeriodSeconds (30) must be at least",
+        ),
+        (
+            {"worker": {"shutdownGraceSeconds": 25, "terminationGracePeriodSeconds": 29}},
+            "worker.terminationGracePeriodSeconds (29) must be at least",
+        ),
+        # KEDA: at 0 replicas no pod exports the metric; `service` exists only on ServiceMonitor scrapes.
+        (
+            {
+                "keda": {
+                    "enabled": True,
+                    "minReplicaCount": 0,
+                    "prometheus": {"serverAddress": "http://p:9090"},
+                }
+            },
+            "keda.minReplicaCount must be 1 or more",
+        ),
+        (
+            {
+                "keda": {
+                    "enabled": True,
+                    "prometheus": {
+                        "serverAddress": "http://p:9090",
+                        "query": 'sum(hookbridge_ready_jobs{service="hb-hookbridge-worker-metrics"})',
+                    },
+                }
+            },
+            "filters on the label `service` or `endpoint`",
+        ),
+        (
+            {
+                "keda": {
+                    "enabled": True,
+                    "prometheus": {
+                        "serverAddress": "http://p:9090",
+                        "query": 'max(hookbridge_ready_jobs{namespace="apps",endpoint="metrics"})',
+                    },
+                }
+            },
+            "filters on the label `service` or `endpoint`",
+        ),
+        # PDBs that could never allow an eviction.
+        (
+            {"api": {"autoscaling": {"enabled": False}, "replicas": 2, "pdb": {"minAvailable": 2}}},
+            "api.pdb.minAvailable (2) must be below the role's replica count (2)",
+        ),
+        (
+            {"api": {"autoscaling": {"minReplicas": 2}, "pdb": {"minAvailable": 3}}},
+            "api.pdb.minAvailable (3) must be below the role's replica count (2)",
+        ),
+        (
+            {"worker": {"replicas": 1, "pdb": {"minAvailable": 1}}},
+            "worker.pdb.minAvailable (1) must be below",
+        ),
+        ({"worker": {"pdb": {"minAvailable": "100%"}}}, "worker.pdb.minAvailable 100% blocks every eviction"),
+        (
+            {
+                "keda": {
+                    "enabled": True,
+                    "minReplicaCount": 2,
+                    "prometheus": {"serverAddress": "http://p:9090"},
+                },
+                "worker": {"pdb": {"minAvailable": 2}},
+            },
+            "worker.pdb.minAvailable (2) must be below the role's replica count (2)",
+        ),
+        # Redis credentials that cannot apply.
+        (
+            {"redis": {"mode": "url", "url": "redis://r:6379", "tls": {"enabled": True}}},
+            "redis.tls.enabled is for the master found through Sentinel",
+        ),
+        (
+            {"redis": {"mode": "url", "url": "redis://r:6379"}, "secret": {"redisSentinelPassword": "x"}},
+            "Sentinel credentials or TLS",
+        ),
+        (
+            {"redis": {"embedded": {"enabled": True}}, "secret": {"redisPassword": "x"}},
+            "the embedded Redis has no password",
+        ),
     ],
 )
 def test_chart_refuses_inconsistent_values(chart: helm.Chart, values: dict[str, Any], message: str) -> None:
@@ -303,10 +455,25 @@ def test_checksums_follow_config_and_secret_changes(chart: helm.Chart) -> None:
     assert secret_changed["checksum/config"] == base["checksum/config"]
 
 
-def test_worker_outlives_its_shutdown_grace(release: Release) -> None:
-    worker = release.get("Deployment", f"{PREFIX}-worker")
-    grace = int(release.config["HOOKBRIDGE_SHUTDOWN_GRACE_S"])
-    assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > grace
+def test_each_role_outlives_its_own_shutdown_grace_with_a_margin(release: Release) -> None:
+    """Kubernetes counts terminationGracePeriodSeconds from the start of preStop: the preStop sleep, the
+    process's own grace and a margin for its exit must all fit, for the api and for the worker."""
+    assert "HOOKBRIDGE_SHUTDOWN_GRACE_S" not in release.config, "each role sets its own"
+    for role in ("api", "worker"):
+        pod = release.get("Deployment", f"{PREFIX}-{role}")["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        grace = float(env_of(container)["HOOKBRIDGE_SHUTDOWN_GRACE_S"]["value"])
+        assert grace == release.values[role]["shutdownGraceSeconds"], role
+        pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+        sleep = float(pre_stop[1]) if pre_stop[:1] == ["sleep"] else 0.0
+        assert pre_stop == [] or pre_stop[:1] == ["sleep"], role
+        assert sleep + grace + 5 <= pod["terminationGracePeriodSeconds"], role
+
+
+def test_the_api_grace_is_its_own_value(chart: helm.Chart) -> None:
+    release = render(chart, {"api": {"shutdownGraceSeconds": 7}, "worker": {"shutdownGraceSeconds": 21}})
+    assert env_of(release.container(f"{PREFIX}-api"))["HOOKBRIDGE_SHUTDOWN_GRACE_S"]["value"] == "7"
+    assert env_of(release.container(f"{PREFIX}-worker"))["HOOKBRIDGE_SHUTDOWN_GRACE_S"]["value"] == "21"
 
 
 # --- labels and selectors ----------------------------------------------------------------------
@@ -442,7 +609,7 @@ def test_secret_wiring(release: Release) -> None:
     existing = release.values["existingSecret"]
     secrets = release.of_kind("Secret")
     containers = [release.container(d["metadata"]["name"]) for d in hookbridge_deployments(release)]
-    envs = [env_of(c) for c in containers]
+    envs = [{k: v for k, v in env_of(c).items() if k in SECRET_ENV} for c in containers]
     assert envs[0] == envs[1], "the api and the worker read the same secrets"
     refs = {name: e["valueFrom"]["secretKeyRef"] for name, e in envs[0].items() if name in SECRET_ENV}
     if existing["name"]:
@@ -453,11 +620,18 @@ def test_secret_wiring(release: Release) -> None:
             "HOOKBRIDGE_CLOUDSQUID_API_KEY": existing["keys"]["cloudsquidApiKey"],
             "HOOKBRIDGE_UPTIQ_API_KEY": existing["keys"]["uptiqApiKey"],
             "HOOKBRIDGE_REDIS_URL": existing["keys"]["redisUrl"],
+            "HOOKBRIDGE_REDIS_PASSWORD": existing["keys"]["redisPassword"],
+            "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD": existing["keys"]["redisSentinelPassword"],
         }
         assert {name: ref["key"] for name, ref in refs.items()} == {k: v for k, v in expected.items() if v}
         for name, ref in refs.items():
             assert ref["name"] == existing["name"]
-            required = name in {"HOOKBRIDGE_API_KEYS", "HOOKBRIDGE_REDIS_URL"}
+            required = name in {
+                "HOOKBRIDGE_API_KEYS",
+                "HOOKBRIDGE_REDIS_URL",
+                "HOOKBRIDGE_REDIS_PASSWORD",
+                "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD",
+            }
             assert ref["optional"] is (not required), name
     else:
         (secret,) = secrets
@@ -499,7 +673,10 @@ def test_the_application_accepts_the_rendered_environment(release: Release) -> N
         "HOOKBRIDGE_REDIS_URL": "redis://:p4ssw0rd@redis:6379/0",
     }
     secrets = {s["metadata"]["name"]: s for s in release.of_kind("Secret")}
-    for name, entry in env_of(release.container(f"{PREFIX}-api")).items():
+    for name, entry in env_of(release.container(f"{PREFIX}-worker")).items():
+        if "value" in entry:
+            env[name] = entry["value"]
+            continue
         ref = entry["valueFrom"]["secretKeyRef"]
         if ref["name"] in secrets:
             env[name] = base64.b64decode(secrets[ref["name"]]["data"][ref["key"]]).decode()
@@ -535,8 +712,34 @@ def test_network_policies_allow_what_hookbridge_needs(chart: helm.Chart) -> None
     egress = api["spec"]["egress"]
     ports = [p["port"] for rule in egress for p in rule.get("ports", [])]
     assert 53 in ports and 6380 in ports
-    blocks = [peer["ipBlock"] for rule in egress for peer in rule.get("to", []) if "ipBlock" in peer]
-    assert {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]} in blocks
+    # The api calls no vendor and no receiver: DNS and Redis only.
+    assert not [
+        peer
+        for rule in egress
+        for peer in rule.get("to", [])
+        if "ipBlock" in peer and "/0" in peer["ipBlock"]["cidr"]
+    ]
+
+    worker = release.get("NetworkPolicy", f"{PREFIX}-worker")["spec"]["egress"]
+    # No rule opens every port to everywhere: each rule that reaches the internet names its ports.
+    for rule in worker:
+        wide = [
+            p for p in rule.get("to", []) if "ipBlock" in p and p["ipBlock"]["cidr"] in ("0.0.0.0/0", "::/0")
+        ]
+        if wide or "to" not in rule:
+            assert rule.get("ports"), rule
+    (internet,) = [
+        r for r in worker if any(p.get("ipBlock", {}).get("cidr") == "0.0.0.0/0" for p in r.get("to", []))
+    ]
+    assert [p["port"] for p in internet["ports"]] == [443]
+    blocks = {p["ipBlock"]["cidr"]: p["ipBlock"]["except"] for p in internet["to"]}
+    assert set(blocks) == {"0.0.0.0/0", "::/0"}, "IPv4 and IPv6"
+    for cluster_range in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"):
+        assert cluster_range in blocks["0.0.0.0/0"]
+    assert "fc00::/7" in blocks["::/0"] and "fe80::/10" in blocks["::/0"]
+    assert all(":" not in e for e in blocks["0.0.0.0/0"]) and all(":" in e for e in blocks["::/0"])
+    (dns,) = [r for r in worker if {"port": 53, "protocol": "UDP"} in r.get("ports", [])]
+    assert dns["to"] == [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]
 
     embedded = render(chart, load_values("embedded-redis"))
     redis_policy = embedded.get("NetworkPolicy", f"{PREFIX}-redis")
@@ -592,8 +795,129 @@ def test_production_values_in_the_docs_render(chart: helm.Chart) -> None:
     text = (ROOT / "docs" / "deploy.md").read_text()
     match = re.search(r"```yaml\n# values-production\.yaml\n(.*?)```", text, re.S)
     assert match, "docs/deploy.md lost its production values block"
-    release = render(chart, yaml.safe_load(match.group(1)))
+    production = yaml.safe_load(match.group(1))
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", production["image"]["digest"]), "production pins a digest"
+    release = render(chart, production)
+    assert release.container(f"{PREFIX}-api")["image"].endswith(production["image"]["digest"])
     for obj in release.objects:
         crd_schema = CRD_SCHEMAS.get((obj["apiVersion"], obj["kind"]))
         if crd_schema is None:
             kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
+
+
+# --- platform findings (issue 12) ----------------------------------------------------------------
+
+
+def test_service_links_are_off_in_every_pod(release: Release) -> None:
+    """With release `hookbridge` the Services hookbridge-api and hookbridge-worker-metrics would inject
+    HOOKBRIDGE_API_SERVICE_HOST and more into every pod of the namespace."""
+    for name, pod in pod_specs(release):
+        assert pod["enableServiceLinks"] is False, name
+
+
+def test_keda_default_query_needs_no_service_monitor(chart: helm.Chart) -> None:
+    values = {"keda": {"enabled": True, "prometheus": {"serverAddress": "http://prometheus:9090"}}}
+    release = render(chart, values)
+    (scaled,) = release.of_kind("ScaledObject")
+    query = scaled["spec"]["triggers"][0]["metadata"]["query"]
+    assert "service=" not in query and "endpoint=" not in query
+    pattern = re.search(r'pod=~"([^"]+)"', query)
+    assert pattern, query
+    worker = release.get("Deployment", f"{PREFIX}-worker")["metadata"]["name"]
+    # A worker pod's name is <deployment>-<replicaset hash>-<pod hash>; the api's must not match.
+    assert re.fullmatch(pattern.group(1), f"{worker}-7d9f8b6c5-x2x4z")
+    assert not re.fullmatch(pattern.group(1), f"{PREFIX}-api-7d9f8b6c5-x2x4z")
+    # The pods carry the annotations a Prometheus without the operator discovers them by.
+    annotations = release.get("Deployment", f"{PREFIX}-worker")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "9090"
+    # With a ServiceMonitor, the precise `service` label is used, and the annotations are not needed.
+    with_monitor = render(chart, {**values, "serviceMonitor": {"enabled": True}})
+    (scaled,) = with_monitor.of_kind("ScaledObject")
+    assert f'service="{PREFIX}-worker-metrics"' in scaled["spec"]["triggers"][0]["metadata"]["query"]
+    pod = with_monitor.get("Deployment", f"{PREFIX}-worker")["spec"]["template"]["metadata"]
+    assert "prometheus.io/scrape" not in pod["annotations"]
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "expected"), [("1.25.0", None), ("1.27.0", "AlwaysAllow"), ("1.31.0", "AlwaysAllow")]
+)
+def test_pdbs_let_unhealthy_pods_be_evicted(
+    chart: helm.Chart, kube_version: str, expected: str | None
+) -> None:
+    """Every pod unready (a Redis incident) must not block a node drain, where the field exists."""
+    release = render(chart, {}, kube_version=kube_version)
+    pdbs = release.of_kind("PodDisruptionBudget")
+    assert len(pdbs) == 2
+    for pdb in pdbs:
+        assert pdb["spec"].get("unhealthyPodEvictionPolicy") == expected
+
+
+def test_tmp_holds_the_uploads_in_flight(chart: helm.Chart) -> None:
+    """Multipart files over 1 MiB spool to /tmp: the volume is sized from MAX_DOCUMENT_BYTES times the
+    uploads in flight (on 9efe3c0 a fixed 64Mi against 50 MiB documents: two uploads evicted the pod)."""
+
+    def tmp_bytes(values: dict[str, Any]) -> int:
+        api = render(chart, values).get("Deployment", f"{PREFIX}-api")["spec"]["template"]["spec"]
+        (tmp,) = [v for v in api["volumes"] if v["name"] == "tmp"]
+        size = tmp["emptyDir"]["sizeLimit"]
+        assert size.endswith("Mi"), size
+        return int(size[:-2]) * 1024 * 1024
+
+    default = tmp_bytes({})
+    assert default >= 52428800 * 10
+    assert (
+        tmp_bytes({"config": {"MAX_DOCUMENT_BYTES": 10 * 1024 * 1024}, "api": {"uploadsInFlight": 3}})
+        >= 30 * 1024 * 1024
+    )
+    assert tmp_bytes({"config": {"MAX_DOCUMENT_BYTES": "104857600"}}) >= 104857600 * 10
+    # An explicit size still wins.
+    release = render(chart, {"tmpVolume": {"sizeLimit": "2Gi"}})
+    (tmp,) = [
+        v
+        for v in release.get("Deployment", f"{PREFIX}-api")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "tmp"
+    ]
+    assert tmp["emptyDir"]["sizeLimit"] == "2Gi"
+
+
+def test_redis_auth_values_reach_the_pods_without_the_configmap(chart: helm.Chart) -> None:
+    release = render(chart, load_values("sentinel-auth"))
+    config = release.config
+    assert config["HOOKBRIDGE_REDIS_USERNAME"] == "hookbridge"
+    for secret in ("HOOKBRIDGE_REDIS_PASSWORD", "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD"):
+        assert secret not in config
+        ref = env_of(release.container(f"{PREFIX}-worker"))[secret]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": f"{PREFIX}-secret", "key": secret}
+    assert all("pa55word" not in v for v in config.values())
+
+    tls = render(chart, load_values("sentinel-tls"))
+    assert (
+        tls.config["HOOKBRIDGE_REDIS_TLS"] == "true" and tls.config["HOOKBRIDGE_REDIS_SENTINEL_TLS"] == "true"
+    )
+    ca_file = tls.config["HOOKBRIDGE_REDIS_TLS_CA_FILE"]
+    for role in ("api", "worker"):
+        pod = tls.get("Deployment", f"{PREFIX}-{role}")["spec"]["template"]["spec"]
+        (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "redis-ca"]
+        assert ca_file.startswith(mount["mountPath"] + "/") and mount["readOnly"] is True
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "redis-ca"]
+        assert volume["secret"] == {"secretName": "redis-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+
+
+def test_the_committed_schema_lists_every_setting() -> None:
+    """values.schema.json's config section is generated from service/settings.py; out of date fails."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "helm" / "generate_schema.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    from service import settings
+
+    config = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
+    assert config["additionalProperties"] is False
+    names = {name.removeprefix("HOOKBRIDGE_") for name, _ in settings.describe()}
+    assert set(config["properties"]) < names
+    for key in yaml.safe_load((CHART / "values.yaml").read_text())["config"]:
+        assert key in config["properties"], key

@@ -104,13 +104,13 @@ HOOKBRIDGE_NUTRIENT_API_KEY: nutrientApiKey
 HOOKBRIDGE_CLOUDSQUID_API_KEY: cloudsquidApiKey
 HOOKBRIDGE_UPTIQ_API_KEY: uptiqApiKey
 HOOKBRIDGE_REDIS_URL: redisUrl
+HOOKBRIDGE_REDIS_PASSWORD: redisPassword
+HOOKBRIDGE_REDIS_SENTINEL_PASSWORD: redisSentinelPassword
 {{- end }}
 
 {{/* True (non-empty) when HOOKBRIDGE_REDIS_URL comes from a Secret. */}}
 {{- define "hookbridge.redisUrlInSecret" -}}
-{{- if .Values.existingSecret.name }}
-{{- if .Values.existingSecret.keys.redisUrl }}true{{ end }}
-{{- else if .Values.secret.redisUrl }}true{{ end }}
+{{- include "hookbridge.secretHas" (dict "ctx" . "field" "redisUrl") }}
 {{- end }}
 
 {{/* env entries for the secret settings, referencing the Secret by key. */}}
@@ -127,7 +127,7 @@ HOOKBRIDGE_REDIS_URL: redisUrl
     secretKeyRef:
       name: {{ $secretName }}
       key: {{ $key }}
-      optional: {{ not (has $field (list "apiKeys" "redisUrl")) }}
+      optional: {{ not (has $field (list "apiKeys" "redisUrl" "redisPassword" "redisSentinelPassword")) }}
 {{- end }}
 {{- else if get $.Values.secret $field }}
 - name: {{ $env }}
@@ -172,11 +172,104 @@ checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha25
 {{- fail "redis.mode=sentinel needs redis.sentinel.hosts and redis.sentinel.master" }}
 {{- end }}
 {{- end }}
-{{- if le (int .Values.worker.terminationGracePeriodSeconds) (int .Values.worker.shutdownGraceSeconds) }}
-{{- fail "worker.terminationGracePeriodSeconds must exceed worker.shutdownGraceSeconds, or Kubernetes kills the worker mid-shutdown" }}
+{{- include "hookbridge.validateShutdown" . }}
+{{- include "hookbridge.validateKeda" . }}
+{{- include "hookbridge.validatePdbs" . }}
+{{- include "hookbridge.validateRedisAuth" . }}
 {{- end }}
-{{- if and .Values.keda.enabled (not .Values.keda.prometheus.serverAddress) }}
+
+{{/*
+Shutdown margins: Kubernetes sends SIGTERM after the preStop hook and SIGKILL at
+terminationGracePeriodSeconds, counted from the start of preStop. The process needs its own grace
+after preStop, plus a margin for the interpreter's exit, inside that period. Checked for both roles.
+*/}}
+{{- define "hookbridge.shutdownMarginSeconds" -}}5{{- end }}
+
+{{- define "hookbridge.validateShutdown" -}}
+{{- $margin := int (include "hookbridge.shutdownMarginSeconds" .) }}
+{{- range $role := list "api" "worker" }}
+{{- $v := get $.Values $role }}
+{{- $preStop := int (default 0 $v.preStopSleepSeconds) }}
+{{- $need := add $preStop (int $v.shutdownGraceSeconds) $margin }}
+{{- if lt (int $v.terminationGracePeriodSeconds) (int $need) }}
+{{- fail (printf "%s.terminationGracePeriodSeconds (%d) must be at least %s.preStopSleepSeconds (%d) + %s.shutdownGraceSeconds (%d) + a %ds margin = %d, or Kubernetes kills the %s mid-shutdown" $role (int $v.terminationGracePeriodSeconds) $role $preStop $role (int $v.shutdownGraceSeconds) $margin (int $need) $role) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+KEDA: only worker pods export hookbridge_ready_jobs, so at zero replicas the metric is gone and the
+worker could never scale up again. The labels `service` and `endpoint` exist only on series scraped
+through a ServiceMonitor: a query that filters on them reads nothing (KEDA takes it as 0) without one.
+*/}}
+{{- define "hookbridge.kedaQuery" -}}
+{{- if .Values.keda.prometheus.query }}
+{{- tpl .Values.keda.prometheus.query . }}
+{{- else if .Values.serviceMonitor.enabled }}
+{{- printf "sum(max by (queue) (hookbridge_ready_jobs{namespace=%q, service=%q}))" .Release.Namespace (include "hookbridge.workerMetricsName" .) }}
+{{- else }}
+{{- printf "sum(max by (queue) (hookbridge_ready_jobs{namespace=%q, pod=~%q}))" .Release.Namespace (printf "%s-worker-.*" (include "hookbridge.fullname" .)) }}
+{{- end }}
+{{- end }}
+
+{{- define "hookbridge.validateKeda" -}}
+{{- if .Values.keda.enabled }}
+{{- if not .Values.keda.prometheus.serverAddress }}
 {{- fail "keda.enabled needs keda.prometheus.serverAddress" }}
+{{- end }}
+{{- if lt (int .Values.keda.minReplicaCount) 1 }}
+{{- fail "keda.minReplicaCount must be 1 or more: only worker pods export hookbridge_ready_jobs, so at 0 replicas the backlog is never seen and the worker never scales up" }}
+{{- end }}
+{{- if and (not .Values.serviceMonitor.enabled) (regexMatch "(^|[{,\\s])(service|endpoint)\\s*(=|!=|=~|!~)" (include "hookbridge.kedaQuery" .)) }}
+{{- fail "keda.prometheus.query filters on the label `service` or `endpoint`, which only a ServiceMonitor scrape adds: with serviceMonitor.enabled=false the query reads nothing and the worker never scales. Enable serviceMonitor or filter on namespace/pod" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The fewest pods a role runs: its HPA's or KEDA's minimum, else its replica count. */}}
+{{- define "hookbridge.minReplicas" -}}
+{{- if eq .role "api" }}
+{{- ternary .ctx.Values.api.autoscaling.minReplicas .ctx.Values.api.replicas .ctx.Values.api.autoscaling.enabled }}
+{{- else }}
+{{- ternary .ctx.Values.keda.minReplicaCount .ctx.Values.worker.replicas .ctx.Values.keda.enabled }}
+{{- end }}
+{{- end }}
+
+{{/* A PDB whose minAvailable reaches the replica count never lets a node drain. */}}
+{{- define "hookbridge.validatePdbs" -}}
+{{- range $role := list "api" "worker" }}
+{{- $pdb := (get $.Values $role).pdb }}
+{{- if and $pdb.enabled (not (kindIs "invalid" $pdb.minAvailable)) }}
+{{- $replicas := int (include "hookbridge.minReplicas" (dict "ctx" $ "role" $role)) }}
+{{- $min := $pdb.minAvailable }}
+{{- if kindIs "string" $min }}
+{{- if ge (int (trimSuffix "%" $min)) 100 }}
+{{- fail (printf "%s.pdb.minAvailable %s blocks every eviction: drains never finish" $role $min) }}
+{{- end }}
+{{- else if ge (int $min) $replicas }}
+{{- fail (printf "%s.pdb.minAvailable (%d) must be below the role's replica count (%d), or no pod can ever be evicted and node drains hang" $role (int $min) $replicas) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Redis credentials and TLS. */}}
+{{- define "hookbridge.secretHas" -}}
+{{- if .ctx.Values.existingSecret.name }}
+{{- if get .ctx.Values.existingSecret.keys .field }}true{{ end }}
+{{- else if get .ctx.Values.secret .field }}true{{ end }}
+{{- end }}
+
+{{- define "hookbridge.validateRedisAuth" -}}
+{{- $sentinelMode := and (not .Values.redis.embedded.enabled) (eq .Values.redis.mode "sentinel") }}
+{{- if and (not $sentinelMode) (or .Values.redis.sentinel.tls .Values.redis.sentinel.username (include "hookbridge.secretHas" (dict "ctx" . "field" "redisSentinelPassword"))) }}
+{{- fail "Sentinel credentials or TLS (redis.sentinel.username, redis.sentinel.tls, the Sentinel password) are set, but redis.mode is not sentinel" }}
+{{- end }}
+{{- if and .Values.redis.tls.enabled (not $sentinelMode) }}
+{{- fail "redis.tls.enabled is for the master found through Sentinel; with redis.mode=url say TLS with a rediss:// URL (redis.tls.caSecret and redis.tls.verify still apply)" }}
+{{- end }}
+{{- if and .Values.redis.embedded.enabled (or .Values.redis.auth.username (include "hookbridge.secretHas" (dict "ctx" . "field" "redisPassword"))) }}
+{{- fail "the embedded Redis has no password: leave redis.auth.username and the Redis password empty with redis.embedded.enabled" }}
 {{- end }}
 {{- end }}
 
@@ -198,6 +291,43 @@ checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha25
 {{- with $constraints }}
 topologySpreadConstraints:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The size of /tmp. Starlette spools a multipart file over 1 MiB to /tmp while the api reads the request,
+so the volume must hold MAX_DOCUMENT_BYTES for each upload in flight (api.uploadsInFlight), plus 16 MiB
+for everything else; "" computes that from the settings, a quantity overrides it.
+*/}}
+{{- define "hookbridge.tmpSize" -}}
+{{- if .Values.tmpVolume.sizeLimit }}
+{{- .Values.tmpVolume.sizeLimit }}
+{{- else }}
+{{- $doc := int64 (default 52428800 .Values.config.MAX_DOCUMENT_BYTES) }}
+{{- $bytes := add (mul $doc (int64 .Values.api.uploadsInFlight)) 16777216 }}
+{{- printf "%dMi" (div (add $bytes 1048575) 1048576) }}
+{{- end }}
+{{- end }}
+
+{{/* Volumes for the Redis CA certificate (redis.tls.caSecret). */}}
+{{- define "hookbridge.redisCaPath" -}}/etc/hookbridge/redis-ca/ca.crt{{- end }}
+
+{{- define "hookbridge.redisCaVolume" -}}
+{{- with .Values.redis.tls.caSecret.name }}
+- name: redis-ca
+  secret:
+    secretName: {{ . }}
+    items:
+      - key: {{ $.Values.redis.tls.caSecret.key }}
+        path: ca.crt
+{{- end }}
+{{- end }}
+
+{{- define "hookbridge.redisCaMount" -}}
+{{- if .Values.redis.tls.caSecret.name }}
+- name: redis-ca
+  mountPath: /etc/hookbridge/redis-ca
+  readOnly: true
 {{- end }}
 {{- end }}
 
@@ -225,5 +355,14 @@ A config value as a string. Values arrive as float64 from YAML, and toString wou
 {{- int64 . | toString }}
 {{- else }}
 {{- toString . }}
+{{- end }}
+{{- end }}
+
+{{/* prometheus.io/* pod annotations, for a Prometheus that discovers pods without a ServiceMonitor. */}}
+{{- define "hookbridge.scrapeAnnotations" -}}
+{{- if and (not .ctx.Values.serviceMonitor.enabled) .ctx.Values.serviceMonitor.podAnnotations }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .port | toString | quote }}
+prometheus.io/path: /metrics
 {{- end }}
 {{- end }}
