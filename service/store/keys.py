@@ -27,6 +27,8 @@ hb:active:deliveries              set     deliveries pending
 hb:idem:{client}:{sha256(key)}    string  "fingerprint run_id" for Idempotency-Key, with a TTL
 hb:budget:{vendor}                string  the vendor budget's theoretical arrival time (GCRA), ms
 hb:budget:sub:{sub}               string  the same for a subscription's delivery rate
+hb:pause:{vendor}                 hash    the vendor's pause after a 429: until (ms), streak (429s in a
+                                          row), probe (the one request allowed out after it), probe_exp
 hb:worker:{worker}                string  a worker's heartbeat, with a TTL
 ================================  ======  =========================================================
 """
@@ -105,6 +107,10 @@ def idempotency(client: str, key: str) -> str:
 
 def vendor_budget(vendor: str) -> str:
     return f"{PREFIX}budget:{vendor}"
+
+
+def vendor_pause(vendor: str) -> str:
+    return f"{PREFIX}pause:{vendor}"
 
 
 def sub_budget(sub_id: str) -> str:

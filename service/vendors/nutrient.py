@@ -9,6 +9,7 @@ Poll ``GET /extraction/runs/{id}``; fetch ``/assets/result`` only when ``done``;
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -23,8 +24,10 @@ from service.vendors.base import (
     Progress,
     SubmitRequest,
     Submitted,
+    VendorDefaults,
     VendorExpired,
     VendorRejected,
+    VendorSpec,
     VendorTransient,
 )
 from service.vendors.http import error_message, raise_for_transient, transport_errors
@@ -142,3 +145,26 @@ def _failure_message(error: dict[str, Any]) -> str:
     if status is not None or source:
         parts.append(f"(status {status}, source {source})")
     return " ".join(parts)
+
+
+def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> NutrientAdapter:
+    return NutrientAdapter(client)
+
+
+# Registered under the entry point group hookbridge.vendors (pyproject.toml).
+SPEC = VendorSpec(
+    name=NutrientAdapter.name,
+    operations=("parse", "extract", "classify", "split"),
+    supports_cancel=NutrientAdapter.supports_cancel,
+    # "Wait at least 2 s between polls", doubling to 30 s; 15 minutes of processing at most (S003).
+    defaults=VendorDefaults(
+        base_url="https://api.nutrient.io",
+        poll_initial_s=2.0,
+        poll_max_s=30.0,
+        poll_multiplier=2.0,
+        max_run_s=1800.0,
+    ),
+    auth_headers=lambda key: {"Authorization": f"Bearer {key}"},
+    build=_build,
+    description="Nutrient DWS Data Extraction, async runs",
+)

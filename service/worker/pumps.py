@@ -16,7 +16,8 @@ from redis.exceptions import RedisError
 
 from service import logs
 from service.settings import Settings
-from service.store import Store
+from service.store import ClaimedRun, Store
+from service.worker.budget import ProbeTicket, probe, release_probe
 
 log = logs.get("hookbridge.worker")
 
@@ -113,6 +114,8 @@ class RunPump(Pump):
         work: list[Awaitable[Any]] = []
         next_due: float | None = None
         lease_ms = int(self.settings.lease_s * 1000)
+        # A probe that never answers (its worker died) lets another run probe after the longest step.
+        probe_lease_ms = int((2 * self.settings.vendor_timeout_s + 5) * 1000)
         # Rotate which vendor is asked first so that one busy vendor cannot starve the others.
         self._turn = (self._turn + 1) % len(self.vendors)
         order = self.vendors[self._turn :] + self.vendors[: self._turn]
@@ -121,12 +124,27 @@ class RunPump(Pump):
                 break
             limit = min(self.settings.worker_batch, free - len(work))
             claimed, nxt = await self.store.claim_runs(
-                vendor, now, limit, lease_ms, self.intervals.get(vendor, 0.0), LOOKAHEAD_MS
+                vendor, now, limit, lease_ms, self.intervals.get(vendor, 0.0), LOOKAHEAD_MS, probe_lease_ms
             )
-            work.extend(self.step(c) for c in claimed)
+            work.extend(self._step(vendor, c) for c in claimed)
             if nxt is not None:
                 next_due = nxt if next_due is None else min(next_due, nxt)
         return work, next_due
+
+    async def _step(self, vendor: str, claimed: ClaimedRun) -> None:
+        if claimed.probe is None:
+            await self.step(claimed)
+            return
+        # The vendor is paused after a 429 and this step is its one probe (budget.py).
+        ticket = ProbeTicket(vendor, claimed.probe)
+        probe.set(ticket)
+        try:
+            await self.step(claimed)
+        finally:
+            try:
+                await release_probe(self.store, ticket)
+            except (RedisError, OSError) as exc:  # its lease runs out instead
+                log.warning("probe not released", vendor=vendor, error=str(exc))
 
 
 class DeliveryPump(Pump):
