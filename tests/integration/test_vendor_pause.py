@@ -13,6 +13,7 @@ outside the window is the simulator's own answer.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import pytest
@@ -96,7 +97,7 @@ async def test_a_storm_of_429s_with_retry_after_holds_every_worker(
     assert total <= RUNS + STORM_S + 2
     # About one probe per second of storm, never two within one Retry-After.
     assert STORM_S - 3 <= len(probes) <= STORM_S + 1, probes
-    gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(probes)]
     assert all(gap >= 0.95 for gap in gaps), gaps
 
 
@@ -117,8 +118,8 @@ async def test_without_retry_after_the_pause_grows_to_its_cap(
     probes, total = _report("no Retry-After", proxy, started, [0.25, 0.75, 1.75, 3.75, 5.75, 7.75])
     assert total <= RUNS + 6 + 2
     assert 4 <= len(probes) <= 7, probes
-    gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(probes)]
     assert all(gap >= 0.45 for gap in gaps), gaps  # never below the second pause (500 ms)
-    assert all(later >= earlier - 0.1 for earlier, later in zip(gaps, gaps[1:], strict=False)), gaps
+    assert all(later >= earlier - 0.1 for earlier, later in itertools.pairwise(gaps)), gaps
     assert max(gaps) <= 2.0 + 0.5, gaps  # capped by PAUSE_MAX_S
     assert time.time() > started + STORM_S
