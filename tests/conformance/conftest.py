@@ -28,7 +28,7 @@ def _can_build_offline() -> bool:
         return True
     from importlib.metadata import version
 
-    major, minor, *_ = (int(p) if p.isdigit() else 0 for p in version("setuptools").split(".") + ["0"])
+    major, minor, *_ = (int(p) if p.isdigit() else 0 for p in [*version("setuptools").split("."), "0"])
     return (major, minor) >= (70, 1)
 
 

@@ -97,7 +97,7 @@ class VendorConformance:
     # The suite ------------------------------------------------------------------------------------
 
     async def test_registered_vendor_is_served_by_the_api(self, harness: Any) -> None:
-        h: Harness = await harness(**{"HOOKBRIDGE_WORKER_ROLE": "deliveries"})
+        h: Harness = await harness(HOOKBRIDGE_WORKER_ROLE="deliveries")
         vendor = h.stack.settings.vendor(self.vendor)
         assert vendor.spec is not None and vendor.operations
         doc = (await h.stack.api.get("/openapi.json")).json()
