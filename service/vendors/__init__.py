@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from service.vendors import registry
 from service.vendors.base import VendorAdapter
 from service.vendors.http import Budget, Observer, make_client
 
@@ -39,5 +40,10 @@ def build_adapters(
             transport=transport,
         )
         clients.append(client)
-        adapters[name] = spec.build(client, vendor.extra)
+        try:
+            adapters[name] = spec.build(client, vendor.extra)
+        except Exception as exc:  # someone else's code: one clear line, not a traceback
+            raise registry.PluginError(
+                f"vendor plugin {name!r}: cannot build its adapter: {type(exc).__name__}: {exc}"
+            ) from None
     return clients, adapters
