@@ -51,7 +51,9 @@ class StoreBudget:
     async def acquire(self) -> None:
         reserved = prepaid.get()
         if reserved is not None:
-            # The step's first request: the claim that handed it out saw no pause and took its slot.
+            # The step's first request: the claim that handed it out saw no pause and took its slot. With
+            # MAX_RPS that slot may lie up to the claim's lookahead (1 s) ahead; it is kept even if a 429
+            # pauses the vendor meanwhile (the "first round"): dropping it would waste the budget slot.
             prepaid.set(None)
             slot_ms, due_ms = reserved
         else:
