@@ -5,6 +5,7 @@ claim holds while paused, then exactly one run goes out as the probe; its answer
 from __future__ import annotations
 
 import json
+import time
 
 from service import settings as settings_mod
 from service.store import Store, connect, keys
@@ -91,5 +92,36 @@ async def test_retry_after_is_kept_between_the_floor_and_the_cap(redis_url: str)
         assert await store.pause_limited("nutrient", T0, 86_400_000, 2000, 60_000, None) == (T0 + 60_000, 1)
         ttl = await store.redis.pttl(keys.vendor_pause("nutrient"))
         assert 0 < ttl  # a pause nobody resolves does not stay forever
+    finally:
+        await store.close()
+
+
+async def test_a_probe_step_that_sends_nothing_hands_the_probe_back(redis_url: str) -> None:
+    """A probe whose step makes no vendor request (a run that ended meanwhile, a document gone) must not
+    hold the vendor until the probe's lease runs out: the pump hands the probe back when the step ends."""
+    from service.store import ClaimedRun
+    from service.worker.pumps import RunPump
+
+    store = await _store(redis_url, runs=0)
+    try:
+        now = int(time.time() * 1000)
+        for run_id in ("run_a", "run_b"):
+            await store.redis.set(keys.run(run_id), json.dumps({"id": run_id, "vendor": "nutrient"}))
+            await store.redis.zadd(keys.due_runs("nutrient"), {run_id: now - 5000})
+        await store.pause_limited("nutrient", now - 3000, 1000, 1000, 60_000, None)  # over: a probe may go
+        probes: list[str | None] = []
+
+        async def step(claimed: ClaimedRun) -> None:
+            probes.append(claimed.probe)  # and sends nothing to the vendor
+
+        pump = RunPump(store, store.settings, step, ["nutrient"], {})
+        work, _ = await pump.claim(10)
+        assert len(work) == 1  # the probe alone
+        await work[0]
+        assert probes[0]
+        work, _ = await pump.claim(10)  # at once, not after the probe's lease
+        assert len(work) == 1
+        await work[0]
+        assert probes[1] and probes[1] != probes[0]
     finally:
         await store.close()
