@@ -84,20 +84,20 @@ class VendorConformance:
         proxy = FaultProxy(vendor_root)
         proxy_url = await servers.start(proxy, free_port())
 
-        async def make(**overrides: str) -> Harness:
+        async def make(*, worker: bool = True, **overrides: str) -> Harness:
             prefix = f"HOOKBRIDGE_{self.vendor.upper()}_"
             env = {prefix + k: v for k, v in FAST.items()}
             env[prefix + "BASE_URL"] = proxy_url + self.base_path
             env.update(self.env())
             env.update(overrides)
-            return Harness(proxy, await make_stack(**env), self)
+            return Harness(proxy, await make_stack(worker=worker, **env), self)
 
         return make
 
     # The suite ------------------------------------------------------------------------------------
 
     async def test_registered_vendor_is_served_by_the_api(self, harness: Any) -> None:
-        h: Harness = await harness(HOOKBRIDGE_WORKER_ROLE="deliveries")
+        h: Harness = await harness(worker=False)  # the API alone
         vendor = h.stack.settings.vendor(self.vendor)
         assert vendor.spec is not None and vendor.operations
         doc = (await h.stack.api.get("/openapi.json")).json()
