@@ -291,12 +291,6 @@ class Store:
         )
         return bool(done)
 
-    async def paused_until(self, vendor: str) -> float | None:
-        """When the vendor's pause ends (ms), or None when it is not paused. A pause whose time is up
-        but whose probe has not answered yet still counts: the backlog waits for the probe."""
-        untl = await self.redis.hget(keys.vendor_pause(vendor), "until")  # type: ignore[misc]
-        return None if untl is None else float(untl)
-
     async def due_counts(self, vendors: Sequence[str], now_ms: int) -> dict[str, int]:
         """How many runs per vendor and deliveries are due now and unclaimed (the ready-jobs gauge)."""
         pipe = self.redis.pipeline(transaction=False)

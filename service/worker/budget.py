@@ -47,6 +47,7 @@ class StoreBudget:
         self.interval_ms = 1000.0 / vendor.max_rps if vendor.max_rps > 0 else 0.0
         self.floor_ms = vendor.poll_initial_s * 1000
         self.cap_ms = vendor.pause_max_s * 1000
+        self._until_ms = 0.0  # the end of the last pause this process learned of (from its own 429s)
 
     async def acquire(self) -> None:
         reserved = prepaid.get()
@@ -58,7 +59,7 @@ class StoreBudget:
             slot_ms, due_ms = reserved
         else:
             # A later request of the same step: the vendor may have been paused since the claim.
-            await self._unless_paused()
+            self._unless_paused()
             if self.interval_ms <= 0:
                 return
             slot_ms = await self._store.budget_take(self._vendor, _now_ms(), self.interval_ms)
@@ -80,6 +81,7 @@ class StoreBudget:
                 self.cap_ms,
                 ticket.token if ticket is not None else None,
             )
+            self._until_ms = max(self._until_ms, until_ms)
             if ticket is not None:
                 ticket.settled = True
             log.info(
@@ -95,15 +97,20 @@ class StoreBudget:
                 self._vendor, _now_ms(), ticket.token, answered=status is not None
             ):
                 if status is not None:
+                    self._until_ms = 0.0
                     log.info("vendor answered the probe: pause over", vendor=self._vendor, status=status)
 
-    async def _unless_paused(self) -> None:
+    def _unless_paused(self) -> None:
+        """Holds a step's later request while this process knows the vendor is paused. It knows of its
+        own 429s at once; another worker's reach it through the claim, which hands out nothing while the
+        vendor is paused (a Redis read per request here would cost more than the few milliseconds it
+        covers)."""
         if self._ticket() is not None:
             return  # this step is the probe
-        until_ms = await self._store.paused_until(self._vendor)
-        if until_ms is None:
+        wait = self._until_ms / 1000 - time.time()
+        if wait <= 0:
             return
-        wait = max(until_ms / 1000 - time.time(), self.floor_ms / 1000)
+        wait = max(wait, self.floor_ms / 1000)
         raise VendorRateLimited(
             "not sent: the vendor is paused after a 429", status_code=429, retry_after=wait
         )
