@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from service import logs
 from service import settings as settings_mod
@@ -20,13 +20,19 @@ def _settings() -> settings_mod.Settings:
     try:
         return settings_mod.load()
     except settings_mod.SettingsError as exc:
-        print(
-            f"hookbridge: configuration error: HOOKBRIDGE_{exc}"
-            if not str(exc).startswith("HOOKBRIDGE_")
-            else f"hookbridge: configuration error: {exc}",
-            file=sys.stderr,
-        )
-        raise SystemExit(2) from None
+        _configuration_error(exc)
+
+
+def _configuration_error(exc: Exception) -> NoReturn:
+    """One line on stderr, exit 2: a bad setting or an unusable vendor plugin, never a traceback."""
+    text = str(exc)
+    plugin = isinstance(exc, settings_mod.VendorPluginError) or not isinstance(
+        exc, settings_mod.SettingsError
+    )
+    if not text.startswith("HOOKBRIDGE_") and not plugin:
+        text = "HOOKBRIDGE_" + text
+    print(f"hookbridge: configuration error: {text}", file=sys.stderr)
+    raise SystemExit(2) from None
 
 
 def _require_redis(settings: settings_mod.Settings, command: str) -> None:
@@ -71,6 +77,7 @@ def _run(main: Coroutine[Any, Any, T]) -> T:
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
+    from service.vendors.registry import PluginError as VendorPluginError
     from service.worker.runtime import WorkerRuntime
 
     settings = _settings()
@@ -78,7 +85,10 @@ def cmd_worker(args: argparse.Namespace) -> None:
     logs.configure(settings.log_format, settings.log_level)
 
     async def main() -> None:
-        worker = WorkerRuntime(settings)
+        try:
+            worker = WorkerRuntime(settings)
+        except VendorPluginError as exc:  # an adapter that cannot be built from its settings
+            _configuration_error(exc)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.request_stop)
@@ -165,7 +175,11 @@ def cmd_reseal_secrets(args: argparse.Namespace) -> None:
 
 
 def cmd_settings(args: argparse.Namespace) -> None:
-    for name, default in settings_mod.describe():
+    try:
+        rows = settings_mod.describe()
+    except settings_mod.SettingsError as exc:
+        _configuration_error(exc)
+    for name, default in rows:
         print(f"{name}={default}")
 
 

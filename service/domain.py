@@ -36,13 +36,8 @@ EVENT_TYPES = (*RUN_EVENTS, EVENT_TEST)
 DEFAULT_EVENT_TYPES = (EVENT_SUCCEEDED, EVENT_FAILED, EVENT_CANCELED)
 TERMINAL_EVENT = {SUCCEEDED: EVENT_SUCCEEDED, FAILED: EVENT_FAILED, CANCELED: EVENT_CANCELED}
 
-# What each vendor can do (their documents, shared/vendors/NOTES.md).
-VENDOR_OPERATIONS = {
-    "nutrient": ("parse", "extract", "classify", "split"),
-    "cloudsquid": ("extract",),
-    "uptiq": ("extract",),
-}
-VENDORS_THAT_CANCEL = frozenset({"nutrient"})
+# The vendors, what each can do and whether it can cancel come from the vendor registry
+# (service/vendors/registry.py, entry point group hookbridge.vendors), through Settings.vendors.
 
 # Run error codes (CONTRACT §4).
 VENDOR_REJECTED = "vendor_rejected"

@@ -14,8 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from service.vendors import registry
+from service.vendors.base import VendorSpec
+
 PREFIX = "HOOKBRIDGE_"
-VENDORS = ("nutrient", "cloudsquid", "uptiq")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -42,20 +44,33 @@ class SettingsError(ValueError):
     """A setting has a bad value; the message names the variable."""
 
 
+class VendorPluginError(SettingsError):
+    """A vendor plugin cannot be used (broken, duplicate, clashing); the message names it."""
+
+
 @dataclass(frozen=True)
 class VendorSettings:
-    """Connection and polling policy for one vendor."""
+    """Connection and polling policy for one vendor; the defaults come from its registered VendorSpec."""
 
     name: str
     base_url: str
     api_key: str = field(repr=False)
-    poll_initial_s: float
+    poll_initial_s: float  # also the shortest pause of the whole vendor after a 429
     poll_max_s: float
     poll_multiplier: float
     max_run_s: float
     max_rps: float  # 0 means no budget
-    project: str = ""  # Cloudsquid only
-    table_id: str = ""  # Cloudsquid only
+    pause_max_s: float = 60.0  # the longest pause of the whole vendor after a 429
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the spec's own settings, by key
+    spec: VendorSpec | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def operations(self) -> tuple[str, ...]:
+        return self.spec.operations if self.spec is not None else ()
+
+    @property
+    def supports_cancel(self) -> bool:
+        return self.spec.supports_cancel if self.spec is not None else False
 
 
 @dataclass(frozen=True)
@@ -367,34 +382,8 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "CLIENT_MAX_IN_FLIGHT": ("client_max_in_flight", _positive(int)),
 }
 
-# Vendor defaults come from each vendor's own documentation (shared/vendors/NOTES.md).
-_VENDOR_DEFAULTS: dict[str, dict[str, Any]] = {
-    "nutrient": {
-        "base_url": "https://api.nutrient.io",
-        "poll_initial_s": 2.0,
-        "poll_max_s": 30.0,
-        "poll_multiplier": 2.0,
-        "max_run_s": 1800.0,  # the vendor's own limit is 15 minutes of processing
-        "max_rps": 0.0,
-    },
-    "cloudsquid": {
-        "base_url": "https://api.cloudsquid.io/api",
-        "poll_initial_s": 2.0,
-        "poll_max_s": 5.0,
-        "poll_multiplier": 1.5,
-        "max_run_s": 3600.0,
-        "max_rps": 0.0,
-    },
-    "uptiq": {
-        "base_url": "https://api-docai-uat.uptiq.ai",
-        "poll_initial_s": 5.0,
-        "poll_max_s": 10.0,
-        "poll_multiplier": 1.5,
-        "max_run_s": 3600.0,
-        "max_rps": 0.0,
-    },
-}
-
+# The settings every vendor has (HOOKBRIDGE_{VENDOR}_{suffix}); their defaults come from the vendor's
+# registered VendorSpec (service/vendors/registry.py), and a vendor adds its own (VendorSpec.settings).
 _VENDOR_PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "BASE_URL": ("base_url", str),
     "API_KEY": ("api_key", str),
@@ -403,15 +392,59 @@ _VENDOR_PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "POLL_MULTIPLIER": ("poll_multiplier", _positive(float)),
     "MAX_RUN_S": ("max_run_s", _DURATION_S),
     "MAX_RPS": ("max_rps", _non_negative),
-    "PROJECT": ("project", str),
-    "TABLE_ID": ("table_id", str),
+    "PAUSE_MAX_S": ("pause_max_s", _DURATION_S),
 }
 
 
-def _vendor_parsers(vendor: str) -> dict[str, tuple[str, Callable[[str], Any]]]:
-    if vendor == "cloudsquid":
-        return _VENDOR_PARSERS
-    return {k: v for k, v in _VENDOR_PARSERS.items() if k not in ("PROJECT", "TABLE_ID")}
+def _vendor_specs() -> dict[str, VendorSpec]:
+    try:
+        return registry.vendors()
+    except registry.PluginError as exc:
+        raise VendorPluginError(str(exc)) from None
+
+
+def _vendor_parsers(spec: VendorSpec) -> dict[str, tuple[str, Callable[[str], Any]]]:
+    """The vendor's settings by suffix: the common ones, then its own (as ``extra.<key>``)."""
+    parsers = dict(_VENDOR_PARSERS)
+    for setting in spec.settings:
+        if setting.name in parsers:
+            raise VendorPluginError(
+                f"vendor plugin {spec.name!r}: setting {setting.name} is one of the common vendor settings"
+            )
+        parsers[setting.name] = (f"extra.{setting.key}", setting.parse)
+    return parsers
+
+
+def _vendor_defaults(spec: VendorSpec) -> dict[str, Any]:
+    d = spec.defaults
+    return {
+        "base_url": d.base_url,
+        "poll_initial_s": d.poll_initial_s,
+        "poll_max_s": d.poll_max_s,
+        "poll_multiplier": d.poll_multiplier,
+        "max_run_s": d.max_run_s,
+        "max_rps": d.max_rps,
+        "pause_max_s": d.pause_max_s,
+        **{f"extra.{s.key}": s.default for s in spec.settings},
+    }
+
+
+def _load_vendor(env: Mapping[str, str], spec: VendorSpec) -> VendorSettings:
+    vendor = spec.name
+    cfg: dict[str, Any] = {"api_key": "", **_vendor_defaults(spec)}
+    for suffix, (attr, parse) in _vendor_parsers(spec).items():
+        name = f"{PREFIX}{vendor.upper()}_{suffix}"
+        if name in env and env[name] != "":
+            cfg[attr] = _read(env, name, parse)
+    extra = {k.removeprefix("extra."): cfg.pop(k) for k in list(cfg) if k.startswith("extra.")}
+    cfg["base_url"] = cfg["base_url"].rstrip("/")
+    if not cfg["base_url"].startswith(("http://", "https://")):
+        raise SettingsError(f"{PREFIX}{vendor.upper()}_BASE_URL: must be an http(s) URL")
+    if cfg["poll_max_s"] < cfg["poll_initial_s"]:
+        raise SettingsError(f"{PREFIX}{vendor.upper()}_POLL_MAX_S: must be >= POLL_INITIAL_S")
+    if cfg["pause_max_s"] < cfg["poll_initial_s"]:
+        raise SettingsError(f"{PREFIX}{vendor.upper()}_PAUSE_MAX_S: must be >= POLL_INITIAL_S")
+    return VendorSettings(name=vendor, extra=extra, spec=spec, **cfg)
 
 
 def _read(env: Mapping[str, str], name: str, parse: Callable[[str], Any]) -> Any:
@@ -424,8 +457,14 @@ def _read(env: Mapping[str, str], name: str, parse: Callable[[str], Any]) -> Any
 def load(env: Mapping[str, str] | None = None) -> Settings:
     """Build :class:`Settings` from the environment (or ``env``), validating every value."""
     env = _without_service_links(os.environ if env is None else env)
-    known = set(_PARSERS) | {f"{v.upper()}_{k}" for v in VENDORS for k in _vendor_parsers(v)}
-    known |= {"REDIS_EMBEDDED_DIR"} | set(_REDIS_AUTH_PARSERS)
+    specs = _vendor_specs()
+    known = set(_PARSERS) | {"REDIS_EMBEDDED_DIR"} | set(_REDIS_AUTH_PARSERS)
+    for spec in specs.values():
+        names = {f"{spec.name.upper()}_{k}" for k in _vendor_parsers(spec)}
+        if names & known:
+            clash = sorted(names & known)[0]
+            raise VendorPluginError(f"vendor plugin {spec.name!r}: {PREFIX}{clash} is already a setting")
+        known |= names
     for name in env:
         if name.startswith(PREFIX) and not name.startswith(PREFIX + "SIM_"):
             if name[len(PREFIX) :] not in known:
@@ -436,20 +475,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         if PREFIX + suffix in env and env[PREFIX + suffix] != "":
             values[attr] = _read(env, PREFIX + suffix, parse)
 
-    vendors: dict[str, VendorSettings] = {}
-    for vendor in VENDORS:
-        cfg: dict[str, Any] = {"name": vendor, "api_key": "", **_VENDOR_DEFAULTS[vendor]}
-        for suffix, (attr, parse) in _vendor_parsers(vendor).items():
-            name = f"{PREFIX}{vendor.upper()}_{suffix}"
-            if name in env and env[name] != "":
-                cfg[attr] = _read(env, name, parse)
-        cfg["base_url"] = cfg["base_url"].rstrip("/")
-        if not cfg["base_url"].startswith(("http://", "https://")):
-            raise SettingsError(f"{PREFIX}{vendor.upper()}_BASE_URL: must be an http(s) URL")
-        if cfg["poll_max_s"] < cfg["poll_initial_s"]:
-            raise SettingsError(f"{PREFIX}{vendor.upper()}_POLL_MAX_S: must be >= POLL_INITIAL_S")
-        vendors[vendor] = VendorSettings(**cfg)
-    values["vendors"] = vendors
+    values["vendors"] = {name: _load_vendor(env, spec) for name, spec in specs.items()}
     values["redis"] = _load_redis_auth(env, values.get("redis_url"))
 
     settings = Settings(**values)
@@ -470,9 +496,10 @@ def describe() -> list[tuple[str, str]]:
         (PREFIX + name, repr(getattr(defaults.redis, attr)))
         for name, (attr, _) in _REDIS_AUTH_PARSERS.items()
     ]
-    for vendor in VENDORS:
-        for suffix, (attr, _) in _vendor_parsers(vendor).items():
-            rows.append((f"{PREFIX}{vendor.upper()}_{suffix}", repr(_VENDOR_DEFAULTS[vendor].get(attr, ""))))
+    for spec in _vendor_specs().values():
+        defaults_of = _vendor_defaults(spec)
+        for suffix, (attr, _) in _vendor_parsers(spec).items():
+            rows.append((f"{PREFIX}{spec.name.upper()}_{suffix}", repr(defaults_of.get(attr, ""))))
     return rows
 
 
@@ -480,6 +507,7 @@ __all__ = [
     "RedisAuth",
     "Settings",
     "SettingsError",
+    "VendorPluginError",
     "VendorSettings",
     "describe",
     "load",

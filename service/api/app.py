@@ -22,6 +22,7 @@ from service.api import runs, subscriptions
 from service.api.auth import KeyRing
 from service.api.context import Context
 from service.api.openapi import document as openapi_document
+from service.api.openapi import vendors_of
 from service.api.problems import from_error, problem
 from service.delivery.urlsafety import Policy
 from service.settings import Settings
@@ -49,7 +50,8 @@ async def metrics_endpoint(request: Request) -> Response:
 
 
 async def openapi(request: Request) -> Response:
-    return JSONResponse(openapi_document())
+    settings = Context.of(request).settings
+    return JSONResponse(openapi_document(vendors_of(settings)))
 
 
 async def _domain_error(request: Request, exc: Exception) -> Response:

@@ -27,7 +27,18 @@ _B64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-
 _METADATA_KEY = r"^[\w.:-]{1,40}$"
 _MEDIA_TYPE = r"^[\w.+-]+/[\w.+-]+$"
 _SUBSCRIPTION_EVENT_TYPES = (*domain.EVENT_TYPES, "run.*")
-_ALL_OPERATIONS = tuple(dict.fromkeys(op for ops in domain.VENDOR_OPERATIONS.values() for op in ops))
+# The registered vendors and their operations (Settings.vendors, from the vendor registry).
+Vendors = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def vendors_of(settings: Settings) -> Vendors:
+    return tuple((name, v.operations) for name, v in settings.vendors.items())
+
+
+def _all_operations(vendors: Vendors) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(op for _, ops in vendors for op in ops))
+
+
 _RUN_ERROR_CODES = (
     domain.VENDOR_REJECTED,
     domain.VENDOR_FAILED,
@@ -196,7 +207,7 @@ def _run_error() -> Schema:
     )
 
 
-def _run() -> Schema:
+def _run(vendors: Vendors) -> Schema:
     return obj(
         {
             "id": prefixed_id("run", "The run's id."),
@@ -204,8 +215,8 @@ def _run() -> Schema:
                 domain.RUN_STATUSES,
                 "`queued` → `submitted` → `running` → `succeeded` | `failed` | `canceled` (terminal).",
             ),
-            "vendor": enum(tuple(domain.VENDOR_OPERATIONS)),
-            "operation": enum(_ALL_OPERATIONS),
+            "vendor": enum(tuple(name for name, _ in vendors)),
+            "operation": enum(_all_operations(vendors)),
             "vendor_run_id": nullable(string("The vendor's id for the run, once it accepted it.")),
             "vendor_status": nullable(string("The vendor's own status word, as last seen.")),
             "progress": nullable(ref("Progress")),
@@ -364,10 +375,10 @@ def _problem() -> Schema:
     )
 
 
-def _run_request(*, multipart: bool) -> Schema:
+def _run_request(vendors: Vendors, *, multipart: bool) -> Schema:
     """The submission: one variant per vendor, since each allows its own operations."""
     variants = []
-    for vendor, operations in domain.VENDOR_OPERATIONS.items():
+    for vendor, operations in vendors:
         properties: dict[str, Schema] = {
             "vendor": {"const": vendor},
             "operation": enum(operations, "Default `extract`."),
@@ -449,15 +460,15 @@ def _subscription_input(*, creating: bool) -> Schema:
     return obj(properties, required=(), description="The members to change; the others stay.")
 
 
-def component_schemas() -> dict[str, Schema]:
+def component_schemas(vendors: Vendors) -> dict[str, Schema]:
     return {
-        "Run": _run(),
+        "Run": _run(vendors),
         "RunError": _run_error(),
         "Progress": _progress(),
         "Usage": _usage(),
         "RunList": list_envelope("Run", "A page of runs, newest first."),
-        "RunRequest": _run_request(multipart=False),
-        "RunRequestPart": _run_request(multipart=True),
+        "RunRequest": _run_request(vendors, multipart=False),
+        "RunRequestPart": _run_request(vendors, multipart=True),
         "DocumentInput": _document_input(),
         "Event": _event(),
         "EventList": list_envelope("Event", "The events of a run, oldest first."),
@@ -717,7 +728,7 @@ def json_body(schema_name: str, *values: Any, required: bool = True) -> Schema:
     return out
 
 
-def run_paths() -> dict[str, Any]:
+def run_paths(vendors: Vendors) -> dict[str, Any]:
     idempotency_key = {
         "name": "Idempotency-Key",
         "in": "header",
@@ -753,7 +764,9 @@ def run_paths() -> dict[str, Any]:
                 parameters=[
                     *page_params(),
                     query_param("status", enum(domain.RUN_STATUSES), "Only runs in this status."),
-                    query_param("vendor", enum(tuple(domain.VENDOR_OPERATIONS)), "Only runs at this vendor."),
+                    query_param(
+                        "vendor", enum(tuple(name for name, _ in vendors)), "Only runs at this vendor."
+                    ),
                 ],
             ),
         },
@@ -1080,16 +1093,25 @@ def _tags() -> list[Schema]:
     ]
 
 
+def document(vendors: Vendors | None = None) -> dict[str, Any]:
+    """The whole document for the registered vendors (those of the loaded settings by default)."""
+    if vendors is None:
+        from service import settings as settings_mod
+
+        vendors = vendors_of(settings_mod.load({}))
+    return _document(vendors)
+
+
 @functools.cache
-def document() -> dict[str, Any]:
-    """The whole document; static, so built once."""
+def _document(vendors: Vendors) -> dict[str, Any]:
+    """Static for one set of vendors, so built once."""
     return {
         "openapi": "3.1.0",
         "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
         "info": _info(),
         "tags": _tags(),
         "security": [{"bearerAuth": []}],
-        "paths": {**operational_paths(), **run_paths(), **subscription_paths()},
+        "paths": {**operational_paths(), **run_paths(vendors), **subscription_paths()},
         "webhooks": webhooks(),
         "components": {
             "securitySchemes": {
@@ -1099,7 +1121,7 @@ def document() -> dict[str, Any]:
                     "description": "`Authorization: Bearer <secret>`, a key from HOOKBRIDGE_API_KEYS.",
                 }
             },
-            "schemas": component_schemas(),
+            "schemas": component_schemas(vendors),
             "responses": component_responses(),
             "headers": component_headers(),
         },

@@ -12,6 +12,7 @@ from service import domain, lifecycle
 from service.api.context import Context
 from service.api.validation import choice_param, idempotency_key, limit_param, run_request
 from service.domain import TERMINAL, Conflict, Gone, InvalidInput, NotFound
+from service.settings import Settings
 
 
 async def _own_run(ctx: Context, client: str, run_id: str) -> dict[str, Any]:
@@ -19,6 +20,11 @@ async def _own_run(ctx: Context, client: str, run_id: str) -> dict[str, Any]:
     if run is None or run["client"] != client:
         raise NotFound(f"No run {run_id[:40]}.")
     return run
+
+
+def _can_cancel(settings: Settings, vendor: str) -> bool:
+    configured = settings.vendors.get(vendor)
+    return configured is not None and configured.supports_cancel
 
 
 def _accepted(run: dict[str, Any], *, replayed: bool = False) -> Response:
@@ -98,7 +104,7 @@ async def list_runs(request: Request) -> Response:
     client = ctx.keys.authenticate(request)
     limit = limit_param(request)
     status = choice_param(request, "status", domain.RUN_STATUSES)
-    vendor = choice_param(request, "vendor", tuple(domain.VENDOR_OPERATIONS))
+    vendor = choice_param(request, "vendor", tuple(ctx.settings.vendors))
     cursor = request.query_params.get("cursor")
     try:
         page = await ctx.store.list_runs(client, limit=limit, cursor=cursor, status=status, vendor=vendor)
@@ -123,7 +129,7 @@ async def cancel_run(request: Request) -> Response:
             run,
             domain.now_ms(),
             settings=ctx.settings,
-            vendor_can_cancel=run["vendor"] in domain.VENDORS_THAT_CANCEL,
+            vendor_can_cancel=_can_cancel(ctx.settings, run["vendor"]),
         )
         outcome, _, _ = await ctx.store.transition(change)
         if outcome == "ok":

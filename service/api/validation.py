@@ -16,7 +16,7 @@ from typing import Any
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 
-from service.domain import EVENT_TYPES, VENDOR_OPERATIONS, InvalidInput, ValidationErrors
+from service.domain import EVENT_TYPES, InvalidInput, ValidationErrors
 from service.settings import Settings
 
 JSON_OVERHEAD = 256 * 1024  # what a JSON or multipart body may hold besides the document
@@ -211,19 +211,20 @@ def _run_fields(body: dict[str, Any], settings: Settings) -> RunRequest:
     errors = ValidationErrors()
     for name in sorted(set(body) - _RUN_FIELDS):
         errors.add(name, "unknown field")
+    operations = {name: v.operations for name, v in settings.vendors.items()}
     vendor = body.get("vendor")
     if vendor is None:
         errors.add("vendor", "required")
     elif not isinstance(vendor, str):
         errors.add("vendor", "must be a string")
-    elif vendor not in VENDOR_OPERATIONS:
+    elif vendor not in operations:
         raise InvalidInput(
-            f"Unknown vendor {vendor[:40]!r}; use one of {', '.join(VENDOR_OPERATIONS)}.",
+            f"Unknown vendor {vendor[:40]!r}; use one of {', '.join(operations)}.",
             code="unknown_vendor",
         )
     operation = body.get("operation", "extract")
-    if isinstance(vendor, str) and vendor in VENDOR_OPERATIONS and operation not in VENDOR_OPERATIONS[vendor]:
-        errors.add("operation", f"must be one of {', '.join(VENDOR_OPERATIONS[vendor])} for {vendor}")
+    if isinstance(vendor, str) and vendor in operations and operation not in operations[vendor]:
+        errors.add("operation", f"must be one of {', '.join(operations[vendor])} for {vendor}")
 
     document, content = _document(body.get("document"), settings, errors)
 

@@ -112,6 +112,7 @@ class ClaimedRun:
     run: Doc
     due_ms: float  # when the step was planned
     slot_ms: float  # when the vendor budget lets its first request go
+    probe: str | None = None  # the vendor is paused after a 429 and this run's step is its one probe
 
 
 @dataclass(frozen=True)
@@ -244,15 +245,24 @@ class Store:
         await self.redis.zadd(keys.due_runs(vendor), {run_id: int(due_ms)}, xx=True)
 
     async def claim_runs(
-        self, vendor: str, now_ms: int, limit: int, lease_ms: int, interval_ms: float, lookahead_ms: int
+        self,
+        vendor: str,
+        now_ms: int,
+        limit: int,
+        lease_ms: int,
+        interval_ms: float,
+        lookahead_ms: int,
+        probe_lease_ms: int = 60_000,
     ) -> tuple[list[ClaimedRun], float | None]:
+        """Claims due runs; none while the vendor is paused after a 429, then one as its probe."""
         reply = await self.scripts.claim_runs(
-            keys=[keys.due_runs(vendor), keys.vendor_budget(vendor)],
-            args=[now_ms, limit, lease_ms, interval_ms, lookahead_ms],
+            keys=[keys.due_runs(vendor), keys.vendor_budget(vendor), keys.vendor_pause(vendor)],
+            args=[now_ms, limit, lease_ms, interval_ms, lookahead_ms, probe_lease_ms, keys.run("")],
         )
-        flat, nxt = reply
+        flat, nxt, probe = reply
+        token = probe.decode() if isinstance(probe, bytes) else (probe or None)
         claimed = [
-            ClaimedRun(load_run(flat[i + 3]), float(flat[i + 1]), float(flat[i + 2]))
+            ClaimedRun(load_run(flat[i + 3]), float(flat[i + 1]), float(flat[i + 2]), token)
             for i in range(0, len(flat), 4)
         ]
         return claimed, float(nxt) if nxt else None
@@ -269,14 +279,38 @@ class Store:
 
     async def budget_take(self, vendor: str, now_ms: int, interval_ms: float) -> float:
         """Reserves the vendor's next request slot; returns when (ms) the request may go."""
-        slot = await self.scripts.budget(
-            keys=[keys.vendor_budget(vendor)], args=[now_ms, interval_ms, "take", 0]
-        )
+        slot = await self.scripts.budget(keys=[keys.vendor_budget(vendor)], args=[now_ms, interval_ms])
         return float(slot)
 
-    async def budget_push(self, vendor: str, now_ms: int, until_ms: float) -> None:
-        """No request to the vendor before ``until_ms`` (it answered 429 with Retry-After)."""
-        await self.scripts.budget(keys=[keys.vendor_budget(vendor)], args=[now_ms, 0, "push", int(until_ms)])
+    async def pause_limited(
+        self,
+        vendor: str,
+        now_ms: int,
+        retry_after_ms: float | None,
+        floor_ms: float,
+        cap_ms: float,
+        probe: str | None,
+    ) -> tuple[float, int]:
+        """The vendor answered 429: pause it for every worker. Returns (until_ms, 429s in a row)."""
+        untl, streak = await self.scripts.pause(
+            keys=[keys.vendor_pause(vendor)],
+            args=[
+                "limited",
+                now_ms,
+                probe or "",
+                -1 if retry_after_ms is None else int(retry_after_ms),
+                int(floor_ms),
+                int(cap_ms),
+            ],
+        )
+        return float(untl), int(streak)
+
+    async def pause_settle(self, vendor: str, now_ms: int, probe: str, *, answered: bool) -> bool:
+        """The probe's outcome: an answer (not 429) ends the pause; no answer lets another run probe."""
+        done = await self.scripts.pause(
+            keys=[keys.vendor_pause(vendor)], args=["answered" if answered else "release", now_ms, probe]
+        )
+        return bool(done)
 
     async def due_counts(self, vendors: Sequence[str], now_ms: int) -> dict[str, int]:
         """How many runs per vendor and deliveries are due now and unclaimed (the ready-jobs gauge)."""

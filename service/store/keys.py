@@ -30,6 +30,8 @@ hb:budget:sub:{sub}               string  the same for a subscription's delivery
 hb:dlvclient:{client}:inflight    zset    a client's deliveries being attempted, by lease expiry
 hb:dlvclient:{client}:parked      zset    a client's due deliveries held back by its in-flight limit,
                                           by due time; one returns to the due set as one ends
+hb:pause:{vendor}                 hash    the vendor's pause after a 429: until (ms), streak (429s in a
+                                          row), probe (the one request allowed out after it), probe_exp
 hb:worker:{worker}                string  a worker's heartbeat, with a TTL
 ================================  ======  =========================================================
 """
@@ -126,3 +128,7 @@ def sub_budget(sub_id: str) -> str:
 
 def worker(worker_id: str) -> str:
     return f"{WORKERS}{worker_id}"
+
+
+def vendor_pause(vendor: str) -> str:
+    return f"{PREFIX}pause:{vendor}"

@@ -30,6 +30,7 @@ class Scripts:
         self.emit = load("emit")
         self.claim_runs = load("claim_runs")
         self.budget = load("budget")
+        self.pause = load("pause")
         self.claim_deliveries = load("claim_deliveries")
         self.delivery_result = load("delivery_result")
         self.retry_delivery = load("retry_delivery")

@@ -1,7 +1,9 @@
 """The vendor adapter protocol: four operations over one vendor's async API.
 
 Adapters know nothing of runs, events or delivery. They translate our requests into the vendor's, and
-the vendor's answers into :class:`PollResult` and the exceptions below::
+the vendor's answers into :class:`PollResult` and the exceptions below. A vendor is registered by a
+:class:`VendorSpec` under the entry point group ``hookbridge.vendors`` (see ``service.vendors.registry``):
+the spec says what the vendor can do, its settings and their defaults, and how to build its adapter::
 
     VendorError
     ├── VendorRejected        the vendor refused the submission for good (run error vendor_rejected)
@@ -13,9 +15,12 @@ the vendor's answers into :class:`PollResult` and the exceptions below::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import httpx
 
 # What a poll can say, in our words (shared/vendors/NOTES.md §0).
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELED = "queued", "running", "succeeded", "failed", "canceled"
@@ -131,3 +136,67 @@ class VendorAdapter(Protocol):
     async def fetch_result(self, vendor_run_id: str, state: dict[str, Any]) -> Any: ...
 
     async def cancel(self, vendor_run_id: str, state: dict[str, Any]) -> None: ...
+
+
+# Registration ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VendorDefaults:
+    """The defaults of a vendor's common settings, from the vendor's own documents.
+
+    ``poll_initial_s`` is the vendor's documented minimum interval between two requests about one run; it
+    is also the shortest pause after a 429, whatever ``Retry-After`` says.
+    """
+
+    base_url: str
+    poll_initial_s: float
+    poll_max_s: float
+    poll_multiplier: float
+    max_run_s: float
+    max_rps: float = 0.0  # 0: no request budget
+    pause_max_s: float = 60.0  # the longest pause after a 429 (a growing one, or a long Retry-After)
+
+
+@dataclass(frozen=True)
+class VendorSetting:
+    """A setting of one vendor beyond the common ones: ``HOOKBRIDGE_{VENDOR}_{name}``.
+
+    ``parse`` turns the environment's text into the value (raise ``ValueError`` to refuse it); the value
+    reaches :attr:`VendorSpec.build` under ``attr`` (``name`` in lower case unless given).
+    """
+
+    name: str
+    default: Any = ""
+    parse: Callable[[str], Any] = str
+    description: str = ""
+    attr: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.attr or self.name.lower()
+
+
+# Builds the adapter from its HTTP client (base URL, auth headers, budget and timeouts already set) and
+# the values of the vendor's own settings (``VendorSetting.key`` -> value), beside which the host puts
+# ``max_asset_bytes``: the most bytes an adapter may read of one result asset (MAX_DOCUMENT_BYTES).
+AdapterFactory = Callable[["httpx.AsyncClient", Mapping[str, Any]], "VendorAdapter"]
+
+
+@dataclass(frozen=True)
+class VendorSpec:
+    """One vendor, as a plugin registers it (the entry point's object).
+
+    ``name`` is the vendor's name in the API (``"vendor": name``) and, upper-cased, in its settings
+    (``HOOKBRIDGE_{NAME}_BASE_URL``, ``_API_KEY``, ``_POLL_INITIAL_S``, ...). ``auth_headers`` turns the
+    configured API key into the request headers.
+    """
+
+    name: str
+    operations: tuple[str, ...]
+    supports_cancel: bool
+    defaults: VendorDefaults
+    auth_headers: Callable[[str], dict[str, str]]
+    build: AdapterFactory
+    settings: tuple[VendorSetting, ...] = ()
+    description: str = ""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import mimetypes
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -34,8 +35,11 @@ from service.vendors.base import (
     PollResult,
     SubmitRequest,
     Submitted,
+    VendorDefaults,
     VendorExpired,
     VendorRejected,
+    VendorSetting,
+    VendorSpec,
     VendorTransient,
 )
 from service.vendors.http import error_message, raise_for_transient, transport_errors
@@ -235,3 +239,29 @@ def _field(response: httpx.Response, name: str) -> str:
     if not isinstance(value, str) or not value:
         raise VendorTransient(f"the vendor answered HTTP {response.status_code} without a {name}")
     return value
+
+
+def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> CloudsquidAdapter:
+    return CloudsquidAdapter(client, project=str(extra["project"]), table_id=str(extra["table_id"]))
+
+
+# Registered under the entry point group hookbridge.vendors (pyproject.toml).
+SPEC = VendorSpec(
+    name=CloudsquidAdapter.name,
+    operations=("extract",),
+    supports_cancel=CloudsquidAdapter.supports_cancel,
+    defaults=VendorDefaults(
+        base_url="https://api.cloudsquid.io/api",
+        poll_initial_s=2.0,
+        poll_max_s=5.0,
+        poll_multiplier=1.5,
+        max_run_s=3600.0,
+    ),
+    auth_headers=lambda key: {"X-API-Key": key},
+    build=_build,
+    settings=(
+        VendorSetting("PROJECT", "", description="the project of runs whose options name none"),
+        VendorSetting("TABLE_ID", "", description="the table of runs whose options name none"),
+    ),
+    description="Cloudsquid tables API, async runs",
+)

@@ -15,13 +15,15 @@ from service.vendors.base import VendorRateLimited, VendorResultTooLarge, Vendor
 
 
 class Budget(Protocol):
-    """A vendor's request budget, shared by every worker process."""
+    """A vendor's request budget and its pause after a 429, shared by every worker process."""
 
     async def acquire(self) -> None:
-        """Waits until this process may send one request to the vendor."""
+        """Waits until this process may send one request to the vendor; raises
+        :class:`VendorRateLimited` without sending while the vendor is paused after a 429."""
 
-    async def pause(self, seconds: float) -> None:
-        """Sends nothing to the vendor for ``seconds`` (it said 429 / Retry-After)."""
+    async def settle(self, status: int | None, retry_after: float | None) -> None:
+        """After every request: its status (None when no answer came) and, on 429, ``Retry-After`` in
+        seconds (None when absent). A 429 pauses the vendor for every worker."""
 
 
 # (vendor, kind, status code or "error", seconds) for metrics.
@@ -29,7 +31,7 @@ Observer = Callable[[str, str, str, float], None]
 
 
 class BudgetedTransport(httpx.AsyncBaseTransport):
-    """Takes one budget slot before every request, and backs the whole vendor off on a 429."""
+    """Takes one budget slot before every request, and pauses the whole vendor on a 429."""
 
     def __init__(
         self, inner: httpx.AsyncBaseTransport, vendor: str, budget: Budget | None, observe: Observer | None
@@ -49,11 +51,15 @@ class BudgetedTransport(httpx.AsyncBaseTransport):
         except Exception:
             if self._observe:
                 self._observe(self._vendor, kind, "error", time.perf_counter() - started)
+            if self._budget is not None:
+                await self._budget.settle(None, None)
             raise
         if self._observe:
             self._observe(self._vendor, kind, str(response.status_code), time.perf_counter() - started)
-        if response.status_code == 429 and self._budget is not None:
-            await self._budget.pause(retry_after_seconds(response.headers.get("retry-after")) or 1.0)
+        if self._budget is not None:
+            limited = response.status_code == 429
+            retry_after = retry_after_seconds(response.headers.get("retry-after")) if limited else None
+            await self._budget.settle(response.status_code, retry_after)
         return response
 
     async def aclose(self) -> None:

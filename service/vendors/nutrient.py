@@ -18,6 +18,7 @@ by ``max_asset_bytes``. Cancel with ``POST /extraction/runs/{id}/cancel``. Delet
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -34,8 +35,10 @@ from service.vendors.base import (
     Progress,
     SubmitRequest,
     Submitted,
+    VendorDefaults,
     VendorExpired,
     VendorRejected,
+    VendorSpec,
     VendorTransient,
 )
 from service.vendors.http import error_message, get_bounded, raise_for_transient, transport_errors
@@ -216,3 +219,26 @@ def _failure_message(error: dict[str, Any]) -> str:
     if status is not None or source:
         parts.append(f"(status {status}, source {source})")
     return " ".join(parts)
+
+
+def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> NutrientAdapter:
+    return NutrientAdapter(client, max_asset_bytes=int(extra.get("max_asset_bytes", MAX_ASSET_BYTES)))
+
+
+# Registered under the entry point group hookbridge.vendors (pyproject.toml).
+SPEC = VendorSpec(
+    name=NutrientAdapter.name,
+    operations=("parse", "extract", "classify", "split"),
+    supports_cancel=NutrientAdapter.supports_cancel,
+    # "Wait at least 2 s between polls", doubling to 30 s; 15 minutes of processing at most (S003).
+    defaults=VendorDefaults(
+        base_url="https://api.nutrient.io",
+        poll_initial_s=2.0,
+        poll_max_s=30.0,
+        poll_multiplier=2.0,
+        max_run_s=1800.0,
+    ),
+    auth_headers=lambda key: {"Authorization": f"Bearer {key}"},
+    build=_build,
+    description="Nutrient DWS Data Extraction, async runs",
+)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -43,8 +44,10 @@ from service.vendors.base import (
     Progress,
     SubmitRequest,
     Submitted,
+    VendorDefaults,
     VendorExpired,
     VendorRejected,
+    VendorSpec,
     VendorTransient,
 )
 from service.vendors.http import error_message, raise_for_transient, transport_errors
@@ -229,3 +232,25 @@ def _failure(vendor_status: str | None, result: Any, progress: Progress | None) 
     if progress is not None:
         details["processingStage"] = {"stage": progress.phase, "message": progress.message}
     return PollResult(FAILED, vendor_status, progress=progress, error=" ".join(parts), error_details=details)
+
+
+def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> UptiqAdapter:
+    return UptiqAdapter(client)
+
+
+# Registered under the entry point group hookbridge.vendors (pyproject.toml).
+SPEC = VendorSpec(
+    name=UptiqAdapter.name,
+    operations=("extract",),
+    supports_cancel=UptiqAdapter.supports_cancel,
+    defaults=VendorDefaults(
+        base_url="https://api-docai-uat.uptiq.ai",
+        poll_initial_s=5.0,
+        poll_max_s=10.0,
+        poll_multiplier=1.5,
+        max_run_s=3600.0,
+    ),
+    auth_headers=lambda key: {"X-Api-Key": key},
+    build=_build,
+    description="Uptiq DocAI async extraction",
+)

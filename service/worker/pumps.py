@@ -16,7 +16,8 @@ from redis.exceptions import RedisError
 
 from service import logs
 from service.settings import Settings
-from service.store import Store
+from service.store import ClaimedRun, Store
+from service.worker.budget import ProbeTicket, probe, release_probe
 
 log = logs.get("hookbridge.worker")
 
@@ -139,6 +140,8 @@ class RunPump(Pump):
         work: list[Awaitable[Any]] = []
         next_due: float | None = None
         lease_ms = int(self.settings.lease_s * 1000)
+        # A probe that never answers (its worker died) lets another run probe after the longest step.
+        probe_lease_ms = int((2 * self.settings.vendor_timeout_s + 5) * 1000)
         # Rotate which vendor is asked first so that one busy vendor cannot starve the others.
         self._turn = (self._turn + 1) % len(self.vendors)
         order = self.vendors[self._turn :] + self.vendors[: self._turn]
@@ -147,10 +150,10 @@ class RunPump(Pump):
                 break
             limit = min(self.settings.worker_batch, free - len(work))
             claimed, nxt = await self.store.claim_runs(
-                vendor, now, limit, lease_ms, self.intervals.get(vendor, 0.0), LOOKAHEAD_MS
+                vendor, now, limit, lease_ms, self.intervals.get(vendor, 0.0), LOOKAHEAD_MS, probe_lease_ms
             )
             work.extend(
-                self._held(c.run["id"], (vendor, c.run["id"], c.slot_ms + lease_ms), self.step(c))
+                self._held(c.run["id"], (vendor, c.run["id"], c.slot_ms + lease_ms), self._step(vendor, c))
                 for c in claimed
             )
             if nxt is not None:
@@ -163,6 +166,21 @@ class RunPump(Pump):
             mine = [(run_id, lease_end) for v, run_id, lease_end in leases if v == vendor]
             released += await self.store.release_runs(vendor, mine, now)
         return released
+
+    async def _step(self, vendor: str, claimed: ClaimedRun) -> None:
+        if claimed.probe is None:
+            await self.step(claimed)
+            return
+        # The vendor is paused after a 429 and this step is its one probe (budget.py).
+        ticket = ProbeTicket(vendor, claimed.probe)
+        probe.set(ticket)
+        try:
+            await self.step(claimed)
+        finally:
+            try:
+                await release_probe(self.store, ticket)
+            except (RedisError, OSError) as exc:  # its lease runs out instead
+                log.warning("probe not released", vendor=vendor, error=str(exc))
 
 
 class DeliveryPump(Pump):

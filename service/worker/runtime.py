@@ -24,7 +24,7 @@ from service._uvicorn import EmbeddedServer
 from service.delivery import client as callback_client
 from service.delivery.deliverer import Deliverer
 from service.delivery.urlsafety import Policy
-from service.settings import VENDORS, Settings
+from service.settings import Settings
 from service.store import Store, connect
 from service.vendors import build_adapters
 from service.worker.budget import StoreBudget
@@ -49,7 +49,7 @@ class WorkerRuntime:
         self.redis_url = redis_url
         self.store = Store(connect(settings, url=redis_url), settings)
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}"
-        budgets = {v: StoreBudget(self.store, v, settings.vendor(v).max_rps) for v in VENDORS}
+        budgets = {v: StoreBudget(self.store, settings.vendor(v)) for v in settings.vendors}
         self.vendor_clients, self.adapters = build_adapters(
             settings, budgets, metrics.observe_vendor_request, transport=vendor_transport
         )

@@ -1,0 +1,147 @@
+"""The vendor registry: every :class:`~service.vendors.base.VendorSpec` installed under the entry point
+group ``hookbridge.vendors``.
+
+A vendor is one package that declares, in its ``pyproject.toml``::
+
+    [project.entry-points."hookbridge.vendors"]
+    acme = "hookbridge_acme:SPEC"
+
+hookbridge registers its own three the same way, so ``pip install`` of hookbridge (or of a plugin) is all
+it takes. The settings (``HOOKBRIDGE_{VENDOR}_*``), the vendor names and operations the API accepts and
+the OpenAPI document's enums all come from here.
+
+A plugin that cannot be imported, that is not a ``VendorSpec``, whose spec does not hold together, or that
+takes a name another distribution already registered, is a :class:`PluginError`: one line that names the
+entry point and its distribution, which the CLI prints as a configuration error (exit 2), as it does for a
+bad setting.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable
+from functools import lru_cache
+from importlib.metadata import EntryPoint, entry_points
+
+from service.vendors.base import VendorDefaults, VendorSetting, VendorSpec
+
+GROUP = "hookbridge.vendors"
+OWN_DISTRIBUTION = "hookbridge"
+_NAME = re.compile(r"^[a-z][a-z0-9]{0,30}$")
+_OPERATION = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+_SETTING = re.compile(r"^[A-Z][A-Z0-9_]{0,40}$")
+# HOOKBRIDGE_SIM_* belongs to the simulator; a vendor of that name could not have settings of its own.
+RESERVED = frozenset({"sim"})
+
+
+class PluginError(ValueError):
+    """A vendor plugin that cannot be used; the message is one line naming it."""
+
+
+def vendors() -> dict[str, VendorSpec]:
+    """The installed vendors by name: hookbridge's own first, in their declared order, then the others
+    by name. Read once per ``sys.path``."""
+    return dict(_discover_cached(tuple(sys.path)))
+
+
+@lru_cache(maxsize=8)
+def _discover_cached(path: tuple[str, ...]) -> tuple[tuple[str, VendorSpec], ...]:
+    return tuple(discover(entry_points(group=GROUP)).items())
+
+
+def discover(found: Iterable[EntryPoint]) -> dict[str, VendorSpec]:
+    """Loads and checks every entry point; raises :class:`PluginError` on the first unusable one."""
+    seen: dict[str, EntryPoint] = {}
+    for ep in found:
+        if ep.name in seen:
+            raise PluginError(
+                f"vendor {ep.name!r} is registered twice under {GROUP}: by {_origin(seen[ep.name])} and by "
+                f"{_origin(ep)}; uninstall one of them"
+            )
+        seen[ep.name] = ep
+    if not seen:
+        raise PluginError(
+            f"no vendor is registered under the entry point group {GROUP}: is hookbridge installed "
+            "(pip install -e . or the wheel)?"
+        )
+    own = [ep for ep in seen.values() if _distribution(ep) == OWN_DISTRIBUTION]
+    others = sorted(
+        (ep for ep in seen.values() if _distribution(ep) != OWN_DISTRIBUTION), key=lambda e: e.name
+    )
+    return {ep.name: _load(ep) for ep in [*own, *others]}
+
+
+def _load(ep: EntryPoint) -> VendorSpec:
+    where = f"vendor plugin {ep.name!r} ({_origin(ep)})"
+    if not _NAME.match(ep.name) or ep.name in RESERVED:
+        raise PluginError(
+            f"{where}: the name must be 1-31 lower-case letters and digits, starting with a letter"
+            + (f", and not {ep.name!r}" if ep.name in RESERVED else "")
+        )
+    try:
+        spec = ep.load()
+    except Exception as exc:  # any import-time failure of someone else's code, reported in one line
+        raise PluginError(f"{where}: cannot be loaded: {type(exc).__name__}: {_one_line(exc)}") from None
+    if not isinstance(spec, VendorSpec):
+        raise PluginError(
+            f"{where}: {ep.value} is a {type(spec).__name__}, not a service.vendors.base.VendorSpec"
+        )
+    try:
+        problem = _check(ep.name, spec)
+    except (TypeError, AttributeError) as exc:
+        problem = f"the spec's fields have the wrong types ({_one_line(exc)})"
+    if problem:
+        raise PluginError(f"{where}: {problem}")
+    return spec
+
+
+def _check(name: str, spec: VendorSpec) -> str | None:
+    if spec.name != name:
+        return f"the spec is named {spec.name!r} but registered as {name!r}"
+    if not isinstance(spec.operations, tuple) or not spec.operations:
+        return "operations must be a non-empty tuple"
+    for op in spec.operations:
+        if not isinstance(op, str) or not _OPERATION.match(op):
+            return f"operation {op!r} is not a lower-case word"
+    if len(set(spec.operations)) != len(spec.operations):
+        return "operations are listed twice"
+    if not isinstance(spec.defaults, VendorDefaults):
+        return "defaults must be a VendorDefaults"
+    d = spec.defaults
+    if not d.base_url.startswith(("http://", "https://")):
+        return f"defaults.base_url {d.base_url!r} is not an http(s) URL"
+    for field in ("poll_initial_s", "poll_max_s", "poll_multiplier", "max_run_s", "pause_max_s"):
+        if not getattr(d, field) > 0:
+            return f"defaults.{field} must be greater than 0"
+    if d.poll_max_s < d.poll_initial_s:
+        return "defaults.poll_max_s must be >= poll_initial_s"
+    if not d.max_rps >= 0:
+        return "defaults.max_rps must be 0 or more"
+    if not callable(spec.auth_headers) or not callable(spec.build):
+        return "auth_headers and build must be callables"
+    names: set[str] = set()
+    for setting in spec.settings:
+        if not isinstance(setting, VendorSetting) or not _SETTING.match(setting.name):
+            return f"setting {setting!r} must be a VendorSetting with an upper-case name"
+        if setting.name in names:
+            return f"setting {setting.name} is declared twice"
+        names.add(setting.name)
+    return None
+
+
+def _distribution(ep: EntryPoint) -> str | None:
+    dist = getattr(ep, "dist", None)
+    return None if dist is None else str(dist.metadata["Name"]).lower().replace("_", "-")
+
+
+def _origin(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return ep.value
+    return f"{dist.metadata['Name']} {dist.version}: {ep.value}"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] if text else "(no message)"

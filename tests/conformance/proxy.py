@@ -1,0 +1,116 @@
+"""A fault-injecting reverse proxy of the test's own, in front of a vendor's simulator.
+
+Everything it does not fault is forwarded, over real sockets, to the simulator, which stays the vendor.
+It exists because the faults the conformance suite and the 429 storm need must be the same for every
+adapter and every simulator, including a plugin's own tiny one that has no fault knobs: a window of time
+in which every request is answered 429 (with or without ``Retry-After``), and the next N requests answered
+5xx or dropped. It also keeps its own log of every request with its arrival time, so that a test counts
+what reached "the vendor" without depending on a simulator's request log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from starlette.types import Receive, Scope, Send
+
+_HOP = {"host", "content-length", "transfer-encoding", "connection", "content-encoding", "keep-alive"}
+
+
+@dataclass
+class Entry:
+    t: float
+    method: str
+    path: str
+    status: int | None = None  # None: dropped
+    fault: str | None = None
+
+
+@dataclass
+class FaultProxy:
+    target: str
+    log: list[Entry] = field(default_factory=list)
+    storm_until: float = 0.0  # every request before this instant is answered 429
+    storm_retry_after: str | None = None  # the Retry-After of those 429s; None sends none
+    faults: list[int | str] = field(default_factory=list)  # next requests: a status, or "drop"
+    _client: httpx.AsyncClient | None = None
+
+    def storm(self, seconds: float, retry_after: str | None) -> float:
+        """Answers 429 to everything for ``seconds`` from now; returns when the storm started."""
+        start = time.time()
+        self.storm_retry_after = retry_after
+        self.storm_until = start + seconds
+        return start
+
+    def between(self, start: float, end: float) -> list[Entry]:
+        return [e for e in self.log if start <= e.t < end]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    if self._client is not None:
+                        await self._client.aclose()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        assert scope["type"] == "http"
+        entry = Entry(time.time(), scope["method"], scope["path"])
+        self.log.append(entry)
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if entry.t < self.storm_until:
+            headers = {"retry-after": self.storm_retry_after} if self.storm_retry_after is not None else {}
+            entry.fault = "429"
+            await _answer(send, 429, {"errorMessage": "rate limit exceeded (test storm)"}, headers, entry)
+            return
+        if self.faults:
+            fault = self.faults.pop(0)
+            entry.fault = str(fault)
+            if fault == "drop":
+                await _drop(receive)
+                return
+            assert isinstance(fault, int)
+            await _answer(send, fault, {"errorMessage": f"injected {fault}"}, {}, entry)
+            return
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=30)
+        query = scope.get("query_string", b"").decode()
+        url = self.target + scope["path"] + (f"?{query}" if query else "")
+        headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k.decode().lower() not in _HOP]
+        response = await self._client.request(scope["method"], url, headers=headers, content=body)
+        entry.status = response.status_code
+        out = [(k.encode(), v.encode()) for k, v in response.headers.items() if k.lower() not in _HOP]
+        out.append((b"content-length", str(len(response.content)).encode()))
+        await send({"type": "http.response.start", "status": response.status_code, "headers": out})
+        await send({"type": "http.response.body", "body": response.content})
+
+
+async def _answer(send: Send, status: int, body: Any, headers: dict[str, str], entry: Entry) -> None:
+    entry.status = status
+    raw = json.dumps(body).encode()
+    out = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    out += [(k.encode(), v.encode()) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": out})
+    await send({"type": "http.response.body", "body": raw})
+
+
+async def _drop(receive: Receive) -> None:
+    """Closes the connection without a byte of answer (through uvicorn's transport, as the simulator
+    does for its own dropped connections)."""
+    transport = getattr(getattr(receive, "__self__", None), "transport", None)
+    transport.close()
+    async with asyncio.timeout(5):
+        while (await receive())["type"] != "http.disconnect":
+            pass

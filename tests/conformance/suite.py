@@ -1,0 +1,193 @@
+"""The vendor conformance suite: what every adapter must do, run through the real API and worker against
+the vendor's own simulator.
+
+Use it by subclassing :class:`VendorConformance` in a test module (pytest collects the subclass)::
+
+    class TestAcme(VendorConformance):
+        vendor = "acme"
+
+        @pytest.fixture
+        async def vendor_root(self, servers: Servers) -> str:
+            return await servers.start(acme_simulator(), free_port())
+
+        def env(self) -> dict[str, str]:
+            return {"HOOKBRIDGE_ACME_API_KEY": "..."}
+
+The simulator decides each run's outcome from the document's filename, as hookbridge's own does: a name
+with ``fail`` ends in the vendor's failure, one with ``stuck`` never ends, any other succeeds. Faults
+(429 storms, 5xx, dropped connections) come from a proxy of the suite's own between the worker and the
+simulator (``proxy.py``), so they are the same for every vendor and need no knob in its simulator.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pytest
+
+from service.embedded_redis import free_port
+from service.stack import Servers
+from tests.conformance.proxy import FaultProxy
+from tests.conftest import Receiver, Stack, StackFactory, eventually
+
+FAST = {"POLL_INITIAL_S": "50ms", "POLL_MAX_S": "200ms", "PAUSE_MAX_S": "1s"}
+
+
+@dataclass
+class Harness:
+    proxy: FaultProxy
+    stack: Stack
+    suite: VendorConformance
+
+    async def submit(self, filename: str, **fields: Any) -> dict[str, Any]:
+        body = self.suite.run_body(filename)
+        body.update(fields)
+        response = await self.stack.api.post("/v1/runs", json=body)
+        assert response.status_code == 202, response.text
+        return dict(response.json())
+
+    def requests(self, marker: str = "") -> list[str]:
+        return [f"{e.method} {e.path}" for e in self.proxy.log if marker in e.path]
+
+
+class VendorConformance:
+    vendor: ClassVar[str]
+    base_path: ClassVar[str] = ""  # the vendor's base URL below its simulator's root
+    cancel_marker: ClassVar[str] = "cancel"  # in the path of the vendor's cancel request
+
+    # What a subclass provides ---------------------------------------------------------------------
+
+    @pytest.fixture
+    async def vendor_root(self, simulator: str) -> str:
+        """The root URL of the vendor's simulator (hookbridge's own, unless overridden)."""
+        return simulator
+
+    def env(self) -> dict[str, str]:
+        """Settings the vendor needs besides its base URL (API key, its own settings)."""
+        return {}
+
+    def run_body(self, filename: str) -> dict[str, Any]:
+        """A run request for a document with this filename."""
+        content = base64.b64encode(b"%PDF-1.4 conformance " + filename.encode()).decode()
+        return {
+            "vendor": self.vendor,
+            "operation": "extract",
+            "document": {"content_base64": content, "filename": filename, "media_type": "application/pdf"},
+        }
+
+    # The harness ----------------------------------------------------------------------------------
+
+    @pytest.fixture
+    async def harness(self, make_stack: StackFactory, servers: Servers, vendor_root: str) -> Any:
+        proxy = FaultProxy(vendor_root)
+        proxy_url = await servers.start(proxy, free_port())
+
+        async def make(*, worker: bool = True, **overrides: str) -> Harness:
+            prefix = f"HOOKBRIDGE_{self.vendor.upper()}_"
+            env = {prefix + k: v for k, v in FAST.items()}
+            env[prefix + "BASE_URL"] = proxy_url + self.base_path
+            env.update(self.env())
+            env.update(overrides)
+            return Harness(proxy, await make_stack(worker=worker, **env), self)
+
+        return make
+
+    # The suite ------------------------------------------------------------------------------------
+
+    async def test_registered_vendor_is_served_by_the_api(self, harness: Any) -> None:
+        h: Harness = await harness(worker=False)  # the API alone
+        vendor = h.stack.settings.vendor(self.vendor)
+        assert vendor.spec is not None and vendor.operations
+        doc = (await h.stack.api.get("/openapi.json")).json()
+        run_schema = doc["components"]["schemas"]["Run"]["properties"]
+        assert self.vendor in run_schema["vendor"]["enum"]
+        assert set(vendor.operations) <= set(run_schema["operation"]["enum"])
+        variants = {
+            v["properties"]["vendor"]["const"]: v["properties"]["operation"]["enum"]
+            for v in doc["components"]["schemas"]["RunRequest"]["oneOf"]
+        }
+        assert variants[self.vendor] == list(vendor.operations)
+        bad = await h.stack.api.post("/v1/runs", json={**h.suite.run_body("x.pdf"), "operation": "nope"})
+        assert bad.status_code == 422 and bad.json()["code"] == "validation_error", bad.text
+        listed = await h.stack.api.get("/v1/runs", params={"vendor": self.vendor})
+        assert listed.status_code == 200, listed.text
+
+    async def test_submit_and_poll_to_succeeded(self, harness: Any, receiver: Receiver) -> None:
+        h: Harness = await harness()
+        await h.stack.subscribe(receiver.url)
+        run = await h.submit("conformance-ok.pdf")
+        done = await h.stack.wait_status(run["id"], "succeeded", "failed", "canceled")
+        assert done["status"] == "succeeded", done
+        assert done["vendor_run_id"]
+        result = await h.stack.api.get(f"/v1/runs/{run['id']}/result")
+        assert result.status_code == 200 and result.content, result.text
+
+        async def called_back() -> bool:
+            return any(e["data"]["run"]["id"] == run["id"] for e in receiver.events("run.succeeded"))
+
+        await eventually(called_back, what="run.succeeded delivered")
+
+    async def test_poll_to_failed(self, harness: Any) -> None:
+        h: Harness = await harness()
+        run = await h.submit("conformance-fail.pdf")
+        done = await h.stack.wait_status(run["id"], "succeeded", "failed", "canceled")
+        assert done["status"] == "failed", done
+        assert done["error"]["code"] == "vendor_failed", done
+        assert done["error"]["message"], done
+
+    async def test_cancel(self, harness: Any) -> None:
+        h: Harness = await harness()
+        run = await h.submit("conformance-stuck.pdf")
+        await h.stack.wait_status(run["id"], "running")
+        response = await h.stack.api.post(f"/v1/runs/{run['id']}/cancel")
+        assert response.status_code == 200, response.text
+        done = await h.stack.wait_status(run["id"], "canceled")
+        assert done["status"] == "canceled"
+        if h.stack.settings.vendor(self.vendor).supports_cancel:
+
+            async def told() -> bool:
+                return any(
+                    e.method == "POST" and self.cancel_marker in e.path and e.status and e.status < 300
+                    for e in h.proxy.log
+                )
+
+            await eventually(told, what="the vendor was told to cancel")
+
+    async def test_429_pauses_the_vendor_and_fails_nothing(self, harness: Any) -> None:
+        h: Harness = await harness()
+        started = h.proxy.storm(1.0, retry_after="1")
+        runs = [await h.submit(f"conformance-429-{i}.pdf") for i in range(5)]
+        for run in runs:
+            done = await h.stack.wait_status(run["id"], "succeeded", "failed", "canceled")
+            assert done["status"] == "succeeded", done
+        during = h.proxy.between(started, started + 1.0)
+        assert during and all(e.status == 429 for e in during)
+        # Five runs due together, yet after the first 429 the vendor was left alone until Retry-After.
+        assert len(during) <= 5, [(round(e.t - started, 3), e.path) for e in during]
+
+    async def test_transient_faults_are_retried(self, harness: Any) -> None:
+        h: Harness = await harness()
+        h.proxy.faults = [503, "drop", 502, 500]
+        run = await h.submit("conformance-faults.pdf")
+        done = await h.stack.wait_status(run["id"], "succeeded", "failed", "canceled")
+        assert done["status"] == "succeeded", done
+        assert not h.proxy.faults  # every fault was met
+
+    async def test_transient_faults_in_a_row_fail_the_run(self, harness: Any) -> None:
+        h: Harness = await harness(HOOKBRIDGE_VENDOR_MAX_TRANSIENT_FAILURES="3")
+        h.proxy.faults = [503, "drop", 503, 503, 503, 503]
+        run = await h.submit("conformance-down.pdf")
+        done = await h.stack.wait_status(run["id"], "succeeded", "failed", "canceled")
+        assert done["status"] == "failed", done
+        assert done["error"]["code"] == "vendor_unreachable", done
+
+    async def test_timeout(self, harness: Any) -> None:
+        h: Harness = await harness(**{f"HOOKBRIDGE_{self.vendor.upper()}_MAX_RUN_S": "1s"})
+        run = await h.submit("conformance-stuck-timeout.pdf")
+        done = await h.stack.wait_status(run["id"], "succeeded", "failed", "canceled")
+        assert done["status"] == "failed", done
+        assert done["error"]["code"] == "timed_out", done
+        if h.stack.settings.vendor(self.vendor).supports_cancel:
+            assert any(self.cancel_marker in e.path for e in h.proxy.log), h.requests()

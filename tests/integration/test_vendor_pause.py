@@ -1,0 +1,125 @@
+"""One 429 pauses the whole vendor, for every worker, with the default MAX_RPS=0 (issue 11, finding 2).
+
+Twenty Nutrient runs are in flight, polled by two workers, when the vendor answers 429 to everything for
+8 s. The vendor must see the first round, then about one probe per pause, not every run each time; and no
+run may fail for it.
+
+The storm comes from a proxy of the test's own in front of the simulator (tests/conformance/proxy.py):
+the simulator's 429s are being turned into token buckets on another branch, and a storm needs an exact
+window of time in which *every* request is refused, which a rate or a bucket does not give. Everything
+outside the window is the simulator's own answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+import pytest
+
+from service.embedded_redis import free_port
+from service.simulator import SimulatorConfig
+from service.stack import Servers
+from service.worker.runtime import WorkerRuntime
+from tests.conformance.proxy import FaultProxy
+from tests.conftest import Stack, StackFactory, eventually
+
+RUNS = 20
+STORM_S = 8.0
+
+
+@pytest.fixture
+def sim_config() -> SimulatorConfig:
+    # Runs last well past the storm, so that all twenty are polled through it.
+    return SimulatorConfig(duration_s=(13.0, 14.0), seed=3)
+
+
+async def _storm(
+    make_stack: StackFactory, servers: Servers, simulator: str, retry_after: str | None, **env: str
+) -> tuple[FaultProxy, float]:
+    proxy = FaultProxy(simulator)
+    proxy_url = await servers.start(proxy, free_port())
+    stack: Stack = await make_stack(worker=False, HOOKBRIDGE_NUTRIENT_BASE_URL=proxy_url + "/nutrient", **env)
+    second = WorkerRuntime(stack.settings)
+    first = WorkerRuntime(stack.settings)
+    tasks = [asyncio.create_task(w.run(serve_health=False)) for w in (first, second)]
+    try:
+        runs = [await stack.submit("nutrient", filename=f"storm-{i}.pdf") for i in range(RUNS)]
+
+        async def all_running() -> bool:
+            statuses = [(await stack.api.get(f"/v1/runs/{r['id']}")).json()["status"] for r in runs]
+            return all(s == "running" for s in statuses)
+
+        await eventually(all_running, timeout=10, what="20 runs running at the vendor")
+        started = proxy.storm(STORM_S, retry_after)
+
+        async def all_succeeded() -> bool:
+            statuses = [(await stack.api.get(f"/v1/runs/{r['id']}")).json()["status"] for r in runs]
+            assert "failed" not in statuses, statuses  # a 429 never fails a run
+            return all(s == "succeeded" for s in statuses)
+
+        await eventually(all_succeeded, timeout=40, interval=0.2, what="20 runs succeeded after the storm")
+    finally:
+        for w in (first, second):
+            w.request_stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return proxy, started
+
+
+def _report(name: str, proxy: FaultProxy, started: float, pause_ends: list[float]) -> tuple[list[float], int]:
+    """Prints the figure: requests the vendor saw during the storm against the ideal, which is the first
+    round (what was already on its way when the first 429 came back) plus one probe per pause that ends
+    within the storm (``pause_ends``, seconds after its start)."""
+    during = proxy.between(started, started + STORM_S)
+    before = proxy.between(started - STORM_S, started)
+    times = [e.t - started for e in during]
+    first_round = [t for t in times if t < 0.2]
+    probes = times[len(first_round) :]
+    ideal = len(first_round) + len([t for t in pause_ends if t < STORM_S])
+    print(
+        f"\n{name}: {len(during)} vendor requests during the {STORM_S:g}s storm, ideal {ideal} (first round "
+        f"{len(first_round)} of {RUNS} runs in flight, then one probe at each pause end "
+        f"{pause_ends}); probes at {[round(t, 2) for t in probes]}; "
+        f"{len(before)} requests in the {STORM_S:g}s before the storm"
+    )
+    assert all(e.status == 429 for e in during)
+    assert len(first_round) <= RUNS
+    return probes, len(during)
+
+
+async def test_a_storm_of_429s_with_retry_after_holds_every_worker(
+    make_stack: StackFactory, servers: Servers, simulator: str
+) -> None:
+    proxy, started = await _storm(make_stack, servers, simulator, retry_after="1")
+    probes, total = _report("Retry-After: 1", proxy, started, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+    # Without the shared pause every run comes back after its own Retry-After: ~20 requests a second.
+    assert total <= RUNS + STORM_S + 2
+    # About one probe per second of storm, never two within one Retry-After.
+    assert STORM_S - 3 <= len(probes) <= STORM_S + 1, probes
+    gaps = [b - a for a, b in itertools.pairwise(probes)]
+    assert all(gap >= 0.95 for gap in gaps), gaps
+
+
+async def test_without_retry_after_the_pause_grows_to_its_cap(
+    make_stack: StackFactory, servers: Servers, simulator: str
+) -> None:
+    # The pause starts at the vendor's minimum interval (POLL_INITIAL_S, 250 ms here) and doubles while
+    # the probes are refused, up to PAUSE_MAX_S (2 s): probes at about .25, .75, 1.75, 3.75, 5.75, 7.75 s.
+    proxy, started = await _storm(
+        make_stack,
+        servers,
+        simulator,
+        retry_after=None,
+        HOOKBRIDGE_NUTRIENT_POLL_INITIAL_S="250ms",
+        HOOKBRIDGE_NUTRIENT_POLL_MAX_S="250ms",
+        HOOKBRIDGE_NUTRIENT_PAUSE_MAX_S="2s",
+    )
+    probes, total = _report("no Retry-After", proxy, started, [0.25, 0.75, 1.75, 3.75, 5.75, 7.75])
+    assert total <= RUNS + 6 + 2
+    assert 4 <= len(probes) <= 7, probes
+    gaps = [b - a for a, b in itertools.pairwise(probes)]
+    assert all(gap >= 0.45 for gap in gaps), gaps  # never below the second pause (500 ms)
+    assert all(later >= earlier - 0.1 for earlier, later in itertools.pairwise(gaps)), gaps
+    assert max(gaps) <= 2.0 + 0.5, gaps  # capped by PAUSE_MAX_S
+    assert time.time() > started + STORM_S

@@ -1,0 +1,127 @@
+"""The vendor pause in Redis, step by step with explicit clocks (pause.lua and claim_runs.lua): every
+claim holds while paused, then exactly one run goes out as the probe; its answer ends the pause or, if
+429 again, extends it; a probe that never answers is handed to another run after its lease."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from service import settings as settings_mod
+from service.store import Store, connect, keys
+from tests.conftest import base_env
+
+T0 = 1_800_000_000_000
+LEASE, PROBE_LEASE = 10_000, 5_000
+
+
+async def _store(redis_url: str, runs: int) -> Store:
+    settings = settings_mod.load(base_env(redis_url))
+    store = Store(connect(settings), settings)
+    for i in range(runs):
+        run_id = f"run_{i:02d}"
+        await store.redis.set(keys.run(run_id), json.dumps({"id": run_id, "vendor": "nutrient"}))
+        await store.redis.zadd(keys.due_runs("nutrient"), {run_id: T0 - 1000 + i})
+    return store
+
+
+async def _claim(store: Store, now: int, limit: int = 10) -> tuple[list[str], str | None]:
+    claimed, _ = await store.claim_runs("nutrient", now, limit, LEASE, 0.0, 1000, PROBE_LEASE)
+    probes = {c.probe for c in claimed}
+    assert len(probes) == 1 or not claimed
+    return [c.run["id"] for c in claimed], claimed[0].probe if claimed else None
+
+
+async def test_a_429_holds_every_claim_then_lets_one_probe_out(redis_url: str) -> None:
+    store = await _store(redis_url, runs=5)
+    try:
+        ids, probe = await _claim(store, T0, limit=2)
+        assert ids == ["run_00", "run_01"] and probe is None  # not paused: a normal batch
+        until, streak = await store.pause_limited("nutrient", T0, 3000, 2000, 60_000, None)
+        assert (until, streak) == (T0 + 3000, 1)
+        # The other run that was in flight also got its 429: same pause, same streak.
+        assert await store.pause_limited("nutrient", T0 + 10, 3000, 2000, 60_000, None) == (T0 + 3010, 1)
+
+        assert await _claim(store, T0 + 3000) == ([], None)  # held, although three runs are due
+        ids, probe = await _claim(store, T0 + 3011)
+        assert ids == ["run_02"] and probe  # one probe, not the backlog
+        assert await _claim(store, T0 + 3020) == ([], None)  # nothing more while it is out
+
+        # The probe is refused again: the pause grows without a header (floor 2 s, doubled).
+        until, streak = await store.pause_limited("nutrient", T0 + 3030, None, 2000, 60_000, probe)
+        assert (until, streak) == (T0 + 3030 + 4000, 2)
+        assert await _claim(store, T0 + 5000) == ([], None)
+        ids, probe = await _claim(store, T0 + 7030)
+        assert ids == ["run_03"] and probe
+
+        # It is answered: the pause is over and the backlog goes.
+        assert await store.pause_settle("nutrient", T0 + 7040, probe, answered=True)
+        assert not await store.redis.exists(keys.vendor_pause("nutrient"))
+        ids, probe = await _claim(store, T0 + 7050)
+        assert ids == ["run_04"] and probe is None
+    finally:
+        await store.close()
+
+
+async def test_a_probe_that_never_answers_is_handed_to_another_run(redis_url: str) -> None:
+    store = await _store(redis_url, runs=3)
+    try:
+        await store.pause_limited("nutrient", T0, 1000, 1000, 60_000, None)
+        ids, probe = await _claim(store, T0 + 1000)
+        assert ids == ["run_00"] and probe
+        # A stale token (another probe's) changes nothing.
+        assert not await store.pause_settle("nutrient", T0 + 1100, "run_99@1", answered=True)
+        assert await _claim(store, T0 + 1000 + PROBE_LEASE - 1) == ([], None)
+        ids, second = await _claim(store, T0 + 1000 + PROBE_LEASE + 1)  # its worker died: lease ran out
+        assert ids == ["run_01"] and second and second != probe
+        # The second probe got no answer (a dropped connection): a third may go at once.
+        assert await store.pause_settle("nutrient", T0 + 6100, second, answered=False)
+        ids, third = await _claim(store, T0 + 6101)
+        assert ids == ["run_02"] and third
+    finally:
+        await store.close()
+
+
+async def test_retry_after_is_kept_between_the_floor_and_the_cap(redis_url: str) -> None:
+    store = await _store(redis_url, runs=0)
+    try:
+        # Retry-After: 0 is never shorter than the vendor's minimum interval ...
+        assert await store.pause_limited("nutrient", T0, 0, 2000, 60_000, None) == (T0 + 2000, 1)
+        await store.redis.delete(keys.vendor_pause("nutrient"))
+        # ... and a day-long one is cut to PAUSE_MAX_S, after which a probe finds out.
+        assert await store.pause_limited("nutrient", T0, 86_400_000, 2000, 60_000, None) == (T0 + 60_000, 1)
+        ttl = await store.redis.pttl(keys.vendor_pause("nutrient"))
+        assert 0 < ttl  # a pause nobody resolves does not stay forever
+    finally:
+        await store.close()
+
+
+async def test_a_probe_step_that_sends_nothing_hands_the_probe_back(redis_url: str) -> None:
+    """A probe whose step makes no vendor request (a run that ended meanwhile, a document gone) must not
+    hold the vendor until the probe's lease runs out: the pump hands the probe back when the step ends."""
+    from service.store import ClaimedRun
+    from service.worker.pumps import RunPump
+
+    store = await _store(redis_url, runs=0)
+    try:
+        now = int(time.time() * 1000)
+        for run_id in ("run_a", "run_b"):
+            await store.redis.set(keys.run(run_id), json.dumps({"id": run_id, "vendor": "nutrient"}))
+            await store.redis.zadd(keys.due_runs("nutrient"), {run_id: now - 5000})
+        await store.pause_limited("nutrient", now - 3000, 1000, 1000, 60_000, None)  # over: a probe may go
+        probes: list[str | None] = []
+
+        async def step(claimed: ClaimedRun) -> None:
+            probes.append(claimed.probe)  # and sends nothing to the vendor
+
+        pump = RunPump(store, store.settings, step, ["nutrient"], {})
+        work, _ = await pump.claim(10)
+        assert len(work) == 1  # the probe alone
+        await work[0]
+        assert probes[0]
+        work, _ = await pump.claim(10)  # at once, not after the probe's lease
+        assert len(work) == 1
+        await work[0]
+        assert probes[1] and probes[1] != probes[0]
+    finally:
+        await store.close()
