@@ -85,6 +85,16 @@ class Settings:
     progress_min_interval_s: float = 5.0
     retention_s: float = 7 * 86400.0
     idempotency_ttl_s: float = 86400.0
+    # Per-client quotas (a hostile or runaway tenant costs itself, not the platform).
+    max_subscriptions_per_client: int = 100
+    submit_rate_per_s: float = 100.0
+    submit_burst: int = 200
+    max_options_bytes: int = 64 * 1024
+    # The API's connection guard (slowloris): see service/_uvicorn.py.
+    api_header_timeout_s: float = 10.0
+    api_body_idle_timeout_s: float = 30.0
+    api_keepalive_timeout_s: float = 5.0
+    api_max_connections: int = 0  # 0: from the process's file-descriptor limit
 
     def vendor(self, name: str) -> VendorSettings:
         return self.vendors[name]
@@ -162,6 +172,13 @@ def _non_negative(text: str) -> float:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
 def _choice(*options: str) -> Callable[[str], str]:
     def check(text: str) -> str:
         if text.lower() not in options:
@@ -210,6 +227,14 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "PROGRESS_MIN_INTERVAL_S": ("progress_min_interval_s", _non_negative),
     "RETENTION_S": ("retention_s", _DURATION_S),
     "IDEMPOTENCY_TTL_S": ("idempotency_ttl_s", _DURATION_S),
+    "MAX_SUBSCRIPTIONS_PER_CLIENT": ("max_subscriptions_per_client", _positive(int)),
+    "SUBMIT_RATE_PER_S": ("submit_rate_per_s", _positive(float)),
+    "SUBMIT_BURST": ("submit_burst", _positive(int)),
+    "MAX_OPTIONS_BYTES": ("max_options_bytes", _positive(int)),
+    "API_HEADER_TIMEOUT_S": ("api_header_timeout_s", _DURATION_S),
+    "API_BODY_IDLE_TIMEOUT_S": ("api_body_idle_timeout_s", _DURATION_S),
+    "API_KEEPALIVE_TIMEOUT_S": ("api_keepalive_timeout_s", _DURATION_S),
+    "API_MAX_CONNECTIONS": ("api_max_connections", _non_negative_int),
 }
 
 # Vendor defaults come from each vendor's own documentation (shared/vendors/NOTES.md).

@@ -48,11 +48,12 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
         "conflict",
         "subscription_disabled",
         "delivery_pending",
+        "quota_exceeded",
     ),
     410: ("result_gone",),
     413: ("document_too_large",),
     415: ("unsupported_media_type",),
-    422: ("validation_error", "unknown_vendor", "callback_url_not_allowed"),
+    422: ("validation_error", "unknown_vendor", "callback_url_not_allowed", "options_too_large"),
     429: ("rate_limited",),
     431: ("headers_too_large",),
     503: ("unavailable",),
@@ -349,13 +350,14 @@ def _run_request(*, multipart: bool) -> Schema:
             options={
                 "type": "object",
                 "description": "Passed to the vendor: Nutrient `instructions`; Cloudsquid `project`, "
-                "`table_id`; Uptiq the body fields of its `/extract` request such as `documentType`.",
+                "`table_id`; Uptiq the body fields of its `/extract` request such as `documentType`. "
+                "At most `HOOKBRIDGE_MAX_OPTIONS_BYTES` (64 KiB) as JSON, else 422 `options_too_large`.",
             },
             metadata=metadata_schema(),
             subscription_ids={
                 "type": "array",
                 "maxItems": 50,
-                "items": string(pattern="^sub_"),
+                "items": string(pattern="^sub_[0-9A-HJKMNP-TV-Z]{26}$"),
                 "description": "Narrows delivery to these subscriptions of the caller.",
             },
             zero_retention={"type": "boolean", "default": False},
@@ -709,7 +711,7 @@ def run_paths() -> dict[str, Any]:
                 "Submit a document to a vendor",
                 {
                     "202": ok("The run, accepted.", ref("Run"), headers=accepted_headers),
-                    **errors(*body_errors(), 409, 410),
+                    **errors(*body_errors(), 409, 410, 429),
                 },
                 parameters=[idempotency_key],
                 body=_submit_body(),
@@ -777,7 +779,7 @@ def subscription_paths() -> dict[str, Any]:
                         ref("SubscriptionWithSecret"),
                         headers=created_headers,
                     ),
-                    **errors(*body_errors()),
+                    **errors(*body_errors(), 409),
                 },
                 body=json_body(
                     "SubscriptionCreate",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from starlette.requests import Request
@@ -10,12 +11,12 @@ from starlette.routing import Route
 
 from service import domain, lifecycle
 from service.api.context import Context
-from service.api.validation import choice_param, idempotency_key, limit_param, run_request
-from service.domain import TERMINAL, Conflict, Gone, InvalidInput, NotFound
+from service.api.validation import choice_param, idempotency_key, is_id, limit_param, run_request
+from service.domain import TERMINAL, Conflict, Gone, InvalidInput, NotFound, RateLimited
 
 
 async def _own_run(ctx: Context, client: str, run_id: str) -> dict[str, Any]:
-    run = await ctx.store.get_run(run_id) if run_id.startswith("run_") else None
+    run = await ctx.store.get_run(run_id) if is_id("run", run_id) else None
     if run is None or run["client"] != client:
         raise NotFound(f"No run {run_id[:40]}.")
     return run
@@ -31,6 +32,16 @@ def _accepted(run: dict[str, Any], *, replayed: bool = False) -> Response:
 async def create_run(request: Request) -> Response:
     ctx = Context.of(request)
     client = ctx.keys.authenticate(request)
+    # Before the body is read: a client over its rate costs one Redis call, not a 50 MB upload.
+    wait_s = await ctx.store.rate_limit(
+        "submit", client, ctx.settings.submit_rate_per_s, ctx.settings.submit_burst
+    )
+    if wait_s > 0:
+        raise RateLimited(
+            f"More than {ctx.settings.submit_rate_per_s:g} submits per second (burst "
+            f"{ctx.settings.submit_burst}) for this client; retry after the time in Retry-After.",
+            retry_after=max(1, math.ceil(wait_s)),
+        )
     key = idempotency_key(request)
     record = None
     if key is not None:

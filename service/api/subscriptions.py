@@ -15,6 +15,7 @@ from service.api.validation import (
     check_metadata,
     choice_param,
     event_types,
+    is_id,
     json_object,
     limit_param,
     timestamp,
@@ -70,7 +71,7 @@ def public_delivery(d: dict[str, str]) -> dict[str, Any]:
 
 
 async def _own_sub(ctx: Context, client: str, sub_id: str) -> dict[str, str]:
-    sub = await ctx.store.get_subscription(sub_id) if sub_id.startswith("sub_") else None
+    sub = await ctx.store.get_subscription(sub_id) if is_id("sub", sub_id) else None
     if sub is None or sub["client"] != client:
         raise NotFound(f"No subscription {sub_id[:40]}.")
     return sub
@@ -169,7 +170,14 @@ async def create_subscription(request: Request) -> Response:
         "consecutive_failures": "0",
         **fields,
     }
-    await ctx.store.create_subscription(sub)
+    quota = ctx.settings.max_subscriptions_per_client
+    if not await ctx.store.create_subscription(sub, max_count=quota):
+        raise Conflict(
+            f"This client already has {quota} subscriptions (HOOKBRIDGE_MAX_SUBSCRIPTIONS_PER_CLIENT); "
+            "delete one first.",
+            code="quota_exceeded",
+            quota=quota,
+        )
     ctx.log.info("subscription created", subscription_id=sub["id"])
     return JSONResponse(
         {**public_subscription(sub), "secret": secret},
@@ -281,7 +289,7 @@ async def list_deliveries(request: Request) -> Response:
 
 
 async def _own_delivery(ctx: Context, client: str, delivery_id: str) -> dict[str, str]:
-    d = await ctx.store.get_delivery(delivery_id) if delivery_id.startswith("dlv_") else None
+    d = await ctx.store.get_delivery(delivery_id) if is_id("dlv", delivery_id) else None
     if d is None or d["client"] != client:
         raise NotFound(f"No delivery {delivery_id[:40]}.")
     return d

@@ -27,6 +27,7 @@ hb:active:deliveries              set     deliveries pending
 hb:idem:{client}:{sha256(key)}    string  "fingerprint run_id" for Idempotency-Key, with a TTL
 hb:budget:{vendor}                string  the vendor budget's theoretical arrival time (GCRA), ms
 hb:budget:sub:{sub}               string  the same for a subscription's delivery rate
+hb:rate:{name}:{client}           string  a client's API rate limiter (GCRA), e.g. submits, with a TTL
 hb:worker:{worker}                string  a worker's heartbeat, with a TTL
 ================================  ======  =========================================================
 """
@@ -109,6 +110,10 @@ def vendor_budget(vendor: str) -> str:
 
 def sub_budget(sub_id: str) -> str:
     return f"{PREFIX}budget:sub:{sub_id}"
+
+
+def client_rate(name: str, client: str) -> str:
+    return f"{PREFIX}rate:{name}:{client}"
 
 
 def worker(worker_id: str) -> str:

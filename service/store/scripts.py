@@ -34,3 +34,5 @@ class Scripts:
         self.delivery_result = load("delivery_result")
         self.retry_delivery = load("retry_delivery")
         self.repair = load("repair")
+        self.rate_limit = load("rate_limit")
+        self.create_subscription = load("create_subscription")
