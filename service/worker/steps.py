@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
+from redis.exceptions import RedisError
 
 from service import domain, lifecycle, logs
 from service.domain import QUEUED, TERMINAL
-from service.metrics import RUNS
 from service.settings import Settings, VendorSettings
 from service.store import ClaimedRun, Store, Transition
 from service.vendors import base
@@ -102,12 +102,17 @@ class RunStepper:
             await self.store.schedule_run(run["vendor"], run["id"], _now() + delay * 1000)
         except (VendorTransient, TimeoutError) as exc:
             await self._transient(latest[0], policy, exc)
-        except VendorExpired as exc:
-            await self._apply(
-                lifecycle.failed(
-                    latest[0], _now(), code=domain.VENDOR_EXPIRED, message=exc.message, settings=self.settings
-                )
-            )
+        except (VendorExpired, VendorRejected) as exc:
+            # The vendor said no for good (an unknown run, a refused cancel: 401/403/404): one outcome.
+            code = domain.VENDOR_EXPIRED if isinstance(exc, VendorExpired) else domain.VENDOR_REJECTED
+            await self._refused(latest[0], code, exc.message)
+        except RedisError:
+            raise  # Redis is unreachable: the lease hands the step back once it returns
+        except Exception as exc:
+            # Anything else the adapter raised (a non-JSON answer, a field of the wrong type, an URL
+            # that httpx refuses) is a transient fault: it counts toward VENDOR_MAX_TRANSIENT_FAILURES,
+            # so it ends in a bounded outcome instead of a lease that comes back for ever.
+            await self._transient(latest[0], policy, exc)
 
     # Steps --------------------------------------------------------------------------------------
 
@@ -246,9 +251,22 @@ class RunStepper:
             await adapter.cancel(run["vendor_run_id"], run.get("_state") or {})
         await self._apply(lifecycle.vendor_told(run, _now()))
 
+    async def _refused(self, run: dict[str, Any], code: str, message: str) -> None:
+        if run["status"] in TERMINAL:
+            # Telling the vendor of our cancel failed for good: the run stays as it ended, nothing is left
+            # to do for it.
+            log.warning("vendor cancel refused; not retried", error=message)
+            await self._apply(lifecycle.vendor_told(run, _now()))
+            return
+        await self._apply(lifecycle.failed(run, _now(), code=code, message=message, settings=self.settings))
+
     async def _transient(self, run: dict[str, Any], policy: VendorSettings, exc: Exception) -> None:
         count = int(run.get("_transient", 0)) + 1
         message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}" or type(exc).__name__
+        if count >= self.settings.vendor_max_transient_failures and run["status"] in TERMINAL:
+            log.warning("vendor cancel kept failing; not retried", error=message, attempt=count)
+            await self._apply(lifecycle.vendor_told(run, _now()))
+            return
         if count >= self.settings.vendor_max_transient_failures:
             await self._finish(
                 run,
@@ -272,24 +290,24 @@ class RunStepper:
 
     async def _finish(self, run: dict[str, Any], change: Transition) -> None:
         outcome, _ = await self._apply(change)
-        if outcome == "ok":
-            status = change.run["status"]
-            RUNS.labels(run["vendor"], status).inc()
-            log.info(
-                "run finished",
-                run_id=run["id"],
-                vendor=run["vendor"],
-                status=status,
-                error=(change.run.get("error") or {}).get("code"),
-            )
-            # The delivery pump learns that work is due now without waiting for its next tick.
-            self._on_delivery_due()
-        elif outcome == "conflict":
+        if outcome == "conflict":
             log.info("late result discarded", run_id=run["id"], vendor=run["vendor"])
 
     async def _apply(self, change: Transition) -> tuple[str, dict[str, Any] | None]:
+        # The store counts every run's end in hookbridge_runs_total, wherever it happens.
         outcome, current, created = await self.store.transition(change)
-        if created:
+        new = change.run
+        if outcome == "ok" and change.ttl_ms is not None:  # only a run's end sets its expiry
+            log.info(
+                "run finished",
+                run_id=new["id"],
+                vendor=new["vendor"],
+                status=new["status"],
+                error=(new.get("error") or {}).get("code"),
+            )
+            # The delivery pump learns that work is due now without waiting for its next tick.
+            self._on_delivery_due()
+        elif created:
             self._on_delivery_due()
         return outcome, current
 
@@ -314,8 +332,11 @@ class RunStepper:
     async def _cancel_quietly(adapter: VendorAdapter, vendor_run_id: str, state: dict[str, Any]) -> None:
         try:
             await adapter.cancel(vendor_run_id, state)
-        except base.VendorError as exc:
-            log.warning("vendor cancel failed", vendor=adapter.name, error=exc.message)
+        except RedisError:
+            raise
+        except Exception as exc:  # best effort: whatever the cancel raised, the run's outcome stands
+            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            log.warning("vendor cancel failed", vendor=adapter.name, error=message)
 
 
 def _progress(result: PollResult) -> dict[str, Any] | None:
