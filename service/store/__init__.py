@@ -293,11 +293,14 @@ class Store:
     async def subscription_count(self, client: str) -> int:
         return int(await self.redis.zcard(keys.client_subs(client)))
 
-    async def rate_limit(self, name: str, client: str, rate_per_s: float, burst: int) -> float:
-        """Takes one request from the client's limiter ``name`` (GCRA, shared by every API pod).
-        Returns 0 when it may go, else the seconds to wait before asking again."""
+    async def rate_limit(
+        self, name: str, client: str, rate_per_s: float, burst: int, *, take: bool = True
+    ) -> float:
+        """Takes one request from the client's limiter ``name`` (GCRA, shared by every API pod), or with
+        ``take=False`` only looks. Returns 0 when it may go, else the seconds to wait before asking again."""
         wait_ms = await self.scripts.rate_limit(
-            keys=[keys.client_rate(name, client)], args=[1000.0 / rate_per_s, burst]
+            keys=[keys.client_rate(name, client)],
+            args=[1000.0 / rate_per_s, burst, "take" if take else "peek"],
         )
         return int(wait_ms) / 1000
 
