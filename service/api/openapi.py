@@ -850,7 +850,7 @@ def subscription_paths() -> dict[str, Any]:
                 "testSubscription",
                 "subscriptions",
                 "Send a `subscription.test` event now",
-                {"202": ok("The test event, queued.", ref("TestEventAccepted")), **errors(404, 409)},
+                {"202": ok("The test event, queued.", ref("TestEventAccepted")), **errors(404, 409, 429)},
             ),
         },
         "/v1/subscriptions/{sub_id}/deliveries": {
@@ -875,7 +875,7 @@ def subscription_paths() -> dict[str, Any]:
                 "Send again every failed delivery since a time",
                 {
                     "202": ok("How many deliveries were queued.", ref("RecoverAccepted")),
-                    **errors(404, *body_errors()),
+                    **errors(404, *body_errors(), 429),
                 },
                 body=json_body("Recover", {"since": "2026-01-01T00:00:00Z"}),
             ),
@@ -895,7 +895,7 @@ def subscription_paths() -> dict[str, Any]:
                 "retryDelivery",
                 "deliveries",
                 "Send a delivery again now",
-                {"202": ok("The delivery, pending.", ref("Delivery")), **errors(404, 409)},
+                {"202": ok("The delivery, pending.", ref("Delivery")), **errors(404, 409, 429)},
             ),
         },
     }

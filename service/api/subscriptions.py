@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from starlette.requests import Request
@@ -22,7 +23,7 @@ from service.api.validation import (
 )
 from service.delivery.signing import new_secret
 from service.delivery.urlsafety import UnsafeURL
-from service.domain import Conflict, InvalidInput, NotFound, ValidationErrors
+from service.domain import Conflict, InvalidInput, NotFound, RateLimited, ValidationErrors
 
 _SUB_FIELDS = {
     "url",
@@ -68,6 +69,20 @@ def public_delivery(d: dict[str, str]) -> dict[str, Any]:
         "created_at": domain.rfc3339(int(d["created"])),
         "updated_at": domain.rfc3339(int(d.get("updated") or d["created"])),
     }
+
+
+async def _send_rate(ctx: Context, client: str) -> None:
+    """Sends on demand (test, retry, recover) are outbound requests a tenant can aim at any URL it
+    registers: they share a per-client rate, the same as submits (``SUBMIT_RATE_PER_S``, ``SUBMIT_BURST``)
+    on a limiter of their own."""
+    settings = ctx.settings
+    wait_s = await ctx.store.rate_limit("send", client, settings.submit_rate_per_s, settings.submit_burst)
+    if wait_s > 0:
+        raise RateLimited(
+            f"More than {settings.submit_rate_per_s:g} test, retry or recover requests per second for this "
+            "client; retry after the time in Retry-After.",
+            retry_after=max(1, math.ceil(wait_s)),
+        )
 
 
 async def _own_sub(ctx: Context, client: str, sub_id: str) -> dict[str, str]:
@@ -253,6 +268,7 @@ async def test_subscription(request: Request) -> Response:
     ctx = Context.of(request)
     client = ctx.keys.authenticate(request)
     sub = await _own_sub(ctx, client, request.path_params["sub_id"])
+    await _send_rate(ctx, client)
     now = domain.now_ms()
     event_id = domain.new_id("evt")
     body = {
@@ -307,6 +323,7 @@ async def retry_delivery(request: Request) -> Response:
     ctx = Context.of(request)
     client = ctx.keys.authenticate(request)
     d = await _own_delivery(ctx, client, request.path_params["delivery_id"])
+    await _send_rate(ctx, client)
     if not await ctx.store.retry_delivery(d["id"], domain.now_ms()):
         raise Conflict("The delivery is already pending.", code="delivery_pending")
     return JSONResponse(public_delivery({**d, "status": "pending"}), status_code=202)
@@ -323,6 +340,7 @@ async def recover(request: Request) -> Response:
             "Unknown fields.", errors=[{"field": f, "message": "unknown field"} for f in sorted(extra)]
         )
     since = timestamp(body.get("since"), "since")
+    await _send_rate(ctx, client)
     now = domain.now_ms()
     retried = 0
     for delivery_id in await ctx.store.failed_deliveries_since(sub["id"], since):

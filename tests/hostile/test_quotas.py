@@ -10,7 +10,7 @@ import base64
 import pytest
 import redis.asyncio as aioredis
 
-from tests.conftest import Stack, StackFactory
+from tests.conftest import StackFactory
 
 
 def _run_body(**extra: object) -> dict[str, object]:
@@ -21,7 +21,9 @@ def _run_body(**extra: object) -> dict[str, object]:
     }
 
 
-async def test_subscriptions_past_the_quota_are_409_quota_exceeded(make_stack: StackFactory, receiver) -> None:
+async def test_subscriptions_past_the_quota_are_409_quota_exceeded(
+    make_stack: StackFactory, receiver
+) -> None:
     stack = await make_stack(worker=False, HOOKBRIDGE_MAX_SUBSCRIPTIONS_PER_CLIENT="3")
     # Sent all at once, as an attacker would: the count is checked in the same atomic step as the write.
     answers = await asyncio.gather(
@@ -110,3 +112,20 @@ def test_quota_defaults_are_what_an_internal_platform_would_pick(name: str) -> N
         "SUBMIT_RATE_PER_S": defaults.submit_rate_per_s == 100 and defaults.submit_burst == 200,
         "MAX_OPTIONS_BYTES": defaults.max_options_bytes == 64 * 1024,
     }[name]
+
+
+async def test_sends_on_demand_share_a_per_client_rate(make_stack: StackFactory, receiver) -> None:
+    """A test event, a retry or a recover is an outbound request the tenant aims where it likes."""
+    stack = await make_stack(worker=False, HOOKBRIDGE_SUBMIT_RATE_PER_S="0.1", HOOKBRIDGE_SUBMIT_BURST="3")
+    sub = await stack.subscribe(receiver.url)
+    answers = [await stack.api.post(f"/v1/subscriptions/{sub['id']}/test") for _ in range(3)]
+    assert [a.status_code for a in answers] == [202] * 3
+    for path, body in (
+        (f"/v1/subscriptions/{sub['id']}/test", None),
+        (f"/v1/subscriptions/{sub['id']}/recover", {"since": "2026-01-01T00:00:00Z"}),
+    ):
+        refused = await stack.api.post(path, json=body)
+        assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
+        assert int(refused.headers["retry-after"]) >= 1
+    bob_sub = await stack.bob.post("/v1/subscriptions", json={"url": receiver.url})
+    assert (await stack.bob.post(f"/v1/subscriptions/{bob_sub.json()['id']}/test")).status_code == 202

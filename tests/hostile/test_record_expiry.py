@@ -63,7 +63,13 @@ async def test_no_record_of_an_ended_run_or_final_delivery_is_left_without_expir
 
         await eventually(settled, what="nothing left to do")
         forever = []
-        for pattern in (keys.run("*"), keys.result("*"), keys.event("*"), keys.delivery("*"), keys.document("*")):
+        for pattern in (
+            keys.run("*"),
+            keys.result("*"),
+            keys.event("*"),
+            keys.delivery("*"),
+            keys.document("*"),
+        ):
             async for key in client.scan_iter(match=pattern):
                 if await client.pttl(key) == -1:
                     forever.append(key)

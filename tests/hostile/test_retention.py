@@ -32,7 +32,9 @@ async def test_a_subscription_outlives_retention_and_still_gets_run_events(
         assert await stack.worker._purge({}) >= 1
         listed = (await stack.api.get("/v1/subscriptions")).json()["data"]
         assert [s["id"] for s in listed] == [sub["id"]]
-        assert (await stack.api.get(f"/v1/subscriptions/{sub['id']}/secret")).json()["secret"] == sub["secret"]
+        assert (await stack.api.get(f"/v1/subscriptions/{sub['id']}/secret")).json()["secret"] == sub[
+            "secret"
+        ]
         # And fan-out still reaches it.
         second = await stack.submit("cloudsquid")
         await eventually(

@@ -125,7 +125,7 @@ async def test_a_body_that_stops_is_closed_and_counted_as_a_client_hangup(launch
     reader, writer = await asyncio.open_connection("127.0.0.1", api.port)
     writer.write(
         f"POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\n"
-        "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"vendor\": ".encode()
+        'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"vendor": '.encode()
     )
     await writer.drain()
     assert await _closed_within(reader, 3.0)
@@ -135,8 +135,11 @@ async def test_a_body_that_stops_is_closed_and_counted_as_a_client_hangup(launch
 
 async def test_a_client_that_hangs_up_mid_body_is_not_an_error(launch) -> None:  # type: ignore[no-untyped-def]
     api = await launch()
-    for path, content_type in (("/v1/runs", "application/json"), ("/v1/runs", "multipart/form-data; boundary=b"),
-                               ("/v1/subscriptions", "application/json")):
+    for path, content_type in (
+        ("/v1/runs", "application/json"),
+        ("/v1/runs", "multipart/form-data; boundary=b"),
+        ("/v1/subscriptions", "application/json"),
+    ):
         sock = socket.create_connection(("127.0.0.1", api.port))
         sock.sendall(
             f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\n"
