@@ -71,6 +71,8 @@ class Figure:
         """How far from the goal, for a missed target: "" otherwise."""
         if self.met is not False or self.value is None or self.goal is None:
             return ""
+        if self.goal == 0:
+            return f"{number(self.value)} over"
         if self.higher_is_better:
             return f"{(1 - self.value / self.goal) * 100:.0f} % short"
         return f"{(self.value / self.goal - 1) * 100:.0f} % over"

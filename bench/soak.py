@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import random
 import re
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -307,6 +309,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     result = run_main(run(args.quick, args.minutes, args.rate))
+    saved = Path(tempfile.mkstemp(prefix="hookbridge-soak-", suffix=".json")[1])
+    saved.write_text(json.dumps(result.to_json(), default=str))
+    print(f"raw result in {saved}", file=sys.stderr)
     fig = plot(result)
     if fig is not None:
         args.plot.parent.mkdir(parents=True, exist_ok=True)

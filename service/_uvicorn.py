@@ -35,6 +35,7 @@ _SHED = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\n"
     b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_SHED_BODY), _SHED_BODY)
 )
+_SHED_LINGER_S = 1.0
 # Descriptors kept free for what is not a client connection: the Redis pool (200), logs, the listener.
 _FD_RESERVE = 256
 
@@ -73,15 +74,21 @@ class _Guard:
     transport: asyncio.Transport
     connections: set[Any]
     _guard_timer: asyncio.TimerHandle | None = None
+    _shed = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)  # type: ignore[misc]
         if len(self.connections) > self._limits.max_connections:
             victim = next(iter(self._waiting), None)
             if victim is None:
-                # Every connection is busy with a request: shed this one while descriptors remain.
+                # Every connection is busy with a request: shed this one while descriptors remain. A
+                # half-close, then a close a moment later, so that the client reads the 503 instead of a
+                # reset for the request bytes it already sent (which are ignored).
+                self._shed = True
                 transport.write(_SHED)
-                transport.close()
+                if transport.can_write_eof():
+                    transport.write_eof()
+                asyncio.get_running_loop().call_later(_SHED_LINGER_S, transport.close)
                 return
             self._waiting.pop(victim, None)
             victim.transport.close()
@@ -89,6 +96,8 @@ class _Guard:
         self._arm(self._limits.header_timeout_s)
 
     def data_received(self, data: bytes) -> None:
+        if self._shed:
+            return
         super().data_received(data)  # type: ignore[misc]
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:

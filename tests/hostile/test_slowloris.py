@@ -181,3 +181,31 @@ async def _no_500_and_a_499(api: ApiProcess, at_least: int = 1) -> None:
     await eventually(counted, timeout=5, what="the hang-ups counted as 499")
     errors = [line for line in api.log_lines() if line.get("level") in ("error", "critical", "raw")]
     assert errors == [], errors
+
+
+async def test_when_every_connection_is_busy_a_new_one_is_shed_with_503(launch) -> None:  # type: ignore[no-untyped-def]
+    api = await launch(HOOKBRIDGE_API_MAX_CONNECTIONS="5", HOOKBRIDGE_API_BODY_IDLE_TIMEOUT_S="60")
+    busy = []
+    for _ in range(5):  # requests whose bodies are still coming: busy, not waiting for headers
+        reader, writer = await asyncio.open_connection("127.0.0.1", api.port)
+        writer.write(
+            f"POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode()
+        )
+        await writer.drain()
+        busy.append((reader, writer))
+    await asyncio.sleep(0.3)
+    reader, writer = await asyncio.open_connection("127.0.0.1", api.port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = await asyncio.wait_for(reader.read(), 5)  # read to EOF: answered, then closed
+    assert answer.startswith(b"HTTP/1.1 503"), answer[:100]
+    assert b"retry-after: 1" in answer.lower() and b'"code":"unavailable"' in answer
+    writer.close()
+    for _, w in busy:  # the busy ones were not harmed; once they go, the API answers again
+        w.close()
+    async with httpx.AsyncClient() as client:
+
+        async def healthy() -> bool:
+            return (await client.get(api.url + "/healthz")).status_code == 200
+
+        await eventually(healthy, timeout=5, what="/healthz once the busy connections closed")
