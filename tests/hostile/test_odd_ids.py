@@ -64,6 +64,8 @@ async def test_ids_with_key_suffixes_are_404_whether_or_not_they_exist(api_only:
 
 async def test_subscription_ids_in_a_run_request_are_checked_before_redis(api_only: Stack, receiver) -> None:
     sub = await api_only.subscribe(receiver.url)
+    # The test event gives the subscription a delivery log: "sub_X:deliveries" now names a real key.
+    assert (await api_only.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
     for odd in (f"{sub['id']}:deliveries", f"{sub['id']}:inflight", "sub_x", "sub_" + "0" * 26 + "*"):
         response = await api_only.api.post(
             "/v1/runs",
