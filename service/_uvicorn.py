@@ -8,6 +8,7 @@ below, a thin layer over uvicorn's own protocol classes, adds:
 - a deadline for a request's headers (``API_HEADER_TIMEOUT_S``, from the connection or from the end of
   the previous response; not pushed back by a trickle of bytes);
 - an idle timeout while a body is read (``API_BODY_IDLE_TIMEOUT_S``, reset by each chunk);
+- at most 64 KiB of header bytes before the headers end (h11 bounds them, httptools does not);
 - a cap on open connections (``API_MAX_CONNECTIONS``; by default from the file-descriptor limit). At the
   cap a new connection evicts the connection that has waited longest for its next request's headers
   (an idle keep-alive or a slow client), so that a prober's new connection is served; when every
@@ -36,6 +37,8 @@ _SHED = (
     b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_SHED_BODY), _SHED_BODY)
 )
 _SHED_LINGER_S = 1.0
+# Header bytes read without the headers ending; the app refuses more than 16 KiB with 431 once they do.
+MAX_HEADER_READ_BYTES = 64 * 1024
 # Descriptors kept free for what is not a client connection: the Redis pool (200), logs, the listener.
 _FD_RESERVE = 256
 
@@ -75,6 +78,7 @@ class _Guard:
     connections: set[Any]
     _guard_timer: asyncio.TimerHandle | None = None
     _shed = False
+    _header_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)  # type: ignore[misc]
@@ -101,14 +105,22 @@ class _Guard:
         super().data_received(data)  # type: ignore[misc]
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
+            self._header_bytes = 0
             self._waiting.pop(self, None)
             if cycle.more_body:
                 self._arm(self._limits.body_idle_timeout_s)  # reset by every chunk of the body
             else:
                 self._disarm()  # read in full: the app has it
-        elif self._guard_timer is None:
-            # The first bytes of a next request on a kept-alive connection: its headers now have a deadline.
-            self._arm(self._limits.header_timeout_s)
+        else:
+            # Still no complete headers. httptools keeps whatever header bytes come: bound them too.
+            self._header_bytes += len(data)
+            if self._header_bytes > MAX_HEADER_READ_BYTES:
+                self._waiting.pop(self, None)
+                self.transport.close()
+            elif self._guard_timer is None:
+                # The first bytes of a next request on a kept-alive connection: its headers now have a
+                # deadline.
+                self._arm(self._limits.header_timeout_s)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]

@@ -209,3 +209,20 @@ async def test_when_every_connection_is_busy_a_new_one_is_shed_with_503(launch) 
             return (await client.get(api.url + "/healthz")).status_code == 200
 
         await eventually(healthy, timeout=5, what="/healthz once the busy connections closed")
+
+
+async def test_endless_header_bytes_are_cut_off_long_before_the_deadline(launch) -> None:  # type: ignore[no-untyped-def]
+    api = await launch(HOOKBRIDGE_API_HEADER_TIMEOUT_S="60")
+    reader, writer = await asyncio.open_connection("127.0.0.1", api.port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    sent = 0
+    with pytest.raises(ConnectionError):  # the server closes; a write then fails (reset or broken pipe)
+        for i in range(10_000):  # up to ~10 MB of header lines, fast
+            writer.write(f"X-Big-{i}: {'y' * 1000}\r\n".encode())
+            await writer.drain()
+            sent += 1000
+            if reader.at_eof():
+                raise ConnectionResetError("closed by the server")
+            await asyncio.sleep(0)
+    assert sent < 2_000_000  # cut off after ~64 KiB (allowing for socket buffers), not 10 MB later
+    writer.close()
