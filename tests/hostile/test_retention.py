@@ -9,9 +9,12 @@ waiting for its minute, once the records' own TTLs have run out in Redis.
 
 from __future__ import annotations
 
+import fnmatch
+import time
+
 import redis.asyncio as aioredis
 
-from service.store import keys
+from service.store import Store, connect, keys
 from tests.conftest import Receiver, StackFactory, eventually
 
 SHORT = {"HOOKBRIDGE_RETENTION_S": "1", "HOOKBRIDGE_IDEMPOTENCY_TTL_S": "1"}
@@ -68,8 +71,6 @@ async def test_pending_deliveries_stay_listed_past_retention(make_stack: StackFa
 
 
 async def test_a_run_in_flight_stays_listed_past_retention(make_stack: StackFactory) -> None:
-    from service.store import Store, connect
-
     stack = await make_stack(worker=False, **SHORT)  # no worker: the run stays queued
     run = await stack.submit("nutrient")
     store = Store(connect(stack.settings), stack.settings)
@@ -82,8 +83,6 @@ async def test_a_run_in_flight_stays_listed_past_retention(make_stack: StackFact
 
 
 def _now_ms() -> int:
-    import time
-
     return int(time.time() * 1000)
 
 
@@ -131,9 +130,7 @@ async def test_after_retention_only_subscriptions_and_live_keys_remain(
         await client.aclose()
 
 
-async def test_purge_patterns_come_from_the_key_builders() -> None:
-    import fnmatch
-
+def test_purge_patterns_come_from_the_key_builders() -> None:
     runs_pattern, deliveries_pattern = keys.client_runs("*"), keys.sub_deliveries("*")
     for lasting in (keys.client_subs("c"), keys.client_subs("a:runs"), keys.subscription("sub_1")):
         assert not fnmatch.fnmatchcase(lasting, runs_pattern)
@@ -145,8 +142,6 @@ async def _gone(client: aioredis.Redis, key: str) -> bool:
 
 
 async def _older_than(client: aioredis.Redis, index: str, ms: int) -> bool:
-    import time
-
     rows = await client.zrange(index, 0, 0, withscores=True)
     return bool(rows) and time.time() * 1000 - rows[0][1] > ms
 
@@ -156,12 +151,8 @@ async def _has_attempt(stack, sub_id: str) -> bool:  # type: ignore[no-untyped-d
     return bool(data) and data[0]["attempts"] >= 1
 
 
-def _called_back_sync(receiver: Receiver, run_id: str) -> bool:
+async def _called_back(receiver: Receiver, run_id: str) -> bool:
     return any(
         e["type"] in ("run.succeeded", "run.failed") and e["data"]["run"]["id"] == run_id
         for e in receiver.events()
     )
-
-
-async def _called_back(receiver: Receiver, run_id: str) -> bool:
-    return _called_back_sync(receiver, run_id)
