@@ -357,7 +357,7 @@ def _run_request(*, multipart: bool) -> Schema:
             subscription_ids={
                 "type": "array",
                 "maxItems": 50,
-                "items": string(pattern="^sub_[0-9A-HJKMNP-TV-Z]{26}$"),
+                "items": string(pattern="^sub_"),
                 "description": "Narrows delivery to these subscriptions of the caller.",
             },
             zero_retention={"type": "boolean", "default": False},
