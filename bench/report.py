@@ -24,6 +24,8 @@ TITLES = {
     "scale": "10,000 runs in flight on one worker",
     "efficiency": "Requests per run and callback delay, hookbridge against a naive client",
     "api": "The API alone",
+    "slowloris": "Slow clients against the API",
+    "soak": "Soak: months in minutes",
 }
 BLUE, ORANGE, GREY, GREEN = "#1f77b4", "#ff7f0e", "#7f7f7f", "#2ca02c"
 
@@ -124,6 +126,8 @@ def _page(
             lines.append(img("delay", "vendor finished to callback"))
         elif result.name == "api":
             lines.append(img("api", "API requests per second and latency"))
+        elif result.name == "soak":
+            lines.append(img("soak", "RSS, file descriptors and Redis keys over the soak"))
     if ANALYSIS.exists():
         lines += [ANALYSIS.read_text().rstrip(), ""]
     return "\n".join(line for line in lines) + "\n"
@@ -155,6 +159,7 @@ def _plots(results: Mapping[str, BenchResult], perf: Path) -> dict[str, Path]:
         ("requests", _requests),
         ("delay", _delay),
         ("api", _api),
+        ("soak", _soak),
     ):
         fig = fn(results)
         if fig is None:
@@ -164,6 +169,13 @@ def _plots(results: Mapping[str, BenchResult], perf: Path) -> dict[str, Path]:
         plt.close(fig)
         out[key] = path
     return out
+
+
+def _soak(results: Mapping[str, BenchResult]) -> Any:
+    from bench import soak
+
+    s = results.get("soak")
+    return soak.plot(s) if s is not None else None
 
 
 def _throughput(results: Mapping[str, BenchResult]) -> Any:

@@ -1,12 +1,12 @@
 """Every benchmark, one after the other, then ``docs/performance.md`` and its plots (``docs/perf/*.png``).
 
-    python -m bench.run                      # everything (about 10 minutes on a 2-core machine)
+    python -m bench.run                      # everything (about 18 minutes on a 2-core machine)
     python -m bench.run --quick --out /tmp/x # a smoke run of everything, written elsewhere
     python -m bench.run --only api,scale     # some of them
     python -m bench.run --render results.json  # rewrite the page from saved results, without running
 
 Each benchmark is also a module of its own: ``python -m bench.throughput`` (``scale``, ``efficiency``,
-``api``), each with ``--quick`` and ``--help``.
+``api``, ``slowloris``, ``soak``), each with ``--quick`` and ``--help``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench import api, efficiency, report, scale, throughput
+from bench import api, efficiency, report, scale, slowloris, soak, throughput
 from bench._common import BenchResult, machine, print_result, run_main
 
 BENCHMARKS: dict[str, Callable[..., Awaitable[BenchResult]]] = {
@@ -27,6 +27,8 @@ BENCHMARKS: dict[str, Callable[..., Awaitable[BenchResult]]] = {
     "throughput": throughput.run,
     "efficiency": efficiency.run,
     "scale": scale.run,
+    "slowloris": slowloris.run,
+    "soak": soak.run,
 }
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -48,6 +48,7 @@ def _require_redis(settings: settings_mod.Settings, command: str) -> None:
 def cmd_api(args: argparse.Namespace) -> None:
     import uvicorn
 
+    from service._uvicorn import api_config
     from service.api.app import create_app
 
     settings = _settings()
@@ -55,15 +56,15 @@ def cmd_api(args: argparse.Namespace) -> None:
     logs.configure(settings.log_format, settings.log_level)
     if not settings.api_keys:
         logs.get().warning("HOOKBRIDGE_API_KEYS is empty: every request will be refused")
-    uvicorn.run(
+    config = api_config(
         create_app(settings),
+        settings,
         host=args.host,
         port=args.port,
-        log_config=None,
-        access_log=False,
         proxy_headers=True,
         timeout_graceful_shutdown=int(settings.shutdown_grace_s),
     )
+    uvicorn.Server(config).run()
 
 
 def _run(main: Coroutine[Any, Any, T]) -> T:

@@ -7,6 +7,7 @@ Exceptions::
     ├── Conflict                 409 run_not_cancelable / idempotency_key_reused
     ├── Gone                     410 result_gone
     ├── InvalidInput             400/413/415/422 (invalid_json, validation_error, ...)
+    ├── RateLimited              429 rate_limited (a per-client quota), with Retry-After
     └── Unauthorized             401 unauthorized
 
 A Redis that cannot be reached is not a domain error: the API maps redis-py's errors to 503.
@@ -114,6 +115,10 @@ class InvalidInput(HookbridgeError):
         super().__init__(detail, code=code, **extra)
         if status is not None:
             self.status = status
+
+
+class RateLimited(HookbridgeError):
+    status, code, title = 429, "rate_limited", "Too many requests"
 
 
 class Unauthorized(HookbridgeError):

@@ -270,7 +270,7 @@ def canceled(run: Run, now_ms: int, *, settings: Settings, vendor_can_cancel: bo
 
 
 def vendor_told(
-    run: Run, now_ms: int, *, settings: Settings, deleted: bool | None = None, error: str | None = None
+    run: Run, now_ms: int, *, deleted: bool | None = None, error: str | None = None
 ) -> Transition:
     """The vendor was told (cancel, delete), or we gave up telling it: nothing is left to do for this run.
 
@@ -285,17 +285,13 @@ def vendor_told(
         new["vendor_deleted"] = bool(deleted)
         if not deleted:
             new["vendor_delete_error"] = error
-    return Transition(new, run["_v"], remove_due=True, ttl_ms=_remaining_ttl(run, now_ms, settings))
+    # No ttl_ms: the run keeps the expiry its end set (the store rewrites records with KEEPTTL).
+    return Transition(new, run["_v"], remove_due=True)
 
 
-def vendor_retry(run: Run, now_ms: int, *, settings: Settings, due_ms: float, attempts: int) -> Transition:
+def vendor_retry(run: Run, now_ms: int, *, due_ms: float, attempts: int) -> Transition:
     """Telling the vendor failed for now: again at ``due_ms``, after ``attempts`` (the worker bounds them)."""
     new = dict(run)
     new["_v"] = run["_v"] + 1
     new["_vendor_attempts"] = attempts
-    return Transition(new, run["_v"], due_ms=due_ms, ttl_ms=_remaining_ttl(run, now_ms, settings))
-
-
-def _remaining_ttl(run: Run, now_ms: int, settings: Settings) -> int:
-    completed = run.get("completed_at") or now_ms
-    return max(1000, int(completed + settings.retention_s * 1000 - now_ms))
+    return Transition(new, run["_v"], due_ms=due_ms)

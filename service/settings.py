@@ -132,6 +132,16 @@ class Settings:
     # Subscription secrets at rest: (key id, AES key); the first encrypts, every one decrypts.
     secret_keys: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
     client_max_in_flight: int = 100
+    # Per-client quotas (a hostile or runaway tenant costs itself, not the platform).
+    max_subscriptions_per_client: int = 100
+    submit_rate_per_s: float = 100.0
+    submit_burst: int = 200
+    max_options_bytes: int = 64 * 1024
+    # The API's connection guard (slowloris): see service/_uvicorn.py.
+    api_header_timeout_s: float = 10.0
+    api_body_idle_timeout_s: float = 30.0
+    api_keepalive_timeout_s: float = 5.0
+    api_max_connections: int = 0  # 0: from the process's file-descriptor limit
 
     def vendor(self, name: str) -> VendorSettings:
         return self.vendors[name]
@@ -241,6 +251,13 @@ def _positive(parse: Callable[[str], T]) -> Callable[[str], T]:
 
 def _non_negative(text: str) -> float:
     value = float(text)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
     if value < 0:
         raise ValueError("must be 0 or more")
     return value
@@ -380,6 +397,14 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "IDEMPOTENCY_TTL_S": ("idempotency_ttl_s", _DURATION_S),
     "SECRET_KEYS": ("secret_keys", parse_secret_keys),
     "CLIENT_MAX_IN_FLIGHT": ("client_max_in_flight", _positive(int)),
+    "MAX_SUBSCRIPTIONS_PER_CLIENT": ("max_subscriptions_per_client", _positive(int)),
+    "SUBMIT_RATE_PER_S": ("submit_rate_per_s", _positive(float)),
+    "SUBMIT_BURST": ("submit_burst", _positive(int)),
+    "MAX_OPTIONS_BYTES": ("max_options_bytes", _positive(int)),
+    "API_HEADER_TIMEOUT_S": ("api_header_timeout_s", _DURATION_S),
+    "API_BODY_IDLE_TIMEOUT_S": ("api_body_idle_timeout_s", _DURATION_S),
+    "API_KEEPALIVE_TIMEOUT_S": ("api_keepalive_timeout_s", _DURATION_S),
+    "API_MAX_CONNECTIONS": ("api_max_connections", _non_negative_int),
 }
 
 # The settings every vendor has (HOOKBRIDGE_{VENDOR}_{suffix}); their defaults come from the vendor's

@@ -80,6 +80,11 @@ def base_env(redis_url: str, simulator_url: str = "http://127.0.0.1:9", **overri
         "HOOKBRIDGE_PROGRESS_MIN_INTERVAL_S": "0",
         "HOOKBRIDGE_CLOUDSQUID_PROJECT": "test-project",
         "HOOKBRIDGE_CLOUDSQUID_TABLE_ID": "3fa85f64-5717-4562-b3fc-2c963f66afa6",
+        # Quotas out of the way of tests that submit or subscribe in bulk; tests/hostile/test_quotas.py
+        # sets its own.
+        "HOOKBRIDGE_SUBMIT_RATE_PER_S": "100000",
+        "HOOKBRIDGE_SUBMIT_BURST": "100000",
+        "HOOKBRIDGE_MAX_SUBSCRIPTIONS_PER_CLIENT": "100000",
     }
     for vendor, path in (("NUTRIENT", "/nutrient"), ("CLOUDSQUID", "/cloudsquid/api"), ("UPTIQ", "/uptiq")):
         env[f"HOOKBRIDGE_{vendor}_BASE_URL"] = simulator_url + path

@@ -8,11 +8,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import structlog
+from redis import exceptions as redis_errors
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,6 +31,7 @@ from service.store import Store, connect
 
 log = logs.get("hookbridge.api")
 MAX_HEADER_BYTES = 16 * 1024
+CLIENT_CLOSED = 499  # nginx's code for "the client closed the request"; counted, never sent
 
 
 async def healthz(request: Request) -> Response:
@@ -57,6 +59,30 @@ async def openapi(request: Request) -> Response:
 async def _domain_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, domain.HookbridgeError)
     return from_error(request, exc)
+
+
+# Only a Redis that cannot answer is a 503; any other Redis error (WRONGTYPE, a script error) is a fault of
+# ours and must never be reachable from input: ids are checked before they become keys.
+_REDIS_DOWN = (
+    redis_errors.ConnectionError,  # BusyLoadingError too
+    redis_errors.TimeoutError,
+    redis_errors.ReadOnlyError,  # a replica after a failover, until the client reconnects
+    redis_errors.MasterDownError,
+    redis_errors.TryAgainError,
+    OSError,
+)
+
+
+async def _redis_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, _REDIS_DOWN):
+        return await _redis_down(request, exc)
+    return await _unexpected(request, exc)
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # The client hung up before its request was read: nothing to answer, nothing went wrong here.
+    log.info("client disconnected", path=request.url.path)
+    return Response(status_code=CLIENT_CLOSED)
 
 
 async def _redis_down(request: Request, exc: Exception) -> Response:
@@ -180,7 +206,8 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
         middleware=[Middleware(RequestContext)],
         exception_handlers={
             domain.HookbridgeError: _domain_error,
-            RedisError: _redis_down,
+            ClientDisconnect: _client_gone,
+            RedisError: _redis_error,
             ConnectionError: _redis_down,
             HTTPException: _http_error,
             Exception: _unexpected,

@@ -60,11 +60,12 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
         "conflict",
         "subscription_disabled",
         "delivery_pending",
+        "quota_exceeded",
     ),
     410: ("result_gone",),
     413: ("document_too_large",),
     415: ("unsupported_media_type",),
-    422: ("validation_error", "unknown_vendor", "callback_url_not_allowed"),
+    422: ("validation_error", "unknown_vendor", "callback_url_not_allowed", "options_too_large"),
     429: ("rate_limited",),
     431: ("headers_too_large",),
     503: ("unavailable",),
@@ -389,7 +390,8 @@ def _run_request(vendors: Vendors, *, multipart: bool) -> Schema:
             options={
                 "type": "object",
                 "description": "Passed to the vendor: Nutrient `instructions`; Cloudsquid `project`, "
-                "`table_id`; Uptiq the body fields of its `/extract` request such as `documentType`.",
+                "`table_id`; Uptiq the body fields of its `/extract` request such as `documentType`. "
+                "At most `HOOKBRIDGE_MAX_OPTIONS_BYTES` (64 KiB) as JSON, else 422 `options_too_large`.",
             },
             metadata=metadata_schema(),
             subscription_ids={
@@ -750,7 +752,7 @@ def run_paths(vendors: Vendors) -> dict[str, Any]:
                 "Submit a document to a vendor",
                 {
                     "202": ok("The run, accepted.", ref("Run"), headers=accepted_headers),
-                    **errors(*body_errors(), 409, 410),
+                    **errors(*body_errors(), 409, 410, 429),
                 },
                 parameters=[idempotency_key],
                 body=_submit_body(),
@@ -830,7 +832,7 @@ def subscription_paths() -> dict[str, Any]:
                         ref("SubscriptionWithSecret"),
                         headers=created_headers,
                     ),
-                    **errors(*body_errors()),
+                    **errors(*body_errors(), 409),
                 },
                 body=json_body(
                     "SubscriptionCreate",
@@ -901,7 +903,7 @@ def subscription_paths() -> dict[str, Any]:
                 "testSubscription",
                 "subscriptions",
                 "Send a `subscription.test` event now",
-                {"202": ok("The test event, queued.", ref("TestEventAccepted")), **errors(404, 409)},
+                {"202": ok("The test event, queued.", ref("TestEventAccepted")), **errors(404, 409, 429)},
             ),
         },
         "/v1/subscriptions/{sub_id}/deliveries": {
@@ -926,7 +928,7 @@ def subscription_paths() -> dict[str, Any]:
                 "Send again every failed delivery since a time",
                 {
                     "202": ok("How many deliveries were queued.", ref("RecoverAccepted")),
-                    **errors(404, *body_errors()),
+                    **errors(404, *body_errors(), 429),
                 },
                 body=json_body("Recover", {"since": "2026-01-01T00:00:00Z"}),
             ),
@@ -946,7 +948,7 @@ def subscription_paths() -> dict[str, Any]:
                 "retryDelivery",
                 "deliveries",
                 "Send a delivery again now",
-                {"202": ok("The delivery, pending.", ref("Delivery")), **errors(404, 409)},
+                {"202": ok("The delivery, pending.", ref("Delivery")), **errors(404, 409, 429)},
             ),
         },
     }

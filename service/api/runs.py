@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from starlette.requests import Request
@@ -10,13 +11,13 @@ from starlette.routing import Route
 
 from service import domain, lifecycle
 from service.api.context import Context
-from service.api.validation import choice_param, idempotency_key, limit_param, run_request
-from service.domain import TERMINAL, Conflict, Gone, InvalidInput, NotFound
+from service.api.validation import choice_param, idempotency_key, is_id, limit_param, run_request
+from service.domain import TERMINAL, Conflict, Gone, InvalidInput, NotFound, RateLimited
 from service.settings import Settings
 
 
 async def _own_run(ctx: Context, client: str, run_id: str) -> dict[str, Any]:
-    run = await ctx.store.get_run(run_id) if run_id.startswith("run_") else None
+    run = await ctx.store.get_run(run_id) if is_id("run", run_id) else None
     if run is None or run["client"] != client:
         raise NotFound(f"No run {run_id[:40]}.")
     return run
@@ -37,6 +38,9 @@ def _accepted(run: dict[str, Any], *, replayed: bool = False) -> Response:
 async def create_run(request: Request) -> Response:
     ctx = Context.of(request)
     client = ctx.keys.authenticate(request)
+    # A client over its rate costs one Redis call, not a 50 MB upload; a submit is counted only once it
+    # has passed validation and is not a replay (bad input and replays change nothing).
+    await _submit_rate(ctx, client, take=False)
     key = idempotency_key(request)
     record = None
     if key is not None:
@@ -60,6 +64,7 @@ async def create_run(request: Request) -> Response:
     fingerprint = req.fingerprint()
     if key is not None and record is not None:
         return await _replay(ctx, client, record, fingerprint)
+    await _submit_rate(ctx, client, take=True)  # a replay is not a new submit
     now = domain.now_ms()
     run = lifecycle.new_run(
         run_id=domain.new_id("run"),
@@ -78,6 +83,19 @@ async def create_run(request: Request) -> Response:
         return await _replay(ctx, client, existing, fingerprint)
     ctx.log.info("run accepted", run_id=run["id"], vendor=run["vendor"])
     return _accepted(run)
+
+
+async def _submit_rate(ctx: Context, client: str, *, take: bool) -> None:
+    settings = ctx.settings
+    wait_s = await ctx.store.rate_limit(
+        "submit", client, settings.submit_rate_per_s, settings.submit_burst, take=take
+    )
+    if wait_s > 0:
+        raise RateLimited(
+            f"More than {settings.submit_rate_per_s:g} submits per second (burst {settings.submit_burst}) "
+            "for this client (HOOKBRIDGE_SUBMIT_RATE_PER_S); retry after the time in Retry-After.",
+            retry_after=max(1, math.ceil(wait_s)),
+        )
 
 
 async def _replay(ctx: Context, client: str, record: str, fingerprint: str) -> Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from typing import Any
 
 from starlette.requests import Request
@@ -16,13 +17,14 @@ from service.api.validation import (
     check_metadata,
     choice_param,
     event_types,
+    is_id,
     json_object,
     limit_param,
     timestamp,
 )
 from service.delivery.signing import new_secret
 from service.delivery.urlsafety import UnsafeURL
-from service.domain import Conflict, HookbridgeError, InvalidInput, NotFound, ValidationErrors
+from service.domain import Conflict, HookbridgeError, InvalidInput, NotFound, RateLimited, ValidationErrors
 from service.store import SecretUnavailable
 
 _SUB_FIELDS = {
@@ -87,8 +89,22 @@ def _secrets(ctx: Context, sub: dict[str, str]) -> list[list[Any]]:
         ) from None
 
 
+async def _send_rate(ctx: Context, client: str) -> None:
+    """Sends on demand (test, retry, recover) are outbound requests a tenant can aim at any URL it
+    registers: they share a per-client rate, the same as submits (``SUBMIT_RATE_PER_S``, ``SUBMIT_BURST``)
+    on a limiter of their own."""
+    settings = ctx.settings
+    wait_s = await ctx.store.rate_limit("send", client, settings.submit_rate_per_s, settings.submit_burst)
+    if wait_s > 0:
+        raise RateLimited(
+            f"More than {settings.submit_rate_per_s:g} test, retry or recover requests per second for this "
+            "client; retry after the time in Retry-After.",
+            retry_after=max(1, math.ceil(wait_s)),
+        )
+
+
 async def _own_sub(ctx: Context, client: str, sub_id: str) -> dict[str, str]:
-    sub = await ctx.store.get_subscription(sub_id) if sub_id.startswith("sub_") else None
+    sub = await ctx.store.get_subscription(sub_id) if is_id("sub", sub_id) else None
     if sub is None or sub["client"] != client:
         raise NotFound(f"No subscription {sub_id[:40]}.")
     return sub
@@ -188,7 +204,14 @@ async def create_subscription(request: Request) -> Response:
         "consecutive_failures": "0",
         **fields,
     }
-    await ctx.store.create_subscription(sub)
+    quota = ctx.settings.max_subscriptions_per_client
+    if not await ctx.store.create_subscription(sub, max_count=quota):
+        raise Conflict(
+            f"This client already has {quota} subscriptions (HOOKBRIDGE_MAX_SUBSCRIPTIONS_PER_CLIENT); "
+            "delete one first.",
+            code="quota_exceeded",
+            quota=quota,
+        )
     ctx.log.info("subscription created", subscription_id=sub["id"])
     return JSONResponse(
         {**public_subscription(sub), "secret": secret},
@@ -268,6 +291,7 @@ async def test_subscription(request: Request) -> Response:
     ctx = Context.of(request)
     client = ctx.keys.authenticate(request)
     sub = await _own_sub(ctx, client, request.path_params["sub_id"])
+    await _send_rate(ctx, client)
     now = domain.now_ms()
     event_id = domain.new_id("evt")
     body = {
@@ -304,7 +328,7 @@ async def list_deliveries(request: Request) -> Response:
 
 
 async def _own_delivery(ctx: Context, client: str, delivery_id: str) -> dict[str, str]:
-    d = await ctx.store.get_delivery(delivery_id) if delivery_id.startswith("dlv_") else None
+    d = await ctx.store.get_delivery(delivery_id) if is_id("dlv", delivery_id) else None
     if d is None or d["client"] != client:
         raise NotFound(f"No delivery {delivery_id[:40]}.")
     return d
@@ -322,6 +346,7 @@ async def retry_delivery(request: Request) -> Response:
     ctx = Context.of(request)
     client = ctx.keys.authenticate(request)
     d = await _own_delivery(ctx, client, request.path_params["delivery_id"])
+    await _send_rate(ctx, client)
     if not await ctx.store.retry_delivery(d["id"], domain.now_ms()):
         raise Conflict("The delivery is already pending.", code="delivery_pending")
     return JSONResponse(public_delivery({**d, "status": "pending"}), status_code=202)
@@ -338,6 +363,7 @@ async def recover(request: Request) -> Response:
             "Unknown fields.", errors=[{"field": f, "message": "unknown field"} for f in sorted(extra)]
         )
     since = timestamp(body.get("since"), "since")
+    await _send_rate(ctx, client)
     now = domain.now_ms()
     retried = 0
     for delivery_id in await ctx.store.failed_deliveries_since(sub["id"], since):

@@ -24,6 +24,18 @@ _MEDIA_TYPE = re.compile(r"^[\w.+-]+/[\w.+-]+$")
 _PRINTABLE = re.compile(r"^[\x20-\x7e]{1,255}$")
 _METADATA_KEY = re.compile(r"^[\w.:-]{1,40}$")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# The exact shapes of the ids we hand out (domain.new_id; deliveries: a digest in _fanout.lua). An id is
+# checked before it becomes part of a key, so that "sub_X:deliveries" can never name another key.
+_IDS = {
+    "run": re.compile(r"run_[0-9A-HJKMNP-TV-Z]{26}"),
+    "sub": re.compile(r"sub_[0-9A-HJKMNP-TV-Z]{26}"),
+    "dlv": re.compile(r"dlv_[0-9a-f]{26}"),
+}
+
+
+def is_id(kind: str, value: str) -> bool:
+    """Whether ``value`` has the shape of an id of ``kind`` (``run``, ``sub``, ``dlv``) that we issue."""
+    return _IDS[kind].fullmatch(value) is not None
 
 
 def too_large(detail: str) -> InvalidInput:
@@ -232,6 +244,14 @@ def _run_fields(body: dict[str, Any], settings: Settings) -> RunRequest:
     if not isinstance(options, dict):
         errors.add("options", "must be an object")
         options = {}
+    elif len(json.dumps(options, separators=(",", ":")).encode()) > settings.max_options_bytes:
+        # Every transition of the run decodes its options inside Lua: a large one costs every step.
+        raise InvalidInput(
+            f"options take more than {settings.max_options_bytes} bytes as JSON "
+            "(HOOKBRIDGE_MAX_OPTIONS_BYTES).",
+            code="options_too_large",
+            errors=[{"field": "options", "message": f"at most {settings.max_options_bytes} bytes"}],
+        )
     metadata = body.get("metadata", {})
     if not isinstance(metadata, dict):
         errors.add("metadata", "must be an object of strings")
@@ -239,7 +259,7 @@ def _run_fields(body: dict[str, Any], settings: Settings) -> RunRequest:
     else:
         check_metadata(metadata, settings, errors)
     subs = body.get("subscription_ids", [])
-    if not isinstance(subs, list) or not all(isinstance(s, str) and s.startswith("sub_") for s in subs):
+    if not isinstance(subs, list) or not all(isinstance(s, str) and is_id("sub", s) for s in subs):
         errors.add("subscription_ids", "must be a list of subscription ids (sub_...)")
         subs = []
     elif len(subs) > 50:

@@ -18,6 +18,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from service.metrics import RUNS
 from service.settings import Settings
 from service.store import keys
 from service.store.connection import connect
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 Doc = dict[str, Any]
+_TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 
 
 def _s(value: bytes | str | None) -> str:
@@ -237,6 +239,9 @@ class Store:
         if outcome == "conflict":
             return outcome, load_run(reply[1]), 0
         if outcome == "ok":
+            if run["status"] in _TERMINAL and _s(reply[2]) not in _TERMINAL:
+                # Every run's end is counted here, once, whoever ended it (worker, API cancel, ...).
+                RUNS.labels(run["vendor"], run["status"]).inc()
             return outcome, None, int(reply[1])
         return outcome, None, 0
 
@@ -331,11 +336,28 @@ class Store:
 
     # Subscriptions ------------------------------------------------------------------------------
 
-    async def create_subscription(self, sub: dict[str, str]) -> None:
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(keys.subscription(sub["id"]), mapping=sub)
-        pipe.zadd(keys.client_subs(sub["client"]), {sub["id"]: int(sub["created"])})
-        await pipe.execute()
+    async def create_subscription(self, sub: dict[str, str], *, max_count: int) -> bool:
+        """Writes a new subscription; False (nothing written) when its client already has ``max_count``."""
+        flat = [item for pair in sub.items() for item in pair]
+        written = await self.scripts.create_subscription(
+            keys=[keys.subscription(sub["id"]), keys.client_subs(sub["client"])],
+            args=[int(sub["created"]), sub["id"], max_count, *flat],
+        )
+        return bool(written)
+
+    async def subscription_count(self, client: str) -> int:
+        return int(await self.redis.zcard(keys.client_subs(client)))
+
+    async def rate_limit(
+        self, name: str, client: str, rate_per_s: float, burst: int, *, take: bool = True
+    ) -> float:
+        """Takes one request from the client's limiter ``name`` (GCRA, shared by every API pod), or with
+        ``take=False`` only looks. Returns 0 when it may go, else the seconds to wait before asking again."""
+        wait_ms = await self.scripts.rate_limit(
+            keys=[keys.client_rate(name, client)],
+            args=[1000.0 / rate_per_s, burst, "take" if take else "peek"],
+        )
+        return int(wait_ms) / 1000
 
     async def get_subscription(self, sub_id: str) -> dict[str, str] | None:
         raw = await self.redis.hgetall(keys.subscription(sub_id))  # type: ignore[misc]
@@ -539,14 +561,39 @@ class Store:
     # Retention ----------------------------------------------------------------------------------
 
     async def purge_indexes(self, now_ms: int) -> int:
-        """Drops listing entries older than the retention window (their records have expired)."""
+        """Drops listing entries older than the retention window whose records have expired.
+
+        Only the listings of records that expire are walked (a client's runs, a subscription's
+        deliveries), found by the key builders' own patterns, so a subscription index can never match.
+        An entry stays while its record lives: a run still in flight, a delivery still pending."""
         cutoff = now_ms - self._retention_ms
         removed = 0
-        async for key in self.redis.scan_iter(match=f"{keys.PREFIX}client:*", count=500):
-            removed += await self.redis.zremrangebyscore(key, "-inf", cutoff)
-        async for key in self.redis.scan_iter(match=f"{keys.PREFIX}sub:*:deliveries", count=500):
-            removed += await self.redis.zremrangebyscore(key, "-inf", cutoff)
+        for pattern, record in (
+            (keys.client_runs("*"), keys.run),
+            (keys.sub_deliveries("*"), keys.delivery),
+        ):
+            async for index in self.redis.scan_iter(match=pattern, count=500):
+                removed += await self._purge_index(_s(index), record, cutoff)
         return removed
+
+    async def _purge_index(self, index: str, record: Any, cutoff: int, chunk: int = 500) -> int:
+        removed = 0
+        start = 0
+        while True:
+            rows = await self.redis.zrangebyscore(index, "-inf", cutoff, start=start, num=chunk)
+            if not rows:
+                return removed
+            ids = [_s(r) for r in rows]
+            pipe = self.redis.pipeline(transaction=False)
+            for item in ids:
+                pipe.exists(record(item))
+            gone = [item for item, alive in zip(ids, await pipe.execute(), strict=True) if not alive]
+            if gone:
+                # A record that expired never comes back (ids are never reused): no race to guard.
+                removed += await self.redis.zrem(index, *gone)
+            if len(rows) < chunk:
+                return removed
+            start += len(rows) - len(gone)
 
     # Paging -------------------------------------------------------------------------------------
 

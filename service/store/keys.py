@@ -32,6 +32,7 @@ hb:dlvclient:{client}:parked      zset    a client's due deliveries held back by
                                           by due time; one returns to the due set as one ends
 hb:pause:{vendor}                 hash    the vendor's pause after a 429: until (ms), streak (429s in a
                                           row), probe (the one request allowed out after it), probe_exp
+hb:rate:{name}:{client}           string  a client's API rate limiter (GCRA), e.g. submits, with a TTL
 hb:worker:{worker}                string  a worker's heartbeat, with a TTL
 ================================  ======  =========================================================
 """
@@ -124,6 +125,10 @@ def vendor_budget(vendor: str) -> str:
 
 def sub_budget(sub_id: str) -> str:
     return f"{PREFIX}budget:sub:{sub_id}"
+
+
+def client_rate(name: str, client: str) -> str:
+    return f"{PREFIX}rate:{name}:{client}"
 
 
 def worker(worker_id: str) -> str:

@@ -37,3 +37,5 @@ class Scripts:
         self.repair = load("repair")
         self.reseal_secret = load("reseal_secret")
         self.release = load("release")
+        self.rate_limit = load("rate_limit")
+        self.create_subscription = load("create_subscription")

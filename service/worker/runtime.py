@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 import httpx
-import uvicorn
 from aiohttp.abc import AbstractResolver
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
@@ -20,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from service import logs, metrics
-from service._uvicorn import EmbeddedServer
+from service._uvicorn import EmbeddedServer, api_config
 from service.delivery import client as callback_client
 from service.delivery.deliverer import Deliverer
 from service.delivery.urlsafety import Policy
@@ -100,13 +99,13 @@ class WorkerRuntime:
         ]
         server = None
         if serve_health and self.settings.worker_metrics_port:
+            # The same connection guard as the API's: a probe port is no place for slow clients either.
             server = EmbeddedServer(
-                uvicorn.Config(
+                api_config(
                     self.health_app(),
+                    self.settings,
                     host=self.settings.worker_metrics_host,
                     port=self.settings.worker_metrics_port,
-                    log_config=None,
-                    access_log=False,
                     lifespan="off",
                 )
             )

@@ -17,10 +17,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
+from redis.exceptions import RedisError
 
 from service import domain, lifecycle, logs
 from service.domain import QUEUED, TERMINAL
-from service.metrics import RUNS, VENDOR_CREDITS
+from service.metrics import VENDOR_CREDITS
 from service.settings import Settings, VendorSettings
 from service.store import ClaimedRun, Store, Transition
 from service.vendors import base
@@ -114,12 +115,6 @@ class RunStepper:
             await self.store.schedule_run(run["vendor"], run["id"], _now() + delay * 1000)
         except (VendorTransient, TimeoutError) as exc:
             await self._transient(latest[0], policy, exc)
-        except VendorExpired as exc:
-            await self._apply(
-                lifecycle.failed(
-                    latest[0], _now(), code=domain.VENDOR_EXPIRED, message=exc.message, settings=self.settings
-                )
-            )
         except VendorResultTooLarge as exc:
             await self._finish(
                 latest[0],
@@ -131,6 +126,17 @@ class RunStepper:
                     settings=self.settings,
                 ),
             )
+        except (VendorExpired, VendorRejected) as exc:
+            # The vendor said no for good (an unknown run, a refused cancel: 401/403/404): one outcome.
+            code = domain.VENDOR_EXPIRED if isinstance(exc, VendorExpired) else domain.VENDOR_REJECTED
+            await self._refused(latest[0], code, exc.message)
+        except RedisError:
+            raise  # Redis is unreachable: the lease hands the step back once it returns
+        except Exception as exc:
+            # Anything else the adapter raised (a non-JSON answer, a field of the wrong type, an URL
+            # that httpx refuses) is a transient fault: it counts toward VENDOR_MAX_TRANSIENT_FAILURES,
+            # so it ends in a bounded outcome instead of a lease that comes back for ever.
+            await self._transient(latest[0], policy, exc)
 
     # Steps --------------------------------------------------------------------------------------
 
@@ -322,15 +328,15 @@ class RunStepper:
                 backoff = min(policy.poll_max_s, policy.poll_initial_s * 2 ** (attempts - 1))
                 delay = max(backoff, getattr(exc, "retry_after", None) or 0.0) * self._rng.uniform(1.0, 1.2)
                 await self._apply(
-                    lifecycle.vendor_retry(
-                        run, _now(), settings=self.settings, due_ms=_now() + delay * 1000, attempts=attempts
-                    )
+                    lifecycle.vendor_retry(run, _now(), due_ms=_now() + delay * 1000, attempts=attempts)
                 )
                 return
             error = f"gave up after {attempts} attempt{'s' if attempts > 1 else ''}: {message}"
-        await self._apply(
-            lifecycle.vendor_told(run, _now(), settings=self.settings, deleted=deleted, error=error)
-        )
+        await self._apply(lifecycle.vendor_told(run, _now(), deleted=deleted, error=error))
+
+    async def _refused(self, run: dict[str, Any], code: str, message: str) -> None:
+        # Terminal runs never reach here: telling the vendor has its own bounded retries (_tell_vendor).
+        await self._apply(lifecycle.failed(run, _now(), code=code, message=message, settings=self.settings))
 
     async def _transient(self, run: dict[str, Any], policy: VendorSettings, exc: Exception) -> None:
         count = int(run.get("_transient", 0)) + 1
@@ -359,27 +365,28 @@ class RunStepper:
     async def _finish(self, run: dict[str, Any], change: Transition) -> None:
         outcome, _ = await self._apply(change)
         if outcome == "ok":
-            status = change.run["status"]
-            RUNS.labels(run["vendor"], status).inc()
             credits = (change.run.get("usage") or {}).get("credits")
             if isinstance(credits, int | float) and credits > 0:
                 # Labels stay bounded: vendors are a fixed set, clients come from HOOKBRIDGE_API_KEYS.
                 VENDOR_CREDITS.labels(run["vendor"], run["client"]).inc(credits)
-            log.info(
-                "run finished",
-                run_id=run["id"],
-                vendor=run["vendor"],
-                status=status,
-                error=(change.run.get("error") or {}).get("code"),
-            )
-            # The delivery pump learns that work is due now without waiting for its next tick.
-            self._on_delivery_due()
         elif outcome == "conflict":
             log.info("late result discarded", run_id=run["id"], vendor=run["vendor"])
 
     async def _apply(self, change: Transition) -> tuple[str, dict[str, Any] | None]:
+        # The store counts every run's end in hookbridge_runs_total, wherever it happens.
         outcome, current, created = await self.store.transition(change)
-        if created:
+        new = change.run
+        if outcome == "ok" and change.ttl_ms is not None:  # only a run's end sets its expiry
+            log.info(
+                "run finished",
+                run_id=new["id"],
+                vendor=new["vendor"],
+                status=new["status"],
+                error=(new.get("error") or {}).get("code"),
+            )
+            # The delivery pump learns that work is due now without waiting for its next tick.
+            self._on_delivery_due()
+        elif created:
             self._on_delivery_due()
         return outcome, current
 
@@ -404,8 +411,11 @@ class RunStepper:
     async def _cancel_quietly(adapter: VendorAdapter, vendor_run_id: str, state: dict[str, Any]) -> None:
         try:
             await adapter.cancel(vendor_run_id, state)
-        except base.VendorError as exc:
-            log.warning("vendor cancel failed", vendor=adapter.name, error=exc.message)
+        except RedisError:
+            raise
+        except Exception as exc:  # best effort: whatever the cancel raised, the run's outcome stands
+            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            log.warning("vendor cancel failed", vendor=adapter.name, error=message)
 
 
 def _file_result(run: dict[str, Any], file: FileResult) -> tuple[Any, tuple[bytes, str] | None]:

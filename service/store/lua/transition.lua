@@ -3,7 +3,9 @@
 -- ARGV[1] JSON: run_id, client, expect_v, status (the new run's), now, retention_ms, zr ('0'|'1'),
 --   due_key, due_score (absent = leave alone), due_remove (bool), events [{id,type,body,created}],
 --   sub_filter [sub ids], del_doc (bool), ttl_ms (set on terminal runs)
--- Returns {'ok', deliveries} | {'missing'} | {'conflict', current_doc}.
+-- Returns {'ok', deliveries, previous_status} | {'missing'} | {'conflict', current_doc}.
+-- A rewrite keeps the record's expiry (KEEPTTL): a terminal run told to the vendor, or touched after a
+-- transient fault, still expires when retention says; only ttl_ms sets a new one.
 local ops = cjson.decode(ARGV[1])
 local cur = redis.call('GET', KEYS[1])
 if not cur then return {'missing'} end
@@ -15,7 +17,7 @@ if TERMINAL[run['status']] and run['status'] ~= ops['status'] then
 end
 
 local run_id, client, now = ops['run_id'], ops['client'], tonumber(ops['now'])
-redis.call('SET', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 
 if ops['due_score'] then
   redis.call('ZADD', ops['due_key'], ops['due_score'], run_id)
@@ -23,7 +25,7 @@ elseif ops['due_remove'] then
   redis.call('ZREM', ops['due_key'], run_id)
   redis.call('SREM', 'hb:active:runs', run_id) -- nothing left to do for it
 end
-if ARGV[3] then redis.call('SET', 'hb:result:' .. run_id, ARGV[3]) end
+if ARGV[3] then redis.call('SET', 'hb:result:' .. run_id, ARGV[3], 'KEEPTTL') end
 if ops['del_doc'] then redis.call('DEL', 'hb:doc:' .. run_id) end
 
 local created = 0
@@ -40,4 +42,4 @@ if ops['ttl_ms'] then
   redis.call('PEXPIRE', 'hb:run:' .. run_id .. ':events', ops['ttl_ms'])
   if ARGV[3] then redis.call('PEXPIRE', 'hb:result:' .. run_id, ops['ttl_ms']) end
 end
-return {'ok', created}
+return {'ok', created, run['status']}
