@@ -52,8 +52,8 @@ def is_secret(name: str) -> bool:
 
 def _parser(name: str) -> Any:
     table: dict[str, tuple[str, Any]] = dict(settings._PARSERS)
-    for vendor in settings.VENDORS:
-        table |= {f"{vendor.upper()}_{k}": v for k, v in settings._vendor_parsers(vendor).items()}
+    for spec in settings._vendor_specs().values():
+        table |= {f"{spec.name.upper()}_{k}": v for k, v in settings._vendor_parsers(spec).items()}
     entry = table.get(name)
     return entry[1] if entry else None
 
