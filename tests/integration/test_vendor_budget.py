@@ -35,8 +35,10 @@ async def test_fifty_runs_finish_within_five_requests_per_second(make_stack: Sta
 
     statuses = {r["id"]: (await stack.api.get(f"/v1/runs/{r['id']}")).json()["status"] for r in runs}
     per_second = Counter(int(entry["t"]) for entry in log)
-    # Six requests in a row span a second at 5 per second; up to 100 ms of scheduling jitter is allowed, since
-    # with slots exactly 200 ms apart a request a few ms late lands in the next calendar second.
+    # Six requests in a row span a second at 5 per second. Their send slots are exactly 200 ms apart; what the
+    # simulator sees is each slot plus the worker's scheduling delay, so one late request followed by five on
+    # time shortens a window by that delay: up to 250 ms is allowed (a loaded 2-core CI machine). Without the
+    # budget, six requests land within a few milliseconds.
     times = sorted(entry["t"] for entry in log)
     tightest = min(times[i + 5] - times[i] for i in range(len(times) - 5))
     rate_limited = sum(1 for entry in log if entry["status"] == 429)
@@ -48,4 +50,4 @@ async def test_fifty_runs_finish_within_five_requests_per_second(make_stack: Sta
     )
     assert set(statuses.values()) == {"succeeded"}
     assert rate_limited > 0
-    assert tightest >= 0.9
+    assert tightest >= 0.75
