@@ -1,6 +1,6 @@
 """A hostile tenant against the callback worker: what it costs the worker and the other tenants.
 
-    python -m bench.hostile                      # both parts, the figures in docs/hostile-delivery.md
+    python -m bench.hostile                      # both parts, the figures in docs/reliability.md ("A hostile tenant")
     python -m bench.hostile --part bombs         # worker memory against a 1 GiB body and a gzip bomb
     python -m bench.hostile --part fairness --hanging 500
     python -m bench.hostile --env CLIENT_MAX_IN_FLIGHT=50   # any HOOKBRIDGE_ setting, without the prefix
@@ -15,7 +15,7 @@
 ``hookbridge api``, ``hookbridge worker`` and ``redis-server`` are subprocesses with production defaults;
 the receivers run in this process (aiohttp's server). Run it from another checkout (``cd`` there, with
 this file and ``tests/hostile/hostile_receivers.py`` copied in) to measure that code with the same
-attack: the "before" figures in docs/hostile-delivery.md were taken that way on 9efe3c0.
+attack: the "before" figures in docs/reliability.md were taken that way on 9efe3c0.
 """
 
 from __future__ import annotations
