@@ -120,9 +120,12 @@ class WorkerRuntime:
             log.warning("work handed back to other workers through its leases", tasks=left)
         if server is not None:
             server.should_exit = True
-        for task in self.tasks:
-            if not task.done():
-                task.cancel()
+        # Every task ends by itself once stop is set. Cancelling one that is closing its Redis pool (arq's
+        # loop, on its way out) would leave that pool's sockets open, so they get a moment first; only a
+        # task still running after it is cancelled.
+        _, pending = await asyncio.wait(self.tasks, timeout=max(1.0, grace * 0.1))
+        for task in pending:
+            task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.close()
         log.info("worker stopped")
