@@ -19,8 +19,8 @@ import time
 import pytest
 
 from service.dev.embedded_redis import free_port
-from service.simulator import SimulatorConfig
 from service.dev.stack import Servers
+from service.simulator import SimulatorConfig
 from service.worker.runtime import WorkerRuntime
 from tests.conformance.proxy import FaultProxy
 from tests.conftest import Stack, StackFactory, eventually
