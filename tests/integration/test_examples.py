@@ -55,7 +55,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
     (
         "README.md",
         "pip install .",
-    ): "installs and starts production processes (tests/chart/ starts the image)",
+    ): "production processes: tests/chart/test_pods_start.py starts them so",
     ("README.md", "# values.yaml"): "Helm values: tests/chart/ renders the chart with values like these",
     ("README.md", "helm install hookbridge helm/hookbridge"): "needs a cluster",
     ("README.md", "service/"): "the source tree",
