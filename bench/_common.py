@@ -33,8 +33,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bench.chaos import Proc
-from service.embedded_redis import EmbeddedRedis, free_port
-from service.stack import Servers
+from service.dev.embedded_redis import EmbeddedRedis, free_port
+from service.dev.stack import Servers
 
 KEY = "bench-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -326,7 +326,7 @@ def machine() -> dict[str, str]:
         mem = f"{kib / 1024 / 1024:.1f} GiB"
     redis_version = ""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        from service.embedded_redis import redis_server_binary
+        from service.dev.embedded_redis import redis_server_binary
 
         out = subprocess.run([redis_server_binary(), "--version"], capture_output=True, text=True, timeout=10)
         redis_version = out.stdout.split()[2].removeprefix("v=") if out.stdout else ""

@@ -33,8 +33,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from service.embedded_redis import EmbeddedRedis, free_port
-from service.stack import Servers
+from service.dev.embedded_redis import EmbeddedRedis, free_port
+from service.dev.stack import Servers
 
 VENDORS = ("nutrient", "cloudsquid", "uptiq")
 KEY = "chaos-key"

@@ -114,8 +114,24 @@ def cmd_simulator(args: argparse.Namespace) -> None:
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_config=None, access_log=False)
 
 
+def _dev_module(command: str) -> None:
+    """The image leaves service/dev/ out (.dockerignore): say so instead of a traceback."""
+    import importlib
+
+    try:
+        importlib.import_module("service.dev")
+    except ModuleNotFoundError:
+        print(
+            f"hookbridge {command}: not in this installation (service/dev/ is left out of the image); "
+            "run it from a source checkout: make venv && .venv/bin/hookbridge " + command,
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
+
+
 def cmd_dev(args: argparse.Namespace) -> None:
-    from service.stack import run_stack
+    _dev_module("dev")
+    from service.dev.stack import run_stack
 
     logs.configure(
         os.environ.get("HOOKBRIDGE_LOG_FORMAT", "console"), os.environ.get("HOOKBRIDGE_LOG_LEVEL", "INFO")
@@ -142,7 +158,8 @@ def cmd_dev(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from service.demo import main
+    _dev_module("demo")
+    from service.dev.demo import main
 
     raise SystemExit(_run(main(timeout_s=args.timeout)))
 

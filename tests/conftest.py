@@ -21,10 +21,10 @@ from starlette.routing import Route
 
 from service import settings as settings_mod
 from service.api.app import create_app
-from service.embedded_redis import EmbeddedRedis, free_port
+from service.dev.embedded_redis import EmbeddedRedis, free_port
+from service.dev.stack import Servers
 from service.simulator import SimulatorConfig
 from service.simulator import create_app as create_simulator
-from service.stack import Servers
 from service.worker.runtime import WorkerRuntime
 
 ALICE, BOB = "alice-key", "bob-key"

@@ -118,25 +118,38 @@ async def _fields(ctx: Context, body: dict[str, Any], *, creating: bool) -> dict
         errors.add("disabled", "create the subscription, then PATCH it")
     out: dict[str, str] = {}
     if "url" in body or creating:
-        url = body.get("url")
-        if not isinstance(url, str) or not url or len(url) > 2048:
-            errors.add("url", "required: an http(s) URL of at most 2048 characters")
-        else:
-            try:
-                await ctx.url_policy.check(url)
-            except UnsafeURL as exc:
-                raise InvalidInput(
-                    f"This URL cannot receive callbacks: {exc}", code="callback_url_not_allowed"
-                ) from None
-            except ValueError:  # e.g. UnicodeError from the resolver: an empty or too long label
-                raise InvalidInput(
-                    "This URL cannot receive callbacks: its host is not a valid name.",
-                    code="callback_url_not_allowed",
-                ) from None
-            out["url"] = url
+        await _url_field(ctx, body.get("url"), out, errors)
     if "event_types" in body:
         types = event_types(body["event_types"], errors)
         out["event_types"] = json.dumps(types) if types else ""
+    _text_fields(ctx, body, out, errors)
+    if "disabled" in body and not creating:
+        _disabled_field(body["disabled"], out, errors)
+    _limit_fields(body, out, errors)
+    errors.raise_if_any()
+    return out
+
+
+async def _url_field(ctx: Context, url: Any, out: dict[str, str], errors: ValidationErrors) -> None:
+    if not isinstance(url, str) or not url or len(url) > 2048:
+        errors.add("url", "required: an http(s) URL of at most 2048 characters")
+        return
+    try:
+        await ctx.url_policy.check(url)
+    except UnsafeURL as exc:
+        raise InvalidInput(
+            f"This URL cannot receive callbacks: {exc}", code="callback_url_not_allowed"
+        ) from None
+    except ValueError:  # e.g. UnicodeError from the resolver: an empty or too long label
+        raise InvalidInput(
+            "This URL cannot receive callbacks: its host is not a valid name.",
+            code="callback_url_not_allowed",
+        ) from None
+    out["url"] = url
+
+
+def _text_fields(ctx: Context, body: dict[str, Any], out: dict[str, str], errors: ValidationErrors) -> None:
+    """description and metadata."""
     if "description" in body:
         desc = body["description"]
         if desc is not None and (not isinstance(desc, str) or len(desc) > 500):
@@ -150,15 +163,19 @@ async def _fields(ctx: Context, body: dict[str, Any], *, creating: bool) -> dict
         else:
             check_metadata(meta, ctx.settings, errors)
             out["metadata"] = json.dumps(meta)
-    if "disabled" in body and not creating:
-        if not isinstance(body["disabled"], bool):
-            errors.add("disabled", "true or false")
-        else:
-            out["disabled"] = "1" if body["disabled"] else "0"
-            if not body["disabled"]:
-                out.update(disabled_reason="", failing_since="", consecutive_failures="0")
-            else:
-                out["disabled_reason"] = "disabled by its owner"
+
+
+def _disabled_field(disabled: Any, out: dict[str, str], errors: ValidationErrors) -> None:
+    if not isinstance(disabled, bool):
+        errors.add("disabled", "true or false")
+    elif disabled:
+        out.update(disabled="1", disabled_reason="disabled by its owner")
+    else:
+        out.update(disabled="0", disabled_reason="", failing_since="", consecutive_failures="0")
+
+
+def _limit_fields(body: dict[str, Any], out: dict[str, str], errors: ValidationErrors) -> None:
+    """max_in_flight and rate_limit_per_s: a bound, or null for the default."""
     if "max_in_flight" in body:
         value = body["max_in_flight"]
         if value is not None and (
@@ -175,8 +192,6 @@ async def _fields(ctx: Context, body: dict[str, Any], *, creating: bool) -> dict
             errors.add("rate_limit_per_s", "a number above 0 and at most 10000, or null for no limit")
         else:
             out["rate_per_s"] = "" if value is None else str(float(value))
-    errors.raise_if_any()
-    return out
 
 
 async def create_subscription(request: Request) -> Response:

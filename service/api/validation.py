@@ -312,21 +312,29 @@ def _document(doc: Any, settings: Settings, errors: ValidationErrors) -> tuple[d
         if not isinstance(url, str) or not re.match(r"^https?://[^\s]+$", url) or len(url) > 2048:
             errors.add("document.url", "must be an http(s) URL of at most 2048 characters")
         return {"url": url, "filename": filename, "media_type": media_type}, None
+    content = _base64_content(b64, settings, errors)
+    if content is None:
+        return {}, None
+    return {"filename": filename, "media_type": media_type, "size": len(content)}, content
+
+
+def _base64_content(b64: Any, settings: Settings, errors: ValidationErrors) -> bytes | None:
+    """document.content_base64, decoded; None (with the error added) when it is not base64."""
     if not isinstance(b64, str):
         errors.add("document.content_base64", "must be a base64 string")
-        return {}, None
+        return None
     if len(b64) * 3 // 4 > settings.max_document_bytes + 3:
         raise too_large(f"The document is larger than {settings.max_document_bytes} bytes.")
     try:
         content = base64.b64decode(b64, validate=True)
     except (binascii.Error, ValueError):
         errors.add("document.content_base64", "is not valid base64")
-        return {}, None
+        return None
     if len(content) > settings.max_document_bytes:
         raise too_large(f"The document is larger than {settings.max_document_bytes} bytes.")
     if not content:
         errors.add("document.content_base64", "the document is empty")
-    return {"filename": filename, "media_type": media_type, "size": len(content)}, content
+    return content
 
 
 def check_metadata(metadata: dict[str, Any], settings: Settings, errors: ValidationErrors) -> None:

@@ -99,6 +99,15 @@ def _load(ep: EntryPoint) -> VendorSpec:
 def _check(name: str, spec: VendorSpec) -> str | None:
     if spec.name != name:
         return f"the spec is named {spec.name!r} but registered as {name!r}"
+    problem = _check_operations(spec) or _check_defaults(spec)
+    if problem:
+        return problem
+    if not callable(spec.auth_headers) or not callable(spec.build):
+        return "auth_headers and build must be callables"
+    return _check_settings(spec)
+
+
+def _check_operations(spec: VendorSpec) -> str | None:
     if not isinstance(spec.operations, tuple) or not spec.operations:
         return "operations must be a non-empty tuple"
     for op in spec.operations:
@@ -106,6 +115,10 @@ def _check(name: str, spec: VendorSpec) -> str | None:
             return f"operation {op!r} is not a lower-case word"
     if len(set(spec.operations)) != len(spec.operations):
         return "operations are listed twice"
+    return None
+
+
+def _check_defaults(spec: VendorSpec) -> str | None:
     if not isinstance(spec.defaults, VendorDefaults):
         return "defaults must be a VendorDefaults"
     d = spec.defaults
@@ -118,8 +131,10 @@ def _check(name: str, spec: VendorSpec) -> str | None:
         return "defaults.poll_max_s must be >= poll_initial_s"
     if not d.max_rps >= 0:
         return "defaults.max_rps must be 0 or more"
-    if not callable(spec.auth_headers) or not callable(spec.build):
-        return "auth_headers and build must be callables"
+    return None
+
+
+def _check_settings(spec: VendorSpec) -> str | None:
     names: set[str] = set()
     for setting in spec.settings:
         if not isinstance(setting, VendorSetting) or not _SETTING.match(setting.name):

@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from service.embedded_redis import free_port, redis_server_binary
+from service.dev.embedded_redis import free_port, redis_server_binary
 
 
 @dataclass

@@ -39,7 +39,7 @@ import httpx
 import pytest
 import yaml
 
-from service.embedded_redis import free_port
+from service.dev.embedded_redis import free_port
 from tests.chart.kubelet import Cluster, Image, Process, assemble, image_from_dockerfile
 from tests.chart.redis_procs import LocalCA, RedisProcess
 

@@ -20,7 +20,7 @@ import pytest
 import redis.exceptions
 
 from service import settings
-from service.embedded_redis import free_port
+from service.dev.embedded_redis import free_port
 from service.store.connection import connect
 from service.worker.queue import create_pool
 from tests.chart.redis_procs import LocalCA, RedisProcess

@@ -27,8 +27,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from service.embedded_redis import free_port
-from service.stack import Servers
+from service.dev.embedded_redis import free_port
+from service.dev.stack import Servers
 from tests.conformance.proxy import FaultProxy
 from tests.conftest import Receiver, Stack, StackFactory, eventually
 

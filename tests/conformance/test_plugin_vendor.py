@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from service import settings as settings_mod
-from service.embedded_redis import free_port
-from service.stack import Servers
+from service.dev.embedded_redis import free_port
+from service.dev.stack import Servers
 from tests.conformance.suite import VendorConformance
 
 

@@ -14,7 +14,7 @@ from functools import cache
 
 from aiohttp import web
 
-from service.embedded_redis import free_port
+from service.dev.embedded_redis import free_port
 
 GIB = 1 << 30
 

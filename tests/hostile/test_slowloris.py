@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 
-from service.embedded_redis import free_port
+from service.dev.embedded_redis import free_port
 from tests.conftest import ALICE, base_env, eventually
 from tests.hostile._store_helpers import metric
 

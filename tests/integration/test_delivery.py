@@ -13,7 +13,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from standardwebhooks import Webhook
 from svix.webhooks import Webhook as SvixWebhook
 
-from service.embedded_redis import free_port
+from service.dev.embedded_redis import free_port
 from tests.conftest import Receiver, ReceiverFactory, Stack, StackFactory, eventually
 
 

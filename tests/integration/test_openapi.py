@@ -35,7 +35,7 @@ from starlette.routing import Route
 from service import settings as settings_mod
 from service.api.app import create_app
 from service.api.openapi import document
-from service.embedded_redis import free_port
+from service.dev.embedded_redis import free_port
 from tests.conftest import ALICE, Receiver, Stack, base_env, eventually
 
 # CI runs 25 examples per operation, derandomized (the same every run, about 30 s in all). For a deeper,

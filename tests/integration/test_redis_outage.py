@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.embedded_redis import EmbeddedRedis
+from service.dev.embedded_redis import EmbeddedRedis
 from tests.conftest import Receiver, StackFactory, eventually
 
 

@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from service.embedded_redis import free_port
+from service.dev.embedded_redis import free_port
+from service.dev.stack import Servers
 from service.simulator import SimulatorConfig
-from service.stack import Servers
 from service.worker.runtime import WorkerRuntime
 from tests.conformance.proxy import FaultProxy
 from tests.conftest import Stack, StackFactory, eventually

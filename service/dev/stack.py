@@ -16,7 +16,7 @@ import uvicorn
 from service import settings as settings_mod
 from service._uvicorn import EmbeddedServer
 from service.api.app import create_app
-from service.embedded_redis import EmbeddedRedis, free_port
+from service.dev.embedded_redis import EmbeddedRedis, free_port
 from service.simulator import SimulatorConfig
 from service.simulator import create_app as create_simulator
 from service.worker.runtime import WorkerRuntime

@@ -22,8 +22,8 @@ from starlette.routing import Route
 
 from service import logs
 from service.delivery import signing
-from service.embedded_redis import free_port
-from service.stack import DEV_API_KEY, run_stack
+from service.dev.embedded_redis import free_port
+from service.dev.stack import DEV_API_KEY, run_stack
 
 SAMPLE = b"%PDF-1.4\n% hookbridge demo invoice INV-1001, total 1234.50 EUR\n%%EOF\n"
 TERMINAL = {"run.succeeded", "run.failed", "run.canceled"}
