@@ -1,6 +1,6 @@
 """A hostile tenant against the callback worker: what it costs the worker and the other tenants.
 
-    python -m bench.hostile                      # both parts, the figures in docs/reliability.md ("A hostile tenant")
+    python -m bench.hostile                      # both parts; figures in docs/reliability.md
     python -m bench.hostile --part bombs         # worker memory against a 1 GiB body and a gzip bomb
     python -m bench.hostile --part fairness --hanging 500
     python -m bench.hostile --env CLIENT_MAX_IN_FLIGHT=50   # any HOOKBRIDGE_ setting, without the prefix
