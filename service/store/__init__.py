@@ -262,7 +262,7 @@ class Store:
         """Claims due runs; none while the vendor is paused after a 429, then one as its probe."""
         reply = await self.scripts.claim_runs(
             keys=[keys.due_runs(vendor), keys.vendor_budget(vendor), keys.vendor_pause(vendor)],
-            args=[now_ms, limit, lease_ms, interval_ms, lookahead_ms, probe_lease_ms, keys.run("")],
+            args=[now_ms, limit, lease_ms, interval_ms, lookahead_ms, probe_lease_ms],
         )
         flat, nxt, probe = reply
         token = probe.decode() if isinstance(probe, bytes) else (probe or None)
@@ -440,7 +440,6 @@ class Store:
                 lease_ms,
                 self.settings.subscription_max_in_flight,
                 self.settings.client_max_in_flight,
-                keys.DELIVERY_CLIENT,
             ],
         )
         rows, nxt = reply
@@ -482,7 +481,6 @@ class Store:
             "disable_after_ms": int(self.settings.subscription_disable_after_s * 1000),
             "keep_attempts": 100,
             "status_code": "" if status_code is None else str(status_code),
-            "client_prefix": keys.DELIVERY_CLIENT,
         }
         if attempt is not None:
             ops["attempt"] = json.dumps(attempt, separators=(",", ":"))
