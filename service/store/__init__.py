@@ -345,9 +345,6 @@ class Store:
         )
         return bool(written)
 
-    async def subscription_count(self, client: str) -> int:
-        return int(await self.redis.zcard(keys.client_subs(client)))
-
     async def rate_limit(
         self, name: str, client: str, rate_per_s: float, burst: int, *, take: bool = True
     ) -> float:

@@ -1,10 +1,12 @@
--- Shared by transition.lua and emit.lua (prepended by scripts.py).
+-- Shared by transition.lua and emit.lua (prepended by scripts.py, after DEFAULT_TYPES and EVENT_TEST
+-- from service/domain.py).
 -- Creates one delivery per matching active subscription for one event, in the same atomic step that
 -- emits the event: there is never an event without its deliveries.
-local DEFAULT_TYPES = {'run.succeeded', 'run.failed', 'run.canceled'}
 
+-- The one event matcher: no list means DEFAULT_TYPES; 'run.*' matches every run event; the test event
+-- goes only to the subscription it was sent to (emit.lua's filter), whatever that one asked for.
 local function matches(etype, types_json)
-  if etype == 'subscription.test' then return true end
+  if etype == EVENT_TEST then return true end
   local types = DEFAULT_TYPES
   if types_json and types_json ~= '' and types_json ~= 'null' then
     types = cjson.decode(types_json)
