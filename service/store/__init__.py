@@ -394,10 +394,9 @@ class Store:
         after setting ``SECRET_KEYS`` or putting a new key first. Safe beside a running API: a value that
         changed meanwhile is left to its writer."""
         counts = {"resealed": 0, "current": 0, "unavailable": 0, "changed_meanwhile": 0}
-        async for raw in self.redis.scan_iter(match=keys.subscription("*"), count=500):
+        # Subscriptions are the hashes among the builder's keys (its deliveries and in-flight sets are zsets).
+        async for raw in self.redis.scan_iter(match=keys.subscription("*"), count=500, _type="HASH"):
             key = _s(raw)
-            if key.count(":") != 2:
-                continue  # hb:sub:{id}:deliveries and the like
             sub = _hash(await self.redis.hgetall(key))  # type: ignore[misc]
             stored = sub.get("secrets")
             if not stored or "id" not in sub:
