@@ -146,7 +146,8 @@ async def test_the_claim_parks_a_clients_surplus_and_each_end_brings_one_back(re
                         "event_types": "",
                         "secrets": "[]",
                         "created": str(now),
-                    }
+                    },
+                    max_count=100,
                 )
                 event = {
                     "id": f"evt_{client}{i}",
