@@ -71,18 +71,6 @@ def rfc3339(ms: int | float | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def event_matches(event_type: str, wanted: list[str] | None) -> bool:
-    """Whether a subscription that asked for ``wanted`` gets ``event_type``.
-
-    No list means the three terminal run events; ``run.*`` matches every run event.
-    ``subscription.test`` is sent only by the test endpoint, to the subscription it names.
-    """
-    if event_type == EVENT_TEST:
-        return True
-    types = wanted or DEFAULT_EVENT_TYPES
-    return event_type in types or (event_type.startswith("run.") and "run.*" in types)
-
-
 class HookbridgeError(Exception):
     status = 500
     code = "internal_error"

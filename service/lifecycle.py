@@ -269,9 +269,7 @@ def canceled(run: Run, now_ms: int, *, settings: Settings, vendor_can_cancel: bo
     )
 
 
-def vendor_told(
-    run: Run, now_ms: int, *, deleted: bool | None = None, error: str | None = None
-) -> Transition:
+def vendor_told(run: Run, *, deleted: bool | None = None, error: str | None = None) -> Transition:
     """The vendor was told (cancel, delete), or we gave up telling it: nothing is left to do for this run.
 
     ``deleted`` records whether the vendor's copy is gone (zero retention), ``error`` why not. The run keeps
@@ -289,7 +287,7 @@ def vendor_told(
     return Transition(new, run["_v"], remove_due=True)
 
 
-def vendor_retry(run: Run, now_ms: int, *, due_ms: float, attempts: int) -> Transition:
+def vendor_retry(run: Run, *, due_ms: float, attempts: int) -> Transition:
     """Telling the vendor failed for now: again at ``due_ms``, after ``attempts`` (the worker bounds them)."""
     new = dict(run)
     new["_v"] = run["_v"] + 1

@@ -11,7 +11,7 @@ import os
 import re
 import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from service.vendors import registry
@@ -145,9 +145,6 @@ class Settings:
 
     def vendor(self, name: str) -> VendorSettings:
         return self.vendors[name]
-
-    def with_overrides(self, **changes: Any) -> Settings:
-        return replace(self, **changes)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -483,7 +480,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     """Build :class:`Settings` from the environment (or ``env``), validating every value."""
     env = _without_service_links(os.environ if env is None else env)
     specs = _vendor_specs()
-    known = set(_PARSERS) | {"REDIS_EMBEDDED_DIR"} | set(_REDIS_AUTH_PARSERS)
+    known = set(_PARSERS) | set(_REDIS_AUTH_PARSERS)
     for spec in specs.values():
         names = {f"{spec.name.upper()}_{k}" for k in _vendor_parsers(spec)}
         if names & known:

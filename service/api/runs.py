@@ -63,7 +63,7 @@ async def create_run(request: Request) -> Response:
             )
     fingerprint = req.fingerprint()
     if key is not None and record is not None:
-        return await _replay(ctx, client, record, fingerprint)
+        return await _replay(ctx, record, fingerprint)
     await _submit_rate(ctx, client, take=True)  # a replay is not a new submit
     now = domain.now_ms()
     run = lifecycle.new_run(
@@ -80,7 +80,7 @@ async def create_run(request: Request) -> Response:
     )
     existing = await ctx.store.create_run(run, req.content, (key, fingerprint) if key is not None else None)
     if existing is not None:
-        return await _replay(ctx, client, existing, fingerprint)
+        return await _replay(ctx, existing, fingerprint)
     ctx.log.info("run accepted", run_id=run["id"], vendor=run["vendor"])
     return _accepted(run)
 
@@ -98,7 +98,7 @@ async def _submit_rate(ctx: Context, client: str, *, take: bool) -> None:
         )
 
 
-async def _replay(ctx: Context, client: str, record: str, fingerprint: str) -> Response:
+async def _replay(ctx: Context, record: str, fingerprint: str) -> Response:
     stored_fingerprint, _, run_id = record.partition(" ")
     if stored_fingerprint != fingerprint:
         raise Conflict(

@@ -262,7 +262,7 @@ class Store:
         """Claims due runs; none while the vendor is paused after a 429, then one as its probe."""
         reply = await self.scripts.claim_runs(
             keys=[keys.due_runs(vendor), keys.vendor_budget(vendor), keys.vendor_pause(vendor)],
-            args=[now_ms, limit, lease_ms, interval_ms, lookahead_ms, probe_lease_ms, keys.run("")],
+            args=[now_ms, limit, lease_ms, interval_ms, lookahead_ms, probe_lease_ms],
         )
         flat, nxt, probe = reply
         token = probe.decode() if isinstance(probe, bytes) else (probe or None)
@@ -345,9 +345,6 @@ class Store:
         )
         return bool(written)
 
-    async def subscription_count(self, client: str) -> int:
-        return int(await self.redis.zcard(keys.client_subs(client)))
-
     async def rate_limit(
         self, name: str, client: str, rate_per_s: float, burst: int, *, take: bool = True
     ) -> float:
@@ -397,10 +394,9 @@ class Store:
         after setting ``SECRET_KEYS`` or putting a new key first. Safe beside a running API: a value that
         changed meanwhile is left to its writer."""
         counts = {"resealed": 0, "current": 0, "unavailable": 0, "changed_meanwhile": 0}
-        async for raw in self.redis.scan_iter(match=keys.subscription("*"), count=500):
+        # Subscriptions are the hashes among the builder's keys (its deliveries and in-flight sets are zsets).
+        async for raw in self.redis.scan_iter(match=keys.subscription("*"), count=500, _type="HASH"):
             key = _s(raw)
-            if key.count(":") != 2:
-                continue  # hb:sub:{id}:deliveries and the like
             sub = _hash(await self.redis.hgetall(key))  # type: ignore[misc]
             stored = sub.get("secrets")
             if not stored or "id" not in sub:
@@ -440,7 +436,6 @@ class Store:
                 lease_ms,
                 self.settings.subscription_max_in_flight,
                 self.settings.client_max_in_flight,
-                keys.DELIVERY_CLIENT,
             ],
         )
         rows, nxt = reply
@@ -482,7 +477,6 @@ class Store:
             "disable_after_ms": int(self.settings.subscription_disable_after_s * 1000),
             "keep_attempts": 100,
             "status_code": "" if status_code is None else str(status_code),
-            "client_prefix": keys.DELIVERY_CLIENT,
         }
         if attempt is not None:
             ops["attempt"] = json.dumps(attempt, separators=(",", ":"))

@@ -40,13 +40,15 @@ hb:worker:{worker}                string  a worker's heartbeat, with a TTL
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Callable
 
 PREFIX = "hb:"
 DUE_DELIVERIES = f"{PREFIX}due:deliveries"
 ACTIVE_RUNS = f"{PREFIX}active:runs"
 ACTIVE_DELIVERIES = f"{PREFIX}active:deliveries"
 WORKERS = f"{PREFIX}worker:"
-# Per-client delivery bookkeeping; the Lua scripts build the keys from this prefix (passed in).
+# Per-client delivery bookkeeping (client_inflight, client_parked).
 DELIVERY_CLIENT = f"{PREFIX}dlvclient:"
 
 
@@ -68,6 +70,10 @@ def run_events(run_id: str) -> str:
 
 def event(event_id: str) -> str:
     return f"{PREFIX}evt:{event_id}"
+
+
+def event_pending(event_id: str) -> str:
+    return f"{PREFIX}evt:{event_id}:pending"
 
 
 def client_runs(client: str) -> str:
@@ -137,3 +143,62 @@ def worker(worker_id: str) -> str:
 
 def vendor_pause(vendor: str) -> str:
     return f"{PREFIX}pause:{vendor}"
+
+
+# The Lua side --------------------------------------------------------------------------------------
+#
+# The scripts in lua/ never spell a key: scripts.py prepends ``lua_prelude()``, which defines one Lua
+# function per builder above (``k_run(id)``, ``k_chain(sub, run)``, ...) and one constant per fixed key
+# (``K_DUE_DELIVERIES``, ...), each generated from the Python builder itself, so both sides always agree.
+
+_LUA_BUILDERS: dict[str, Callable[..., str]] = {
+    "k_run": run,
+    "k_doc": document,
+    "k_result": result,
+    "k_run_events": run_events,
+    "k_event": event,
+    "k_event_pending": event_pending,
+    "k_client_runs": client_runs,
+    "k_client_subs": client_subs,
+    "k_sub": subscription,
+    "k_sub_deliveries": sub_deliveries,
+    "k_sub_inflight": sub_inflight,
+    "k_client_inflight": client_inflight,
+    "k_client_parked": client_parked,
+    "k_chain": chain,
+    "k_dlv": delivery,
+    "k_dlv_attempts": delivery_attempts,
+    "k_due_runs": due_runs,
+    "k_sub_budget": sub_budget,
+}
+_LUA_CONSTANTS = {
+    "K_DUE_DELIVERIES": DUE_DELIVERIES,
+    "K_ACTIVE_RUNS": ACTIVE_RUNS,
+    "K_ACTIVE_DELIVERIES": ACTIVE_DELIVERIES,
+}
+_MARK = re.compile("\x00([0-9])\x00")
+
+
+def _lua_string(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9:_.-]*", text):
+        raise ValueError(f"key part {text!r} needs escaping in Lua")
+    return f"'{text}'"
+
+
+def _lua_builder(name: str, builder: Callable[..., str]) -> str:
+    """``local function k_x(a1, a2) return 'hb:x:' .. a1 .. ':' .. a2 end``, from the builder's output
+    for marker arguments."""
+    arity = builder.__code__.co_argcount
+    template = builder(*(f"\x00{i}\x00" for i in range(1, arity + 1)))
+    parts = _MARK.split(template)
+    exprs = [f"a{p}" if i % 2 else _lua_string(p) for i, p in enumerate(parts) if i % 2 or p]
+    params = ", ".join(f"a{i}" for i in range(1, arity + 1))
+    return f"local function {name}({params}) return {' .. '.join(exprs)} end"
+
+
+def lua_prelude() -> str:
+    """The Lua definitions of every key a script uses (see above)."""
+    lines = ["-- Generated from service/store/keys.py by lua_prelude(); the scripts spell no key."]
+    lines += [f"local {name} = {_lua_string(value)}" for name, value in _LUA_CONSTANTS.items()]
+    lines += [_lua_builder(name, builder) for name, builder in _LUA_BUILDERS.items()]
+    return "\n".join(lines) + "\n"

@@ -1,4 +1,8 @@
-"""The Lua scripts behind every atomic state change, loaded once per Redis client."""
+"""The Lua scripts behind every atomic state change, loaded once per Redis client.
+
+Each script is sent as ``keys.lua_prelude()`` (the key builders, generated from keys.py), then, for
+the scripts that emit events, the event defaults from domain.py and ``_fanout.lua``, then its own file:
+no script spells a key name."""
 
 from __future__ import annotations
 
@@ -7,15 +11,22 @@ from importlib.resources import files
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
+from service import domain
+from service.store import keys
+
 _LUA = files("service.store") / "lua"
 _SHARED = ("transition", "emit")
 
 
-def _source(name: str) -> str:
-    text = (_LUA / f"{name}.lua").read_text()
+def source(name: str) -> str:
+    """The full text sent to Redis for the script ``lua/{name}.lua``."""
+    parts = [keys.lua_prelude()]
     if name in _SHARED:
-        text = (_LUA / "_fanout.lua").read_text() + "\n" + text
-    return text
+        defaults = ", ".join(f"'{t}'" for t in domain.DEFAULT_EVENT_TYPES)
+        parts.append(f"local DEFAULT_TYPES = {{{defaults}}}\nlocal EVENT_TEST = '{domain.EVENT_TEST}'")
+        parts.append((_LUA / "_fanout.lua").read_text())
+    parts.append((_LUA / f"{name}.lua").read_text())
+    return "\n".join(parts)
 
 
 class Scripts:
@@ -23,7 +34,7 @@ class Scripts:
 
     def __init__(self, redis: Redis) -> None:
         def load(name: str) -> AsyncScript:
-            return redis.register_script(_source(name))
+            return redis.register_script(source(name))
 
         self.create_run = load("create_run")
         self.transition = load("transition")

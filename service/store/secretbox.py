@@ -31,10 +31,6 @@ class SecretBox:
         self._keys = {key_id: AESGCM(key) for key_id, key in keys}
         self._primary = keys[0][0] if keys else None
 
-    @property
-    def enabled(self) -> bool:
-        return self._primary is not None
-
     def seal(self, sub_id: str, secrets: list[list[Any]]) -> str:
         plain = json.dumps(secrets, separators=(",", ":"))
         if self._primary is None:

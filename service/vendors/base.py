@@ -127,7 +127,6 @@ class DeletesRuns(Protocol):
 class VendorAdapter(Protocol):
     name: str
     supports_cancel: bool
-    operations: frozenset[str]
 
     async def submit(self, request: SubmitRequest) -> Submitted: ...
 

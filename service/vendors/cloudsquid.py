@@ -75,7 +75,6 @@ _UNSPECIFIED = ("", "application/octet-stream")
 class CloudsquidAdapter:
     name = "cloudsquid"
     supports_cancel = False
-    operations = frozenset({"extract"})
 
     def __init__(self, client: httpx.AsyncClient, *, project: str = "", table_id: str = "") -> None:
         self._client = client

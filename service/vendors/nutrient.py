@@ -54,7 +54,6 @@ STATUSES = {"queued": QUEUED, "running": RUNNING, "done": SUCCEEDED, "error": FA
 class NutrientAdapter:
     name = "nutrient"
     supports_cancel = True
-    operations = frozenset({"parse", "extract", "classify", "split"})
 
     def __init__(self, client: httpx.AsyncClient, *, max_asset_bytes: int = MAX_ASSET_BYTES) -> None:
         self._client = client

@@ -70,7 +70,6 @@ RECORD_EXTRAS = ("fraudResults", "creditReservation", "webhookStatus")
 class UptiqAdapter:
     name = "uptiq"
     supports_cancel = False
-    operations = frozenset({"extract"})
 
     def __init__(self, client: httpx.AsyncClient, *, early_404_window_s: float = EARLY_404_WINDOW_S) -> None:
         self._client = client

@@ -328,11 +328,11 @@ class RunStepper:
                 backoff = min(policy.poll_max_s, policy.poll_initial_s * 2 ** (attempts - 1))
                 delay = max(backoff, getattr(exc, "retry_after", None) or 0.0) * self._rng.uniform(1.0, 1.2)
                 await self._apply(
-                    lifecycle.vendor_retry(run, _now(), due_ms=_now() + delay * 1000, attempts=attempts)
+                    lifecycle.vendor_retry(run, due_ms=_now() + delay * 1000, attempts=attempts)
                 )
                 return
             error = f"gave up after {attempts} attempt{'s' if attempts > 1 else ''}: {message}"
-        await self._apply(lifecycle.vendor_told(run, _now(), deleted=deleted, error=error))
+        await self._apply(lifecycle.vendor_told(run, deleted=deleted, error=error))
 
     async def _refused(self, run: dict[str, Any], code: str, message: str) -> None:
         # Terminal runs never reach here: telling the vendor has its own bounded retries (_tell_vendor).

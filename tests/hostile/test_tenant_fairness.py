@@ -147,7 +147,7 @@ async def test_the_claim_parks_a_clients_surplus_and_each_end_brings_one_back(re
                         "secrets": "[]",
                         "created": str(now),
                     },
-                    max_count=cfg.max_subscriptions_per_client,
+                    max_count=100,
                 )
                 event = {
                     "id": f"evt_{client}{i}",

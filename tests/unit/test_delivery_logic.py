@@ -1,4 +1,7 @@
-"""Signing, the retry schedule, URL safety and event matching: pure logic."""
+"""Signing, the retry schedule and URL safety: pure logic.
+
+Event matching lives in Lua (``matches`` in service/store/lua/_fanout.lua) and is tested there, against
+a real Redis: tests/store/test_lua.py::test_the_lua_event_matcher."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from standardwebhooks import Webhook
 
 from service.delivery import schedule, signing
 from service.delivery.urlsafety import Policy, UnsafeURL, normalise
-from service.domain import event_matches, new_id
+from service.domain import new_id
 from service.settings import DEFAULT_BLOCKED_NETWORKS, parse_networks
 
 
@@ -66,13 +69,6 @@ def test_private_ranges_are_allowed_and_allowed_networks_win() -> None:
     assert not Policy((), blocked).address_allowed("::ffff:169.254.169.254")
     assert Policy(parse_networks("127.0.0.0/8"), blocked).address_allowed("127.0.0.1")
     assert str(normalise("::ffff:10.0.0.1")) == "10.0.0.1"
-
-
-def test_event_matching() -> None:
-    assert event_matches("run.succeeded", None) and not event_matches("run.progress", None)
-    assert event_matches("run.progress", ["run.*"]) and event_matches("run.submitted", ["run.submitted"])
-    assert not event_matches("run.failed", ["run.succeeded"])
-    assert event_matches("subscription.test", ["run.succeeded"])
 
 
 def test_ids_sort_by_time_and_are_unique() -> None:

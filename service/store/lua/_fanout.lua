@@ -1,10 +1,12 @@
--- Shared by transition.lua and emit.lua (prepended by scripts.py).
+-- Shared by transition.lua and emit.lua (prepended by scripts.py, after DEFAULT_TYPES and EVENT_TEST
+-- from service/domain.py).
 -- Creates one delivery per matching active subscription for one event, in the same atomic step that
 -- emits the event: there is never an event without its deliveries.
-local DEFAULT_TYPES = {'run.succeeded', 'run.failed', 'run.canceled'}
 
+-- The one event matcher: no list means DEFAULT_TYPES; 'run.*' matches every run event; the test event
+-- goes only to the subscription it was sent to (emit.lua's filter), whatever that one asked for.
 local function matches(etype, types_json)
-  if etype == 'subscription.test' then return true end
+  if etype == EVENT_TEST then return true end
   local types = DEFAULT_TYPES
   if types_json and types_json ~= '' and types_json ~= 'null' then
     types = cjson.decode(types_json)
@@ -20,15 +22,15 @@ end
 -- waits until the earlier one is delivered or has failed for good.
 local function create_delivery(ev, sid, run_id, client, now, retention_ms)
   local did = 'dlv_' .. string.sub(redis.sha1hex(ev['id'] .. ':' .. sid), 1, 26)
-  local dkey = 'hb:dlv:' .. did
+  local dkey = k_dlv(did)
   if redis.call('EXISTS', dkey) == 1 then return 0 end
   redis.call('HSET', dkey, 'id', did, 'event', ev['id'], 'type', ev['type'], 'sub', sid, 'run', run_id,
     'client', client, 'status', 'pending', 'attempts', 0, 'created', now, 'updated', now,
     'next_at', now, 'chained', 1, 'counted', 0, 'series', 0)
-  redis.call('ZADD', 'hb:sub:' .. sid .. ':deliveries', now, did)
-  redis.call('SADD', 'hb:active:deliveries', did)
-  if redis.call('RPUSH', 'hb:chain:' .. sid .. ':' .. run_id, did) == 1 then
-    redis.call('ZADD', 'hb:due:deliveries', now, did)
+  redis.call('ZADD', k_sub_deliveries(sid), now, did)
+  redis.call('SADD', K_ACTIVE_DELIVERIES, did)
+  if redis.call('RPUSH', k_chain(sid, run_id), did) == 1 then
+    redis.call('ZADD', K_DUE_DELIVERIES, now, did)
   end
   return 1
 end
@@ -36,12 +38,12 @@ end
 -- Emits one event: fans it out, stores its body (the exact bytes sent) and appends it to the run.
 -- A run.progress event that no subscription asked for is not kept. Returns deliveries created.
 local function emit(ev, run_id, client, subs, filter, zr, now, retention_ms)
-  local ekey = 'hb:evt:' .. ev['id']
+  local ekey = k_event(ev['id'])
   if redis.call('EXISTS', ekey) == 1 then return 0 end
   local n = 0
   for _, sid in ipairs(subs) do
     if filter == nil or filter[sid] then
-      local s = redis.call('HMGET', 'hb:sub:' .. sid, 'disabled', 'event_types')
+      local s = redis.call('HMGET', k_sub(sid), 'disabled', 'event_types')
       if s[1] == '0' and matches(ev['type'], s[2]) then
         n = n + create_delivery(ev, sid, run_id, client, now, retention_ms)
       end
@@ -49,10 +51,10 @@ local function emit(ev, run_id, client, subs, filter, zr, now, retention_ms)
   end
   if n == 0 and ev['type'] == 'run.progress' then return 0 end
   redis.call('SET', ekey, ev['body'], 'PX', retention_ms)
-  if run_id ~= '' then redis.call('RPUSH', 'hb:run:' .. run_id .. ':events', ev['id']) end
+  if run_id ~= '' then redis.call('RPUSH', k_run_events(run_id), ev['id']) end
   if zr == '1' and n > 0 then
     -- Zero retention: counts the deliveries not yet final; the last one to end drops the body.
-    redis.call('SET', ekey .. ':pending', n, 'PX', retention_ms)
+    redis.call('SET', k_event_pending(ev['id']), n, 'PX', retention_ms)
   end
   return n
 end

@@ -4,11 +4,10 @@
 -- in-flight limit has the rest of its due deliveries parked (out of the due set, in its own parked set)
 -- until one of its deliveries ends (delivery_result.lua brings one back per one that ends), so that a
 -- client's backlog or hanging receivers never stand in front of another client's deliveries.
--- KEYS: due_deliveries. ARGV: now_ms, limit, lease_ms, default_max_in_flight, client_max_in_flight,
---   client_prefix (keys.DELIVERY_CLIENT)
+-- KEYS: due_deliveries. ARGV: now_ms, limit, lease_ms, default_max_in_flight, client_max_in_flight
 -- Returns {{delivery_fields, subscription_fields, event_body}, ...}, next_due_score | false}.
 local now, limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local default_max, client_max, cprefix = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local default_max, client_max = tonumber(ARGV[4]), tonumber(ARGV[5])
 -- Looks past `limit`, so that parking one client's surplus does not take a claim per batch.
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit * 4)
 local out = {}
@@ -16,28 +15,28 @@ local in_flight = {}
 for i = 1, #due, 2 do
   if #out >= limit then break end
   local id, score = due[i], due[i + 1]
-  local dkey = 'hb:dlv:' .. id
+  local dkey = k_dlv(id)
   local d = redis.call('HMGET', dkey, 'sub', 'event', 'status', 'client')
   if not d[1] or not d[2] or d[3] ~= 'pending' then
     redis.call('ZREM', KEYS[1], id)
     -- A pending record that names no event can never be sent: end it, or the sweeper re-adds it.
     if d[3] == 'pending' then redis.call('HSET', dkey, 'status', 'failed') end
-    redis.call('SREM', 'hb:active:deliveries', id)
+    redis.call('SREM', K_ACTIVE_DELIVERIES, id)
   else
     local client = d[4] or ''
-    local cin = cprefix .. client .. ':inflight'
+    local cin = k_client_inflight(client)
     if in_flight[client] == nil then
       redis.call('ZREMRANGEBYSCORE', cin, '-inf', now)
       in_flight[client] = redis.call('ZCARD', cin)
     end
     if in_flight[client] >= client_max then
       redis.call('ZREM', KEYS[1], id)
-      redis.call('ZADD', cprefix .. client .. ':parked', score, id)
+      redis.call('ZADD', k_client_parked(client), score, id)
     else
       local sid = d[1]
-      local skey = 'hb:sub:' .. sid
+      local skey = k_sub(sid)
       local s = redis.call('HMGET', skey, 'max_in_flight', 'rate_per_s')
-      local ikey = 'hb:sub:' .. sid .. ':inflight'
+      local ikey = k_sub_inflight(sid)
       redis.call('ZREMRANGEBYSCORE', ikey, '-inf', now)
       local held = false
       if redis.call('ZCARD', ikey) >= (tonumber(s[1]) or default_max) then
@@ -46,7 +45,7 @@ for i = 1, #due, 2 do
       end
       local rate = tonumber(s[2]) or 0
       if not held and rate > 0 then
-        local bkey = 'hb:budget:sub:' .. sid
+        local bkey = k_sub_budget(sid)
         local tat = math.max(tonumber(redis.call('GET', bkey) or '0'), now)
         if tat > now then
           redis.call('ZADD', KEYS[1], tat, id)
@@ -58,11 +57,11 @@ for i = 1, #due, 2 do
       if not held then
         redis.call('ZADD', ikey, now + lease, id)
         redis.call('ZADD', cin, now + lease, id)
-        redis.call('ZREM', cprefix .. client .. ':parked', id)
+        redis.call('ZREM', k_client_parked(client), id)
         redis.call('PEXPIRE', cin, lease * 2)
         in_flight[client] = in_flight[client] + 1
         redis.call('ZADD', KEYS[1], now + lease, id)
-        local body = redis.call('GET', 'hb:evt:' .. d[2])
+        local body = redis.call('GET', k_event(d[2]))
         table.insert(out, {redis.call('HGETALL', dkey), redis.call('HGETALL', skey), body or false})
       end
     end

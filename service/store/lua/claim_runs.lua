@@ -3,11 +3,11 @@
 -- The vendor's pause (pause.lua, after a 429) holds every claim until its `until`; then exactly one run
 -- is claimed as the probe, and nothing more until the probe's answer ends the pause or extends it.
 -- KEYS: due_runs, budget, pause. ARGV: now_ms, limit, lease_ms, interval_ms (0 = no budget), lookahead_ms,
--- probe_lease_ms, run_key_prefix
+-- probe_lease_ms
 -- Returns {{id, due_score, slot_ms, run_json, ...}, next_due_score | false, probe_token | false}.
 local now, limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local interval, ahead = tonumber(ARGV[4]), tonumber(ARGV[5])
-local probe_lease, run_prefix = tonumber(ARGV[6]), ARGV[7]
+local probe_lease = tonumber(ARGV[6])
 
 local probing = false
 local pause = redis.call('HMGET', KEYS[3], 'until', 'probe', 'probe_exp')
@@ -36,7 +36,7 @@ for i = 1, #due, 2 do
     if slot - now > ahead then break end
     tat = slot + interval
   end
-  local doc = redis.call('GET', run_prefix .. id)
+  local doc = redis.call('GET', k_run(id))
   if doc then
     redis.call('ZADD', KEYS[1], slot + lease, id)
     table.insert(out, id)

@@ -12,5 +12,5 @@ redis.call('SET', KEYS[1], ARGV[1])
 if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2]) end
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
 redis.call('ZADD', KEYS[4], ARGV[3], ARGV[4])
-redis.call('SADD', 'hb:active:runs', ARGV[4])
+redis.call('SADD', K_ACTIVE_RUNS, ARGV[4])
 return {'created'}

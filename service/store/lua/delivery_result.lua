@@ -1,7 +1,7 @@
 -- Records one delivery attempt and its consequence, atomically.
 -- KEYS[1] delivery key. ARGV[1] JSON: id, outcome ('succeeded'|'retry'|'failed'|'gone'|'skipped'),
 --   next_at (for retry), attempt (JSON string, absent for 'skipped' without attempt), now,
---   retention_ms, disable_after_ms, keep_attempts, status_code, client_prefix (keys.DELIVERY_CLIENT)
+--   retention_ms, disable_after_ms, keep_attempts, status_code
 -- 'gone' is a failure that disables the subscription (410); 'skipped' fails it without counting
 -- against the subscription's health (subscription deleted or disabled).
 -- Returns {'ok', next_in_chain | ''} | {'missing'}.
@@ -10,22 +10,20 @@ local id, outcome, now = ops['id'], ops['outcome'], tonumber(ops['now'])
 local d = redis.call('HMGET', KEYS[1], 'sub', 'run', 'event', 'chained', 'counted', 'created', 'client')
 if not d[1] then return {'missing'} end
 local sid, run_id, evt = d[1], d[2], d[3]
-local skey = 'hb:sub:' .. sid
-redis.call('ZREM', 'hb:sub:' .. sid .. ':inflight', id)
-if ops['client_prefix'] then
-  -- The attempt frees one of its client's in-flight slots: the client's oldest parked delivery (see
-  -- claim_deliveries.lua) goes back to the due set, at its own due time.
-  local cprefix = ops['client_prefix'] .. (d[7] or '')
-  redis.call('ZREM', cprefix .. ':inflight', id)
-  redis.call('ZREM', cprefix .. ':parked', id)
-  local parked = redis.call('ZRANGE', cprefix .. ':parked', 0, 0, 'WITHSCORES')
-  if parked[1] then
-    redis.call('ZREM', cprefix .. ':parked', parked[1])
-    redis.call('ZADD', 'hb:due:deliveries', 'NX', math.min(tonumber(parked[2]), now), parked[1])
-  end
+local skey = k_sub(sid)
+redis.call('ZREM', k_sub_inflight(sid), id)
+-- The attempt frees one of its client's in-flight slots: the client's oldest parked delivery (see
+-- claim_deliveries.lua) goes back to the due set, at its own due time.
+local parked_key = k_client_parked(d[7] or '')
+redis.call('ZREM', k_client_inflight(d[7] or ''), id)
+redis.call('ZREM', parked_key, id)
+local parked = redis.call('ZRANGE', parked_key, 0, 0, 'WITHSCORES')
+if parked[1] then
+  redis.call('ZREM', parked_key, parked[1])
+  redis.call('ZADD', K_DUE_DELIVERIES, 'NX', math.min(tonumber(parked[2]), now), parked[1])
 end
 if ops['attempt'] then
-  local akey = 'hb:dlv:' .. id .. ':attempts'
+  local akey = k_dlv_attempts(id)
   redis.call('RPUSH', akey, ops['attempt'])
   redis.call('LTRIM', akey, -ops['keep_attempts'], -1)
   redis.call('HINCRBY', KEYS[1], 'attempts', 1)
@@ -34,23 +32,23 @@ redis.call('HSET', KEYS[1], 'updated', now, 'last_code', ops['status_code'] or '
 
 if outcome == 'retry' then
   redis.call('HSET', KEYS[1], 'status', 'pending', 'next_at', ops['next_at'])
-  redis.call('ZADD', 'hb:due:deliveries', ops['next_at'], id)
+  redis.call('ZADD', K_DUE_DELIVERIES, ops['next_at'], id)
   return {'ok', ''}
 end
 
 local final = 'failed'
 if outcome == 'succeeded' then final = 'succeeded' end
-redis.call('ZREM', 'hb:due:deliveries', id)
-redis.call('SREM', 'hb:active:deliveries', id)
+redis.call('ZREM', K_DUE_DELIVERIES, id)
+redis.call('SREM', K_ACTIVE_DELIVERIES, id)
 redis.call('HSET', KEYS[1], 'status', final, 'next_at', '')
 
 local nxt = ''
 if d[4] == '1' then
-  local ckey = 'hb:chain:' .. sid .. ':' .. run_id
+  local ckey = k_chain(sid, run_id)
   if redis.call('LINDEX', ckey, 0) == id then
     redis.call('LPOP', ckey)
     nxt = redis.call('LINDEX', ckey, 0) or ''
-    if nxt ~= '' then redis.call('ZADD', 'hb:due:deliveries', now, nxt) end
+    if nxt ~= '' then redis.call('ZADD', K_DUE_DELIVERIES, now, nxt) end
   else
     redis.call('LREM', ckey, 1, id)
   end
@@ -59,14 +57,14 @@ end
 
 if d[5] == '0' then
   redis.call('HSET', KEYS[1], 'counted', 1)
-  local pkey = 'hb:evt:' .. evt .. ':pending'
+  local pkey = k_event_pending(evt)
   if redis.call('EXISTS', pkey) == 1 and redis.call('DECR', pkey) <= 0 then
     -- Zero retention: every delivery of the event has ended, so its body (the result) goes.
-    redis.call('DEL', 'hb:evt:' .. evt, pkey)
+    redis.call('DEL', k_event(evt), pkey)
   end
 end
 redis.call('PEXPIRE', KEYS[1], ops['retention_ms'])
-redis.call('PEXPIRE', 'hb:dlv:' .. id .. ':attempts', ops['retention_ms'])
+redis.call('PEXPIRE', k_dlv_attempts(id), ops['retention_ms'])
 
 if redis.call('EXISTS', skey) == 1 then
   if outcome == 'succeeded' then

@@ -1,31 +1,31 @@
 -- The sweeper's check of one run or one delivery, atomic so that it never acts on a stale read.
 -- KEYS[1] the run or delivery key. ARGV: kind ('run' | 'delivery'), now_ms, id
--- The sweeper walks hb:active:runs and hb:active:deliveries (work not finished), so a pass costs what is
+-- The sweeper walks the active runs and deliveries (keys.ACTIVE_RUNS, keys.ACTIVE_DELIVERIES) (work not finished), so a pass costs what is
 -- in flight, not what is kept; an id whose work is gone or done leaves its set here.
 -- Returns 1 when it scheduled work that had no place in a due set, else 0.
 local kind, now = ARGV[1], tonumber(ARGV[2])
 if kind == 'run' then
   local raw = redis.call('GET', KEYS[1])
   if not raw then
-    redis.call('SREM', 'hb:active:runs', ARGV[3])
+    redis.call('SREM', K_ACTIVE_RUNS, ARGV[3])
     return 0
   end
   local run = cjson.decode(raw)
   local terminal = run['status'] == 'succeeded' or run['status'] == 'failed' or run['status'] == 'canceled'
   if terminal and not run['_vendor_cancel'] then
-    redis.call('SREM', 'hb:active:runs', ARGV[3])
+    redis.call('SREM', K_ACTIVE_RUNS, ARGV[3])
     return 0
   end
-  return redis.call('ZADD', 'hb:due:runs:' .. run['vendor'], 'NX', now, run['id'])
+  return redis.call('ZADD', k_due_runs(run['vendor']), 'NX', now, run['id'])
 end
 
 local d = redis.call('HMGET', KEYS[1], 'id', 'status', 'chained', 'sub', 'run')
 if not d[1] or d[2] ~= 'pending' then
-  redis.call('SREM', 'hb:active:deliveries', ARGV[3])
+  redis.call('SREM', K_ACTIVE_DELIVERIES, ARGV[3])
   return 0
 end
 if d[3] == '1' then
-  local ckey = 'hb:chain:' .. d[4] .. ':' .. d[5]
+  local ckey = k_chain(d[4], d[5])
   while true do
     local head = redis.call('LINDEX', ckey, 0)
     if not head then
@@ -33,10 +33,10 @@ if d[3] == '1' then
       break
     end
     if head == d[1] then break end
-    if redis.call('HGET', 'hb:dlv:' .. head, 'status') == 'pending' then
+    if redis.call('HGET', k_dlv(head), 'status') == 'pending' then
       return 0 -- waits behind an earlier event of its run
     end
     redis.call('LPOP', ckey) -- a head that is no longer pending holds nothing back
   end
 end
-return redis.call('ZADD', 'hb:due:deliveries', 'NX', now, d[1])
+return redis.call('ZADD', K_DUE_DELIVERIES, 'NX', now, d[1])

@@ -23,14 +23,14 @@ if ops['due_score'] then
   redis.call('ZADD', ops['due_key'], ops['due_score'], run_id)
 elseif ops['due_remove'] then
   redis.call('ZREM', ops['due_key'], run_id)
-  redis.call('SREM', 'hb:active:runs', run_id) -- nothing left to do for it
+  redis.call('SREM', K_ACTIVE_RUNS, run_id) -- nothing left to do for it
 end
-if ARGV[3] then redis.call('SET', 'hb:result:' .. run_id, ARGV[3], 'KEEPTTL') end
-if ops['del_doc'] then redis.call('DEL', 'hb:doc:' .. run_id) end
+if ARGV[3] then redis.call('SET', k_result(run_id), ARGV[3], 'KEEPTTL') end
+if ops['del_doc'] then redis.call('DEL', k_doc(run_id)) end
 
 local created = 0
 if ops['events'] and #ops['events'] > 0 then
-  local subs = redis.call('ZRANGE', 'hb:client:' .. client .. ':subs', 0, -1)
+  local subs = redis.call('ZRANGE', k_client_subs(client), 0, -1)
   local filter = as_filter(ops['sub_filter'])
   for _, ev in ipairs(ops['events']) do
     created = created + emit(ev, run_id, client, subs, filter, ops['zr'], now, ops['retention_ms'])
@@ -39,7 +39,7 @@ end
 
 if ops['ttl_ms'] then
   redis.call('PEXPIRE', KEYS[1], ops['ttl_ms'])
-  redis.call('PEXPIRE', 'hb:run:' .. run_id .. ':events', ops['ttl_ms'])
-  if ARGV[3] then redis.call('PEXPIRE', 'hb:result:' .. run_id, ops['ttl_ms']) end
+  redis.call('PEXPIRE', k_run_events(run_id), ops['ttl_ms'])
+  if ARGV[3] then redis.call('PEXPIRE', k_result(run_id), ops['ttl_ms']) end
 end
 return {'ok', created, run['status']}

@@ -35,7 +35,6 @@ STATES = {"waiting": QUEUED, "working": RUNNING, "done": SUCCEEDED, "failed": FA
 class ParrotAdapter:
     name = "parrot"
     supports_cancel = True
-    operations = frozenset({"extract", "echo"})
 
     def __init__(self, client: httpx.AsyncClient, region: str) -> None:
         self._client = client

@@ -1,0 +1,679 @@
+"""The atomic core tested directly: every Lua script in service/store/lua/ against a real redis-server,
+through the Store API, with explicit ``now_ms`` values (no sleeps, no worker), one test per outcome.
+
+Records are built the way production builds them (``lifecycle.new_run``, the subscription fields the
+API writes) and read back through ``keys``, so a key name spelled differently in Lua fails here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from service import domain
+from service import settings as settings_mod
+from service.lifecycle import new_run
+from service.store import Store, Transition, connect, keys
+from service.store.scripts import _LUA, source
+from tests.conftest import base_env
+
+T0 = 1_800_000_000_000
+RETENTION_MS = 3_600_000
+LEASE = 10_000
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[Store]:
+    settings = settings_mod.load(
+        base_env(
+            redis_url,
+            HOOKBRIDGE_RETENTION_S=str(RETENTION_MS // 1000),
+            HOOKBRIDGE_SUBSCRIPTION_MAX_IN_FLIGHT="2",
+            HOOKBRIDGE_CLIENT_MAX_IN_FLIGHT="3",
+            HOOKBRIDGE_SUBSCRIPTION_DISABLE_AFTER_S="60",
+        )
+    )
+    s = Store(connect(settings), settings)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+def _s(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+async def _run(store: Store, run_id: str = "run_a", client: str = "alice", **extra: Any) -> dict[str, Any]:
+    run = new_run(
+        run_id=run_id,
+        client=client,
+        vendor="nutrient",
+        operation="extract",
+        document={"url": "https://example.com/a.pdf"},
+        options={},
+        metadata={},
+        subscription_ids=extra.pop("subscription_ids", []),
+        zero_retention=extra.pop("zero_retention", False),
+        now_ms=T0,
+    )
+    assert await store.create_run(run, extra.pop("document", None), extra.pop("idem", None)) is None
+    return run
+
+
+async def _sub(store: Store, sub_id: str, client: str = "alice", **fields: str) -> None:
+    sub = {
+        "id": sub_id,
+        "client": client,
+        "event_types": "",
+        "disabled": "0",
+        "created": str(T0),
+        "max_in_flight": "",
+        "rate_per_s": "",
+        "failing_since": "",
+        "consecutive_failures": "0",
+        "secrets": "[]",
+        **fields,
+    }
+    assert await store.create_subscription(sub, max_count=100)
+
+
+def _event(etype: str, n: int = 0) -> dict[str, Any]:
+    return {
+        "id": f"evt_{etype}_{n}",
+        "type": etype,
+        "created": T0,
+        "body": json.dumps({"type": etype, "n": n}),
+    }
+
+
+def _next(run: dict[str, Any], status: str, now: int = T0 + 1) -> dict[str, Any]:
+    return {**run, "_v": run["_v"] + 1, "status": status, "updated_at": now}
+
+
+async def _emit(
+    store: Store, run: dict[str, Any], *events: dict[str, Any], status: str = "processing"
+) -> int:
+    new = _next(run, status)
+    outcome, _, created = await store.transition(Transition(new, run["_v"], events=list(events)))
+    assert outcome == "ok"
+    run.update(new)
+    return created
+
+
+async def _deliveries_of(store: Store, sub_id: str) -> list[dict[str, str]]:
+    ids = [_s(i) for i in await store.redis.zrange(keys.sub_deliveries(sub_id), 0, -1)]
+    return [d for d in await store.get_deliveries(ids) if d is not None]
+
+
+async def _due_deliveries(store: Store) -> dict[str, float]:
+    return {_s(m): s for m, s in await store.redis.zrange(keys.DUE_DELIVERIES, 0, -1, withscores=True)}
+
+
+# The key prelude ------------------------------------------------------------------------------------
+
+
+def test_no_script_spells_a_key_and_every_prelude_builder_matches_python() -> None:
+    for path in _LUA.iterdir():
+        if path.name.endswith(".lua"):
+            assert "hb:" not in path.read_text(), path.name
+    prelude = keys.lua_prelude()
+    assert "local function k_chain(a1, a2) return 'hb:chain:' .. a1 .. ':' .. a2 end" in prelude
+    assert f"local K_DUE_DELIVERIES = '{keys.DUE_DELIVERIES}'" in prelude
+    assert source("transition").startswith(prelude)
+
+
+async def test_the_generated_builders_give_the_python_keys_inside_redis(store: Store) -> None:
+    script = store.redis.register_script(
+        keys.lua_prelude()
+        + "return {k_run(ARGV[1]), k_chain(ARGV[2], ARGV[1]), k_event_pending(ARGV[3]),"
+        + " k_client_parked(ARGV[4]), k_sub_budget(ARGV[2]), K_ACTIVE_RUNS}"
+    )
+    got = [_s(v) for v in await script(args=["run_x", "sub_y", "evt_z", "alice"])]
+    assert got == [
+        keys.run("run_x"),
+        keys.chain("sub_y", "run_x"),
+        keys.event_pending("evt_z"),
+        keys.client_parked("alice"),
+        keys.sub_budget("sub_y"),
+        keys.ACTIVE_RUNS,
+    ]
+
+
+# create_run.lua -------------------------------------------------------------------------------------
+
+
+async def test_create_run_writes_everything_and_an_idempotency_key_writes_nothing_twice(store: Store) -> None:
+    run = await _run(store, document=b"%PDF", idem=("key-1", "fp1"))
+    r = store.redis
+    assert await store.get_run("run_a") == run
+    assert await r.get(keys.document("run_a")) == b"%PDF"
+    assert await r.zscore(keys.client_runs("alice"), "run_a") == T0
+    assert await r.zscore(keys.due_runs("nutrient"), "run_a") == T0
+    assert await r.sismember(keys.ACTIVE_RUNS, "run_a")
+    assert await r.pttl(keys.idempotency("alice", "key-1")) > 0
+
+    again = {**run, "id": "run_b"}
+    assert await store.create_run(again, b"other", ("key-1", "fp2")) == "fp1 run_a"
+    assert await store.get_run("run_b") is None and await r.get(keys.document("run_b")) is None
+    assert not await r.sismember(keys.ACTIVE_RUNS, "run_b")
+    assert await store.create_run(again, None, ("key-1", "fp2")) == "fp1 run_a"  # the same answer each time
+
+
+# transition.lua -------------------------------------------------------------------------------------
+
+
+async def test_transition_ok_conflict_and_missing(store: Store) -> None:
+    run = await _run(store)
+    new = _next(run, "processing")
+    assert await store.transition(Transition(new, 0, due_ms=T0 + 500)) == ("ok", None, 0)
+    assert await store.redis.zscore(keys.due_runs("nutrient"), "run_a") == T0 + 500
+    stale = _next(run, "failed")  # written from version 0, but the run is at 1 now
+    outcome, current, _ = await store.transition(Transition(stale, 0))
+    assert outcome == "conflict" and current is not None and current["status"] == "processing"
+    assert (await store.get_run("run_a"))["status"] == "processing"  # type: ignore[index]
+    ghost = {**new, "id": "run_ghost"}
+    assert await store.transition(Transition(ghost, 1)) == ("missing", None, 0)
+    assert await store.get_run("run_ghost") is None
+
+
+async def test_a_terminal_run_never_changes_status(store: Store) -> None:
+    run = await _run(store)
+    done = _next(run, "succeeded")
+    assert (await store.transition(Transition(done, 0, remove_due=True, ttl_ms=60_000)))[0] == "ok"
+    back = _next(done, "processing")
+    outcome, current, _ = await store.transition(Transition(back, 1))
+    assert outcome == "conflict" and current is not None and current["status"] == "succeeded"
+    # The same terminal status may be rewritten (a canceled run told to the vendor later).
+    same = {**_next(done, "succeeded"), "vendor_deleted": True}
+    assert (await store.transition(Transition(same, 1)))[0] == "ok"
+
+
+async def test_due_set_is_scored_then_removed_with_the_active_entry(store: Store) -> None:
+    run = await _run(store)
+    r = store.redis
+    new = _next(run, "processing")
+    await store.transition(Transition(new, 0, due_ms=T0 + 2000))
+    assert await r.zscore(keys.due_runs("nutrient"), "run_a") == T0 + 2000
+    before = _next(new, "processing")
+    await store.transition(Transition(before, 1))  # neither score nor removal: left alone
+    assert await r.zscore(keys.due_runs("nutrient"), "run_a") == T0 + 2000
+    end = _next(before, "failed")
+    await store.transition(Transition(end, 2, remove_due=True))
+    assert await r.zscore(keys.due_runs("nutrient"), "run_a") is None
+    assert not await r.sismember(keys.ACTIVE_RUNS, "run_a")
+
+
+async def test_result_document_and_ttl_on_the_end_and_keepttl_afterwards(store: Store) -> None:
+    run = await _run(store, document=b"%PDF")
+    r = store.redis
+    submitted = _next(run, "processing")
+    await store.transition(Transition(submitted, 0, events=[_event("run.submitted")], delete_document=True))
+    assert await r.get(keys.document("run_a")) is None
+    end = _next(submitted, "succeeded")
+    await store.transition(Transition(end, 1, result=b'{"x":1}', remove_due=True, ttl_ms=50_000))
+    assert await r.get(keys.result("run_a")) == b'{"x":1}'
+    for key in (keys.run("run_a"), keys.result("run_a")):
+        assert 0 < await r.pttl(key) <= 50_000
+    # A later rewrite (the vendor told of the end) keeps the expiry instead of dropping it.
+    await r.pexpire(keys.run("run_a"), 40_000)
+    await store.transition(Transition({**_next(end, "succeeded"), "vendor_deleted": True}, 2))
+    assert 0 < await r.pttl(keys.run("run_a")) <= 40_000
+
+
+async def test_events_fan_out_to_matching_active_subscriptions_only(store: Store) -> None:
+    await _sub(store, "sub_default")  # no list: the three terminal events
+    await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
+    await _sub(store, "sub_failed", event_types=json.dumps(["run.failed"]))
+    await _sub(store, "sub_off", event_types=json.dumps(["run.*"]), disabled="1")
+    await _sub(store, "sub_bob", client="bob", event_types=json.dumps(["run.*"]))
+    run = await _run(store)
+    assert await _emit(store, run, _event("run.submitted")) == 1  # sub_all only
+    assert await _emit(store, run, _event("run.succeeded"), status="succeeded") == 2
+    assert [d["type"] for d in await _deliveries_of(store, "sub_all")] == ["run.submitted", "run.succeeded"]
+    assert [d["type"] for d in await _deliveries_of(store, "sub_default")] == ["run.succeeded"]
+    for nobody in ("sub_failed", "sub_off", "sub_bob"):
+        assert await _deliveries_of(store, nobody) == []
+    events = [_s(e) for e in await store.redis.lrange(keys.run_events("run_a"), 0, -1)]
+    assert events == ["evt_run.submitted_0", "evt_run.succeeded_0"]
+    d = (await _deliveries_of(store, "sub_default"))[0]
+    assert d["status"] == "pending" and d["client"] == "alice" and d["run"] == "run_a"
+    assert await store.redis.sismember(keys.ACTIVE_DELIVERIES, d["id"])
+
+
+async def test_an_event_emitted_twice_creates_its_deliveries_once(store: Store) -> None:
+    await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
+    run = await _run(store)
+    ev = _event("run.submitted")
+    assert await _emit(store, run, ev) == 1
+    assert await _emit(store, run, ev) == 0
+    assert len(await _deliveries_of(store, "sub_all")) == 1
+
+
+@pytest.mark.parametrize(
+    ("event_type", "wanted", "matches"),
+    [
+        ("run.succeeded", None, True),
+        ("run.canceled", None, True),
+        ("run.progress", None, False),
+        ("run.submitted", None, False),
+        ("run.progress", ["run.*"], True),
+        ("run.submitted", ["run.submitted"], True),
+        ("run.failed", ["run.succeeded"], False),
+        ("run.failed", [], True),  # an empty list is stored as no list: the default types
+    ],
+)
+async def test_the_lua_event_matcher(
+    store: Store, event_type: str, wanted: list[str] | None, matches: bool
+) -> None:
+    """The matcher production uses (``matches`` in _fanout.lua), through a real transition."""
+    stored = "" if not wanted else json.dumps(wanted)
+    await _sub(store, "sub_1", event_types=stored)
+    run = await _run(store)
+    status = (
+        event_type.removeprefix("run.")
+        if event_type in ("run.succeeded", "run.failed", "run.canceled")
+        else "processing"
+    )
+    assert await _emit(store, run, _event(event_type), status=status) == int(matches)
+
+
+async def test_the_test_event_reaches_the_named_subscription_whatever_it_asked_for(store: Store) -> None:
+    await _sub(store, "sub_1", event_types=json.dumps(["run.failed"]))
+    await _sub(store, "sub_2")
+    ev = {**_event(domain.EVENT_TEST), "id": "evt_test"}
+    assert await store.emit_test_event("alice", "sub_1", ev, T0) == 1
+    assert [d["type"] for d in await _deliveries_of(store, "sub_1")] == [domain.EVENT_TEST]
+    assert await _deliveries_of(store, "sub_2") == []
+    assert await store.redis.get(keys.event("evt_test")) == ev["body"].encode()
+    assert await store.emit_test_event("alice", "sub_1", ev, T0) == 0  # the same event id: nothing new
+
+
+async def test_sub_filter_limits_a_runs_events_to_the_subscriptions_it_names(store: Store) -> None:
+    await _sub(store, "sub_1")
+    await _sub(store, "sub_2")
+    run = await _run(store, subscription_ids=["sub_2"])
+    assert await _emit(store, run, _event("run.failed"), status="failed") == 1
+    assert await _deliveries_of(store, "sub_1") == []
+    assert len(await _deliveries_of(store, "sub_2")) == 1
+
+
+async def test_a_progress_event_nobody_wants_is_not_kept(store: Store) -> None:
+    await _sub(store, "sub_default")
+    run = await _run(store)
+    assert await _emit(store, run, _event("run.progress")) == 0
+    assert await store.redis.get(keys.event("evt_run.progress_0")) is None
+    assert await store.redis.llen(keys.run_events("run_a")) == 0
+    # Other unwanted events are still kept on the run (its history), with no delivery.
+    assert await _emit(store, run, _event("run.submitted")) == 0
+    assert await store.redis.llen(keys.run_events("run_a")) == 1
+
+
+async def test_zero_retention_counts_pending_deliveries_and_the_last_end_drops_the_body(store: Store) -> None:
+    await _sub(store, "sub_1")
+    await _sub(store, "sub_2")
+    run = await _run(store, zero_retention=True)
+    ev = _event("run.succeeded")
+    assert await _emit(store, run, ev, status="succeeded") == 2
+    r = store.redis
+    assert await r.get(keys.event_pending(ev["id"])) == b"2"
+    d1, d2 = (await _deliveries_of(store, "sub_1"))[0], (await _deliveries_of(store, "sub_2"))[0]
+    await store.record_attempt(d1["id"], "succeeded", now_ms=T0 + 10, attempt={"n": 1})
+    assert await r.get(keys.event(ev["id"])) is not None and await r.get(keys.event_pending(ev["id"])) == b"1"
+    await store.record_attempt(d2["id"], "failed", now_ms=T0 + 20, attempt={"n": 1})
+    assert await r.get(keys.event(ev["id"])) is None and await r.get(keys.event_pending(ev["id"])) is None
+    # Without zero retention the body stays for retention.
+    run_b = await _run(store, "run_b")
+    await _emit(store, run_b, _event("run.failed"), status="failed")
+    assert await r.get(keys.event_pending("evt_run.failed_0")) is None
+
+
+# claim_runs.lua (the pause and probe: tests/integration/test_vendor_pause_store.py) ------------------
+
+
+async def _due_runs(store: Store, n: int) -> None:
+    for i in range(n):
+        await _run(store, f"run_{i}")
+        await store.redis.zadd(keys.due_runs("nutrient"), {f"run_{i}": T0 + i})
+
+
+async def test_claim_runs_leases_due_runs_and_drops_vanished_ones(store: Store) -> None:
+    await _due_runs(store, 3)
+    await store.redis.delete(keys.run("run_1"))
+    await store.redis.zadd(keys.due_runs("nutrient"), {"run_late": T0 + 5000})
+    claimed, nxt = await store.claim_runs("nutrient", T0 + 10, 10, LEASE, 0.0, 0)
+    assert [c.run["id"] for c in claimed] == ["run_0", "run_2"] and claimed[0].due_ms == T0
+    due = {_s(m): s for m, s in await store.redis.zrange(keys.due_runs("nutrient"), 0, -1, withscores=True)}
+    assert due == {"run_0": T0 + 10 + LEASE, "run_2": T0 + 10 + LEASE, "run_late": T0 + 5000}
+    assert nxt == T0 + 5000
+    # Leased: nothing due until the lease runs out; then the run is claimed again.
+    assert (await store.claim_runs("nutrient", T0 + 20, 10, LEASE, 0.0, 0))[0] == []
+    again, _ = await store.claim_runs("nutrient", T0 + 10 + LEASE, 10, LEASE, 0.0, 0)
+    assert [c.run["id"] for c in again] == ["run_0", "run_2"]  # run_late had no record: dropped
+    assert await store.redis.zscore(keys.due_runs("nutrient"), "run_late") is None
+
+
+async def test_claim_runs_takes_budget_slots_within_the_lookahead(store: Store) -> None:
+    await _due_runs(store, 5)
+    claimed, _ = await store.claim_runs("nutrient", T0 + 10, 10, LEASE, 1000.0, 2500)
+    # Slots 1 s apart; the fourth (3 s ahead) is past the 2.5 s lookahead and stays due.
+    assert [(c.run["id"], c.slot_ms) for c in claimed] == [
+        ("run_0", T0 + 10),
+        ("run_1", T0 + 1010),
+        ("run_2", T0 + 2010),
+    ]
+    assert await store.redis.zscore(keys.due_runs("nutrient"), "run_2") == T0 + 2010 + LEASE
+    assert await store.redis.zscore(keys.due_runs("nutrient"), "run_3") == T0 + 3
+    assert await store.redis.get(keys.vendor_budget("nutrient")) == str(T0 + 3010).encode()
+    # The budget is shared: the next claim's first slot is after the last one taken.
+    claimed, _ = await store.claim_runs("nutrient", T0 + 20, 10, LEASE, 1000.0, 10_000)
+    assert [c.slot_ms for c in claimed] == [T0 + 3010, T0 + 4010]
+    assert await store.budget_take("nutrient", T0 + 30, 1000.0) == T0 + 5010
+
+
+async def test_claim_runs_holds_while_paused_then_claims_one_probe(store: Store) -> None:
+    await _due_runs(store, 3)
+    await store.pause_limited("nutrient", T0, 1000, 1000, 60_000, None)
+    claimed, nxt = await store.claim_runs("nutrient", T0 + 500, 10, LEASE, 0.0, 0)
+    assert claimed == [] and nxt == T0 + 1000
+    claimed, _ = await store.claim_runs("nutrient", T0 + 1000, 10, LEASE, 0.0, 0)
+    assert len(claimed) == 1 and claimed[0].probe
+    assert await store.pause_settle("nutrient", T0 + 1100, claimed[0].probe, answered=True)
+    claimed, _ = await store.claim_runs("nutrient", T0 + 1200, 10, LEASE, 0.0, 0)
+    assert len(claimed) == 2 and all(c.probe is None for c in claimed)
+
+
+# claim_deliveries.lua -------------------------------------------------------------------------------
+
+
+async def _pending(store: Store, sub_id: str, n: int, client: str = "alice", first: int = 0) -> list[str]:
+    """``n`` runs of ``client``, each with one pending delivery (a chain head) to ``sub_id``."""
+    ids = []
+    for i in range(first, first + n):
+        run = await _run(store, f"run_{sub_id}_{i}", client)
+        await _emit(store, run, {**_event("run.failed", i), "id": f"evt_{sub_id}_{i}"}, status="failed")
+    for d in await _deliveries_of(store, sub_id):
+        ids.append(d["id"])
+    return ids
+
+
+async def test_claim_deliveries_respects_a_subscriptions_in_flight_limit(store: Store) -> None:
+    await _sub(store, "sub_1")  # the default limit is 2 here
+    ids = await _pending(store, "sub_1", 3)
+    claimed, _ = await store.claim_deliveries(T0 + 10, 10, LEASE)
+    assert len(claimed) == 2
+    held = (set(ids) - {c.delivery["id"] for c in claimed}).pop()
+    assert (await _due_deliveries(store))[held] == T0 + 10 + 100  # re-scored, not dropped
+    assert claimed[0].subscription["id"] == "sub_1" and claimed[0].body is not None
+    # One ends: a slot is free again.
+    await store.record_attempt(claimed[0].delivery["id"], "succeeded", now_ms=T0 + 50, attempt={})
+    claimed, _ = await store.claim_deliveries(T0 + 110, 10, LEASE)
+    assert [c.delivery["id"] for c in claimed] == [held]
+
+
+async def test_claim_deliveries_parks_a_clients_surplus_and_an_end_brings_one_back(store: Store) -> None:
+    await _sub(store, "sub_a", max_in_flight="10")
+    await _sub(store, "sub_b", client="bob")
+    mine = await _pending(store, "sub_a", 5)
+    theirs = await _pending(store, "sub_b", 1, client="bob")
+    claimed, _ = await store.claim_deliveries(T0 + 10, 10, LEASE)
+    got = [c.delivery["id"] for c in claimed]
+    assert len([i for i in got if i in mine]) == 3 and theirs[0] in got  # alice's limit is 3 in flight
+    parked = [_s(m) for m in await store.redis.zrange(keys.client_parked("alice"), 0, -1)]
+    assert len(parked) == 2 and not set(parked) & set(await _due_deliveries(store))
+    assert await store.redis.zcard(keys.client_inflight("alice")) == 3
+    await store.record_attempt(next(i for i in got if i in mine), "succeeded", now_ms=T0 + 20, attempt={})
+    assert await store.redis.zcard(keys.client_parked("alice")) == 1
+    assert await store.redis.zcard(keys.client_inflight("alice")) == 2
+    claimed, _ = await store.claim_deliveries(T0 + 30, 10, LEASE)
+    assert [c.delivery["id"] for c in claimed] == [parked[0]]
+
+
+async def test_claim_deliveries_keeps_a_subscriptions_rate(store: Store) -> None:
+    await _sub(store, "sub_1", rate_per_s="2", max_in_flight="10")
+    await _pending(store, "sub_1", 2)
+    claimed, _ = await store.claim_deliveries(T0 + 1, 10, LEASE)  # both due since T0 + 1
+    assert len(claimed) == 1
+    assert await store.redis.get(keys.sub_budget("sub_1")) == str(T0 + 501).encode()
+    assert sorted((await _due_deliveries(store)).values())[0] == T0 + 501
+    assert (await store.claim_deliveries(T0 + 500, 10, LEASE))[0] == []
+    claimed, _ = await store.claim_deliveries(T0 + 501, 10, LEASE)
+    assert len(claimed) == 1
+
+
+async def test_claim_deliveries_hands_out_a_missing_body_and_ends_a_delivery_without_event(
+    store: Store,
+) -> None:
+    await _sub(store, "sub_1", max_in_flight="10")
+    ids = await _pending(store, "sub_1", 2)
+    first = await store.get_delivery(ids[0])
+    assert first is not None
+    await store.redis.delete(keys.event(first["event"]))
+    await store.redis.hdel(keys.delivery(ids[1]), "event")
+    claimed, _ = await store.claim_deliveries(T0 + 10, 10, LEASE)
+    assert [(c.delivery["id"], c.body) for c in claimed] == [(ids[0], None)]  # the worker fails it
+    broken = await store.get_delivery(ids[1])
+    assert broken is not None and broken["status"] == "failed"
+    assert ids[1] not in await _due_deliveries(store)
+    assert not await store.redis.sismember(keys.ACTIVE_DELIVERIES, ids[1])
+
+
+# delivery_result.lua --------------------------------------------------------------------------------
+
+
+async def _one(store: Store, sub: str = "sub_1", **fields: str) -> str:
+    await _sub(store, sub, **fields)
+    return (await _pending(store, sub, 1))[0]
+
+
+async def test_delivery_succeeded_ends_it_and_keeps_the_attempt(store: Store) -> None:
+    dlv = await _one(store)
+    await store.redis.hset(
+        keys.subscription("sub_1"), mapping={"consecutive_failures": "3", "failing_since": "5"}
+    )
+    assert (
+        await store.record_attempt(dlv, "succeeded", now_ms=T0 + 10, attempt={"code": 200}, status_code=200)
+        == ""
+    )
+    d = await store.get_delivery(dlv)
+    assert d is not None and (d["status"], d["attempts"], d["last_code"]) == ("succeeded", "1", "200")
+    assert await store.delivery_attempts(dlv) == [{"code": 200}]
+    assert dlv not in await _due_deliveries(store)
+    assert not await store.redis.sismember(keys.ACTIVE_DELIVERIES, dlv)
+    assert 0 < await store.redis.pttl(keys.delivery(dlv)) <= RETENTION_MS
+    sub = await store.get_subscription("sub_1")
+    assert sub is not None and (sub["consecutive_failures"], sub["failing_since"]) == ("0", "")
+
+
+async def test_delivery_retry_reschedules_it(store: Store) -> None:
+    dlv = await _one(store)
+    await store.record_attempt(dlv, "retry", now_ms=T0 + 10, attempt={"code": 500}, next_at_ms=T0 + 5000)
+    d = await store.get_delivery(dlv)
+    assert d is not None and (d["status"], d["next_at"]) == ("pending", str(T0 + 5000))
+    assert (await _due_deliveries(store))[dlv] == T0 + 5000
+    assert await store.redis.pttl(keys.delivery(dlv)) == -1  # pending work does not expire
+
+
+async def test_delivery_failed_counts_against_the_subscription_and_disables_it_after_the_window(
+    store: Store,
+) -> None:
+    dlv = await _one(store)
+    await store.record_attempt(dlv, "failed", now_ms=T0 + 10, attempt={})
+    sub = await store.get_subscription("sub_1")
+    assert sub is not None and sub["consecutive_failures"] == "1" and sub["disabled"] == "0"
+    assert sub["failing_since"] == str(T0 + 1)  # the first failing delivery's creation
+    # Still failing 60 s (the window) after it began: disabled.
+    run = await _run(store, "run_late")
+    await _emit(store, run, _event("run.failed", 9), status="failed")
+    late = next(d["id"] for d in await _deliveries_of(store, "sub_1") if d["id"] != dlv)
+    await store.record_attempt(late, "failed", now_ms=T0 + 1 + 60_000, attempt={})
+    sub = await store.get_subscription("sub_1")
+    assert sub is not None and sub["disabled"] == "1" and "kept failing" in sub["disabled_reason"]
+
+
+async def test_delivery_gone_disables_and_skipped_does_not_count(store: Store) -> None:
+    dlv = await _one(store)
+    await store.record_attempt(dlv, "skipped", now_ms=T0 + 10, attempt=None)
+    d, sub = await store.get_delivery(dlv), await store.get_subscription("sub_1")
+    assert d is not None and (d["status"], d["attempts"]) == ("failed", "0")
+    assert sub is not None and sub["consecutive_failures"] == "0" and sub["disabled"] == "0"
+    dlv2 = await _one(store, "sub_2")
+    await store.record_attempt(dlv2, "gone", now_ms=T0 + 20, attempt={}, status_code=410)
+    sub = await store.get_subscription("sub_2")
+    assert sub is not None and sub["disabled"] == "1" and "410" in sub["disabled_reason"]
+    assert await store.record_attempt("dlv_missing", "succeeded", now_ms=T0, attempt={}) == ""
+    assert await store.get_delivery("dlv_missing") is None
+
+
+async def test_a_chain_makes_only_its_head_due_and_the_next_due_when_it_ends(store: Store) -> None:
+    await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
+    run = await _run(store)
+    await _emit(store, run, _event("run.submitted"))
+    await _emit(store, run, _event("run.progress"))
+    await _emit(store, run, _event("run.succeeded"), status="succeeded")
+    chain = [_s(i) for i in await store.redis.lrange(keys.chain("sub_all", "run_a"), 0, -1)]
+    assert len(chain) == 3 and list(await _due_deliveries(store)) == [chain[0]]
+    assert await store.record_attempt(chain[0], "failed", now_ms=T0 + 100, attempt={}) == chain[1]
+    assert (await _due_deliveries(store)) == {chain[1]: T0 + 100}
+    # A retry keeps its place at the head: the next one waits.
+    await store.record_attempt(chain[1], "retry", now_ms=T0 + 200, attempt={}, next_at_ms=T0 + 900)
+    assert list(await _due_deliveries(store)) == [chain[1]]
+    assert await store.record_attempt(chain[1], "succeeded", now_ms=T0 + 900, attempt={}) == chain[2]
+    assert await store.record_attempt(chain[2], "succeeded", now_ms=T0 + 950, attempt={}) == ""
+    assert not await store.redis.exists(keys.chain("sub_all", "run_a"))
+
+
+async def test_only_the_last_hundred_attempts_are_kept(store: Store) -> None:
+    dlv = await _one(store)
+    for i in range(105):
+        await store.record_attempt(dlv, "retry", now_ms=T0 + i, attempt={"n": i}, next_at_ms=T0 + i + 1)
+    attempts = await store.delivery_attempts(dlv)
+    assert len(attempts) == 100 and attempts[0] == {"n": 5}
+    d = await store.get_delivery(dlv)
+    assert d is not None and d["attempts"] == "105"
+
+
+# retry_delivery.lua ---------------------------------------------------------------------------------
+
+
+async def test_retry_delivery_sends_an_ended_delivery_again_on_a_new_series(store: Store) -> None:
+    dlv = await _one(store)
+    assert not await store.retry_delivery(dlv, T0 + 5)  # still pending: nothing to do
+    await store.record_attempt(dlv, "failed", now_ms=T0 + 10, attempt={})
+    assert await store.retry_delivery(dlv, T0 + 20)
+    d = await store.get_delivery(dlv)
+    assert d is not None and (d["status"], d["series"], d["next_at"]) == ("pending", "1", str(T0 + 20))
+    assert (await _due_deliveries(store))[dlv] == T0 + 20
+    assert await store.redis.sismember(keys.ACTIVE_DELIVERIES, dlv)
+    assert (
+        await store.redis.pttl(keys.delivery(dlv)) == -1
+        and await store.redis.pttl(keys.delivery_attempts(dlv)) == -1
+    )
+    assert not await store.retry_delivery("dlv_missing", T0)
+
+
+# repair.lua -----------------------------------------------------------------------------------------
+
+
+async def test_repair_re_adds_lost_work_and_drops_finished_entries(store: Store) -> None:
+    r = store.redis
+    await _run(store, "run_lost")
+    await _run(store, "run_done")
+    done = await store.get_run("run_done")
+    assert done is not None
+    await store.transition(Transition(_next(done, "succeeded"), 0))  # ended but still listed as active
+    await r.sadd(keys.ACTIVE_RUNS, "run_gone")
+    await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
+    run = await _run(store, "run_c")
+    await _emit(store, run, _event("run.submitted"))
+    await _emit(store, run, _event("run.progress"))
+    head, second = [_s(i) for i in await r.lrange(keys.chain("sub_all", "run_c"), 0, -1)]
+    await r.delete(keys.due_runs("nutrient"), keys.DUE_DELIVERIES)  # the due sets lost
+    await r.sadd(keys.ACTIVE_DELIVERIES, "dlv_gone")
+
+    counts = await store.repair(T0 + 100)
+    # run_lost and run_c (queued, never stepped) are due again; the head of the chain is, its second not.
+    assert counts == {"runs": 2, "deliveries": 1}
+    assert {_s(m) for m in await r.zrange(keys.due_runs("nutrient"), 0, -1)} == {"run_lost", "run_c"}
+    assert await _due_deliveries(store) == {head: T0 + 100}
+    assert {_s(m) for m in await r.smembers(keys.ACTIVE_RUNS)} == {"run_lost", "run_c"}
+    assert {_s(m) for m in await r.smembers(keys.ACTIVE_DELIVERIES)} == {head, second}
+    assert await store.repair(T0 + 200) == {"runs": 0, "deliveries": 0}  # NX: nothing moves twice
+
+
+async def test_repair_rebuilds_a_lost_chain_behind_a_pending_head(store: Store) -> None:
+    await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
+    run = await _run(store)
+    await _emit(store, run, _event("run.submitted"))
+    head = _s(await store.redis.lindex(keys.chain("sub_all", "run_a"), 0))  # type: ignore[misc]
+    await store.redis.delete(keys.chain("sub_all", "run_a"), keys.DUE_DELIVERIES)
+    await store.repair(T0 + 100)
+    assert [_s(i) for i in await store.redis.lrange(keys.chain("sub_all", "run_a"), 0, -1)] == [head]
+    assert await _due_deliveries(store) == {head: T0 + 100}
+
+
+# release.lua ----------------------------------------------------------------------------------------
+
+
+async def test_release_hands_back_only_leases_still_held(store: Store) -> None:
+    await _due_runs(store, 2)
+    claimed, _ = await store.claim_runs("nutrient", T0 + 10, 10, LEASE, 0.0, 0)
+    assert len(claimed) == 2
+    lease_end = T0 + 10 + LEASE
+    await store.schedule_run("nutrient", "run_1", T0 + 700)  # its step finished: no longer our lease
+    assert await store.release_runs("nutrient", [("run_0", lease_end), ("run_1", lease_end)], T0 + 50) == 1
+    due = {_s(m): s for m, s in await store.redis.zrange(keys.due_runs("nutrient"), 0, -1, withscores=True)}
+    assert due == {"run_0": T0 + 50, "run_1": T0 + 700}
+
+
+async def test_release_deliveries_frees_subscription_and_client_slots(store: Store) -> None:
+    await _sub(store, "sub_1", max_in_flight="10")
+    await _pending(store, "sub_1", 1)
+    claimed, _ = await store.claim_deliveries(T0 + 1, 10, LEASE)
+    d = claimed[0].delivery
+    assert await store.redis.zcard(keys.client_inflight("alice")) == 1
+    assert await store.release_deliveries([(d["id"], "sub_1", "alice", T0 + 1 + LEASE)], T0 + 5) == 1
+    assert (await _due_deliveries(store))[d["id"]] == T0 + 5
+    assert await store.redis.zcard(keys.sub_inflight("sub_1")) == 0
+    assert await store.redis.zcard(keys.client_inflight("alice")) == 0
+    assert await store.release_deliveries([(d["id"], "sub_1", "alice", T0 + 1 + LEASE)], T0 + 6) == 0
+
+
+# rate_limit.lua, create_subscription.lua, reseal_secret.lua ------------------------------------------
+
+
+async def test_rate_limit_allows_the_burst_then_answers_the_wait(store: Store) -> None:
+    # 1 per 100 s with a burst of 3: Redis's own clock cannot move 100 s within this test.
+    for _ in range(3):
+        assert await store.rate_limit("submit", "alice", 0.01, 3) == 0
+    wait = await store.rate_limit("submit", "alice", 0.01, 3)
+    assert 99 < wait <= 100
+    assert 99 < await store.rate_limit("submit", "alice", 0.01, 3, take=False) <= 100
+    assert await store.rate_limit("submit", "bob", 0.01, 3) == 0  # per client
+    assert 0 < await store.redis.pttl(keys.client_rate("submit", "alice")) <= 301_000
+
+
+async def test_rate_limit_peek_writes_nothing(store: Store) -> None:
+    assert await store.rate_limit("submit", "alice", 1, 1, take=False) == 0
+    assert not await store.redis.exists(keys.client_rate("submit", "alice"))
+
+
+async def test_create_subscription_stops_at_the_quota(store: Store) -> None:
+    base = {"client": "alice", "created": str(T0), "disabled": "0"}
+    assert await store.create_subscription({**base, "id": "sub_1"}, max_count=2)
+    assert await store.create_subscription({**base, "id": "sub_2"}, max_count=2)
+    assert not await store.create_subscription({**base, "id": "sub_3"}, max_count=2)
+    assert await store.get_subscription("sub_3") is None
+    assert await store.redis.zcard(keys.client_subs("alice")) == 2
+    assert await store.create_subscription({**base, "id": "sub_b", "client": "bob"}, max_count=2)
+
+
+async def test_reseal_secret_is_a_compare_and_set(store: Store) -> None:
+    await _sub(store, "sub_1", secrets="old")
+    key = keys.subscription("sub_1")
+    assert await store.scripts.reseal_secret(keys=[key], args=["old", "sealed"]) == 1
+    assert await store.scripts.reseal_secret(keys=[key], args=["old", "other"]) == 0  # changed meanwhile
+    assert (await store.get_subscription("sub_1"))["secrets"] == "sealed"  # type: ignore[index]
