@@ -311,6 +311,7 @@ async def start_release(
 
 @pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.timeout(300)
 async def test_every_pod_starts_and_gets_ready(
     chart: helm.Chart, ca: LocalCA, scenario: str, release: str, tmp_path: Path
 ) -> None:
