@@ -53,32 +53,36 @@ def connect(
     *,
     url: str | None = None,
     redis_class: type[R] = Redis,  # type: ignore[assignment]
-    socket_timeout: float | None = 10.0,
+    for_arq: bool = False,
 ) -> R:
     """A client that retries a command a few times on connection faults, then raises.
 
     Beyond those retries the caller decides: the API answers 503, the worker backs off.
-    ``socket_timeout=None`` for a client whose tasks are cancelled from outside (arq's loop): redis-py
-    wraps each read in a timeout scope, and on Python 3.11 a cancellation that lands in that scope can
-    be swallowed, which left the worker's shutdown waiting forever on arq's task.
+
+    ``for_arq``: the connection options arq gives its own pool (no socket timeout, no retries; arq's loop
+    is restarted from outside on a Redis error), with the same credentials, TLS and Sentinel. arq's tasks
+    are cancelled from outside, and redis-py wraps each read in a timeout scope in which, on Python 3.11,
+    a cancellation can be swallowed: with a socket timeout the worker's exit waited forever on arq.
     """
     auth = settings.redis
-    retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3)
     options: dict[str, Any] = {
-        "retry": retry,
-        "retry_on_error": [ConnectionError, TimeoutError],
         "socket_connect_timeout": 2.0,
-        "socket_timeout": socket_timeout,
-        # No health_check_interval: with it, redis-py retries a refused AUTH (NOAUTH is a ConnectionError)
-        # inside its own health check without end (a wrong or missing password hung every command).
-        # The retries above reconnect a connection that went stale while idle.
-        "max_connections": 200,
         **_credentials(auth.username, auth.password),
     }
+    if not for_arq:
+        options |= {
+            "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3),
+            "retry_on_error": [ConnectionError, TimeoutError],
+            "socket_timeout": 10.0,
+            # No health_check_interval: with it, redis-py retries a refused AUTH (NOAUTH is a
+            # ConnectionError) inside its own health check without end (a wrong or missing password hung
+            # every command). The retries above reconnect a connection that went stale while idle.
+            "max_connections": 200,
+        }
     if settings.redis_sentinels and url is None:
         sentinel_options: dict[str, Any] = {
             "socket_connect_timeout": 2.0,
-            "socket_timeout": socket_timeout and 5.0,
+            "socket_timeout": None if for_arq else 5.0,
             **_credentials(auth.sentinel_username, auth.sentinel_password),
         }
         if auth.sentinel_tls:

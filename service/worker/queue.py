@@ -43,7 +43,7 @@ async def create_pool(settings: Settings, url: str | None = None) -> ArqRedis:
     """arq's connection, built by the same code as the store's (store.connection.connect), so that the
     Redis and Sentinel passwords, usernames and TLS reach arq too. arq's own RedisSettings cannot carry
     a Sentinel password (it passes no ``sentinel_kwargs``)."""
-    pool = connect(settings, url=url, redis_class=ArqRedis, socket_timeout=None)  # as arq's own pool
+    pool = connect(settings, url=url, redis_class=ArqRedis, for_arq=True)
     pool.default_queue_name = QUEUE_NAME
     try:
         await pool.ping()

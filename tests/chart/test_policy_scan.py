@@ -81,6 +81,7 @@ def findings(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, str]]:
     ]
 
 
+@pytest.mark.timeout(600)
 def test_the_chart_passes_the_policy_scan_but_for_accepted_checks(findings: list[dict[str, str]]) -> None:
     unexpected = [f for f in findings if f["kind"] not in ACCEPTED.get(f["id"], (set(), ""))[0]]
     assert unexpected == [], "\n".join(f"{f['id']} {f['resource']} ({f['file']})" for f in unexpected)
