@@ -25,7 +25,7 @@ from service.api.validation import (
 from service.delivery.signing import new_secret
 from service.delivery.urlsafety import UnsafeURL
 from service.domain import Conflict, HookbridgeError, InvalidInput, NotFound, RateLimited, ValidationErrors
-from service.store import SecretUnavailable
+from service.store import OWNER_DISABLED, SecretUnavailable
 
 _SUB_FIELDS = {
     "url",
@@ -158,7 +158,7 @@ async def _fields(ctx: Context, body: dict[str, Any], *, creating: bool) -> dict
             if not body["disabled"]:
                 out.update(disabled_reason="", failing_since="", consecutive_failures="0")
             else:
-                out["disabled_reason"] = "disabled by its owner"
+                out["disabled_reason"] = OWNER_DISABLED
     if "max_in_flight" in body:
         value = body["max_in_flight"]
         if value is not None and (

@@ -36,6 +36,9 @@ CRD_SCHEMAS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): HERE
     / "crd-schemas"
     / "servicemonitor-monitoring-v1.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): HERE
+    / "crd-schemas"
+    / "prometheusrule-monitoring-v1.json",
 }
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schemas bundled.
 KUBE_VERSIONS = ("1.25.0", kubernetes_validate.utils.latest_version())
