@@ -370,9 +370,9 @@ class Store:
             sub_ids.extend((client, _s(s)) for s in subs)
         pipe = self.redis.pipeline(transaction=False)
         for dlv_id in dlv_ids:
-            pipe.hmget(keys.delivery(dlv_id), "client", "created", "status")
+            pipe.hmget(keys.delivery(dlv_id), ["client", "created", "status"])
         for _, sub_id in sub_ids:
-            pipe.hmget(keys.subscription(sub_id), "disabled", "disabled_reason")
+            pipe.hmget(keys.subscription(sub_id), ["disabled", "disabled_reason"])
         replies = await pipe.execute() if dlv_ids or sub_ids else []
         for client_raw, created, status in replies[: len(dlv_ids)]:
             if client_raw is None or created is None or _s(status) != "pending":

@@ -107,7 +107,9 @@ def test_dashboard_configmap_is_for_the_grafana_sidecar(monitored: dict[str, Any
 
 def test_dashboard_label_is_configurable_and_off_by_default(chart: helm.Chart) -> None:
     assert not render(chart, {}).of_kind("PrometheusRule")
-    assert not [c for c in render(chart, {}).of_kind("ConfigMap") if c["metadata"]["name"].endswith("-dashboard")]
+    assert not [
+        c for c in render(chart, {}).of_kind("ConfigMap") if c["metadata"]["name"].endswith("-dashboard")
+    ]
     on = render(chart, {"monitoring": {"dashboard": {"enabled": True, "labels": {"dash": "yes"}}}})
     (configmap,) = [c for c in on.of_kind("ConfigMap") if c["metadata"]["name"].endswith("-dashboard")]
     assert configmap["metadata"]["labels"]["dash"] == "yes"
@@ -127,7 +129,7 @@ def test_every_alert_has_a_runbook_section_and_parses(monitored: dict[str, Any])
     headings = {
         re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
         for line in OPERATIONS.read_text().splitlines()
-        if line.startswith("## ") or line.startswith("### ")
+        if line.startswith(("## ", "### "))
     }
     for rule in rules:
         promql_parser.parse(rule["expr"])
@@ -242,7 +244,11 @@ async def test_per_client_metrics_after_real_work(
         "/v1/runs",
         json={
             "vendor": "nutrient",
-            "document": {"content_base64": "JVBERi0xLjQgYm9i", "filename": "b.pdf", "media_type": "application/pdf"},
+            "document": {
+                "content_base64": "JVBERi0xLjQgYm9i",
+                "filename": "b.pdf",
+                "media_type": "application/pdf",
+            },
         },
     )
     assert bob_run.status_code == 202
@@ -252,14 +258,20 @@ async def test_per_client_metrics_after_real_work(
     async def scraped() -> str | None:
         await worker._observe(int(time.time() * 1000))
         text = metrics.render().decode()
-        alice_retries = sample(text, "hookbridge_delivery_attempts_total", outcome="retry", client="alice") or 0
+        alice_retries = (
+            sample(text, "hookbridge_delivery_attempts_total", outcome="retry", client="alice") or 0
+        )
         bob_gone = sample(text, "hookbridge_deliveries_total", outcome="gone", client="bob") or 0
         auto = sample(text, "hookbridge_subscriptions_disabled", client="bob", reason="auto") or 0
         return text if alice_retries >= 1 and bob_gone >= 1 and auto >= 1 else None
 
     text = await eventually(scraped, timeout=30, what="alice's retries and bob's 410")
-    assert (sample(text, "hookbridge_runs_total", vendor="nutrient", status="succeeded", client="alice") or 0) >= 1
-    assert (sample(text, "hookbridge_runs_total", vendor="nutrient", status="succeeded", client="bob") or 0) >= 1
+    assert (
+        sample(text, "hookbridge_runs_total", vendor="nutrient", status="succeeded", client="alice") or 0
+    ) >= 1
+    assert (
+        sample(text, "hookbridge_runs_total", vendor="nutrient", status="succeeded", client="bob") or 0
+    ) >= 1
     # alice's failing delivery is pending, so her oldest pending delivery has an age; nobody else's.
     assert (sample(text, "hookbridge_oldest_pending_delivery_seconds", client="alice") or 0) > 0
     assert sample(text, "hookbridge_oldest_pending_delivery_seconds", client="bob") == 0
@@ -306,4 +318,3 @@ async def test_redis_down_is_exported(make_stack: StackFactory) -> None:
     down = await make_stack(worker=False, HOOKBRIDGE_REDIS_URL="redis://127.0.0.1:9/0")
     assert (await down.api.get("/readyz")).status_code == 503
     assert sample(metrics.render().decode(), "hookbridge_redis_up") == 0
-
