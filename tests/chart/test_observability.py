@@ -318,3 +318,48 @@ async def test_redis_down_is_exported(make_stack: StackFactory) -> None:
     down = await make_stack(worker=False, HOOKBRIDGE_REDIS_URL="redis://127.0.0.1:9/0")
     assert (await down.api.get("/readyz")).status_code == 503
     assert sample(metrics.render().decode(), "hookbridge_redis_up") == 0
+
+
+@pytest.mark.parametrize("monitor", [False, True])
+def test_split_workers_scale_each_on_its_own_queues(chart: helm.Chart, monitor: bool) -> None:
+    values = load_values("worker-split")
+    values["serviceMonitor"] = {"enabled": monitor}
+    release = render(chart, values)
+    scaled = {s["spec"]["scaleTargetRef"]["name"]: s for s in release.of_kind("ScaledObject")}
+    assert (
+        set(scaled)
+        == set(release.workers)
+        == {"hb-hookbridge-worker-runs", "hb-hookbridge-worker-deliveries"}
+    )
+    for name, obj in scaled.items():
+        (trigger,) = obj["spec"]["triggers"]
+        query = trigger["metadata"]["query"]
+        assert metric_names(query) == {"hookbridge_ready_jobs"}
+        matchers = {
+            (m.name, str(m.op), m.value) for m in _selector(promql_parser.parse(query)).matchers.matchers
+        }
+        queue = [m for m in matchers if m[0] == "queue"]
+        assert len(queue) == 1, query
+        _, op, value = queue[0]
+        assert value == "deliveries"
+        assert ("!=" in op or "NotEqual" in op) == name.endswith("-runs"), (name, op)
+    for deployment in (release.get("Deployment", n) for n in release.workers):
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        role = {e["name"]: e.get("value") for e in container["env"]}["HOOKBRIDGE_WORKER_ROLE"]
+        assert deployment["metadata"]["name"].endswith(f"-{role}")
+        assert deployment["spec"]["selector"]["matchLabels"]["hookbridge.io/worker-role"] == role
+    pdbs = sorted(p["metadata"]["name"] for p in release.of_kind("PodDisruptionBudget"))
+    assert pdbs == sorted(["hb-hookbridge-api", *release.workers])
+
+
+def _selector(node: Any) -> Any:
+    while not isinstance(node, promql_parser.VectorSelector):
+        node = node.expr
+    return node
+
+
+def test_split_refuses_a_role_in_config(chart: helm.Chart) -> None:
+    values = load_values("worker-split")
+    values["config"] = {"WORKER_ROLE": "runs"}
+    with pytest.raises(Exception, match="worker.split sets each worker Deployment"):
+        render(chart, values)
