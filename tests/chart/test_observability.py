@@ -361,5 +361,5 @@ def _selector(node: Any) -> Any:
 def test_split_refuses_a_role_in_config(chart: helm.Chart) -> None:
     values = load_values("worker-split")
     values["config"] = {"WORKER_ROLE": "runs"}
-    with pytest.raises(Exception, match="worker.split sets each worker Deployment"):
+    with pytest.raises(Exception, match=r"worker\.split sets each worker Deployment"):
         render(chart, values)
