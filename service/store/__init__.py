@@ -342,21 +342,29 @@ class Store:
         return out
 
     async def observe(
-        self, vendors: Sequence[str], clients: Sequence[str], now_ms: int, *, sample: int = 500
+        self,
+        vendors: Sequence[str],
+        clients: Sequence[str],
+        now_ms: int,
+        *,
+        sample: int = 200,
+        parked_sample: int = 20,
+        batch: int = 250,
     ) -> Observation:
-        """What the worker's heartbeat exports as gauges, at a bounded cost (a few pipelines): each vendor's
-        pause; per client the oldest pending delivery (among the ``sample`` next due, the client's in-flight
-        and its first ``sample`` parked ones: the oldest pending one is a chain's head, so it is in one of
-        these unless more than ``sample`` deliveries fall due before it) and its disabled subscriptions (at
-        most MAX_SUBSCRIPTIONS_PER_CLIENT each)."""
+        """What the worker exports as gauges, at a bounded cost: each vendor's pause; per client the oldest
+        pending delivery and the disabled subscriptions. The oldest pending delivery is a chain's head, so
+        it is among the ``sample`` next due, the client's in-flight (at most CLIENT_MAX_IN_FLIGHT) or its
+        ``parked_sample`` first parked ones, unless more deliveries fall due before it (the gauge then reads
+        low, never high). Subscriptions: at most MAX_SUBSCRIPTIONS_PER_CLIENT per client. The reads go in
+        pipelines of ``batch`` commands, so the event loop is never held for long."""
         obs = Observation()
         pipe = self.redis.pipeline(transaction=False)
         for vendor in vendors:
             pipe.hget(keys.vendor_pause(vendor), "until")
         pipe.zrange(keys.DUE_DELIVERIES, 0, sample - 1)
         for client in clients:
-            pipe.zrange(keys.client_inflight(client), 0, sample - 1)
-            pipe.zrange(keys.client_parked(client), 0, sample - 1)
+            pipe.zrange(keys.client_inflight(client), 0, self.settings.client_max_in_flight - 1)
+            pipe.zrange(keys.client_parked(client), 0, parked_sample - 1)
             pipe.zrange(keys.client_subs(client), 0, self.settings.max_subscriptions_per_client - 1)
         replies = await pipe.execute()
         for vendor, untl in zip(vendors, replies, strict=False):
@@ -368,19 +376,22 @@ class Store:
             inflight, parked, subs = rest[1 + 3 * n : 4 + 3 * n]
             dlv_ids.update(_s(i) for i in (*inflight, *parked))
             sub_ids.extend((client, _s(s)) for s in subs)
-        pipe = self.redis.pipeline(transaction=False)
-        for dlv_id in dlv_ids:
-            pipe.hmget(keys.delivery(dlv_id), ["client", "created", "status"])
-        for _, sub_id in sub_ids:
-            pipe.hmget(keys.subscription(sub_id), ["disabled", "disabled_reason"])
-        replies = await pipe.execute() if dlv_ids or sub_ids else []
-        for client_raw, created, status in replies[: len(dlv_ids)]:
+        reads: list[tuple[str, list[str]]] = [
+            (keys.delivery(d), ["client", "created", "status"]) for d in dlv_ids
+        ] + [(keys.subscription(sub_id), ["disabled", "disabled_reason"]) for _, sub_id in sub_ids]
+        fields: list[list[Any]] = []
+        for at in range(0, len(reads), batch):
+            pipe = self.redis.pipeline(transaction=False)
+            for key, names in reads[at : at + batch]:
+                pipe.hmget(key, names)
+            fields += await pipe.execute()
+        for client_raw, created, status in fields[: len(dlv_ids)]:
             if client_raw is None or created is None or _s(status) != "pending":
                 continue
             client = _s(client_raw)
             age = max(0.0, (now_ms - int(created)) / 1000)
             obs.oldest_pending_s[client] = max(obs.oldest_pending_s.get(client, 0.0), age)
-        for (client, _), (disabled, reason) in zip(sub_ids, replies[len(dlv_ids) :], strict=False):
+        for (client, _), (disabled, reason) in zip(sub_ids, fields[len(dlv_ids) :], strict=False):
             if disabled is not None and _s(disabled) == "1":
                 kind = "auto" if reason and _s(reason) != OWNER_DISABLED else "owner"
                 obs.disabled_subs[(client, kind)] = obs.disabled_subs.get((client, kind), 0) + 1
