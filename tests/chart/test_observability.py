@@ -24,6 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service import metrics
+from service.store import keys
 from tests.chart.test_helm_chart import CHART, load_values, render
 from tests.conftest import ReceiverFactory, StackFactory, eventually
 
@@ -306,7 +307,7 @@ async def test_vendor_pause_is_exported_from_the_shared_pause(make_stack: StackF
     assert sample(text, "hookbridge_vendor_paused", vendor="uptiq") == 1
     assert 59 <= (sample(text, "hookbridge_vendor_pause_remaining_seconds", vendor="uptiq") or 0) <= 60
     assert sample(text, "hookbridge_vendor_paused", vendor="nutrient") == 0
-    await stack.worker.store.redis.delete("hb:pause:uptiq")
+    await stack.worker.store.redis.delete(keys.vendor_pause("uptiq"))
     await stack.worker._observe(now)
     assert sample(metrics.render().decode(), "hookbridge_vendor_paused", vendor="uptiq") == 0
 
