@@ -386,7 +386,7 @@ class Store:
                 pipe.hmget(key, names)
             fields += await pipe.execute()
         for client_raw, created, status in fields[: len(dlv_ids)]:
-            if client_raw is None or created is None or _s(status) != "pending":
+            if client_raw is None or created is None or _s(status) != "pending" or not created.isdigit():
                 continue
             client = _s(client_raw)
             age = max(0.0, (now_ms - int(created)) / 1000)

@@ -166,7 +166,12 @@ class WorkerRuntime:
                 if time.monotonic() >= self._next_observe:
                     # Heavier than the rest of the heartbeat (bench/observe_cost.py): every 30 s.
                     self._next_observe = time.monotonic() + OBSERVE_EVERY_S
-                    await self._observe(now_ms)
+                    try:
+                        await self._observe(now_ms)
+                    except (RedisError, OSError):
+                        raise
+                    except Exception as exc:  # a malformed record: the gauges wait, the heartbeat goes on
+                        log.warning("metrics sample failed", error=repr(exc))
                 payload = json.dumps({"worker": self.worker_id, "at": now_ms, "alive": self.alive()})
                 await self.store.heartbeat(self.worker_id, payload, STALE_AFTER_S)
                 metrics.REDIS_UP.set(1)

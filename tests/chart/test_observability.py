@@ -312,6 +312,25 @@ async def test_vendor_pause_is_exported_from_the_shared_pause(make_stack: StackF
     assert sample(metrics.render().decode(), "hookbridge_vendor_paused", vendor="uptiq") == 0
 
 
+async def test_a_malformed_delivery_does_not_break_the_sample(make_stack: StackFactory) -> None:
+    """A record the sample cannot read is skipped; the others still count."""
+    stack = await make_stack(worker=True)
+    assert stack.worker is not None
+    now = int(time.time() * 1000)
+    r = stack.worker.store.redis
+    await r.hset(
+        keys.delivery("dlv_bad"), mapping={"client": "alice", "created": "soon", "status": "pending"}
+    )
+    await r.hset(
+        keys.delivery("dlv_old"), mapping={"client": "bob", "created": now - 90_000, "status": "pending"}
+    )
+    await r.zadd(keys.DUE_DELIVERIES, {"dlv_bad": now + 60_000, "dlv_old": now + 60_000})
+    await stack.worker._observe(now)
+    text = metrics.render().decode()
+    assert sample(text, "hookbridge_oldest_pending_delivery_seconds", client="alice") == 0
+    assert sample(text, "hookbridge_oldest_pending_delivery_seconds", client="bob") == 90
+
+
 async def test_redis_down_is_exported(make_stack: StackFactory) -> None:
     stack = await make_stack(worker=False)
     assert (await stack.api.get("/readyz")).status_code == 200
