@@ -2,11 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
-RUNS = Counter("hookbridge_runs_total", "Runs that reached a status", ["vendor", "status"], registry=REGISTRY)
+# Clients are labels only when API_KEYS names them (a bounded set); any other id counts as OTHER_CLIENT.
+OTHER_CLIENT = "other"
+_clients: frozenset[str] = frozenset()
+
+
+def set_clients(names: Iterable[str]) -> None:
+    """The clients that may appear as a label: the ids in API_KEYS (each process calls this at start)."""
+    global _clients
+    _clients = frozenset(names)
+
+
+def client_label(client: str | None) -> str:
+    return client if client and client in _clients else OTHER_CLIENT
+
+
+def known_clients() -> frozenset[str]:
+    return _clients
+
+
+RUNS = Counter(
+    "hookbridge_runs_total", "Runs that reached a status", ["vendor", "status", "client"], registry=REGISTRY
+)
 VENDOR_CREDITS = Counter(
     "hookbridge_vendor_credits_total",
     "Credits the vendors report that finished runs cost (Nutrient usage.data_extraction_credits.cost, "
@@ -31,7 +54,53 @@ POLL_LATENESS = Histogram(
     registry=REGISTRY,
 )
 DELIVERY_ATTEMPTS = Counter(
-    "hookbridge_delivery_attempts_total", "Callback attempts by outcome", ["outcome"], registry=REGISTRY
+    "hookbridge_delivery_attempts_total",
+    "Callback attempts by outcome, per client",
+    ["outcome", "client"],
+    registry=REGISTRY,
+)
+DELIVERIES = Counter(
+    "hookbridge_deliveries_total",
+    "Deliveries that reached a final outcome (succeeded, failed, gone, skipped), per client",
+    ["client", "outcome"],
+    registry=REGISTRY,
+)
+OLDEST_PENDING_DELIVERY = Gauge(
+    "hookbridge_oldest_pending_delivery_seconds",
+    "Age of the oldest delivery not yet final, per client (0 when none); sampled by the worker's heartbeat "
+    "from the next due deliveries, the in-flight and the parked ones (bounded cost, see docs/operations.md)",
+    ["client"],
+    registry=REGISTRY,
+)
+SUBSCRIPTIONS_DISABLED = Gauge(
+    "hookbridge_subscriptions_disabled",
+    "Disabled subscriptions per client; reason=auto when the service disabled it (410, failing too long), "
+    "owner when its client did",
+    ["client", "reason"],
+    registry=REGISTRY,
+)
+VENDOR_PAUSED = Gauge(
+    "hookbridge_vendor_paused",
+    "1 while the vendor is paused after a 429 (every worker holds it), else 0",
+    ["vendor"],
+    registry=REGISTRY,
+)
+VENDOR_PAUSE_REMAINING = Gauge(
+    "hookbridge_vendor_pause_remaining_seconds",
+    "Seconds until the vendor's current pause ends and a probe may go (0 when not paused)",
+    ["vendor"],
+    registry=REGISTRY,
+)
+VENDOR_PAUSES = Counter(
+    "hookbridge_vendor_pauses_total",
+    "429s from a vendor that paused it (or extended its pause), as seen by this process",
+    ["vendor"],
+    registry=REGISTRY,
+)
+REDIS_UP = Gauge(
+    "hookbridge_redis_up",
+    "1 when this process's last Redis command (heartbeat or readiness check) succeeded, else 0",
+    registry=REGISTRY,
 )
 DELIVERY_LATENCY = Histogram(
     "hookbridge_delivery_latency_seconds",

@@ -43,7 +43,9 @@ async def readyz(request: Request) -> Response:
     try:
         await ctx.store.ping()
     except (RedisError, OSError):
+        metrics.REDIS_UP.set(0)
         return JSONResponse({"status": "redis unavailable"}, status_code=503, headers={"Retry-After": "1"})
+    metrics.REDIS_UP.set(1)
     return JSONResponse({"status": "ok"})
 
 
@@ -178,6 +180,7 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        metrics.set_clients(client for client, _ in settings.api_keys)
         own = store is None
         s = store or Store(connect(settings, url=redis_url), settings)
         app.state.ctx = Context(

@@ -25,7 +25,7 @@ from service.api.validation import (
 from service.delivery.signing import new_secret
 from service.delivery.urlsafety import UnsafeURL
 from service.domain import Conflict, HookbridgeError, InvalidInput, NotFound, RateLimited, ValidationErrors
-from service.store import SecretUnavailable
+from service.store import OWNER_DISABLED, SecretUnavailable
 
 _SUB_FIELDS = {
     "url",
@@ -169,7 +169,7 @@ def _disabled_field(disabled: Any, out: dict[str, str], errors: ValidationErrors
     if not isinstance(disabled, bool):
         errors.add("disabled", "true or false")
     elif disabled:
-        out.update(disabled="1", disabled_reason="disabled by its owner")
+        out.update(disabled="1", disabled_reason=OWNER_DISABLED)
     else:
         out.update(disabled="0", disabled_reason="", failing_since="", consecutive_failures="0")
 

@@ -14,7 +14,7 @@ from service import __version__, domain, logs
 from service.delivery import schedule, signing
 from service.delivery.client import CallbackClient
 from service.delivery.urlsafety import Policy, UnsafeURL
-from service.metrics import DELIVERY_ATTEMPTS, DELIVERY_LATENCY
+from service.metrics import DELIVERIES, DELIVERY_ATTEMPTS, DELIVERY_LATENCY, client_label
 from service.settings import Settings
 from service.store import ClaimedDelivery, SecretUnavailable, Store
 from service.vendors.http import retry_after_seconds
@@ -118,7 +118,10 @@ class Deliverer:
         await self.store.record_attempt(
             dlv["id"], outcome, now_ms=done_ms, attempt=attempt, next_at_ms=next_at, status_code=status_code
         )
-        DELIVERY_ATTEMPTS.labels(outcome).inc()
+        client = client_label(dlv.get("client"))
+        DELIVERY_ATTEMPTS.labels(outcome, client).inc()
+        if outcome != "retry":
+            DELIVERIES.labels(client, outcome).inc()
         if outcome == "succeeded" and dlv.get("attempts") == "0":
             DELIVERY_LATENCY.observe(max(0.0, done_ms - int(dlv["created"])) / 1000)
         log.info(
@@ -136,7 +139,9 @@ class Deliverer:
             "response_body": "",
         }
         await self.store.record_attempt(dlv["id"], "skipped", now_ms=now_ms, attempt=attempt)
-        DELIVERY_ATTEMPTS.labels("skipped").inc()
+        client = client_label(dlv.get("client"))
+        DELIVERY_ATTEMPTS.labels("skipped", client).inc()
+        DELIVERIES.labels(client, "skipped").inc()
         log.info("delivery skipped", reason=reason)
         return "skipped"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from service.metrics import RUNS
+from service.metrics import RUNS, client_label
 from service.settings import Settings
 from service.store import keys
 from service.store.connection import connect
@@ -138,6 +138,19 @@ class Transition:
     ttl_ms: int | None = None
 
 
+# The reason the API writes when a subscription's owner disables it; any other reason is hookbridge's own.
+OWNER_DISABLED = "disabled by its owner"
+
+
+@dataclass
+class Observation:
+    """A sample of the store for the worker's gauges (``Store.observe``)."""
+
+    paused_until_ms: dict[str, float | None] = field(default_factory=dict)
+    oldest_pending_s: dict[str, float] = field(default_factory=dict)
+    disabled_subs: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
 class Store:
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.redis = redis
@@ -241,7 +254,7 @@ class Store:
         if outcome == "ok":
             if run["status"] in _TERMINAL and _s(reply[2]) not in _TERMINAL:
                 # Every run's end is counted here, once, whoever ended it (worker, API cancel, ...).
-                RUNS.labels(run["vendor"], run["status"]).inc()
+                RUNS.labels(run["vendor"], run["status"], client_label(run.get("client"))).inc()
             return outcome, None, int(reply[1])
         return outcome, None, 0
 
@@ -327,6 +340,62 @@ class Store:
         out = dict(zip(vendors, counts, strict=False))
         out["deliveries"] = counts[-1]
         return out
+
+    async def observe(
+        self,
+        vendors: Sequence[str],
+        clients: Sequence[str],
+        now_ms: int,
+        *,
+        sample: int = 200,
+        parked_sample: int = 20,
+        batch: int = 250,
+    ) -> Observation:
+        """What the worker exports as gauges, at a bounded cost: each vendor's pause; per client the oldest
+        pending delivery and the disabled subscriptions. The oldest pending delivery is a chain's head, so
+        it is among the ``sample`` next due, the client's in-flight (at most CLIENT_MAX_IN_FLIGHT) or its
+        ``parked_sample`` first parked ones, unless more deliveries fall due before it (the gauge then reads
+        low, never high). Subscriptions: at most MAX_SUBSCRIPTIONS_PER_CLIENT per client. The reads go in
+        pipelines of ``batch`` commands, so the event loop is never held for long."""
+        obs = Observation()
+        pipe = self.redis.pipeline(transaction=False)
+        for vendor in vendors:
+            pipe.hget(keys.vendor_pause(vendor), "until")
+        pipe.zrange(keys.DUE_DELIVERIES, 0, sample - 1)
+        for client in clients:
+            pipe.zrange(keys.client_inflight(client), 0, self.settings.client_max_in_flight - 1)
+            pipe.zrange(keys.client_parked(client), 0, parked_sample - 1)
+            pipe.zrange(keys.client_subs(client), 0, self.settings.max_subscriptions_per_client - 1)
+        replies = await pipe.execute()
+        for vendor, untl in zip(vendors, replies, strict=False):
+            obs.paused_until_ms[vendor] = None if untl is None else float(untl)
+        rest = replies[len(vendors) :]
+        dlv_ids = {_s(i) for i in rest[0]}
+        sub_ids: list[tuple[str, str]] = []
+        for n, client in enumerate(clients):
+            inflight, parked, subs = rest[1 + 3 * n : 4 + 3 * n]
+            dlv_ids.update(_s(i) for i in (*inflight, *parked))
+            sub_ids.extend((client, _s(s)) for s in subs)
+        reads: list[tuple[str, list[str]]] = [
+            (keys.delivery(d), ["client", "created", "status"]) for d in dlv_ids
+        ] + [(keys.subscription(sub_id), ["disabled", "disabled_reason"]) for _, sub_id in sub_ids]
+        fields: list[list[Any]] = []
+        for at in range(0, len(reads), batch):
+            pipe = self.redis.pipeline(transaction=False)
+            for key, names in reads[at : at + batch]:
+                pipe.hmget(key, names)
+            fields += await pipe.execute()
+        for client_raw, created, status in fields[: len(dlv_ids)]:
+            if client_raw is None or created is None or _s(status) != "pending" or not created.isdigit():
+                continue
+            client = _s(client_raw)
+            age = max(0.0, (now_ms - int(created)) / 1000)
+            obs.oldest_pending_s[client] = max(obs.oldest_pending_s.get(client, 0.0), age)
+        for (client, _), (disabled, reason) in zip(sub_ids, fields[len(dlv_ids) :], strict=False):
+            if disabled is not None and _s(disabled) == "1":
+                kind = "auto" if reason and _s(reason) != OWNER_DISABLED else "owner"
+                obs.disabled_subs[(client, kind)] = obs.disabled_subs.get((client, kind), 0) + 1
+        return obs
 
     async def in_flight_count(self, vendors: Sequence[str]) -> int:
         pipe = self.redis.pipeline(transaction=False)

@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from service import logs
-from service.metrics import POLL_LATENESS
+from service.metrics import POLL_LATENESS, VENDOR_PAUSES
 from service.settings import VendorSettings
 from service.store import Store
 from service.vendors.base import VendorRateLimited
@@ -48,6 +48,7 @@ class StoreBudget:
         self.floor_ms = vendor.poll_initial_s * 1000
         self.cap_ms = vendor.pause_max_s * 1000
         self._until_ms = 0.0  # the end of the last pause this process learned of (from its own 429s)
+        VENDOR_PAUSES.labels(self._vendor)  # exported at 0 from the start, so that rate() sees the first
 
     async def acquire(self) -> None:
         reserved = prepaid.get()
@@ -82,6 +83,7 @@ class StoreBudget:
                 ticket.token if ticket is not None else None,
             )
             self._until_ms = max(self._until_ms, until_ms)
+            VENDOR_PAUSES.labels(self._vendor).inc()
             if ticket is not None:
                 ticket.settled = True
             log.info(

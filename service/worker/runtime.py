@@ -33,6 +33,8 @@ from service.worker.steps import RunStepper
 
 log = logs.get("hookbridge.worker")
 STALE_AFTER_S = 30.0
+# The per-client gauges (Store.observe) are sampled this often: a few thousand reads at most.
+OBSERVE_EVERY_S = 30.0
 
 
 class WorkerRuntime:
@@ -46,6 +48,8 @@ class WorkerRuntime:
     ) -> None:
         self.settings = settings
         self.redis_url = redis_url
+        metrics.set_clients(client for client, _ in settings.api_keys)
+        self._next_observe = 0.0
         self.store = Store(connect(settings, url=redis_url), settings)
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}"
         budgets = {v: StoreBudget(self.store, settings.vendor(v)) for v in settings.vendors}
@@ -162,14 +166,44 @@ class WorkerRuntime:
                 for queue, count in counts.items():
                     metrics.READY_JOBS.labels(queue).set(count)
                 metrics.RUNS_IN_FLIGHT.set(await self.store.in_flight_count(list(self.adapters)))
+                if time.monotonic() >= self._next_observe:
+                    # Heavier than the rest of the heartbeat (bench/observe_cost.py): every 30 s.
+                    self._next_observe = time.monotonic() + OBSERVE_EVERY_S
+                    try:
+                        await self._observe(now_ms)
+                    except (RedisError, OSError):
+                        raise
+                    except Exception as exc:  # a malformed record: the gauges wait, the heartbeat goes on
+                        log.warning("metrics sample failed", error=repr(exc))
                 payload = json.dumps({"worker": self.worker_id, "at": now_ms, "alive": self.alive()})
                 await self.store.heartbeat(self.worker_id, payload, STALE_AFTER_S)
+                metrics.REDIS_UP.set(1)
             except (RedisError, OSError) as exc:
+                metrics.REDIS_UP.set(0)
                 log.warning("heartbeat failed", error=str(exc))
             try:
                 await asyncio.wait_for(self.stop.wait(), timeout=5)
             except TimeoutError:
                 pass
+
+    async def _observe(self, now_ms: int) -> None:
+        """The gauges an on-call engineer acts on, from one bounded sample of the store."""
+        clients = sorted(metrics.known_clients())
+        obs = await self.store.observe(list(self.adapters), clients, now_ms)
+        for vendor, until_ms in obs.paused_until_ms.items():
+            metrics.VENDOR_PAUSED.labels(vendor).set(0 if until_ms is None else 1)
+            remaining = 0.0 if until_ms is None else max(0.0, (until_ms - now_ms) / 1000)
+            metrics.VENDOR_PAUSE_REMAINING.labels(vendor).set(remaining)
+        oldest: dict[str, float] = dict.fromkeys([*clients, metrics.OTHER_CLIENT], 0.0)
+        for client, age in obs.oldest_pending_s.items():
+            label = metrics.client_label(client)
+            oldest[label] = max(oldest[label], age)
+        for label, age in oldest.items():
+            metrics.OLDEST_PENDING_DELIVERY.labels(label).set(age)
+        for client in clients:
+            for reason in ("auto", "owner"):
+                count = obs.disabled_subs.get((client, reason), 0)
+                metrics.SUBSCRIPTIONS_DISABLED.labels(client, reason).set(count)
 
     # Health endpoint ----------------------------------------------------------------------------
 

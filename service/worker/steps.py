@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from service import domain, lifecycle, logs
 from service.domain import QUEUED, TERMINAL
-from service.metrics import VENDOR_CREDITS
+from service.metrics import VENDOR_CREDITS, client_label
 from service.settings import Settings, VendorSettings
 from service.store import ClaimedRun, Store, Transition
 from service.vendors import base
@@ -368,7 +368,7 @@ class RunStepper:
             credits = (change.run.get("usage") or {}).get("credits")
             if isinstance(credits, int | float) and credits > 0:
                 # Labels stay bounded: vendors are a fixed set, clients come from HOOKBRIDGE_API_KEYS.
-                VENDOR_CREDITS.labels(run["vendor"], run["client"]).inc(credits)
+                VENDOR_CREDITS.labels(run["vendor"], client_label(run["client"])).inc(credits)
         elif outcome == "conflict":
             log.info("late result discarded", run_id=run["id"], vendor=run["vendor"])
 

@@ -36,6 +36,9 @@ CRD_SCHEMAS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): HERE
     / "crd-schemas"
     / "servicemonitor-monitoring-v1.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): HERE
+    / "crd-schemas"
+    / "prometheusrule-monitoring-v1.json",
 }
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schemas bundled.
 KUBE_VERSIONS = ("1.25.0", kubernetes_validate.utils.latest_version())
@@ -81,6 +84,13 @@ class Release:
     def config(self) -> dict[str, str]:
         data: dict[str, str] = self.get("ConfigMap", f"{PREFIX}-config")["data"]
         return data
+
+    @property
+    def workers(self) -> list[str]:
+        """The worker Deployments: one, or one per role with worker.split."""
+        if self.values["worker"]["split"]:
+            return [f"{PREFIX}-worker-runs", f"{PREFIX}-worker-deliveries"]
+        return [f"{PREFIX}-worker"]
 
     def container(self, workload: str) -> dict[str, Any]:
         kind = "StatefulSet" if workload.endswith("-redis") else "Deployment"
@@ -403,13 +413,14 @@ def test_probes_hit_the_documented_endpoints(release: Release) -> None:
     assert api["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert api["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
 
-    worker = release.container(f"{PREFIX}-worker")
-    (metrics_port,) = worker["ports"]
-    assert metrics_port["name"] == "metrics"
-    assert str(metrics_port["containerPort"]) == release.config["HOOKBRIDGE_WORKER_METRICS_PORT"]
-    assert worker["args"] == ["worker"]
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert worker[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    for name in release.workers:
+        worker = release.container(name)
+        (metrics_port,) = worker["ports"]
+        assert metrics_port["name"] == "metrics"
+        assert str(metrics_port["containerPort"]) == release.config["HOOKBRIDGE_WORKER_METRICS_PORT"]
+        assert worker["args"] == ["worker"]
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert worker[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
 
 
 def test_pods_run_locked_down(release: Release) -> None:
@@ -459,8 +470,9 @@ def test_each_role_outlives_its_own_shutdown_grace_with_a_margin(release: Releas
     """Kubernetes counts terminationGracePeriodSeconds from the start of preStop: the preStop sleep, the
     process's own grace and a margin for its exit must all fit, for the api and for the worker."""
     assert "HOOKBRIDGE_SHUTDOWN_GRACE_S" not in release.config, "each role sets its own"
-    for role in ("api", "worker"):
-        pod = release.get("Deployment", f"{PREFIX}-{role}")["spec"]["template"]["spec"]
+    for name in [f"{PREFIX}-api", *release.workers]:
+        role = "api" if name.endswith("-api") else "worker"
+        pod = release.get("Deployment", name)["spec"]["template"]["spec"]
         (container,) = pod["containers"]
         grace = float(env_of(container)["HOOKBRIDGE_SHUTDOWN_GRACE_S"]["value"])
         assert grace == release.values[role]["shutdownGraceSeconds"], role
@@ -496,18 +508,26 @@ def test_selectors_match_their_pods(release: Release) -> None:
         # No workload's selector may also catch another's pods.
         others = [n for n, labels in pods.items() if n != workload["metadata"]["name"]]
         assert not any(selects(selector, pods[n]) for n in others)
+    # Each Service selects one workload, except the worker's metrics Service: every worker Deployment.
+    expected_workers = release.workers
     for service in release.of_kind("Service"):
         matched = [n for n, labels in pods.items() if selects(service["spec"]["selector"], labels)]
-        assert len(matched) == 1, service["metadata"]["name"]
-        container_ports = {p["name"] for p in release.container(matched[0])["ports"]}
-        for port in service["spec"]["ports"]:
-            assert port["targetPort"] in container_ports
+        if service["metadata"]["name"] == f"{PREFIX}-worker-metrics":
+            assert matched == expected_workers
+        else:
+            assert len(matched) == 1, service["metadata"]["name"]
+        for workload in matched:
+            container_ports = {p["name"] for p in release.container(workload)["ports"]}
+            for port in service["spec"]["ports"]:
+                assert port["targetPort"] in container_ports
     for pdb in release.of_kind("PodDisruptionBudget"):
         matched = [n for n, labels in pods.items() if selects(pdb["spec"]["selector"]["matchLabels"], labels)]
         assert matched == [pdb["metadata"]["name"]]
     for policy in release.of_kind("NetworkPolicy"):
         selector = policy["spec"]["podSelector"]["matchLabels"]
-        assert [n for n, labels in pods.items() if selects(selector, labels)] == [policy["metadata"]["name"]]
+        name = policy["metadata"]["name"]
+        expected = expected_workers if name == f"{PREFIX}-worker" else [name]
+        assert [n for n, labels in pods.items() if selects(selector, labels)] == expected
 
 
 def test_scalers_target_existing_deployments(release: Release) -> None:
@@ -524,16 +544,20 @@ def test_scalers_target_existing_deployments(release: Release) -> None:
 
     scaled_objects = release.of_kind("ScaledObject")
     assert bool(scaled_objects) == values["keda"]["enabled"]
-    worker = release.get("Deployment", f"{PREFIX}-worker")
+    workers = [release.get("Deployment", name) for name in release.workers]
+    if scaled_objects:
+        targets = sorted(s["spec"]["scaleTargetRef"]["name"] for s in scaled_objects)
+        assert targets == sorted(release.workers), "one ScaledObject per worker Deployment"
+    for worker in workers:
+        assert ("replicas" in worker["spec"]) != bool(scaled_objects), "KEDA owns the replica count"
     for scaled in scaled_objects:
-        assert scaled["spec"]["scaleTargetRef"]["name"] == worker["metadata"]["name"]
-        assert "replicas" not in worker["spec"], "KEDA owns the replica count"
         (trigger,) = scaled["spec"]["triggers"]
         assert trigger["type"] == "prometheus"
         assert "hookbridge_ready_jobs" in trigger["metadata"]["query"]
         assert f'namespace="{NAMESPACE}"' in trigger["metadata"]["query"]
     if not scaled_objects:
-        assert worker["spec"]["replicas"] == values["worker"]["replicas"]
+        for worker in workers:
+            assert worker["spec"]["replicas"] == values["worker"]["replicas"]
 
 
 def test_service_monitors_scrape_api_and_worker_metrics(release: Release) -> None:
@@ -673,20 +697,25 @@ def test_the_application_accepts_the_rendered_environment(release: Release) -> N
         "HOOKBRIDGE_REDIS_URL": "redis://:p4ssw0rd@redis:6379/0",
     }
     secrets = {s["metadata"]["name"]: s for s in release.of_kind("Secret")}
-    for name, entry in env_of(release.container(f"{PREFIX}-worker")).items():
-        if "value" in entry:
-            env[name] = entry["value"]
-            continue
-        ref = entry["valueFrom"]["secretKeyRef"]
-        if ref["name"] in secrets:
-            env[name] = base64.b64decode(secrets[ref["name"]]["data"][ref["key"]]).decode()
-        else:  # an existingSecret: its content is the operator's
-            env[name] = stand_ins.get(name, "vendor-key")
-    loaded = settings.load(env)
-    assert loaded.worker_metrics_port == release.values["worker"]["metricsPort"]
-    assert loaded.shutdown_grace_s == release.values["worker"]["shutdownGraceSeconds"]
-    assert loaded.log_format == "json"
-    assert loaded.redis_url is not None or loaded.redis_sentinels
+    roles = []
+    for worker in release.workers:
+        env = dict(release.config)
+        for name, entry in env_of(release.container(worker)).items():
+            if "value" in entry:
+                env[name] = entry["value"]
+                continue
+            ref = entry["valueFrom"]["secretKeyRef"]
+            if ref["name"] in secrets:
+                env[name] = base64.b64decode(secrets[ref["name"]]["data"][ref["key"]]).decode()
+            else:  # an existingSecret: its content is the operator's
+                env[name] = stand_ins.get(name, "vendor-key")
+        loaded = settings.load(env)
+        assert loaded.worker_metrics_port == release.values["worker"]["metricsPort"]
+        assert loaded.shutdown_grace_s == release.values["worker"]["shutdownGraceSeconds"]
+        assert loaded.log_format == "json"
+        assert loaded.redis_url is not None or loaded.redis_sentinels
+        roles.append(loaded.worker_role)
+    assert roles == (["runs", "deliveries"] if release.values["worker"]["split"] else ["all"])
 
 
 def test_image_reference(chart: helm.Chart) -> None:

@@ -20,6 +20,7 @@ local port (a network namespace of our own); both rewrites apply to argv and env
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -345,3 +346,18 @@ async def test_pods_start_even_with_service_links_on(chart: helm.Chart, ca: Loca
         "tcp://"
     )
     await start_release(chart, ca, "sentinel-auth", "hookbridge", tmp_path, service_links=True)
+
+
+async def test_a_split_worker_runs_each_role_in_its_own_pod(
+    chart: helm.Chart, ca: LocalCA, tmp_path: Path
+) -> None:
+    """worker.split: three Deployments start (api, runs, deliveries) and each worker process runs the
+    role its Deployment gives it."""
+    logs, _ = await start_release(chart, ca, "worker-split", "hookbridge", tmp_path)
+    assert len(logs) == 3
+    roles = []
+    for text in logs:
+        for line in text.splitlines():
+            if "worker starting" in line:
+                roles.append(json.loads(line)["role"])
+    assert sorted(roles) == ["deliveries", "runs"]

@@ -172,6 +172,9 @@ checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha25
 {{- fail "redis.mode=sentinel needs redis.sentinel.hosts and redis.sentinel.master" }}
 {{- end }}
 {{- end }}
+{{- if and .Values.worker.split .Values.config.WORKER_ROLE }}
+{{- fail "worker.split sets each worker Deployment's HOOKBRIDGE_WORKER_ROLE: leave config.WORKER_ROLE unset" }}
+{{- end }}
 {{- include "hookbridge.validateShutdown" . }}
 {{- include "hookbridge.validateKeda" . }}
 {{- include "hookbridge.validatePdbs" . }}
@@ -203,13 +206,30 @@ worker could never scale up again. The labels `service` and `endpoint` exist onl
 through a ServiceMonitor: a query that filters on them reads nothing (KEDA takes it as 0) without one.
 */}}
 {{- define "hookbridge.kedaQuery" -}}
+{{- $ctx := .ctx | default . }}
+{{- $role := .role | default "" }}
+{{- $queue := "" }}
+{{- if eq $role "runs" }}{{ $queue = ", queue!=\"deliveries\"" }}{{ end }}
+{{- if eq $role "deliveries" }}{{ $queue = ", queue=\"deliveries\"" }}{{ end }}
+{{- with $ctx }}
 {{- if .Values.keda.prometheus.query }}
 {{- tpl .Values.keda.prometheus.query . }}
 {{- else if .Values.serviceMonitor.enabled }}
-{{- printf "sum(max by (queue) (hookbridge_ready_jobs{namespace=%q, service=%q}))" .Release.Namespace (include "hookbridge.workerMetricsName" .) }}
+{{- printf "sum(max by (queue) (hookbridge_ready_jobs{namespace=%q, service=%q%s}))" .Release.Namespace (include "hookbridge.workerMetricsName" .) $queue }}
 {{- else }}
-{{- printf "sum(max by (queue) (hookbridge_ready_jobs{namespace=%q, pod=~%q}))" .Release.Namespace (printf "%s-worker-.*" (include "hookbridge.fullname" .)) }}
+{{- printf "sum(max by (queue) (hookbridge_ready_jobs{namespace=%q, pod=~%q%s}))" .Release.Namespace (printf "%s-worker-.*" (include "hookbridge.fullname" .)) $queue }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The worker Deployments' roles: [""] (one Deployment, both loops) or, with worker.split, both. */}}
+{{- define "hookbridge.workerRoles" -}}
+{{- if .Values.worker.split }}["runs","deliveries"]{{ else }}[""]{{ end }}
+{{- end }}
+
+{{/* A worker Deployment's name; (dict "ctx" $ "role" "runs"), role "" for the unsplit one. */}}
+{{- define "hookbridge.workerName" -}}
+{{- include "hookbridge.fullname" .ctx }}-worker{{ if .role }}-{{ .role }}{{ end }}
 {{- end }}
 
 {{- define "hookbridge.validateKeda" -}}
