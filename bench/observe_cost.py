@@ -18,12 +18,8 @@ import time
 import redis.asyncio as aredis
 
 from service import settings as settings_mod
+from service.dev.embedded_redis import EmbeddedRedis
 from service.store import Store, keys
-
-try:
-    from service.embedded_redis import EmbeddedRedis
-except ImportError:  # moved with the dev-only modules
-    from service.dev.embedded_redis import EmbeddedRedis  # type: ignore[no-redef]
 
 
 async def main(clients: int, deliveries: int) -> None:

@@ -61,6 +61,7 @@ SECRET_ENV = {
     "HOOKBRIDGE_REDIS_URL",
     "HOOKBRIDGE_REDIS_PASSWORD",
     "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD",
+    "HOOKBRIDGE_SECRET_KEYS",
 }
 
 
@@ -646,6 +647,7 @@ def test_secret_wiring(release: Release) -> None:
             "HOOKBRIDGE_REDIS_URL": existing["keys"]["redisUrl"],
             "HOOKBRIDGE_REDIS_PASSWORD": existing["keys"]["redisPassword"],
             "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD": existing["keys"]["redisSentinelPassword"],
+            "HOOKBRIDGE_SECRET_KEYS": existing["keys"]["secretKeys"],
         }
         assert {name: ref["key"] for name, ref in refs.items()} == {k: v for k, v in expected.items() if v}
         for name, ref in refs.items():
@@ -950,3 +952,14 @@ def test_the_committed_schema_lists_every_setting() -> None:
     assert set(config["properties"]) < names
     for key in yaml.safe_load((CHART / "values.yaml").read_text())["config"]:
         assert key in config["properties"], key
+
+
+def test_secret_keys_go_to_the_secret_never_the_config_map(chart: helm.Chart) -> None:
+    key = "k1:" + base64.b64encode(b"0" * 32).decode()
+    release = render(chart, {"secret": {"secretKeys": key}})
+    (secret,) = release.of_kind("Secret")
+    data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+    assert data["HOOKBRIDGE_SECRET_KEYS"] == key
+    for config_map in release.of_kind("ConfigMap"):
+        assert key not in yaml.safe_dump(config_map)
+        assert "HOOKBRIDGE_SECRET_KEYS" not in (config_map.get("data") or {})

@@ -106,6 +106,7 @@ HOOKBRIDGE_UPTIQ_API_KEY: uptiqApiKey
 HOOKBRIDGE_REDIS_URL: redisUrl
 HOOKBRIDGE_REDIS_PASSWORD: redisPassword
 HOOKBRIDGE_REDIS_SENTINEL_PASSWORD: redisSentinelPassword
+HOOKBRIDGE_SECRET_KEYS: secretKeys
 {{- end }}
 
 {{/* True (non-empty) when HOOKBRIDGE_REDIS_URL comes from a Secret. */}}
