@@ -67,7 +67,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/receiving-callbacks.md", "POST /hooks/extraction HTTP/1.1"): "a sample request",
     ("docs/receiving-callbacks.md", 'import express from "express";'): "Node: no toolchain in the test",
     ("docs/receiving-callbacks.md", 'import standardwebhooks "github.com/'): "Go: no toolchain in the test",
-    ("docs/hostile-delivery.md", "python -m bench.hostile"): "benchmarks (minutes); test_bench_smoke.py",
+    ("docs/reliability.md", "python -m bench.hostile"): "benchmarks (minutes); test_bench_smoke.py",
     (
         "docs/reliability.md",
         "make venv && .venv/bin/python -m bench.chaos",
