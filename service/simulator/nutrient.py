@@ -477,7 +477,8 @@ async def run_resource(request: Request) -> Response:
     return Response(status_code=204)
 
 
-async def result_asset(request: Request) -> Response:
+def _finished_run(request: Request) -> tuple[NutrientRun, str] | Response:
+    """The run an asset route names and its status, or the answer when it has none yet (409)."""
     run = _lookup(request)
     if isinstance(run, JSONResponse):
         return run
@@ -485,6 +486,15 @@ async def result_asset(request: Request) -> Response:
     status = run.status(state.now())
     if status in ("queued", "running"):
         return _error(state, 409, f"the run is {status}: no result yet", "run_in_flight")
+    return run, status
+
+
+async def result_asset(request: Request) -> Response:
+    found = _finished_run(request)
+    if isinstance(found, Response):
+        return found
+    run, status = found
+    state = sim_state(request)
     if status != "done":
         return _error(state, 404, f"the run ended {status} and has no result asset")
     credits: dict[str, Any] = {"cost": run.cost}
@@ -497,15 +507,12 @@ async def result_asset(request: Request) -> Response:
 
 
 async def zip_asset(request: Request) -> Response:
-    run = _lookup(request)
-    if isinstance(run, JSONResponse):
-        return run
-    state = sim_state(request)
-    status = run.status(state.now())
-    if status in ("queued", "running"):
-        return _error(state, 409, f"the run is {status}: no result yet", "run_in_flight")
+    found = _finished_run(request)
+    if isinstance(found, Response):
+        return found
+    run, status = found
     if status != "done" or run.split_output not in ("zip", "both"):
-        return _error(state, 404, "the run has no zip asset")
+        return _error(sim_state(request), 404, "the run has no zip asset")
     return Response(zip_bytes(run), media_type="application/zip")
 
 
