@@ -188,6 +188,13 @@ class Stack:
     redis_url: str
     worker: WorkerRuntime | None
     servers: Servers
+    worker_task: asyncio.Task[None] | None = None
+
+    async def stop_worker(self) -> None:
+        """Stops this stack's worker and waits until it has finished, so a test can edit state alone."""
+        if self.worker is not None and self.worker_task is not None:
+            self.worker.request_stop()
+            await self.worker_task
 
     async def subscribe(self, url: str, **fields: Any) -> dict[str, Any]:
         response = await self.api.post("/v1/subscriptions", json={"url": url, **fields})
@@ -237,9 +244,11 @@ async def make_stack(redis_url: str, simulator: str, servers: Servers) -> AsyncI
         port = free_port()
         api_url = await servers.start(create_app(settings), port)
         runtime = None
+        task = None
         if worker:
             runtime = WorkerRuntime(settings, resolver=resolver)
-            tasks.append(asyncio.create_task(runtime.run(serve_health=False)))
+            task = asyncio.create_task(runtime.run(serve_health=False))
+            tasks.append(task)
         stack = Stack(
             settings,
             httpx.AsyncClient(base_url=api_url, headers={"Authorization": f"Bearer {ALICE}"}),
@@ -249,6 +258,7 @@ async def make_stack(redis_url: str, simulator: str, servers: Servers) -> AsyncI
             redis_url,
             runtime,
             servers,
+            task,
         )
         made.append(stack)
         return stack
