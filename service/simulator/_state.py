@@ -10,10 +10,11 @@ import enum
 import random
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from starlette.requests import Request
 
@@ -195,3 +196,37 @@ def sim_state(request: Request) -> SimState:
     state = request.app.state.sim
     assert isinstance(state, SimState)
     return state
+
+
+class BadRequest(Exception):
+    """A request the vendor's document refuses with 400; the message goes into the error body."""
+
+
+_T = TypeVar("_T")
+
+
+def vendor_store(request: Request, vendor: str, kind: type[_T]) -> _T:
+    """The vendor's run store, kept on the app's state under the vendor's name."""
+    store = getattr(request.app.state, vendor)
+    assert isinstance(store, kind)
+    return store
+
+
+class SimRun(Protocol):
+    """What every vendor's run record offers to the simulator's own endpoints."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def timeline(self) -> Timeline: ...
+    def status(self, now: float) -> str: ...
+
+
+def count_statuses(runs: Iterable[SimRun], now: float) -> dict[str, int]:
+    """How many runs are in each status, for ``GET /_sim/stats``."""
+    return dict(Counter(run.status(now) for run in runs))
+
+
+def summarize(runs: Iterable[SimRun], now: float) -> list[tuple[str, str, float, float | None]]:
+    """(id, status, created_at, planned end) of every run, for ``GET /_sim/runs``."""
+    return [(run.id, run.status(now), run.timeline.created_at, run.timeline.finishes_at) for run in runs]

@@ -32,7 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending, decode_base64
-from ._state import Phase, SimState, Timeline, sim_state
+from ._state import BadRequest, Phase, SimState, Timeline, count_statuses, sim_state, summarize, vendor_store
 
 MIMETYPES = frozenset(
     {
@@ -89,28 +89,14 @@ class CloudsquidStore:
     runs: dict[str, CloudsquidRun] = field(default_factory=dict)
 
     def status_counts(self, now: float) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for run in self.runs.values():
-            status = run.status(now)
-            counts[status] = counts.get(status, 0) + 1
-        return counts
+        return count_statuses(self.runs.values(), now)
 
     def summaries(self, now: float) -> list[tuple[str, str, float, float | None]]:
-        """(id, status, created_at, ended or planned end) of every run, for ``GET /_sim/runs``."""
-        return [
-            (run.id, run.status(now), run.timeline.created_at, run.timeline.finishes_at)
-            for run in self.runs.values()
-        ]
-
-
-class _BadRequest(Exception):
-    pass
+        return summarize(self.runs.values(), now)
 
 
 def _store(request: Request) -> CloudsquidStore:
-    store = request.app.state.cloudsquid
-    assert isinstance(store, CloudsquidStore)
-    return store
+    return vendor_store(request, "cloudsquid", CloudsquidStore)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -140,36 +126,36 @@ async def _json_object(request: Request) -> dict[str, Any]:
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise _BadRequest("body is not valid JSON") from None
+        raise BadRequest("body is not valid JSON") from None
     if not isinstance(body, dict):
-        raise _BadRequest("body must be a JSON object")
+        raise BadRequest("body must be a JSON object")
     return body
 
 
 def _document(body: dict[str, Any]) -> Document:
     file, filename, mimetype, file_type = (body.get(k) for k in ("file", "filename", "mimetype", "file_type"))
     if not isinstance(filename, str) or not filename:
-        raise _BadRequest("filename is required")
+        raise BadRequest("filename is required")
     if mimetype not in MIMETYPES:
-        raise _BadRequest(f"mimetype must be one of: {', '.join(sorted(MIMETYPES))}")
+        raise BadRequest(f"mimetype must be one of: {', '.join(sorted(MIMETYPES))}")
     if file_type not in FILE_TYPES:
-        raise _BadRequest(f"file_type must be one of: {', '.join(FILE_TYPES)}")
+        raise BadRequest(f"file_type must be one of: {', '.join(FILE_TYPES)}")
     if file_type == "binary":
         if not isinstance(file, str) or not file:
-            raise _BadRequest("file must be a base64 string when file_type is binary")
+            raise BadRequest("file must be a base64 string when file_type is binary")
         try:
             content = decode_base64(file)
         except ValueError:
-            raise _BadRequest("file is not valid base64") from None
+            raise BadRequest("file is not valid base64") from None
         if not content:
-            raise _BadRequest("file is empty")
+            raise BadRequest("file is empty")
         return Document(content=content, filename=filename, media_type=mimetype)
     if file_type == "uri":
         if not isinstance(file, str) or not file:
-            raise _BadRequest("file must be a URL string when file_type is uri")
+            raise BadRequest("file must be a URL string when file_type is uri")
         return Document(content=file.encode(), filename=filename, url=file, media_type=mimetype)
     if not isinstance(file, list) or not file:
-        raise _BadRequest("file must be a non-empty array of parts when file_type is multipart")
+        raise BadRequest("file must be a non-empty array of parts when file_type is multipart")
     return Document(content=json.dumps(file, sort_keys=True).encode(), filename=filename, media_type=mimetype)
 
 
@@ -232,7 +218,7 @@ async def _upload_body(request: Request, state: SimState) -> Document | Response
         return refused
     try:
         document = _document(await _json_object(request))
-    except _BadRequest as exc:
+    except BadRequest as exc:
         return _error(400, str(exc))
     if document.outcome.reject:
         return _error(400, REJECT_MESSAGE)
@@ -253,7 +239,7 @@ async def start_run(request: Request) -> Response:
         return refused
     try:
         body = await _json_object(request)
-    except _BadRequest as exc:
+    except BadRequest as exc:
         return _error(400, str(exc))
     row_id, zero_retention = body.get("row_id"), body.get("zero_retention", False)
     if not isinstance(row_id, str) or not _is_uuid(row_id):

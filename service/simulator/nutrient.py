@@ -48,7 +48,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending
-from ._state import Phase, SimState, Timeline, sim_state
+from ._state import BadRequest, Phase, SimState, Timeline, count_statuses, sim_state, vendor_store
 
 OPERATIONS = ("parse", "extract", "classify", "split")
 # Credits per page by parse mode (NU-price); parse defaults to "understand" (NU-parse).
@@ -132,21 +132,11 @@ class NutrientStore:
         ]
 
     def status_counts(self, now: float) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for run in self.runs.values():
-            status = run.status(now)
-            counts[status] = counts.get(status, 0) + 1
-        return counts
-
-
-class _BadRequest(Exception):
-    pass
+        return count_statuses(self.runs.values(), now)
 
 
 def _store(request: Request) -> NutrientStore:
-    store = request.app.state.nutrient
-    assert isinstance(store, NutrientStore)
-    return store
+    return vendor_store(request, "nutrient", NutrientStore)
 
 
 def _error(
@@ -174,9 +164,9 @@ def _parse_instructions(raw: Any) -> dict[str, Any]:
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError:
-            raise _BadRequest("instructions: not valid JSON") from None
+            raise BadRequest("instructions: not valid JSON") from None
     if not isinstance(raw, dict):
-        raise _BadRequest("instructions: must be a JSON object")
+        raise BadRequest("instructions: must be a JSON object")
     return raw
 
 
@@ -197,55 +187,53 @@ async def _parse_submission(request: Request) -> tuple[Document, dict[str, Any]]
             if isinstance(upload, UploadFile):
                 content = await upload.read()
                 if not content:
-                    raise _BadRequest("file: empty")
+                    raise BadRequest("file: empty")
                 return (
                     Document(content=content, filename=upload.filename, media_type=upload.content_type),
                     instructions,
                 )
             if form.get("url") is not None:
-                raise _BadRequest(
-                    "url: a multipart upload carries the document as 'file'; send a URL as JSON"
-                )
+                raise BadRequest("url: a multipart upload carries the document as 'file'; send a URL as JSON")
             document = _reference_document(None, form.get("assetId"))
     elif content_type == "application/json":
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise _BadRequest("body: not valid JSON") from None
+            raise BadRequest("body: not valid JSON") from None
         if not isinstance(body, dict):
-            raise _BadRequest("body: must be a JSON object")
+            raise BadRequest("body: must be a JSON object")
         if "instructions" in body:
             # The JSON format carries the instruction fields at the top level (NU-parse): a nested object
             # is not read by the real API, so it is refused here rather than silently ignored.
-            raise _BadRequest(
+            raise BadRequest(
                 "instructions: not a field of a JSON request; put mode, output, schema... at the top level"
             )
         instructions = {k: v for k, v in body.items() if k not in ("url", "assetId")}
         if "url" in body and not (
             isinstance(body["url"], str) and body["url"].startswith(("https://", "http://"))
         ):
-            raise _BadRequest("url: must be an http(s) URL")
+            raise BadRequest("url: must be an http(s) URL")
         document = _reference_document(body.get("url"), body.get("assetId"))
     else:
         # The sync parse endpoint takes a raw document body; the async routes "accept the same formats".
         content = await request.body()
         if not content:
-            raise _BadRequest("no document: send multipart 'file', JSON 'url', or 'assetId'")
+            raise BadRequest("no document: send multipart 'file', JSON 'url', or 'assetId'")
         return Document(content=content, media_type=content_type or None), {}
     if document is None:
-        raise _BadRequest("no document: send multipart 'file', JSON 'url', or 'assetId'")
+        raise BadRequest("no document: send multipart 'file', JSON 'url', or 'assetId'")
     return document, instructions
 
 
 def _check_instructions(operation: str, instructions: dict[str, Any]) -> str | None:
     """Refuses instruction values the documents rule out; returns split's output format."""
     if operation == "parse" and "mode" in instructions and instructions["mode"] not in _CREDITS_PER_PAGE:
-        raise _BadRequest(f"mode: must be one of {', '.join(_CREDITS_PER_PAGE)}")
+        raise BadRequest(f"mode: must be one of {', '.join(_CREDITS_PER_PAGE)}")
     if operation != "split":
         return None
     output = instructions.get("output", "json")
     if output not in _SPLIT_OUTPUTS:
-        raise _BadRequest(f"output: must be one of {', '.join(_SPLIT_OUTPUTS)}")
+        raise BadRequest(f"output: must be one of {', '.join(_SPLIT_OUTPUTS)}")
     return str(output)
 
 
@@ -392,7 +380,7 @@ async def submit(request: Request) -> Response:
     try:
         document, instructions = await _parse_submission(request)
         split_output = _check_instructions(operation, instructions)
-    except _BadRequest as exc:
+    except BadRequest as exc:
         return _error(state, 400, str(exc), "invalid_request")
     if document.outcome.reject:
         return _error(state, 400, REJECT_MESSAGE, "invalid_request")

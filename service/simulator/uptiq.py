@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending, decode_base64
-from ._state import Phase, SimState, Timeline, sim_state
+from ._state import BadRequest, Phase, SimState, Timeline, count_statuses, sim_state, summarize, vendor_store
 
 _CREDITS_PER_PAGE = 10  # a GUESS: Uptiq publishes no prices
 _ECHOED_KEYS = ("model", "enableCaching", "processorId")
@@ -62,56 +62,42 @@ class UptiqStore:
     extractions: dict[str, Extraction] = field(default_factory=dict)
 
     def status_counts(self, now: float) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for extraction in self.extractions.values():
-            status = extraction.status(now)
-            counts[status] = counts.get(status, 0) + 1
-        return counts
+        return count_statuses(self.extractions.values(), now)
 
     def summaries(self, now: float) -> list[tuple[str, str, float, float | None]]:
-        """(id, status, created_at, ended or planned end) of every extraction, for ``GET /_sim/runs``."""
-        return [
-            (x.id, x.status(now), x.timeline.created_at, x.timeline.finishes_at)
-            for x in self.extractions.values()
-        ]
+        return summarize(self.extractions.values(), now)
 
 
 def _store(request: Request) -> UptiqStore:
-    store = request.app.state.uptiq
-    assert isinstance(store, UptiqStore)
-    return store
+    return vendor_store(request, "uptiq", UptiqStore)
 
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"status": "error", "message": message}, status_code=status)
 
 
-class _BadRequest(Exception):
-    pass
-
-
 def _document(body: dict[str, Any]) -> Document:
     """The document of a submission (field names are a GUESS, see the module docstring)."""
     url, content, name = body.get("fileUrl"), body.get("fileBase64"), body.get("fileName")
     if name is not None and not isinstance(name, str):
-        raise _BadRequest("fileName must be a string")
+        raise BadRequest("fileName must be a string")
     if url is not None and content is not None:
-        raise _BadRequest("send one document: fileUrl or fileBase64, not both")
+        raise BadRequest("send one document: fileUrl or fileBase64, not both")
     if url is not None:
         if not isinstance(url, str) or not url.startswith(("https://", "http://")):
-            raise _BadRequest("fileUrl must be an http(s) URL")
+            raise BadRequest("fileUrl must be an http(s) URL")
         return Document(content=url.encode(), url=url, filename=name or url.rstrip("/").rsplit("/", 1)[-1])
     if content is not None:
         if not isinstance(content, str):
-            raise _BadRequest("fileBase64 must be a base64 string")
+            raise BadRequest("fileBase64 must be a base64 string")
         try:
             data = decode_base64(content)
         except ValueError:
-            raise _BadRequest("fileBase64 is not valid base64") from None
+            raise BadRequest("fileBase64 is not valid base64") from None
         if not data:
-            raise _BadRequest("fileBase64 is empty")
+            raise BadRequest("fileBase64 is empty")
         return Document(content=data, filename=name)
-    raise _BadRequest("no document: send fileUrl or fileBase64")
+    raise BadRequest("no document: send fileUrl or fileBase64")
 
 
 def _stage(extraction: Extraction, state: SimState, status: str, now: float) -> dict[str, Any]:
@@ -205,7 +191,7 @@ async def submit(request: Request) -> Response:
         return _error(400, "documentType (string) or documentTypes (list of strings) is required")
     try:
         document = _document(body)
-    except _BadRequest as exc:
+    except BadRequest as exc:
         return _error(400, str(exc))
     if document.outcome.reject:
         return _error(400, REJECT_MESSAGE)
