@@ -1,31 +1,22 @@
 """A headless Chromium driven by Playwright: the system's browser (Debian's ``chromium``), since
-Playwright's own download is not reachable here. Without one, the browser tests are skipped and the
-session's summary says so in one line."""
+Playwright's own download is not reachable here. Without one, the browser tests' module skips itself
+as a whole, so that the session's summary says so in one line (pytest's ``-ra``)."""
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-NO_BROWSER = "tests/console: no chromium on PATH (apt-get install chromium); the browser tests are skipped"
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if CHROMIUM is None and any(
-        "tests/console/" in r.nodeid for r in terminalreporter.stats.get("skipped", [])
-    ):
-        terminalreporter.write_line(NO_BROWSER, yellow=True)
+NO_BROWSER = "no chromium on PATH (apt-get install chromium): the console's browser tests are skipped"
 
 
 @pytest.fixture
 async def browser() -> AsyncIterator[Browser]:
-    if CHROMIUM is None:
-        pytest.skip(NO_BROWSER)
+    assert CHROMIUM is not None, NO_BROWSER
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
         try:

@@ -1,0 +1,137 @@
+"""The console in a real browser (headless Chromium) against a real stack: sign in, watch a run finish
+without reloading, read its timeline, retry a failed delivery; a bad key is refused; the key never
+lands in a URL. Playwright's ``expect`` polls each condition until its deadline: no sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import pytest
+from playwright.async_api import Page, Request, expect
+
+from service.worker.runtime import WorkerRuntime
+from tests.conftest import ALICE, Receiver, Stack, StackFactory, eventually
+from tests.console.conftest import CHROMIUM, NO_BROWSER
+
+if CHROMIUM is None:
+    pytest.skip(NO_BROWSER, allow_module_level=True)  # one line in the summary, not one per test
+
+DEADLINE_MS = 30_000
+
+
+async def sign_in(page: Page, stack: Stack, key: str = ALICE) -> None:
+    await page.goto(f"{stack.api_url}/console/")
+    await page.fill("#key", key)
+    await page.click("#signin-form button[type=submit]")
+
+
+async def test_sign_in_and_watch_a_run_go_from_queued_to_succeeded(
+    make_stack: StackFactory, receiver: Receiver, page: Page
+) -> None:
+    stack = await make_stack(worker=False)  # the run stays queued until the test starts a worker
+    await stack.subscribe(receiver.url, event_types=["run.*"])
+    run = await stack.submit("nutrient", metadata={"order": "A-1"})
+    await sign_in(page, stack)
+    status = page.locator(f'tr[data-run-id="{run["id"]}"] .status')
+    await expect(status).to_have_text("queued", timeout=DEADLINE_MS)
+    await page.evaluate("window.sameDocument = true")  # gone if the page reloads or navigates
+
+    worker = WorkerRuntime(stack.settings)
+    task = asyncio.create_task(worker.run(serve_health=False))
+    try:
+        await expect(status).to_have_text("succeeded", timeout=DEADLINE_MS)
+        assert await page.evaluate("window.sameDocument") is True
+
+        # The timeline: accepted, the vendor's events, each delivery with its attempts.
+        await page.click(f'tr[data-run-id="{run["id"]}"] a')
+        timeline = page.locator("ol.timeline")
+        await expect(timeline.locator("li", has_text="run.submitted")).to_have_count(1, timeout=DEADLINE_MS)
+        succeeded = timeline.locator("li", has_text="run.succeeded")
+        await expect(succeeded.locator(".delivery .badge")).to_have_text("succeeded", timeout=DEADLINE_MS)
+        await expect(succeeded.locator("table.attempts td.code")).to_have_text("204")
+        await expect(page.locator("dl.facts")).to_contain_text("A-1")
+        assert await page.evaluate("window.sameDocument") is True
+    finally:
+        worker.request_stop()
+        await task
+
+
+async def test_retry_a_failed_delivery_and_see_the_new_attempt(
+    stack: Stack, receiver: Receiver, page: Page
+) -> None:
+    # Four 500s: the first attempt and the schedule's three retries (base_env) all fail.
+    receiver.answers = [500, 500, 500, 500]
+    sub = await stack.subscribe(receiver.url)
+    test = await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")
+    assert test.status_code == 202
+
+    async def failed() -> dict[str, Any] | None:
+        rows = (await stack.api.get(f"/v1/subscriptions/{sub['id']}/deliveries")).json()["data"]
+        return rows[0] if rows and rows[0]["status"] == "failed" else None
+
+    delivery = await eventually(failed, what="the test delivery failed")
+    await sign_in(page, stack)
+    await page.click("nav >> text=Subscriptions")
+    await expect(page.locator(f'tr[data-sub-id="{sub["id"]}"]')).to_contain_text("0% of the last 1")
+    await page.click(f'a[href="#/subscriptions/{sub["id"]}"]')
+    await expect(page.locator("dl.facts")).to_contain_text("0% of the last 1", timeout=DEADLINE_MS)
+    await page.click(f'tr[data-delivery-id="{delivery["id"]}"]')
+    block = page.locator(f'.delivery[data-delivery-id="{delivery["id"]}"]')
+    codes = block.locator("table.attempts td.code")
+    await expect(codes).to_have_text(["500"] * 4, timeout=DEADLINE_MS)
+
+    await block.locator("button.retry").click()
+    await expect(codes).to_have_text(["500"] * 4 + ["204"], timeout=DEADLINE_MS)
+    await expect(block.locator(".badge").first).to_have_text("succeeded")
+    assert len(receiver.received) == 5
+
+
+async def test_a_bad_key_is_refused_and_nothing_is_kept(stack: Stack, page: Page) -> None:
+    await sign_in(page, stack, key="not-a-key")
+    await expect(page.locator("#signin-error")).to_have_text("That API key is not valid.")
+    assert await page.locator("#console").is_hidden()
+    assert await page.evaluate("sessionStorage.length") == 0
+    assert await page.input_value("#key") == ""
+
+
+async def test_the_key_never_lands_in_a_url_and_sign_out_forgets_it(
+    stack: Stack, receiver: Receiver, page: Page
+) -> None:
+    urls: list[str] = []
+    authorized: list[str] = []
+
+    def seen(request: Request) -> None:
+        urls.append(request.url)
+        if request.headers.get("authorization") == f"Bearer {ALICE}":
+            authorized.append(request.url)
+
+    page.on("request", seen)
+    violations: list[str] = []
+    page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+    sub = await stack.subscribe(receiver.url)
+    run = await stack.submit("cloudsquid", metadata={"note": "<img src=x onerror=window.pwned=1>"})
+    await sign_in(page, stack)
+    await expect(page.locator(f'tr[data-run-id="{run["id"]}"]')).to_have_count(1)
+    for link in ("Subscriptions", "Vendors", "Runs"):
+        await page.click(f"nav >> text={link}")
+        await expect(page.locator("nav a.current")).to_have_text(link)
+    await page.click(f'tr[data-run-id="{run["id"]}"] a')
+    await expect(page.locator("dl.facts")).to_contain_text("<img src=x onerror=window.pwned=1>")
+    await page.goto(f"{stack.api_url}/console/#/subscriptions/{sub['id']}")  # a reload keeps the session
+    await expect(page.locator("dl.facts")).to_contain_text(receiver.url)
+
+    assert authorized, "no API call carried the key as a Bearer token"
+    assert not [u for u in [*urls, page.url] if ALICE in u]
+    assert await page.evaluate("document.cookie") == ""
+    assert await page.evaluate("localStorage.length") == 0
+    assert await page.evaluate("window.pwned") is None  # tenant data stayed text
+    assert violations == []
+
+    await page.click("#signout")
+    await expect(page.locator("#signin")).to_be_visible()
+    assert await page.evaluate("sessionStorage.length") == 0
+    await page.reload()
+    await expect(page.locator("#signin")).to_be_visible()
+    assert re.fullmatch(rf"{re.escape(stack.api_url)}/console/(#.*)?", page.url)
