@@ -111,6 +111,7 @@ export function runsView(root, params) {
     const row = runRow(run);
     if (old) old.replaceWith(row);
     else body.prepend(row);
+    body.querySelector("td.empty")?.parentElement.remove();
     rows.set(run.id, row);
   };
   const load = async () => {
@@ -127,15 +128,16 @@ export function runsView(root, params) {
     mode.textContent = "live: polling every 2 s";
     timer = setInterval(load, POLL_MS);
   };
-  load();
+  let loaded = load();
   const stream = follow("/v1/events/stream", {
     onOpen: () => {
       mode.textContent = "live: event stream";
-      load(); // what happened while the stream was down
+      loaded = load(); // what happened while the stream was down
     },
     onEvent: (envelope) => {
       const run = envelope.data && envelope.data.run;
-      if (run && run.id) update(run);
+      // After the list that was read when the stream opened, so that it never overwrites a newer event.
+      if (run && run.id) loaded.then(() => update(run));
     },
     onUnavailable: poll,
   });
