@@ -243,3 +243,40 @@ async def test_a_runs_vendor_trail_shows_in_its_timeline(stack: Stack, page: Pag
     await expect(timeline.locator('li[data-kind="poll"]')).to_contain_text("vendor: processing · 12 ms")
     await expect(timeline.locator('li[data-kind="rate_limited"]')).to_contain_text("rate limited")
     await expect(timeline.locator('li[data-kind="submitted"]')).to_contain_text("31 ms")
+
+
+async def test_subscription_actions_recover_rotate_disable_enable_and_test(
+    stack: Stack, receiver: Receiver, page: Page
+) -> None:
+    receiver.answers = [500, 500, 500, 500]
+    sub = await stack.subscribe(receiver.url)
+    await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")
+
+    async def failed() -> bool:
+        rows = (await stack.api.get(f"/v1/subscriptions/{sub['id']}/deliveries")).json()["data"]
+        return bool(rows) and rows[0]["status"] == "failed"
+
+    await eventually(failed, what="the test delivery failed")
+    await sign_in(page, stack)
+    await page.goto(f"{stack.api_url}/console/#/subscriptions/{sub['id']}")
+    result = page.locator("#action-result")
+    facts = page.locator("dl.facts")
+
+    await page.click("text=Recover since")  # since a day ago, the default
+    await expect(result).to_have_text("1 failed deliveries sent again.")
+    await expect(facts).to_contain_text("100% of the last 1", timeout=DEADLINE_MS)
+
+    await page.click("text=Rotate secret")
+    secret = (await stack.api.get(f"/v1/subscriptions/{sub['id']}/secret")).json()["secret"]
+    await expect(page.locator(".secret code")).to_have_text(secret)
+    assert secret != sub["secret"]
+
+    await page.click("button:text-is('Disable')")
+    await expect(facts).to_contain_text("disabled by its owner")
+    await page.click("button:text-is('Re-enable')")
+    await expect(facts.locator(".badge")).to_have_text("active")
+
+    await page.click("text=Send test")
+    await expect(result).to_contain_text("Test event evt_")
+    await expect(page.locator("table.log tbody tr")).to_have_count(2, timeout=DEADLINE_MS)
+    await expect(facts).to_contain_text("100% of the last 2", timeout=DEADLINE_MS)

@@ -50,7 +50,7 @@ export function duration(ms) {
 
 /** A status as a badge whose colour comes from the stylesheet (class names are ours, not data). */
 export function badge(status) {
-  const known = ["queued", "submitted", "running", "succeeded", "failed", "canceled", "pending", "disabled"];
+  const known = ["queued", "submitted", "running", "succeeded", "failed", "canceled", "pending", "active", "disabled"];
   return h("span", { class: `badge ${known.includes(status) ? status : "other"}` }, status ?? "–");
 }
 

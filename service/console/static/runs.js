@@ -126,7 +126,7 @@ export function runsView(root, params) {
   let timer = null;
   const poll = () => {
     mode.textContent = "live: polling every 2 s";
-    timer = setInterval(load, POLL_MS);
+    timer = setInterval(() => document.hidden || load(), POLL_MS);
   };
   let loaded = load();
   const stream = follow("/v1/events/stream", {
@@ -259,7 +259,9 @@ function timelineItems(run, events, deliveries) {
     const mine = deliveries.filter((d) => d.event_id === event.id);
     items.push({ at: event.created_at, kind: "event", title: event.type, detail, deliveries: mine });
   }
-  if (run.completed_at) items.push({ at: run.completed_at, kind: "completed", title: `ended ${run.status}`, detail: "" });
+  if (run.completed_at) {
+    items.push({ at: run.completed_at, kind: "completed", status: run.status, title: `ended ${run.status}`, detail: "" });
+  }
   return items.sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : 0));
 }
 
@@ -306,7 +308,7 @@ export function runView(root, runId) {
         ...timelineItems(run, events.data, deliveries).map((item) =>
           h(
             "li",
-            { class: `item ${item.kind}`, "data-kind": item.kind },
+            { class: `item ${item.kind} ${item.status || ""}`, "data-kind": item.kind },
             h("span", { class: "at" }, when(item.at)),
             h("span", { class: "what" }, item.title),
             h("span", { class: "detail" }, item.detail),
@@ -328,7 +330,7 @@ export function runView(root, runId) {
   };
   const restart = () => {
     load();
-    if (!timer) timer = setInterval(load, POLL_MS);
+    if (!timer) timer = setInterval(() => document.hidden || load(), POLL_MS);
   };
   restart();
   // Its events arrive at once from the run's stream; the deliveries that follow are polled above.

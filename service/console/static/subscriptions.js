@@ -25,7 +25,7 @@ export function health(deliveries) {
 
 function rateText(hl) {
   if (hl.rate === null) return "no finished delivery yet";
-  return `${(hl.rate * 100).toFixed(hl.rate === 1 ? 0 : 1)}% of the last ${hl.counted}`;
+  return `${(hl.rate * 100).toFixed(hl.rate === 1 || hl.rate === 0 ? 0 : 1)}% of the last ${hl.counted}`;
 }
 
 function stateCell(sub) {
@@ -245,6 +245,6 @@ export function subscriptionView(root, subId) {
     }
   };
   load();
-  const timer = setInterval(load, POLL_MS);
+  const timer = setInterval(() => document.hidden || load(), POLL_MS); // not while the tab is hidden
   return () => clearInterval(timer);
 }
