@@ -65,11 +65,13 @@ export function subscriptionsView(root) {
             last,
           ),
         );
-        collect(`/v1/subscriptions/${encodeURIComponent(sub.id)}/deliveries`, { max: HEALTH_WINDOW }).then((rows) => {
-          const hl = health(rows);
-          rate.textContent = rateText(hl);
-          last.textContent = hl.lastFailure ? `${when(hl.lastFailure.at)} (${hl.lastFailure.code ?? "no answer"})` : "–";
-        });
+        collect(`/v1/subscriptions/${encodeURIComponent(sub.id)}/deliveries`, { max: HEALTH_WINDOW })
+          .then((rows) => {
+            const hl = health(rows);
+            rate.textContent = rateText(hl);
+            last.textContent = hl.lastFailure ? `${when(hl.lastFailure.at)} (${hl.lastFailure.code ?? "no answer"})` : "–";
+          })
+          .catch((e) => (rate.textContent = `unknown: ${e.message}`));
       }
     } catch (e) {
       notice(message, `Could not load subscriptions: ${e.message}`, "error");
