@@ -235,7 +235,7 @@ export function deliveryBlock(delivery, onRetried) {
 }
 
 function trailItems(run) {
-  return (run.trail || []).map((t) => ({
+  const items = (run.trail || []).map((t) => ({
     at: t.at,
     kind: t.kind,
     title: t.kind.replace("_", " "),
@@ -247,6 +247,12 @@ function trailItems(run) {
       .filter(Boolean)
       .join(" · "),
   }));
+  // The API keeps the first steps and the latest ones; those in between are only counted.
+  if (run.trail_dropped > 0 && items.length > 2) {
+    const gap = { at: items[2].at, kind: "gap", title: `… ${run.trail_dropped} more vendor steps`, detail: "not kept" };
+    items.splice(2, 0, gap);
+  }
+  return items;
 }
 
 function timelineItems(run, events, deliveries) {
