@@ -54,6 +54,14 @@ async def test_sign_in_and_watch_a_run_go_from_queued_to_succeeded(
         await expect(succeeded.locator("table.attempts td.code")).to_have_text("204")
         await expect(page.locator("dl.facts")).to_contain_text("A-1")
         assert await page.evaluate("window.sameDocument") is True
+
+        # The vendor's picture counts the run and its callback's time since completion.
+        await page.click("nav >> text=Vendors")
+        nutrient = page.locator('section.vendor[data-vendor="nutrient"]')
+        await expect(nutrient).to_contain_text("1 runs: 1 succeeded")
+        await expect(nutrient).to_contain_text("completion → callback: median")
+        await expect(nutrient.locator("rect.seg.succeeded")).to_have_count(1)
+        await expect(nutrient.locator("rect.seg.latency")).to_have_count(10)  # one bar per bin
     finally:
         worker.request_stop()
         await task
