@@ -145,8 +145,8 @@ def cmd_dev(args: argparse.Namespace) -> None:
         try:
             async with run_stack(api_port=args.port, simulator_port=args.simulator_port) as stack:
                 print(
-                    f"hookbridge dev: API {stack.api_url} (key: dev-key), simulator {stack.simulator_url}, "
-                    f"redis {stack.redis_url}. Ctrl-C stops.",
+                    f"hookbridge dev: API {stack.api_url} (key: dev-key), console {stack.api_url}/console/, "
+                    f"simulator {stack.simulator_url}, redis {stack.redis_url}. Ctrl-C stops.",
                     flush=True,
                 )
                 await stop.wait()

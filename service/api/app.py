@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import domain, logs, metrics
+from service import console, domain, logs, metrics
 from service.api import runs, subscriptions
 from service.api.auth import KeyRing
 from service.api.context import Context
@@ -202,6 +202,7 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
         Route("/metrics", metrics_endpoint),
         Route("/openapi.json", openapi),
         *one_route_per_path([*runs.routes, *subscriptions.routes]),
+        *console.routes,  # the browser console over this API; not part of the OpenAPI document
     ]
     return Starlette(
         routes=routes,

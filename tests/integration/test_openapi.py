@@ -67,6 +67,8 @@ def _routes() -> set[tuple[str, str]]:
     out = set()
     for route in app.routes:
         assert isinstance(route, Route)
+        if not route.include_in_schema:  # the console's page and files (service/console/)
+            continue
         for method in route.methods or ():
             if method != "HEAD":  # Starlette adds HEAD to every GET
                 out.add((route.path, method.lower()))

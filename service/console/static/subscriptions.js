@@ -1,0 +1,252 @@
+// Subscriptions: their health (success rate, last failure, why disabled), the delivery log, and the
+// actions an operator needs: send a test, retry a delivery, recover since a time, rotate the secret,
+// re-enable.
+
+import { api, collect, q } from "./api.js";
+import { badge, clear, h, notice, when } from "./dom.js";
+import { deliveryBlock } from "./runs.js";
+
+const POLL_MS = 2000;
+const HEALTH_WINDOW = 200; // the newest deliveries the success rate is computed over
+const LOG_ROWS = 50;
+
+/** Success rate and last failure from a subscription's newest deliveries (the log is newest first). */
+export function health(deliveries) {
+  const done = deliveries.filter((d) => d.status === "succeeded" || d.status === "failed");
+  const ok = done.filter((d) => d.status === "succeeded").length;
+  const failed = (d) => d.status === "failed" || (d.last_status_code !== null && !(d.last_status_code >= 200 && d.last_status_code < 300));
+  const last = deliveries.find(failed);
+  return {
+    rate: done.length ? ok / done.length : null,
+    counted: done.length,
+    lastFailure: last ? { at: last.updated_at, code: last.last_status_code, id: last.id } : null,
+  };
+}
+
+function rateText(hl) {
+  if (hl.rate === null) return "no finished delivery yet";
+  return `${(hl.rate * 100).toFixed(hl.rate === 1 || hl.rate === 0 ? 0 : 1)}% of the last ${hl.counted}`;
+}
+
+function stateCell(sub) {
+  return sub.disabled ? [badge("disabled"), " ", h("span", { class: "muted" }, sub.disabled_reason ?? "")] : badge("active");
+}
+
+export function subscriptionsView(root) {
+  const body = h("tbody");
+  const message = h("p", { class: "notice", hidden: true });
+  clear(root).append(
+    h("h2", {}, "Subscriptions"),
+    message,
+    h(
+      "table",
+      { class: "subs" },
+      h("thead", {}, h("tr", {}, ["subscription", "url", "events", "state", "success rate", "last failure"].map((c) => h("th", {}, c)))),
+      body,
+    ),
+  );
+  (async () => {
+    try {
+      const subs = await collect("/v1/subscriptions", { max: 200 });
+      if (!subs.length) body.append(h("tr", {}, h("td", { colspan: 6, class: "empty" }, "No subscriptions.")));
+      for (const sub of subs) {
+        const rate = h("td", {}, "…");
+        const last = h("td", {}, "…");
+        const href = `#/subscriptions/${encodeURIComponent(sub.id)}`;
+        body.append(
+          h(
+            "tr",
+            { "data-sub-id": sub.id, class: "link", onclick: () => (location.hash = href) },
+            h("td", { class: "mono" }, h("a", { href }, sub.id)),
+            h("td", { class: "mono" }, sub.url),
+            h("td", {}, (sub.event_types || ["run.succeeded", "run.failed", "run.canceled"]).join(", ")),
+            h("td", {}, stateCell(sub)),
+            rate,
+            last,
+          ),
+        );
+        collect(`/v1/subscriptions/${encodeURIComponent(sub.id)}/deliveries`, { max: HEALTH_WINDOW })
+          .then((rows) => {
+            const hl = health(rows);
+            rate.textContent = rateText(hl);
+            last.textContent = hl.lastFailure ? `${when(hl.lastFailure.at)} (${hl.lastFailure.code ?? "no answer"})` : "–";
+          })
+          .catch((e) => (rate.textContent = `unknown: ${e.message}`));
+      }
+    } catch (e) {
+      notice(message, `Could not load subscriptions: ${e.message}`, "error");
+    }
+  })();
+  return () => {};
+}
+
+function action(label, run, message) {
+  return h(
+    "button",
+    {
+      onclick: async (e) => {
+        e.target.disabled = true;
+        try {
+          notice(message, await run(), "ok");
+        } catch (err) {
+          notice(message, `${label} refused: ${err.message}`, "error");
+        } finally {
+          e.target.disabled = false;
+        }
+      },
+    },
+    label,
+  );
+}
+
+function dayAgoLocal() {
+  const d = new Date(Date.now() - 24 * 3600 * 1000);
+  d.setMinutes(d.getMinutes() - d.getTimezoneOffset()); // datetime-local reads local wall time
+  return d.toISOString().slice(0, 16);
+}
+
+export function subscriptionView(root, subId) {
+  const id = encodeURIComponent(subId);
+  const head = h("div");
+  const message = h("p", { class: "notice", hidden: true, id: "action-result" });
+  const secretBox = h("div", { class: "secret", hidden: true });
+  const since = h("input", { type: "datetime-local", name: "since", value: dayAgoLocal(), "aria-label": "since" });
+  const statusFilter = h(
+    "select",
+    { name: "delivery-status", "aria-label": "delivery status", onchange: () => load() },
+    h("option", { value: "" }, "any status"),
+    ["pending", "succeeded", "failed"].map((s) => h("option", { value: s }, s)),
+  );
+  const log = h("tbody");
+  const open = new Set(); // deliveries whose attempts are shown
+  let sub = null;
+
+  const actions = h(
+    "div",
+    { class: "actions" },
+    action("Send test", async () => {
+      const answer = await api(`/v1/subscriptions/${id}/test`, { method: "POST" });
+      load();
+      return `Test event ${answer.event_id} queued.`;
+    }, message),
+    h(
+      "span",
+      { class: "recover" },
+      since,
+      action("Recover since", async () => {
+        const answer = await api(`/v1/subscriptions/${id}/recover`, {
+          method: "POST",
+          body: { since: new Date(since.value).toISOString() },
+        });
+        load();
+        return `${answer.retried} failed deliveries sent again.`;
+      }, message),
+    ),
+    action("Rotate secret", async () => {
+      const answer = await api(`/v1/subscriptions/${id}/rotate-secret`, { method: "POST" });
+      // Shown once, here only: the old secret keeps signing beside it for the overlap.
+      clear(secretBox).append(
+        h("p", {}, "New signing secret. Copy it now: it is not shown again on this page."),
+        h("code", { class: "mono" }, answer.secret),
+      );
+      secretBox.hidden = false;
+      return "Secret rotated; the old one keeps signing beside it during the overlap.";
+    }, message),
+  );
+  const toggle = h("span");
+
+  clear(root).append(
+    h("p", {}, h("a", { href: "#/subscriptions" }, "← subscriptions")),
+    h("h2", {}, "Subscription ", h("span", { class: "mono" }, subId)),
+    head,
+    h("div", { class: "actions" }, actions, toggle),
+    message,
+    secretBox,
+    h("h3", {}, "Delivery log ", statusFilter),
+    h(
+      "table",
+      { class: "log" },
+      h("thead", {}, h("tr", {}, ["delivery", "event", "run", "status", "attempts", "last code", "next attempt", "updated"].map((c) => h("th", {}, c)))),
+      log,
+    ),
+  );
+
+  const showHead = (rows) => {
+    const hl = health(rows);
+    clear(head).append(
+      h(
+        "dl",
+        { class: "facts" },
+        [
+          ["url", h("span", { class: "mono" }, sub.url)],
+          ["description", sub.description ?? "–"],
+          ["events", (sub.event_types || ["run.succeeded", "run.failed", "run.canceled"]).join(", ")],
+          ["state", stateCell(sub)],
+          ["success rate", rateText(hl)],
+          ["last failure", hl.lastFailure ? `${when(hl.lastFailure.at)} (${hl.lastFailure.code ?? "no answer"})` : "–"],
+          ["failures in a row", sub.consecutive_failures],
+        ].map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
+      ),
+    );
+    const enable = sub.disabled;
+    clear(toggle).append(
+      action(enable ? "Re-enable" : "Disable", async () => {
+        sub = await api(`/v1/subscriptions/${id}`, { method: "PATCH", body: { disabled: !enable } });
+        load();
+        return enable ? "Re-enabled." : "Disabled.";
+      }, message),
+    );
+  };
+
+  const logRow = async (d) => {
+    const href = d.run_id ? `#/runs/${encodeURIComponent(d.run_id)}` : null;
+    const row = h(
+      "tr",
+      {
+        "data-delivery-id": d.id,
+        class: "link",
+        onclick: () => {
+          if (open.has(d.id)) open.delete(d.id);
+          else open.add(d.id);
+          load();
+        },
+      },
+      h("td", { class: "mono" }, d.id),
+      h("td", {}, d.event_type),
+      h("td", { class: "mono" }, href ? h("a", { href, onclick: (e) => e.stopPropagation() }, d.run_id) : "–"),
+      h("td", {}, badge(d.status)),
+      h("td", {}, d.attempts),
+      h("td", {}, d.last_status_code ?? "–"),
+      h("td", {}, when(d.next_attempt_at)),
+      h("td", {}, when(d.updated_at)),
+    );
+    if (!open.has(d.id)) return [row];
+    const full = await api(`/v1/deliveries/${encodeURIComponent(d.id)}`);
+    return [row, h("tr", { class: "expanded" }, h("td", { colspan: 8 }, deliveryBlock({ ...full, url: sub.url }, load)))];
+  };
+
+  let busy = false;
+  const load = async () => {
+    if (busy) return;
+    busy = true;
+    try {
+      sub = await api(`/v1/subscriptions/${id}`);
+      const all = await collect(`/v1/subscriptions/${id}/deliveries`, { max: HEALTH_WINDOW });
+      const status = statusFilter.value;
+      const rows = status
+        ? await collect(`/v1/subscriptions/${id}/deliveries${q({ status })}`, { max: LOG_ROWS })
+        : all.slice(0, LOG_ROWS);
+      showHead(all);
+      const built = await Promise.all(rows.map(logRow));
+      clear(log).append(...built.flat());
+      if (!rows.length) log.append(h("tr", {}, h("td", { colspan: 8, class: "empty" }, "No deliveries.")));
+    } catch (e) {
+      notice(message, `Could not load the subscription: ${e.message}`, "error");
+    } finally {
+      busy = false;
+    }
+  };
+  load();
+  const timer = setInterval(() => document.hidden || load(), POLL_MS); // not while the tab is hidden
+  return () => clearInterval(timer);
+}
