@@ -33,8 +33,9 @@ from schemathesis.specs.openapi.definitions import OPENAPI_31
 from starlette.routing import Route
 
 from service import settings as settings_mod
+from service.api import models
 from service.api.app import create_app
-from service.api.openapi import document
+from service.api.openapi import document as build_document
 from service.dev.embedded_redis import free_port
 from tests.conftest import ALICE, Receiver, Stack, base_env, eventually
 
@@ -53,6 +54,12 @@ CHECKS = [
     "use_after_free",
 ]
 METHODS = {"get", "put", "post", "patch", "delete", "head", "options", "trace"}
+_DOCUMENT = build_document(models.build(settings_mod.load(base_env("redis://127.0.0.1:9"))))
+
+
+def document() -> dict[str, Any]:
+    """The document of the default settings (a copy: callers may change it)."""
+    return json.loads(json.dumps(_DOCUMENT))
 
 
 # The document on its own ---------------------------------------------------------------------------
@@ -67,7 +74,8 @@ def _routes() -> set[tuple[str, str]]:
     out = set()
     for route in app.routes:
         assert isinstance(route, Route)
-        for method in route.methods or ():
+        methods = route.methods or {m.upper() for m in METHODS if hasattr(route.endpoint, m)}
+        for method in methods:
             if method != "HEAD":  # Starlette adds HEAD to every GET
                 out.add((route.path, method.lower()))
     return out
