@@ -256,7 +256,9 @@ async def _multipart(request: Request, settings: Settings, models: Models) -> Su
         raise ValidationFailed(
             "The file is empty.", [{"field": "file", "pointer": "/file", "message": "the file is empty"}]
         )
-    return _done(settings, req, {"filename": filename, "media_type": media_type, "size": len(content)}, content)
+    return _done(
+        settings, req, {"filename": filename, "media_type": media_type, "size": len(content)}, content
+    )
 
 
 def bad_cursor() -> ValidationFailed:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import (
     AfterValidator,
@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.json_schema import GenerateJsonSchema, SkipJsonSchema
-from typing_extensions import NotRequired, TypeAliasType, TypedDict
+from typing_extensions import TypeAliasType, TypedDict
 
 from service import domain
 from service.api.problems import codes_by_status
@@ -39,11 +39,9 @@ B64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9
 ID_BODY = "[0-9A-HJKMNP-TV-Z]{26}"  # domain.new_id: 26 Crockford base32 characters
 
 
-def _id(prefix: str, body: str = "[0-9A-Za-z]+") -> Any:
-    return Annotated[str, Field(pattern=f"^{prefix}_{body}$", examples=[f"{prefix}_01J9Z3K8V2Q4M6N8P0R2S4T6V8"])]
-
-
-RunId, SubId, EventId = _id("run"), _id("sub"), _id("evt")
+RunId = Annotated[str, Field(pattern="^run_[0-9A-Za-z]+$")]
+SubId = Annotated[str, Field(pattern="^sub_[0-9A-Za-z]+$")]
+EventId = Annotated[str, Field(pattern="^evt_[0-9A-Za-z]+$")]
 # Names of the registered vendors and operations: enums that build() adds to the document from Settings.
 VendorName = Annotated[str, WithJsonSchema({"x-ref": "Vendor"})]
 OperationName = Annotated[str, WithJsonSchema({"x-ref": "Operation"})]
@@ -176,11 +174,11 @@ class Subscription(Out):
     updated_at: datetime
 
 
-Secret = Annotated[str, Field(pattern="^whsec_[A-Za-z0-9+/=]+$", description="The signing secret.")]
+SecretText = Annotated[str, Field(pattern="^whsec_[A-Za-z0-9+/=]+$", description="The signing secret.")]
 
 
 class SubscriptionWithSecret(Subscription):
-    secret: Secret
+    secret: SecretText
 
 
 class SubscriptionList(Out):
@@ -188,11 +186,11 @@ class SubscriptionList(Out):
     next_cursor: str | None
 
 
-class SecretOut(Out):
-    secret: Secret
+class Secret(Out):
+    secret: SecretText
 
 
-class Attempt(Out):
+class DeliveryAttempt(Out):
     """One attempt to deliver an event."""
 
     at: datetime
@@ -219,7 +217,7 @@ class Delivery(Out):
 
 
 class DeliveryWithAttempts(Delivery):
-    attempt_log: list[Attempt]
+    attempt_log: list[DeliveryAttempt]
 
 
 class DeliveryList(Out):
@@ -267,13 +265,17 @@ class TestEventData(Out):
     message: str
 
 
+def _literal(*values: str) -> Any:
+    return Literal[values]
+
+
 def _event_model(event_type: str, data: type[BaseModel]) -> type[BaseModel]:
     name = "".join(part.title() for part in event_type.split(".")) + "Event"  # RunSucceededEvent
     return create_model(
         name,
         __base__=Out,
         __doc__=f"The body POSTed for `{event_type}`.",
-        type=(Literal[event_type], ...),
+        type=(_literal(event_type), ...),
         timestamp=(datetime, ...),
         data=(data, ...),
     )
@@ -407,7 +409,7 @@ def _metadata(settings: Settings) -> Any:
     return TypeAliasType(
         "Metadata",
         Annotated[
-            dict[key, value],  # type: ignore[valid-type]
+            dict[key, value],
             Field(
                 max_length=settings.max_metadata_pairs,
                 description=f"Up to {settings.max_metadata_pairs} string pairs, echoed in every event; "
@@ -428,9 +430,7 @@ def _document(settings: Settings) -> type[DocumentInput]:
         json_schema_extra={"maxLength": most},
         description=f"The document, standard base64; at most {settings.max_document_bytes} bytes decoded.",
     )
-    return create_model(
-        "DocumentInput", __base__=DocumentInput, content_base64=(str | NoNull, b64)
-    )
+    return create_model("DocumentInput", __base__=DocumentInput, content_base64=(str | NoNull, b64))
 
 
 def _needs_options(options: type[BaseModel]) -> bool:
@@ -456,8 +456,8 @@ def _vendor_models(settings: Settings, metadata: Any) -> tuple[dict[str, Any], d
             f"{title}RunRequestPart",
             __base__=RunFields,
             __doc__=f"A run at {name}: the `request` part of a multipart submission (no `document`).",
-            vendor=(Literal[name], ...),
-            operation=(Literal[ops], "extract" if "extract" in ops else ops[0]),  # type: ignore[valid-type]
+            vendor=(_literal(name), ...),
+            operation=(_literal(*ops), "extract" if "extract" in ops else ops[0]),
             options=(options, default),
             metadata=(metadata, {}),
         )
@@ -475,11 +475,15 @@ def build(settings: Settings) -> Models:
     metadata = _metadata(settings)
     runs, parts = _vendor_models(settings, metadata)
     create = create_model("SubscriptionCreate", __base__=SubscriptionCreate, metadata=(metadata, {}))
-    update = create_model("SubscriptionUpdate", __base__=SubscriptionUpdate, metadata=(metadata | NoNull, None))
+    update = create_model(
+        "SubscriptionUpdate", __base__=SubscriptionUpdate, metadata=(metadata | NoNull, None)
+    )
     vendors = tuple(settings.vendors)
-    vendor = Annotated[Literal[vendors], WithJsonSchema({"x-ref": "Vendor"})]  # type: ignore[valid-type]
+    vendor: Any = Annotated[_literal(*vendors), WithJsonSchema({"x-ref": "Vendor"})]
     run_page = create_model(
-        "RunPage", __base__=RunPage, vendor=(vendor | NoNull, Field(None, description="Only runs at this vendor."))
+        "RunPage",
+        __base__=RunPage,
+        vendor=(vendor | NoNull, Field(None, description="Only runs at this vendor.")),
     )
     operations = sorted({op for v in settings.vendors.values() for op in v.operations})
     enums = {
@@ -494,29 +498,29 @@ def build(settings: Settings) -> Models:
     return Models(runs, parts, create, update, run_page, enums, _schemas(runs, parts, create, update, enums))
 
 
+_RESPONSES: tuple[type[BaseModel], ...] = (
+    RunList,
+    EventList,
+    SubscriptionWithSecret,
+    SubscriptionList,
+    Secret,
+    DeliveryWithAttempts,
+    DeliveryList,
+    TestEventAccepted,
+    RecoverAccepted,
+    Health,
+    Problem,
+    *CALLBACKS.values(),
+)
+
+
 def _schemas(runs: dict[str, Any], parts: dict[str, Any], *request_models: Any) -> dict[str, Any]:
     named: list[tuple[str, Any, Any]] = [
         ("RunRequest", "validation", TypeAdapter(_discriminated(runs))),
         ("RunRequestPart", "validation", TypeAdapter(_discriminated(parts))),
         ("Recover", "validation", TypeAdapter(Recover)),
         *((m.__name__, "validation", TypeAdapter(m)) for m in request_models[:2]),
-        *(
-            (m.__name__, "serialization", TypeAdapter(m))
-            for m in (
-                RunList,
-                EventList,
-                SubscriptionWithSecret,
-                SubscriptionList,
-                SecretOut,
-                DeliveryWithAttempts,
-                DeliveryList,
-                TestEventAccepted,
-                RecoverAccepted,
-                Health,
-                Problem,
-                *CALLBACKS.values(),
-            )
-        ),
+        *((m.__name__, "serialization", TypeAdapter(m)) for m in _RESPONSES),
     ]
     top, defs = TypeAdapter.json_schemas(
         [(name, mode, adapter) for name, mode, adapter in named],

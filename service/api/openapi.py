@@ -79,7 +79,11 @@ RUN_EXAMPLES: list[Any] = [
     },
     {
         "vendor": "cloudsquid",
-        "document": {"content_base64": "JVBERi0xLjQK", "filename": "invoice.pdf", "media_type": "application/pdf"},
+        "document": {
+            "content_base64": "JVBERi0xLjQK",
+            "filename": "invoice.pdf",
+            "media_type": "application/pdf",
+        },
     },
     {
         "vendor": "uptiq",
@@ -94,41 +98,240 @@ SUBSCRIPTION_EXAMPLES: list[Any] = [
 ]
 
 OPERATIONS: list[Op] = [
-    Op("/healthz", "get", "healthz", "operations", "Liveness", ("200", "The process is up.", "Health"), secured=False),
-    Op("/readyz", "get", "readyz", "operations", "Readiness: Redis is reachable", ("200", "Ready.", "Health"), secured=False,
-       extra={"responses": {"503": {"description": "Redis is unreachable.", "headers": {"Retry-After": {"$ref": "#/components/headers/RetryAfter"}}, "content": {JSON: {"schema": {"$ref": REF + "Health"}}}}}}),
-    Op("/metrics", "get", "metrics", "operations", "Prometheus metrics", ("200", "The text exposition format.", None), secured=False,
-       extra={"responses": {"200": {"description": "The text exposition format.", "content": {"text/plain": {"schema": {"type": "string"}}}}}}),
-    Op("/openapi.json", "get", "openapi", "operations", "This document", ("200", "The OpenAPI 3.1 document.", None), secured=False),
-    Op("/v1/runs", "post", "createRun", "runs", "Submit a document to a vendor", ("202", "The run, accepted.", "Run"),
-       (*BODY_ERRORS, 409, 410, 429), extra={"parameters": [_IDEMPOTENCY_KEY], "x-links": _RUN_LINKS, "x-headers": {"Location": True, "Idempotency-Replayed": False}}),
-    Op("/v1/runs", "get", "listRuns", "runs", "List runs", ("200", "A page of runs, newest first.", "RunList"), (422,), query="run_page"),
+    Op(
+        "/healthz",
+        "get",
+        "healthz",
+        "operations",
+        "Liveness",
+        ("200", "The process is up.", "Health"),
+        secured=False,
+    ),
+    Op(
+        "/readyz",
+        "get",
+        "readyz",
+        "operations",
+        "Readiness: Redis is reachable",
+        ("200", "Ready.", "Health"),
+        secured=False,
+        extra={
+            "responses": {
+                "503": {
+                    "description": "Redis is unreachable.",
+                    "headers": {"Retry-After": {"$ref": "#/components/headers/RetryAfter"}},
+                    "content": {JSON: {"schema": {"$ref": REF + "Health"}}},
+                }
+            }
+        },
+    ),
+    Op(
+        "/metrics",
+        "get",
+        "metrics",
+        "operations",
+        "Prometheus metrics",
+        ("200", "The text exposition format.", None),
+        secured=False,
+        extra={
+            "responses": {
+                "200": {
+                    "description": "The text exposition format.",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }
+            }
+        },
+    ),
+    Op(
+        "/openapi.json",
+        "get",
+        "openapi",
+        "operations",
+        "This document",
+        ("200", "The OpenAPI 3.1 document.", None),
+        secured=False,
+    ),
+    Op(
+        "/v1/runs",
+        "post",
+        "createRun",
+        "runs",
+        "Submit a document to a vendor",
+        ("202", "The run, accepted.", "Run"),
+        (*BODY_ERRORS, 409, 410, 429),
+        extra={
+            "parameters": [_IDEMPOTENCY_KEY],
+            "x-links": _RUN_LINKS,
+            "x-headers": {"Location": True, "Idempotency-Replayed": False},
+        },
+    ),
+    Op(
+        "/v1/runs",
+        "get",
+        "listRuns",
+        "runs",
+        "List runs",
+        ("200", "A page of runs, newest first.", "RunList"),
+        (422,),
+        query="run_page",
+    ),
     Op("/v1/runs/{run_id}", "get", "getRun", "runs", "Get a run", ("200", "The run.", "Run"), (404,)),
-    Op("/v1/runs/{run_id}/cancel", "post", "cancelRun", "runs", "Cancel a run", ("200", "The run, canceled.", "Run"), (404, 409)),
-    Op("/v1/runs/{run_id}/result", "get", "getRunResult", "runs", "Get the vendor's result of a succeeded run",
-       ("200", "The vendor's result as it gave it: JSON, or a file (Nutrient split's zip).", None), (404, 409, 410),
-       extra={"responses": {"200": {"description": "The vendor's result as it gave it: JSON, or a file (Nutrient split's zip).", "content": {JSON: {"schema": {"type": "object"}}, "application/zip": {"schema": {"type": "string", "format": "binary"}}}}}}),
-    Op("/v1/runs/{run_id}/events", "get", "listRunEvents", "runs", "List the events emitted for a run", ("200", "The run's events, oldest first.", "EventList"), (404,)),
-    Op("/v1/subscriptions", "post", "createSubscription", "subscriptions", "Register a callback URL",
-       ("201", "The subscription with its signing secret.", "SubscriptionWithSecret"), (*BODY_ERRORS, 409),
-       body="SubscriptionCreate", extra={"x-links": _SUB_LINKS, "x-headers": {"Location": True}, "x-examples": SUBSCRIPTION_EXAMPLES}),
-    Op("/v1/subscriptions", "get", "listSubscriptions", "subscriptions", "List subscriptions", ("200", "A page of subscriptions, newest first.", "SubscriptionList"), (422,), query=Page),
-    Op("/v1/subscriptions/{sub_id}", "get", "getSubscription", "subscriptions", "Get a subscription", ("200", "The subscription.", "Subscription"), (404,)),
-    Op("/v1/subscriptions/{sub_id}", "patch", "updateSubscription", "subscriptions", "Change a subscription",
-       ("200", "The subscription, changed.", "Subscription"), (404, *BODY_ERRORS), body="SubscriptionUpdate", extra={"x-examples": [{"disabled": False}]}),
-    Op("/v1/subscriptions/{sub_id}", "delete", "deleteSubscription", "subscriptions", "Delete a subscription", ("204", "Deleted.", None), (404,)),
-    Op("/v1/subscriptions/{sub_id}/secret", "get", "getSubscriptionSecret", "subscriptions", "Get the current signing secret", ("200", "The secret.", "SecretOut"), (404,)),
-    Op("/v1/subscriptions/{sub_id}/rotate-secret", "post", "rotateSubscriptionSecret", "subscriptions",
-       "Rotate the signing secret; the old one keeps signing beside it for 24 h", ("200", "The subscription with its new secret.", "SubscriptionWithSecret"), (404,)),
-    Op("/v1/subscriptions/{sub_id}/test", "post", "testSubscription", "subscriptions", "Send a `subscription.test` event now",
-       ("202", "The test event, queued.", "TestEventAccepted"), (404, 409, 429)),
-    Op("/v1/subscriptions/{sub_id}/deliveries", "get", "listDeliveries", "deliveries", "The subscription's delivery log",
-       ("200", "A page of deliveries, newest first.", "DeliveryList"), (404, 422), query=DeliveryPage, extra={"x-links": _DELIVERY_LINKS}),
-    Op("/v1/subscriptions/{sub_id}/recover", "post", "recoverDeliveries", "deliveries", "Send again every failed delivery since a time",
-       ("202", "How many deliveries were queued.", "RecoverAccepted"), (404, *BODY_ERRORS, 429), body="Recover", extra={"x-examples": [{"since": "2026-01-01T00:00:00Z"}]}),
-    Op("/v1/deliveries/{delivery_id}", "get", "getDelivery", "deliveries", "Get a delivery with its attempts", ("200", "The delivery.", "DeliveryWithAttempts"), (404,)),
-    Op("/v1/deliveries/{delivery_id}/retry", "post", "retryDelivery", "deliveries", "Send a delivery again now", ("202", "The delivery, pending.", "Delivery"), (404, 409, 429)),
-]  # fmt: skip
+    Op(
+        "/v1/runs/{run_id}/cancel",
+        "post",
+        "cancelRun",
+        "runs",
+        "Cancel a run",
+        ("200", "The run, canceled.", "Run"),
+        (404, 409),
+    ),
+    Op(
+        "/v1/runs/{run_id}/result",
+        "get",
+        "getRunResult",
+        "runs",
+        "Get the vendor's result of a succeeded run",
+        ("200", "The vendor's result as it gave it: JSON, or a file (Nutrient split's zip).", None),
+        (404, 409, 410),
+        extra={
+            "responses": {
+                "200": {
+                    "description": "The vendor's result: JSON, or a file (Nutrient split's zip).",
+                    "content": {
+                        JSON: {"schema": {"type": "object"}},
+                        "application/zip": {"schema": {"type": "string", "format": "binary"}},
+                    },
+                }
+            }
+        },
+    ),
+    Op(
+        "/v1/runs/{run_id}/events",
+        "get",
+        "listRunEvents",
+        "runs",
+        "List the events emitted for a run",
+        ("200", "The run's events, oldest first.", "EventList"),
+        (404,),
+    ),
+    Op(
+        "/v1/subscriptions",
+        "post",
+        "createSubscription",
+        "subscriptions",
+        "Register a callback URL",
+        ("201", "The subscription with its signing secret.", "SubscriptionWithSecret"),
+        (*BODY_ERRORS, 409),
+        body="SubscriptionCreate",
+        extra={"x-links": _SUB_LINKS, "x-headers": {"Location": True}, "x-examples": SUBSCRIPTION_EXAMPLES},
+    ),
+    Op(
+        "/v1/subscriptions",
+        "get",
+        "listSubscriptions",
+        "subscriptions",
+        "List subscriptions",
+        ("200", "A page of subscriptions, newest first.", "SubscriptionList"),
+        (422,),
+        query=Page,
+    ),
+    Op(
+        "/v1/subscriptions/{sub_id}",
+        "get",
+        "getSubscription",
+        "subscriptions",
+        "Get a subscription",
+        ("200", "The subscription.", "Subscription"),
+        (404,),
+    ),
+    Op(
+        "/v1/subscriptions/{sub_id}",
+        "patch",
+        "updateSubscription",
+        "subscriptions",
+        "Change a subscription",
+        ("200", "The subscription, changed.", "Subscription"),
+        (404, *BODY_ERRORS),
+        body="SubscriptionUpdate",
+        extra={"x-examples": [{"disabled": False}]},
+    ),
+    Op(
+        "/v1/subscriptions/{sub_id}",
+        "delete",
+        "deleteSubscription",
+        "subscriptions",
+        "Delete a subscription",
+        ("204", "Deleted.", None),
+        (404,),
+    ),
+    Op(
+        "/v1/subscriptions/{sub_id}/secret",
+        "get",
+        "getSubscriptionSecret",
+        "subscriptions",
+        "Get the current signing secret",
+        ("200", "The secret.", "Secret"),
+        (404,),
+    ),
+    Op(
+        "/v1/subscriptions/{sub_id}/rotate-secret",
+        "post",
+        "rotateSubscriptionSecret",
+        "subscriptions",
+        "Rotate the signing secret; the old one keeps signing beside it for 24 h",
+        ("200", "The subscription with its new secret.", "SubscriptionWithSecret"),
+        (404,),
+    ),
+    Op(
+        "/v1/subscriptions/{sub_id}/test",
+        "post",
+        "testSubscription",
+        "subscriptions",
+        "Send a `subscription.test` event now",
+        ("202", "The test event, queued.", "TestEventAccepted"),
+        (404, 409, 429),
+    ),
+    Op(
+        "/v1/subscriptions/{sub_id}/deliveries",
+        "get",
+        "listDeliveries",
+        "deliveries",
+        "The subscription's delivery log",
+        ("200", "A page of deliveries, newest first.", "DeliveryList"),
+        (404, 422),
+        query=DeliveryPage,
+        extra={"x-links": _DELIVERY_LINKS},
+    ),
+    Op(
+        "/v1/subscriptions/{sub_id}/recover",
+        "post",
+        "recoverDeliveries",
+        "deliveries",
+        "Send again every failed delivery since a time",
+        ("202", "How many deliveries were queued.", "RecoverAccepted"),
+        (404, *BODY_ERRORS, 429),
+        body="Recover",
+        extra={"x-examples": [{"since": "2026-01-01T00:00:00Z"}]},
+    ),
+    Op(
+        "/v1/deliveries/{delivery_id}",
+        "get",
+        "getDelivery",
+        "deliveries",
+        "Get a delivery with its attempts",
+        ("200", "The delivery.", "DeliveryWithAttempts"),
+        (404,),
+    ),
+    Op(
+        "/v1/deliveries/{delivery_id}/retry",
+        "post",
+        "retryDelivery",
+        "deliveries",
+        "Send a delivery again now",
+        ("202", "The delivery, pending.", "Delivery"),
+        (404, 409, 429),
+    ),
+]
 _PATH_IDS = {"run_id": ("run", "run"), "sub_id": ("sub", "subscription"), "delivery_id": ("dlv", "delivery")}
 _PROBLEM_TEXT = {
     400: "The body is not JSON, is nested too deep, or cannot be read.",
@@ -161,7 +364,8 @@ def _responses(op: Op) -> Schema:
     if component:
         ok["content"] = {JSON: {"schema": {"$ref": REF + component}}}
     headers = {
-        name: {"$ref": "#/components/headers/" + name.replace("-", "")} for name in op.extra.get("x-headers", {})
+        name: {"$ref": "#/components/headers/" + name.replace("-", "")}
+        for name in op.extra.get("x-headers", {})
     }
     if headers:
         ok["headers"] = headers
@@ -232,7 +436,13 @@ def paths(m: Models) -> Schema:
 def _path_param(name: str) -> Schema:
     prefix, what = _PATH_IDS[name]
     schema = {"type": "string", "pattern": f"^{prefix}_[0-9A-Za-z]+$", "maxLength": 64}
-    return {"name": name, "in": "path", "required": True, "description": f"The {what}'s id.", "schema": schema}
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": f"The {what}'s id.",
+        "schema": schema,
+    }
 
 
 def _problem_responses() -> Schema:
@@ -251,7 +461,11 @@ def _problem_responses() -> Schema:
 
 
 def _header(description: str, pattern: str, required: bool = True) -> Schema:
-    return {"description": description, "required": required, "schema": {"type": "string", "pattern": pattern}}
+    return {
+        "description": description,
+        "required": required,
+        "schema": {"type": "string", "pattern": pattern},
+    }
 
 
 _HEADERS = {
@@ -274,7 +488,13 @@ _WEBHOOK_HEADERS = [
 
 def webhooks() -> Schema:
     headers = [
-        {"name": n, "in": "header", "required": True, "description": d, "schema": {"type": "string", "pattern": p}}
+        {
+            "name": n,
+            "in": "header",
+            "required": True,
+            "description": d,
+            "schema": {"type": "string", "pattern": p},
+        }
         for n, d, p in _WEBHOOK_HEADERS
     ]
     return {
@@ -287,7 +507,10 @@ def webhooks() -> Schema:
                 "timeout; anything else is retried on the retry schedule (Retry-After on 429 and 503 is "
                 "honoured); 410 disables the subscription.",
                 "parameters": headers,
-                "requestBody": {"required": True, "content": {JSON: {"schema": {"$ref": REF + model.__name__}}}},
+                "requestBody": {
+                    "required": True,
+                    "content": {JSON: {"schema": {"$ref": REF + model.__name__}}},
+                },
                 "responses": {
                     "2XX": {"description": "Received."},
                     "410": {"description": "Gone: the subscription is disabled."},
@@ -323,7 +546,11 @@ def document(m: Models) -> Schema:
         "webhooks": webhooks(),
         "components": {
             "securitySchemes": {
-                "bearerAuth": {"type": "http", "scheme": "bearer", "description": "A key of HOOKBRIDGE_API_KEYS."}
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A key of HOOKBRIDGE_API_KEYS.",
+                }
             },
             "schemas": m.schemas,
             "responses": _problem_responses(),

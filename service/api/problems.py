@@ -112,7 +112,9 @@ class DocumentTooLarge(Problem, status=413, code="document_too_large", title="To
     pass
 
 
-class UnsupportedMediaType(Problem, status=415, code="unsupported_media_type", title="Unsupported media type"):
+class UnsupportedMediaType(
+    Problem, status=415, code="unsupported_media_type", title="Unsupported media type"
+):
     pass
 
 

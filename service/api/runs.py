@@ -95,7 +95,11 @@ def _new_run(client: str, sub: Submission) -> dict[str, Any]:
 async def _check_subscriptions(ctx: Context, client: str, ids: list[str]) -> None:
     subs = await ctx.store.get_subscriptions(ids) if ids else []
     unknown = [
-        {"field": f"subscription_ids.{i}", "pointer": f"/subscription_ids/{i}", "message": f"no subscription {sid}"}
+        {
+            "field": f"subscription_ids.{i}",
+            "pointer": f"/subscription_ids/{i}",
+            "message": f"no subscription {sid}",
+        }
         for i, (sid, sub) in enumerate(zip(ids, subs, strict=True))
         if not sub or sub["client"] != client
     ]

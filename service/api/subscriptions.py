@@ -50,7 +50,11 @@ async def _stored(ctx: Context, req: SubscriptionFields) -> dict[str, str]:
     if "url" in out:
         await _check_url(ctx, out["url"])
     if "disabled" in given:
-        out.update({"disabled": "1", "disabled_reason": OWNER_DISABLED} if getattr(req, "disabled") else _ENABLED)
+        out.update(
+            {"disabled": "1", "disabled_reason": OWNER_DISABLED}
+            if getattr(req, "disabled", False)
+            else _ENABLED
+        )
     return out
 
 
@@ -60,7 +64,9 @@ async def _check_url(ctx: Context, url: str) -> None:
     except UnsafeURL as exc:
         raise CallbackURLNotAllowed(f"This URL cannot receive callbacks: {exc}") from None
     except ValueError:  # e.g. UnicodeError from the resolver: an empty or too long label
-        raise CallbackURLNotAllowed("This URL cannot receive callbacks: its host is not a valid name.") from None
+        raise CallbackURLNotAllowed(
+            "This URL cannot receive callbacks: its host is not a valid name."
+        ) from None
 
 
 def _secrets(ctx: Context, sub: dict[str, str]) -> list[list[Any]]:
