@@ -10,6 +10,7 @@ names every one.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -301,23 +302,39 @@ CallbackUrl = Annotated[str, Field(min_length=1, max_length=2048, json_schema_ex
 NoNull = SkipJsonSchema[None]  # a PATCH member that may be absent, never null
 
 
-class DocumentInput(In):
-    """The document: a URL the vendor fetches, or its bytes (base64)."""
-
-    model_config = ConfigDict(
-        json_schema_extra={"oneOf": [{"required": ["url"]}, {"required": ["content_base64"]}]}
-    )
-
-    url: Url | NoNull = None
-    content_base64: str | NoNull = Field(None, min_length=4, pattern=B64, description="Standard base64.")
+class _DocumentFields(In):
     filename: str = Field("document", min_length=1, max_length=255)
     media_type: str = Field("application/octet-stream", max_length=127, pattern=r"^[\w.+-]+/[\w.+-]+$")
+
+
+class DocumentByURL(_DocumentFields):
+    """A document the vendor fetches."""
+
+    url: Url
+
+
+class DocumentByContent(_DocumentFields):
+    """A document's bytes; build() states the size limit of the running settings."""
+
+    content_base64: str = Field(min_length=4, pattern=B64, description="Standard base64.")
+
+
+class DocumentInput(_DocumentFields):
+    """Validates either document shape with errors at their own pointers; the document shows the two
+    shapes as what they are, ``DocumentByURL`` or ``DocumentByContent``."""
+
+    url: Url | NoNull = None
+    content_base64: str | NoNull = Field(None, min_length=4, pattern=B64)
 
     @model_validator(mode="after")
     def _one_source(self) -> DocumentInput:
         if (self.url is None) == (self.content_base64 is None):
             raise ValueError("give exactly one of url and content_base64")
         return self
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core: Any, handler: Any) -> dict[str, Any]:
+        return {"oneOf": [{"x-ref": "DocumentByURL"}, {"x-ref": "DocumentByContent"}]}
 
 
 class RunFields(In):
@@ -420,17 +437,16 @@ def _metadata(settings: Settings) -> Any:
     )
 
 
-def _document(settings: Settings) -> type[DocumentInput]:
+def _document(settings: Settings) -> type[DocumentByContent]:
     most = (settings.max_document_bytes + 2) // 3 * 4
     b64 = Field(
-        None,
         min_length=4,
         pattern=B64,
         # Larger is 413 document_too_large (checked while reading), not a 422: stated, not validated here.
         json_schema_extra={"maxLength": most},
         description=f"The document, standard base64; at most {settings.max_document_bytes} bytes decoded.",
     )
-    return create_model("DocumentInput", __base__=DocumentInput, content_base64=(str | NoNull, b64))
+    return create_model("DocumentByContent", __base__=DocumentByContent, content_base64=(str, b64))
 
 
 def _needs_options(options: type[BaseModel]) -> bool:
@@ -444,7 +460,6 @@ def _needs_options(options: type[BaseModel]) -> bool:
 def _vendor_models(settings: Settings, metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     parts: dict[str, Any] = {}
     runs: dict[str, Any] = {}
-    document = _document(settings)
     for name, vendor in settings.vendors.items():
         ops = vendor.operations
         spec_options = vendor.spec.options if vendor.spec is not None else None
@@ -465,7 +480,6 @@ def _vendor_models(settings: Settings, metadata: Any) -> tuple[dict[str, Any], d
             f"{title}RunRequest",
             __base__=(parts[name], RunRequestBase),
             __doc__=f"A run at {name}, as a JSON body.",
-            document=(document, ...),
         )
     return runs, parts
 
@@ -495,7 +509,8 @@ def build(settings: Settings) -> Models:
             "description": "The stable, machine-readable error code.",
         },
     }
-    return Models(runs, parts, create, update, run_page, enums, _schemas(runs, parts, create, update, enums))
+    schemas = _schemas(runs, parts, create, update, _document(settings), DocumentByURL)
+    return Models(runs, parts, create, update, run_page, enums, {**schemas, **enums})
 
 
 _RESPONSES: tuple[type[BaseModel], ...] = (
@@ -519,7 +534,7 @@ def _schemas(runs: dict[str, Any], parts: dict[str, Any], *request_models: Any) 
         ("RunRequest", "validation", TypeAdapter(_discriminated(runs))),
         ("RunRequestPart", "validation", TypeAdapter(_discriminated(parts))),
         ("Recover", "validation", TypeAdapter(Recover)),
-        *((m.__name__, "validation", TypeAdapter(m)) for m in request_models[:2]),
+        *((m.__name__, "validation", TypeAdapter(m)) for m in request_models),
         *((m.__name__, "serialization", TypeAdapter(m)) for m in _RESPONSES),
     ]
     top, defs = TypeAdapter.json_schemas(
@@ -530,7 +545,6 @@ def _schemas(runs: dict[str, Any], parts: dict[str, Any], *request_models: Any) 
     out = dict(defs.get("$defs", {}))
     for (name, _mode), schema in top.items():
         out.setdefault(name, schema)
-    out.update(request_models[2])
     return {name: _refs(schema) for name, schema in sorted(out.items())}
 
 
@@ -547,11 +561,16 @@ def json_schema(adapter: TypeAdapter[Any]) -> Any:
 
 
 def _refs(schema: Any) -> Any:
-    """Replaces the ``x-ref`` placeholders (WithJsonSchema cannot name a component) by references."""
+    """Replaces the ``x-ref`` placeholders (WithJsonSchema cannot name a component) by references, and
+    states defaults in words: generators (openapi-typescript) make a member with a ``default`` required."""
     if isinstance(schema, dict):
         if "x-ref" in schema:
             return {"$ref": REF + schema["x-ref"]}
-        return {key: _refs(value) for key, value in schema.items()}
+        out = {key: _refs(value) for key, value in schema.items() if key != "default"}
+        if schema.get("default") not in (None, [], {}):
+            default = f"Default: `{json.dumps(schema['default'])}`."
+            out["description"] = f"{out['description']} {default}" if "description" in out else default
+        return out
     if isinstance(schema, list):
         return [_refs(item) for item in schema]
     return schema

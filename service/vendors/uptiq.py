@@ -243,10 +243,8 @@ class UptiqOptions(BaseModel):
     """An Uptiq run's ``options``: the body fields of its `/extract` request; `documentType` (or
     `documentTypes` for a multi-extraction) is required."""
 
-    model_config = ConfigDict(
-        extra="allow",
-        json_schema_extra={"anyOf": [{"required": ["documentType"]}, {"required": ["documentTypes"]}]},
-    )
+    # One of the two is required: a model validator, since generators read anyOf-of-required as "any".
+    model_config = ConfigDict(extra="allow")
 
     documentType: str | None = Field(None, min_length=1, examples=["BalanceSheet"])
     documentTypes: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
