@@ -324,7 +324,7 @@ class DocumentInput(_DocumentFields):
     shapes as what they are, ``DocumentByURL`` or ``DocumentByContent``."""
 
     url: Url | NoNull = None
-    content_base64: str | NoNull = Field(None, min_length=4, pattern=B64)
+    content_base64: Annotated[str, Field(min_length=4, pattern=B64)] | NoNull = None
 
     @model_validator(mode="after")
     def _one_source(self) -> DocumentInput:
@@ -355,13 +355,13 @@ class RunRequestBase(RunFields):
 
 
 class SubscriptionFields(In):
-    event_types: list[EventTypeFilter] | None = Field(
-        None, min_length=1, description="Omitted or null: the three terminal run events."
+    event_types: Annotated[list[EventTypeFilter], Field(min_length=1)] | None = Field(
+        None, description="Omitted or null: the three terminal run events."
     )
-    description: str | None = Field(None, max_length=500)
+    description: Annotated[str, Field(max_length=500)] | None = None
     metadata: dict[str, str] = {}
-    max_in_flight: int | None = Field(None, ge=1, le=1000)
-    rate_limit_per_s: float | None = Field(None, gt=0, le=10000)
+    max_in_flight: Annotated[int, Field(ge=1, le=1000)] | None = None
+    rate_limit_per_s: Annotated[float, Field(gt=0, le=10000)] | None = None
 
 
 class SubscriptionCreate(SubscriptionFields):
@@ -385,7 +385,9 @@ class Page(In):
     model_config = ConfigDict(strict=False)
 
     limit: int = Field(50, ge=1, le=200, description="Page size.")
-    cursor: str | NoNull = Field(None, max_length=512, description="`next_cursor` of the previous page.")
+    cursor: Annotated[str, Field(max_length=512)] | NoNull = Field(
+        None, description="`next_cursor` of the last page."
+    )
 
 
 class RunPage(Page):

@@ -28,46 +28,57 @@ BODY_ERRORS = (400, 413, 415, 422)
 
 @dataclass(frozen=True)
 class Op:
-    """One operation. ``ok`` is (status, description, component or None); ``body`` a JSON body's
-    component; ``query`` the model of its query parameters."""
+    """One operation: ``ok`` is the success status and its component (``-`` for none); ``errors`` the
+    problem statuses beyond those of every operation; ``extra`` what the table cannot say."""
 
-    path: str
     method: str
+    path: str
     id: str
-    tag: str
+    ok: str
+    component: str
+    errors: tuple[int, ...]
     summary: str
-    ok: tuple[str, str, str | None]
-    errors: tuple[int, ...] = ()
-    body: str | None = None
-    query: Any = None
-    secured: bool = True
-    extra: Schema = field(default_factory=dict)  # merged into the operation (parameters, links, ...)
+    extra: Schema = field(default_factory=dict)
+
+
+# The hand-written part, one row per operation: method, path, operationId, success status and component,
+# problem statuses (b: 400, 413, 415, 422, the body's), summary. The tag is the path's resource.
+_TABLE = """
+get     /healthz                                  healthz                   200  Health                  -              Liveness
+get     /readyz                                   readyz                    200  Health                  -              Readiness: Redis is reachable
+get     /metrics                                  metrics                   200  -                       -              Prometheus metrics (text format)
+get     /openapi.json                             openapi                   200  -                       -              This document
+post    /v1/runs                                  createRun                 202  Run                     b,409,410,429  Submit a document to a vendor
+get     /v1/runs                                  listRuns                  200  RunList                 422            List runs, newest first
+get     /v1/runs/{run_id}                         getRun                    200  Run                     404            Get a run
+post    /v1/runs/{run_id}/cancel                  cancelRun                 200  Run                     404,409        Cancel a run
+get     /v1/runs/{run_id}/result                  getRunResult              200  -                       404,409,410    Get the vendor's result of a succeeded run
+get     /v1/runs/{run_id}/events                  listRunEvents             200  EventList               404            List the events emitted for a run, oldest first
+post    /v1/subscriptions                         createSubscription        201  SubscriptionWithSecret  b,409          Register a callback URL; the answer holds its signing secret
+get     /v1/subscriptions                         listSubscriptions         200  SubscriptionList        422            List subscriptions, newest first
+get     /v1/subscriptions/{sub_id}                getSubscription           200  Subscription            404            Get a subscription
+patch   /v1/subscriptions/{sub_id}                updateSubscription        200  Subscription            404,b          Change a subscription; members left out stay
+delete  /v1/subscriptions/{sub_id}                deleteSubscription        204  -                       404            Delete a subscription
+get     /v1/subscriptions/{sub_id}/secret         getSubscriptionSecret     200  Secret                  404            Get the current signing secret
+post    /v1/subscriptions/{sub_id}/rotate-secret  rotateSubscriptionSecret  200  SubscriptionWithSecret  404            Rotate the signing secret; the old one keeps signing for 24 h
+post    /v1/subscriptions/{sub_id}/test           testSubscription          202  TestEventAccepted       404,409,429    Send a `subscription.test` event now
+get     /v1/subscriptions/{sub_id}/deliveries     listDeliveries            200  DeliveryList            404,422        The subscription's delivery log, newest first
+post    /v1/subscriptions/{sub_id}/recover        recoverDeliveries         202  RecoverAccepted         404,b,429      Send again every failed delivery since a time
+get     /v1/deliveries/{delivery_id}              getDelivery               200  DeliveryWithAttempts    404            Get a delivery with its attempts
+post    /v1/deliveries/{delivery_id}/retry        retryDelivery             202  Delivery                404,409,429    Send a delivery again now
+"""  # noqa: E501
+
+
+def _errors(text: str) -> tuple[int, ...]:
+    return tuple(
+        int(c) for part in text.split(",") for c in (BODY_ERRORS if part == "b" else [part]) if c != "-"
+    )
 
 
 def _links(param: str, pointer: str, *op_ids: str) -> Schema:
     return {op[0].upper() + op[1:]: {"operationId": op, "parameters": {param: pointer}} for op in op_ids}
 
 
-_RUN_LINKS = _links("run_id", "$response.body#/id", "getRun", "cancelRun", "getRunResult", "listRunEvents")
-_SUB_LINKS = _links(
-    "sub_id",
-    "$response.body#/id",
-    "getSubscription",
-    "updateSubscription",
-    "deleteSubscription",
-    "getSubscriptionSecret",
-    "rotateSubscriptionSecret",
-    "testSubscription",
-    "listDeliveries",
-    "recoverDeliveries",
-)
-_DELIVERY_LINKS = _links("delivery_id", "$response.body#/data/0/id", "getDelivery", "retryDelivery")
-_IDEMPOTENCY_KEY = {
-    "name": "Idempotency-Key",
-    "in": "header",
-    "description": "Scoped to the client and kept 24 h: the same key and request replay the first run.",
-    "schema": {"type": "string", "pattern": r"^[\x20-\x7e]{1,255}$", "minLength": 1, "maxLength": 255},
-}
 RUN_EXAMPLES: list[Any] = [
     {
         "vendor": "nutrient",
@@ -75,16 +86,8 @@ RUN_EXAMPLES: list[Any] = [
         "document": {"url": "https://example.com/invoice.pdf"},
         "options": {"instructions": {"mode": "agentic"}},
         "metadata": {"order_id": "A-1001"},
-        "zero_retention": False,
     },
-    {
-        "vendor": "cloudsquid",
-        "document": {
-            "content_base64": "JVBERi0xLjQK",
-            "filename": "invoice.pdf",
-            "media_type": "application/pdf",
-        },
-    },
+    {"vendor": "cloudsquid", "document": {"content_base64": "JVBERi0xLjQK", "filename": "invoice.pdf"}},
     {
         "vendor": "uptiq",
         "document": {"url": "https://example.com/statement.pdf"},
@@ -92,246 +95,51 @@ RUN_EXAMPLES: list[Any] = [
         "zero_retention": True,
     },
 ]
-SUBSCRIPTION_EXAMPLES: list[Any] = [
-    {"url": "http://10.0.0.5:8080/hooks"},
-    {"url": "http://10.0.0.5:8080/hooks", "event_types": ["run.*"], "description": "invoices app"},
+_SUB = ("getSubscription", "updateSubscription", "deleteSubscription", "getSubscriptionSecret")
+_EXTRA: dict[str, Schema] = {
+    "readyz": {"503": ("Redis is unreachable.", "Health", {"Retry-After": "RetryAfter"})},
+    "metrics": {"content": {"text/plain": {"schema": {"type": "string"}}}},
+    "openapi": {"content": {JSON: {"schema": {"type": "object"}}}},
+    "createRun": {
+        "headers": {"Location": "Location", "Idempotency-Replayed": "IdempotencyReplayed"},
+        "links": _links(
+            "run_id", "$response.body#/id", "getRun", "cancelRun", "getRunResult", "listRunEvents"
+        ),
+        "parameters": [
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "description": "Scoped to the client and kept 24 h: the same key and request replay the run.",
+                "schema": {"type": "string", "pattern": r"^[\x20-\x7e]{1,255}$", "maxLength": 255},
+            }
+        ],
+    },
+    "listRuns": {"query": "run_page"},
+    "getRunResult": {
+        "content": {
+            JSON: {"schema": {"type": "object"}},
+            "application/zip": {"schema": {"type": "string", "format": "binary"}},
+        }
+    },
+    "createSubscription": {
+        "body": ("SubscriptionCreate", {"url": "http://10.0.0.5:8080/hooks", "event_types": ["run.*"]}),
+        "headers": {"Location": "Location"},
+        "links": _links("sub_id", "$response.body#/id", *_SUB, "testSubscription", "listDeliveries"),
+    },
+    "listSubscriptions": {"query": Page},
+    "updateSubscription": {"body": ("SubscriptionUpdate", {"disabled": False})},
+    "listDeliveries": {
+        "query": DeliveryPage,
+        "links": _links("delivery_id", "$response.body#/data/0/id", "getDelivery", "retryDelivery"),
+    },
+    "recoverDeliveries": {"body": ("Recover", {"since": "2026-01-01T00:00:00Z"})},
+}
+OPERATIONS: list[Op] = [
+    Op(row[0], row[1], row[2], row[3], row[4], _errors(row[5]), " ".join(row[6:]), _EXTRA.get(row[2], {}))
+    for row in (line.split() for line in _TABLE.strip().splitlines())
 ]
 
-OPERATIONS: list[Op] = [
-    Op(
-        "/healthz",
-        "get",
-        "healthz",
-        "operations",
-        "Liveness",
-        ("200", "The process is up.", "Health"),
-        secured=False,
-    ),
-    Op(
-        "/readyz",
-        "get",
-        "readyz",
-        "operations",
-        "Readiness: Redis is reachable",
-        ("200", "Ready.", "Health"),
-        secured=False,
-        extra={
-            "responses": {
-                "503": {
-                    "description": "Redis is unreachable.",
-                    "headers": {"Retry-After": {"$ref": "#/components/headers/RetryAfter"}},
-                    "content": {JSON: {"schema": {"$ref": REF + "Health"}}},
-                }
-            }
-        },
-    ),
-    Op(
-        "/metrics",
-        "get",
-        "metrics",
-        "operations",
-        "Prometheus metrics",
-        ("200", "The text exposition format.", None),
-        secured=False,
-        extra={
-            "responses": {
-                "200": {
-                    "description": "The text exposition format.",
-                    "content": {"text/plain": {"schema": {"type": "string"}}},
-                }
-            }
-        },
-    ),
-    Op(
-        "/openapi.json",
-        "get",
-        "openapi",
-        "operations",
-        "This document",
-        ("200", "The OpenAPI 3.1 document.", None),
-        secured=False,
-    ),
-    Op(
-        "/v1/runs",
-        "post",
-        "createRun",
-        "runs",
-        "Submit a document to a vendor",
-        ("202", "The run, accepted.", "Run"),
-        (*BODY_ERRORS, 409, 410, 429),
-        extra={
-            "parameters": [_IDEMPOTENCY_KEY],
-            "x-links": _RUN_LINKS,
-            "x-headers": {"Location": True, "Idempotency-Replayed": False},
-        },
-    ),
-    Op(
-        "/v1/runs",
-        "get",
-        "listRuns",
-        "runs",
-        "List runs",
-        ("200", "A page of runs, newest first.", "RunList"),
-        (422,),
-        query="run_page",
-    ),
-    Op("/v1/runs/{run_id}", "get", "getRun", "runs", "Get a run", ("200", "The run.", "Run"), (404,)),
-    Op(
-        "/v1/runs/{run_id}/cancel",
-        "post",
-        "cancelRun",
-        "runs",
-        "Cancel a run",
-        ("200", "The run, canceled.", "Run"),
-        (404, 409),
-    ),
-    Op(
-        "/v1/runs/{run_id}/result",
-        "get",
-        "getRunResult",
-        "runs",
-        "Get the vendor's result of a succeeded run",
-        ("200", "The vendor's result as it gave it: JSON, or a file (Nutrient split's zip).", None),
-        (404, 409, 410),
-        extra={
-            "responses": {
-                "200": {
-                    "description": "The vendor's result: JSON, or a file (Nutrient split's zip).",
-                    "content": {
-                        JSON: {"schema": {"type": "object"}},
-                        "application/zip": {"schema": {"type": "string", "format": "binary"}},
-                    },
-                }
-            }
-        },
-    ),
-    Op(
-        "/v1/runs/{run_id}/events",
-        "get",
-        "listRunEvents",
-        "runs",
-        "List the events emitted for a run",
-        ("200", "The run's events, oldest first.", "EventList"),
-        (404,),
-    ),
-    Op(
-        "/v1/subscriptions",
-        "post",
-        "createSubscription",
-        "subscriptions",
-        "Register a callback URL",
-        ("201", "The subscription with its signing secret.", "SubscriptionWithSecret"),
-        (*BODY_ERRORS, 409),
-        body="SubscriptionCreate",
-        extra={"x-links": _SUB_LINKS, "x-headers": {"Location": True}, "x-examples": SUBSCRIPTION_EXAMPLES},
-    ),
-    Op(
-        "/v1/subscriptions",
-        "get",
-        "listSubscriptions",
-        "subscriptions",
-        "List subscriptions",
-        ("200", "A page of subscriptions, newest first.", "SubscriptionList"),
-        (422,),
-        query=Page,
-    ),
-    Op(
-        "/v1/subscriptions/{sub_id}",
-        "get",
-        "getSubscription",
-        "subscriptions",
-        "Get a subscription",
-        ("200", "The subscription.", "Subscription"),
-        (404,),
-    ),
-    Op(
-        "/v1/subscriptions/{sub_id}",
-        "patch",
-        "updateSubscription",
-        "subscriptions",
-        "Change a subscription",
-        ("200", "The subscription, changed.", "Subscription"),
-        (404, *BODY_ERRORS),
-        body="SubscriptionUpdate",
-        extra={"x-examples": [{"disabled": False}]},
-    ),
-    Op(
-        "/v1/subscriptions/{sub_id}",
-        "delete",
-        "deleteSubscription",
-        "subscriptions",
-        "Delete a subscription",
-        ("204", "Deleted.", None),
-        (404,),
-    ),
-    Op(
-        "/v1/subscriptions/{sub_id}/secret",
-        "get",
-        "getSubscriptionSecret",
-        "subscriptions",
-        "Get the current signing secret",
-        ("200", "The secret.", "Secret"),
-        (404,),
-    ),
-    Op(
-        "/v1/subscriptions/{sub_id}/rotate-secret",
-        "post",
-        "rotateSubscriptionSecret",
-        "subscriptions",
-        "Rotate the signing secret; the old one keeps signing beside it for 24 h",
-        ("200", "The subscription with its new secret.", "SubscriptionWithSecret"),
-        (404,),
-    ),
-    Op(
-        "/v1/subscriptions/{sub_id}/test",
-        "post",
-        "testSubscription",
-        "subscriptions",
-        "Send a `subscription.test` event now",
-        ("202", "The test event, queued.", "TestEventAccepted"),
-        (404, 409, 429),
-    ),
-    Op(
-        "/v1/subscriptions/{sub_id}/deliveries",
-        "get",
-        "listDeliveries",
-        "deliveries",
-        "The subscription's delivery log",
-        ("200", "A page of deliveries, newest first.", "DeliveryList"),
-        (404, 422),
-        query=DeliveryPage,
-        extra={"x-links": _DELIVERY_LINKS},
-    ),
-    Op(
-        "/v1/subscriptions/{sub_id}/recover",
-        "post",
-        "recoverDeliveries",
-        "deliveries",
-        "Send again every failed delivery since a time",
-        ("202", "How many deliveries were queued.", "RecoverAccepted"),
-        (404, *BODY_ERRORS, 429),
-        body="Recover",
-        extra={"x-examples": [{"since": "2026-01-01T00:00:00Z"}]},
-    ),
-    Op(
-        "/v1/deliveries/{delivery_id}",
-        "get",
-        "getDelivery",
-        "deliveries",
-        "Get a delivery with its attempts",
-        ("200", "The delivery.", "DeliveryWithAttempts"),
-        (404,),
-    ),
-    Op(
-        "/v1/deliveries/{delivery_id}/retry",
-        "post",
-        "retryDelivery",
-        "deliveries",
-        "Send a delivery again now",
-        ("202", "The delivery, pending.", "Delivery"),
-        (404, 409, 429),
-    ),
-]
+
 _PATH_IDS = {"run_id": ("run", "run"), "sub_id": ("sub", "subscription"), "delivery_id": ("dlv", "delivery")}
 _PROBLEM_TEXT = {
     400: "The body is not JSON, is nested too deep, or cannot be read.",
@@ -358,50 +166,54 @@ def _query_params(model: type[BaseModel]) -> list[Schema]:
     ]
 
 
-def _responses(op: Op) -> Schema:
-    status, description, component = op.ok
-    ok: Schema = {"description": description}
-    if component:
-        ok["content"] = {JSON: {"schema": {"$ref": REF + component}}}
-    headers = {
-        name: {"$ref": "#/components/headers/" + name.replace("-", "")}
-        for name in op.extra.get("x-headers", {})
-    }
+def _response(description: str, component: str, headers: dict[str, str] | None = None) -> Schema:
+    out: Schema = {"description": description}
+    if component != "-":
+        out["content"] = {JSON: {"schema": {"$ref": REF + component}}}
     if headers:
-        ok["headers"] = headers
-    if "x-links" in op.extra:
-        ok["links"] = op.extra["x-links"]
-    errors = sorted({*op.errors, *(EVERY_ERROR if op.secured else (431,))})
-    out = {status: ok, **{str(s): {"$ref": f"#/components/responses/Problem{s}"} for s in errors}}
-    out.update(op.extra.get("responses", {}))
+        out["headers"] = {name: {"$ref": "#/components/headers/" + ref} for name, ref in headers.items()}
     return out
 
 
 def _operation(op: Op, m: Models) -> Schema:
-    out: Schema = {"operationId": op.id, "tags": [op.tag], "summary": op.summary}
-    params = [*op.extra.get("parameters", [])]
-    if op.query is not None:
-        params += _query_params(getattr(m, op.query) if isinstance(op.query, str) else op.query)
+    extra, secured = op.extra, op.path.startswith("/v1/")
+    out: Schema = {"operationId": op.id, "tags": [_tag(op.path)], "summary": op.summary}
+    query = extra.get("query")
+    params = (
+        [*extra.get("parameters", []), *_query_params(getattr(m, query) if isinstance(query, str) else query)]
+        if query
+        else extra.get("parameters")
+    )
     if params:
         out["parameters"] = params
-    if op.body:
-        content: Schema = {JSON: {"schema": {"$ref": REF + op.body}}}
-        if "x-examples" in op.extra:
-            content[JSON]["examples"] = _examples(op.extra["x-examples"])
+    if "body" in extra:
+        name, example = extra["body"]
+        content = {JSON: {"schema": {"$ref": REF + name}, "examples": _examples([example])}}
         out["requestBody"] = {"required": True, "content": content}
     elif op.id == "createRun":
-        out["requestBody"] = _submit_body(m)
-    out["responses"] = _responses(op)
-    if not op.secured:
+        out["requestBody"] = _submit_body()
+    ok = _response(op.summary, op.component, extra.get("headers"))
+    ok.update({key: extra[key] for key in ("content", "links") if key in extra})
+    errors = sorted({*op.errors, *(EVERY_ERROR if secured else (431,))})
+    out["responses"] = {op.ok: ok, **{str(s): {"$ref": f"#/components/responses/Problem{s}"} for s in errors}}
+    if "503" in extra:
+        out["responses"]["503"] = _response(*extra["503"])
+    if not secured:
         out["security"] = []
     return out
+
+
+def _tag(path: str) -> str:
+    if not path.startswith("/v1/"):
+        return "operations"
+    return "deliveries" if "deliver" in path or path.endswith("/recover") else path.split("/")[2]
 
 
 def _examples(values: list[Any]) -> Schema:
     return {f"example{i}": {"value": value} for i, value in enumerate(values, 1)}
 
 
-def _submit_body(m: Models) -> Schema:
+def _submit_body() -> Schema:
     multipart = {
         "type": "object",
         "properties": {

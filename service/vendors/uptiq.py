@@ -246,8 +246,8 @@ class UptiqOptions(BaseModel):
     # One of the two is required: a model validator, since generators read anyOf-of-required as "any".
     model_config = ConfigDict(extra="allow")
 
-    documentType: str | None = Field(None, min_length=1, examples=["BalanceSheet"])
-    documentTypes: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
+    documentType: Annotated[str, Field(min_length=1, examples=["BalanceSheet"])] | None = None
+    documentTypes: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
 
     @model_validator(mode="after")
     def _a_document_type(self) -> UptiqOptions:
