@@ -53,7 +53,7 @@ async def test_errors_name_every_bad_field_with_a_pointer(make_stack: StackFacto
 async def test_the_document_states_the_running_limits(make_stack: StackFactory) -> None:
     stack = await make_stack(worker=False, HOOKBRIDGE_MAX_DOCUMENT_BYTES="3000")
     schemas = (await stack.api.get("/openapi.json")).json()["components"]["schemas"]
-    assert schemas["DocumentInput"]["properties"]["content_base64"]["maxLength"] == 4000
+    assert schemas["DocumentByContent"]["properties"]["content_base64"]["maxLength"] == 4000
     assert schemas["Metadata"]["maxProperties"] == stack.settings.max_metadata_pairs
     document = {"content_base64": base64.b64encode(b"x" * 3001).decode()}
     response = await stack.api.post("/v1/runs", json={"vendor": "nutrient", "document": document})
