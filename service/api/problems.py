@@ -48,68 +48,54 @@ class Problem(Exception):
         cls.status, cls.code, cls.title = status or cls.status, code or cls.code, title or cls.title
 
 
-class InternalError(Problem):
-    pass
+class InternalError(Problem): ...
 
 
-class InvalidJSON(Problem, status=400, code="invalid_json", title="Invalid JSON"):
-    pass
+class InvalidJSON(Problem, status=400, code="invalid_json", title="Invalid JSON"): ...
 
 
-class InvalidRequest(Problem, status=400, code="invalid_request", title="Invalid request"):
-    pass
+class InvalidRequest(Problem, status=400, code="invalid_request", title="Invalid request"): ...
 
 
-class Unauthorized(Problem, status=401, code="unauthorized", title="Unauthorized"):
-    pass
+class Unauthorized(Problem, status=401, code="unauthorized", title="Unauthorized"): ...
 
 
-class NotFound(Problem, status=404, code="not_found", title="Not found"):
-    pass
+class NotFound(Problem, status=404, code="not_found", title="Not found"): ...
 
 
 class ResultNotReady(Problem, status=404, code="result_not_ready", title="Result not ready"):
     """The run has not ended yet: ask again later."""
 
 
-class MethodNotAllowed(Problem, status=405, code="method_not_allowed", title="Method not allowed"):
-    pass
+class MethodNotAllowed(Problem, status=405, code="method_not_allowed", title="Method not allowed"): ...
 
 
-class Conflict(Problem, status=409, code="conflict", title="Conflict"):
-    pass
+class Conflict(Problem, status=409, code="conflict", title="Conflict"): ...
 
 
-class IdempotencyKeyReused(Problem, status=409, code="idempotency_key_reused", title="Conflict"):
-    pass
+class IdempotencyKeyReused(Problem, status=409, code="idempotency_key_reused", title="Conflict"): ...
 
 
-class RunNotCancelable(Problem, status=409, code="run_not_cancelable", title="Conflict"):
-    pass
+class RunNotCancelable(Problem, status=409, code="run_not_cancelable", title="Conflict"): ...
 
 
 class RunNotSucceeded(Problem, status=409, code="run_not_succeeded", title="No result"):
     """The run failed or was canceled: it never has a result, so asking again does not help."""
 
 
-class SubscriptionDisabled(Problem, status=409, code="subscription_disabled", title="Conflict"):
-    pass
+class SubscriptionDisabled(Problem, status=409, code="subscription_disabled", title="Conflict"): ...
 
 
-class DeliveryPending(Problem, status=409, code="delivery_pending", title="Conflict"):
-    pass
+class DeliveryPending(Problem, status=409, code="delivery_pending", title="Conflict"): ...
 
 
-class QuotaExceeded(Problem, status=409, code="quota_exceeded", title="Quota exceeded"):
-    pass
+class QuotaExceeded(Problem, status=409, code="quota_exceeded", title="Quota exceeded"): ...
 
 
-class ResultGone(Problem, status=410, code="result_gone", title="Gone"):
-    pass
+class ResultGone(Problem, status=410, code="result_gone", title="Gone"): ...
 
 
-class DocumentTooLarge(Problem, status=413, code="document_too_large", title="Too large"):
-    pass
+class DocumentTooLarge(Problem, status=413, code="document_too_large", title="Too large"): ...
 
 
 class UnsupportedMediaType(
@@ -125,28 +111,26 @@ class ValidationFailed(Problem, status=422, code="validation_error", title="Inva
         super().__init__(detail, errors=errors)
 
 
-class UnknownVendor(Problem, status=422, code="unknown_vendor", title="Unknown vendor"):
-    pass
+class UnknownVendor(Problem, status=422, code="unknown_vendor", title="Unknown vendor"): ...
 
 
-class CallbackURLNotAllowed(Problem, status=422, code="callback_url_not_allowed", title="Invalid request"):
-    pass
+class CallbackURLNotAllowed(
+    Problem, status=422, code="callback_url_not_allowed", title="Invalid request"
+): ...
 
 
-class OptionsTooLarge(Problem, status=422, code="options_too_large", title="Invalid request"):
-    pass
+class OptionsTooLarge(Problem, status=422, code="options_too_large", title="Invalid request"): ...
 
 
-class RateLimited(Problem, status=429, code="rate_limited", title="Too many requests"):
-    pass
+class RateLimited(Problem, status=429, code="rate_limited", title="Too many requests"): ...
 
 
-class HeadersTooLarge(Problem, status=431, code="headers_too_large", title="Request header fields too large"):
-    pass
+class HeadersTooLarge(
+    Problem, status=431, code="headers_too_large", title="Request header fields too large"
+): ...
 
 
-class Unavailable(Problem, status=503, code="unavailable", title="Service unavailable"):
-    pass
+class Unavailable(Problem, status=503, code="unavailable", title="Service unavailable"): ...
 
 
 def _all(cls: type[Problem] = Problem) -> list[type[Problem]]:
