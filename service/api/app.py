@@ -66,11 +66,6 @@ async def openapi(request: Request) -> Response:
     return Response(ctx.openapi, media_type="application/json")
 
 
-async def _problem(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, Problem)
-    return problems.response(exc, request.url.path)
-
-
 # Only a Redis that cannot answer is a 503; any other Redis error (WRONGTYPE, a script error) is a fault of
 # ours and must never be reachable from input: ids are checked before they become keys.
 _REDIS_DOWN = (
@@ -83,34 +78,21 @@ _REDIS_DOWN = (
 )
 
 
-async def _redis_error(request: Request, exc: Exception) -> Response:
+async def _error(request: Request, exc: Exception) -> Response:
+    """The answer to every exception: a problem as it is, the others by what they mean."""
+    if isinstance(exc, ClientDisconnect):  # hung up before its request was read: nothing to answer
+        log.info("client disconnected", path=request.url.path)
+        return Response(status_code=CLIENT_CLOSED)
+    if isinstance(exc, HTTPException):  # routing: no such path, or not this method (with Allow)
+        cls = {404: NotFound, 405: MethodNotAllowed}.get(exc.status_code, InvalidRequest)
+        return problems.response(cls(str(exc.detail)), request.url.path, headers=exc.headers)
     if isinstance(exc, _REDIS_DOWN):
-        return await _redis_down(request, exc)
-    return await _unexpected(request, exc)
-
-
-async def _client_gone(request: Request, exc: Exception) -> Response:
-    # The client hung up before its request was read: nothing to answer, nothing went wrong here.
-    log.info("client disconnected", path=request.url.path)
-    return Response(status_code=CLIENT_CLOSED)
-
-
-async def _redis_down(request: Request, exc: Exception) -> Response:
-    log.warning("redis unavailable", error=type(exc).__name__)
-    return problems.response(Unavailable("The store is unreachable; try again shortly."))
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    cls = {404: NotFound, 405: MethodNotAllowed}.get(exc.status_code, InvalidRequest)
-    response = problems.response(cls(str(exc.detail)))
-    response.headers.update(exc.headers or {})
-    return response
-
-
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unexpected error", path=request.url.path)
-    return problems.response(InternalError("Something went wrong on our side."))
+        log.warning("redis unavailable", error=type(exc).__name__)
+        exc = Unavailable("The store is unreachable; try again shortly.")
+    elif not isinstance(exc, Problem):
+        log.exception("unexpected error", path=request.url.path)
+        exc = InternalError("Something went wrong on our side.")
+    return problems.response(exc, request.url.path)
 
 
 class RequestContext:
@@ -124,9 +106,8 @@ class RequestContext:
             await self.app(scope, receive, send)
             return
         if sum(len(k) + len(v) for k, v in scope["headers"]) > MAX_HEADER_BYTES:
-            response = problems.response(
-                HeadersTooLarge(f"The request's headers exceed {MAX_HEADER_BYTES} bytes.")
-            )
+            too_large = HeadersTooLarge(f"The request's headers exceed {MAX_HEADER_BYTES} bytes.")
+            response = problems.response(too_large, scope["path"])
             await response(scope, receive, send)
             return
         status = 500
@@ -193,12 +174,7 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
         routes=routes,
         lifespan=lifespan,
         middleware=[Middleware(RequestContext)],
-        exception_handlers={
-            Problem: _problem,
-            ClientDisconnect: _client_gone,
-            RedisError: _redis_error,
-            ConnectionError: _redis_down,
-            HTTPException: _http_error,
-            Exception: _unexpected,
-        },
+        exception_handlers=dict.fromkeys(
+            (Problem, ClientDisconnect, RedisError, ConnectionError, HTTPException, Exception), _error
+        ),
     )

@@ -85,6 +85,11 @@ class In(BaseModel):
 # Responses ---------------------------------------------------------------------------------------
 
 
+def _list(name: str, item: type[BaseModel]) -> Any:
+    """A page: ``data``, and ``next_cursor`` to pass as ``cursor`` for the next (null on the last)."""
+    return create_model(name, __base__=Out, data=(list[item], ...), next_cursor=(str | None, ...))  # type: ignore[valid-type]
+
+
 class Progress(Out):
     """What the vendor says about a run in progress; every member may be null."""
 
@@ -133,9 +138,7 @@ class Run(Out):
     vendor_delete_error: str | None = Field(description="Why the vendor's copy was not deleted.")
 
 
-class RunList(Out):
-    data: list[Run]
-    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last.")
+RunList = _list("RunList", Run)
 
 
 class RunEventData(Out):
@@ -153,9 +156,7 @@ class Event(Out):
     data: RunEventData
 
 
-class EventList(Out):
-    data: list[Event]
-    next_cursor: str | None
+EventList = _list("EventList", Event)
 
 
 class Subscription(Out):
@@ -182,9 +183,7 @@ class SubscriptionWithSecret(Subscription):
     secret: SecretText
 
 
-class SubscriptionList(Out):
-    data: list[Subscription]
-    next_cursor: str | None
+SubscriptionList = _list("SubscriptionList", Subscription)
 
 
 class Secret(Out):
@@ -221,9 +220,7 @@ class DeliveryWithAttempts(Delivery):
     attempt_log: list[DeliveryAttempt]
 
 
-class DeliveryList(Out):
-    data: list[Delivery]
-    next_cursor: str | None
+DeliveryList = _list("DeliveryList", Delivery)
 
 
 class TestEventAccepted(Out):
@@ -453,10 +450,9 @@ def _document(settings: Settings) -> type[DocumentByContent]:
 
 def _needs_options(options: type[BaseModel]) -> bool:
     try:
-        options()
+        return options() is None
     except ValidationError:
         return True
-    return False
 
 
 def _vendor_models(settings: Settings, metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]:

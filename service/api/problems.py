@@ -21,6 +21,7 @@ The OpenAPI document lists the codes of each status from these classes (:func:`c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from starlette.responses import JSONResponse
@@ -146,8 +147,8 @@ def codes_by_status() -> dict[int, list[str]]:
     return dict(sorted(out.items()))
 
 
-def response(exc: Problem, instance: str | None = None) -> JSONResponse:
-    headers = {}
+def response(exc: Problem, instance: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    headers = dict(headers or {})
     if exc.status in (429, 503):
         headers["Retry-After"] = str(exc.retry_after or 1)
     if exc.status == 401:
@@ -158,7 +159,7 @@ def response(exc: Problem, instance: str | None = None) -> JSONResponse:
         "status": exc.status,
         "detail": exc.detail,
         "code": exc.code,
-        **({"instance": instance} if instance else {}),
+        "instance": instance,
         **exc.extra,
     }
     return ProblemResponse(body, status_code=exc.status, headers=headers)
