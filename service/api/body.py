@@ -184,17 +184,21 @@ async def submission(request: Request, settings: Settings, models: Models) -> Su
         raise UnsupportedMediaType("Send application/json or multipart/form-data.")
     raw = await read_body(request, settings.max_document_bytes * 4 // 3 + JSON_OVERHEAD)
     body = parse_json(raw, settings.max_json_depth)
-    req = validated(_model(models.runs, body), raw)
+    req = validated(_model(models.runs, body, settings), raw)
     assert isinstance(req, RunRequestBase)
     doc = req.document
     meta = {"filename": doc.filename, "media_type": doc.media_type}
     if doc.url is not None:
-        return _done(settings, req, {"url": doc.url, **meta}, None)
+        return _done(req, {"url": doc.url, **meta}, None)
     content = _decoded(doc.content_base64 or "", settings.max_document_bytes)
-    return _done(settings, req, {**meta, "size": len(content)}, content)
+    return _done(req, {**meta, "size": len(content)}, content)
 
 
-def _model(by_vendor: dict[str, type[M]], body: dict[str, Any], pointer: str = "") -> type[M]:
+def _model(
+    by_vendor: dict[str, type[M]], body: dict[str, Any], settings: Settings, pointer: str = ""
+) -> type[M]:
+    """The vendor's model for ``body``, once its options fit the size limit."""
+    _options_fit(body, settings.max_options_bytes, pointer)
     vendor = body.get("vendor")
     if not isinstance(vendor, str):
         message = "required" if vendor is None else f"must be a string (got {json.dumps(vendor)[:40]})"
@@ -216,17 +220,21 @@ def _decoded(b64: str, most: int) -> bytes:
     return content
 
 
-def _done(settings: Settings, req: RunFields, document: dict[str, Any], content: bytes | None) -> Submission:
+def _done(req: RunFields, document: dict[str, Any], content: bytes | None) -> Submission:
     options = req.options if isinstance(req.options, dict) else req.options.model_dump(exclude_unset=True)
-    size = len(json.dumps(options, separators=(",", ":")).encode())
-    if size > settings.max_options_bytes:
-        # Every transition of the run decodes its options inside Lua: a large one costs every step.
-        raise OptionsTooLarge(
-            f"options take {size} bytes as JSON, more than {settings.max_options_bytes} "
-            "(HOOKBRIDGE_MAX_OPTIONS_BYTES).",
-            errors=[{"field": "options", "pointer": "/options", "message": "too large"}],
-        )
     return Submission(req, document, content, options)
+
+
+def _options_fit(body: dict[str, Any], most: int, pointer: str) -> None:
+    """Every transition of the run decodes its options inside Lua: a large one costs every step."""
+    size = len(json.dumps(body.get("options"), separators=(",", ":")).encode())
+    if size > most:
+        raise OptionsTooLarge(
+            f"options take {size} bytes as JSON, more than {most} (HOOKBRIDGE_MAX_OPTIONS_BYTES).",
+            errors=[
+                {"field": "options", "pointer": f"{pointer}/options", "message": f"at most {most} bytes"}
+            ],
+        )
 
 
 async def _multipart(request: Request, settings: Settings, models: Models) -> Submission:
@@ -249,16 +257,14 @@ async def _multipart(request: Request, settings: Settings, models: Models) -> Su
     except MultiPartException as exc:
         raise InvalidRequest(f"The multipart body cannot be read: {exc.message}") from None
     body = parse_json(part.encode(), settings.max_json_depth)
-    req = validated(_model(models.parts, body, "/request"), part, prefix=("request",))
+    req = validated(_model(models.parts, body, settings, "/request"), part, prefix=("request",))
     if len(content) > most:
         raise DocumentTooLarge(f"The document is larger than {most} bytes.")
     if not content:
         raise ValidationFailed(
             "The file is empty.", [{"field": "file", "pointer": "/file", "message": "the file is empty"}]
         )
-    return _done(
-        settings, req, {"filename": filename, "media_type": media_type, "size": len(content)}, content
-    )
+    return _done(req, {"filename": filename, "media_type": media_type, "size": len(content)}, content)
 
 
 def bad_cursor() -> ValidationFailed:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from starlette.endpoints import HTTPEndpoint
@@ -12,13 +11,11 @@ from starlette.routing import Route
 
 from service import domain, lifecycle
 from service.api import views
-from service.api.body import Submission, bad_cursor, idempotency_key, is_id, query, submission
+from service.api.body import Submission, bad_cursor, idempotency_key, query, submission
 from service.api.context import Context
 from service.api.problems import (
     Conflict,
     IdempotencyKeyReused,
-    NotFound,
-    RateLimited,
     ResultGone,
     ResultNotReady,
     RunNotCancelable,
@@ -26,13 +23,6 @@ from service.api.problems import (
     ValidationFailed,
 )
 from service.domain import TERMINAL
-
-
-async def _own_run(ctx: Context, client: str, run_id: str) -> dict[str, Any]:
-    run = await ctx.store.get_run(run_id) if is_id("run", run_id) else None
-    if run is None or run["client"] != client:
-        raise NotFound(f"No run {run_id[:40]}.")
-    return run
 
 
 def _accepted(run: dict[str, Any], *, replayed: bool = False) -> Response:
@@ -58,7 +48,7 @@ class Runs(HTTPEndpoint):
         ctx, client = Context.authenticated(request)
         # A client over its rate costs one Redis call, not a 50 MB upload; a submit is counted only once
         # it has passed validation and is not a replay (bad input and replays change nothing).
-        await _submit_rate(ctx, client, take=False)
+        await ctx.rate("submit", client, "submits", take=False)
         key = idempotency_key(request)
         # Answer a replay before reading a possibly large body a second time into Redis.
         record = await ctx.store.idempotency_record(client, key) if key is not None else None
@@ -67,7 +57,7 @@ class Runs(HTTPEndpoint):
         fingerprint = sub.fingerprint()
         if record is not None:
             return await _replay(ctx, record, fingerprint)
-        await _submit_rate(ctx, client, take=True)  # a replay is not a new submit
+        await ctx.rate("submit", client, "submits")  # a replay is not a new submit
         run = _new_run(client, sub)
         existing = await ctx.store.create_run(run, sub.content, (key, fingerprint) if key else None)
         if existing is not None:
@@ -107,19 +97,6 @@ async def _check_subscriptions(ctx: Context, client: str, ids: list[str]) -> Non
         raise ValidationFailed("Unknown subscriptions.", unknown)
 
 
-async def _submit_rate(ctx: Context, client: str, *, take: bool) -> None:
-    settings = ctx.settings
-    wait_s = await ctx.store.rate_limit(
-        "submit", client, settings.submit_rate_per_s, settings.submit_burst, take=take
-    )
-    if wait_s > 0:
-        raise RateLimited(
-            f"More than {settings.submit_rate_per_s:g} submits per second (burst {settings.submit_burst}) "
-            "for this client (HOOKBRIDGE_SUBMIT_RATE_PER_S); retry after the time in Retry-After.",
-            retry_after=max(1, math.ceil(wait_s)),
-        )
-
-
 async def _replay(ctx: Context, record: str, fingerprint: str) -> Response:
     stored_fingerprint, _, run_id = record.partition(" ")
     if stored_fingerprint != fingerprint:
@@ -132,16 +109,14 @@ async def _replay(ctx: Context, record: str, fingerprint: str) -> Response:
 
 class RunOne(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        ctx, client = Context.authenticated(request)
-        return JSONResponse(views.run(await _own_run(ctx, client, request.path_params["run_id"])))
+        _, _, run = await Context.owned(request, "run")
+        return JSONResponse(views.run(run))
 
 
 class CancelRun(HTTPEndpoint):
     async def post(self, request: Request) -> Response:
-        ctx, client = Context.authenticated(request)
-        run_id = request.path_params["run_id"]
         for _ in range(5):
-            run = await _own_run(ctx, client, run_id)
+            ctx, _, run = await Context.owned(request, "run")
             if run["status"] == domain.CANCELED:
                 return JSONResponse(views.run(run))  # canceling twice is not an error
             if run["status"] in TERMINAL:
@@ -155,7 +130,7 @@ class CancelRun(HTTPEndpoint):
             )
             outcome, _, _ = await ctx.store.transition(change)
             if outcome == "ok":
-                ctx.log.info("run canceled", run_id=run_id, vendor=run["vendor"])
+                ctx.log.info("run canceled", run_id=run["id"], vendor=run["vendor"])
                 return JSONResponse(views.run(change.run))
             if outcome == "missing":
                 break
@@ -164,8 +139,7 @@ class CancelRun(HTTPEndpoint):
 
 class RunResult(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        ctx, client = Context.authenticated(request)
-        run = await _own_run(ctx, client, request.path_params["run_id"])
+        ctx, _, run = await Context.owned(request, "run")
         if run.get("zero_retention"):
             raise ResultGone("The run used zero retention: its result went only to the callback.")
         if run["status"] in TERMINAL and run["status"] != domain.SUCCEEDED:
@@ -187,8 +161,7 @@ class RunResult(HTTPEndpoint):
 
 class RunEvents(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        ctx, client = Context.authenticated(request)
-        run = await _own_run(ctx, client, request.path_params["run_id"])
+        ctx, _, run = await Context.owned(request, "run")
         events = [
             {"id": event_id, "type": body["type"], "created_at": body["timestamp"], "data": body["data"]}
             for event_id, body in await ctx.store.run_events(run["id"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -15,15 +14,13 @@ from starlette.routing import Route
 
 from service import domain
 from service.api import views
-from service.api.body import bad_cursor, is_id, json_body, query
+from service.api.body import bad_cursor, json_body, query
 from service.api.context import Context
 from service.api.models import DeliveryPage, Page, Recover, SubscriptionFields
 from service.api.problems import (
     CallbackURLNotAllowed,
     DeliveryPending,
-    NotFound,
     QuotaExceeded,
-    RateLimited,
     SubscriptionDisabled,
     Unavailable,
 )
@@ -81,38 +78,6 @@ def _secrets(ctx: Context, sub: dict[str, str]) -> list[list[Any]]:
         ) from None
 
 
-async def _send_rate(ctx: Context, client: str) -> None:
-    """Sends on demand (test, retry, recover) are outbound requests a tenant can aim at any URL it
-    registers: they share a per-client rate, the same as submits (``SUBMIT_RATE_PER_S``, ``SUBMIT_BURST``)
-    on a limiter of their own."""
-    settings = ctx.settings
-    wait_s = await ctx.store.rate_limit("send", client, settings.submit_rate_per_s, settings.submit_burst)
-    if wait_s > 0:
-        raise RateLimited(
-            f"More than {settings.submit_rate_per_s:g} test, retry or recover requests per second for this "
-            "client; retry after the time in Retry-After.",
-            retry_after=max(1, math.ceil(wait_s)),
-        )
-
-
-async def _own_sub(request: Request) -> tuple[Context, str, dict[str, str]]:
-    ctx, client = Context.authenticated(request)
-    sub_id = request.path_params["sub_id"]
-    sub = await ctx.store.get_subscription(sub_id) if is_id("sub", sub_id) else None
-    if sub is None or sub["client"] != client:
-        raise NotFound(f"No subscription {sub_id[:40]}.")
-    return ctx, client, sub
-
-
-async def _own_delivery(request: Request) -> tuple[Context, str, dict[str, str]]:
-    ctx, client = Context.authenticated(request)
-    delivery_id = request.path_params["delivery_id"]
-    d = await ctx.store.get_delivery(delivery_id) if is_id("dlv", delivery_id) else None
-    if d is None or d["client"] != client:
-        raise NotFound(f"No delivery {delivery_id[:40]}.")
-    return ctx, client, d
-
-
 class Subscriptions(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
         ctx, client = Context.authenticated(request)
@@ -154,11 +119,11 @@ class Subscriptions(HTTPEndpoint):
 
 class SubscriptionOne(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        _, _, sub = await _own_sub(request)
+        _, _, sub = await Context.owned(request, "sub")
         return JSONResponse(views.subscription(sub))
 
     async def patch(self, request: Request) -> Response:
-        ctx, _, sub = await _own_sub(request)
+        ctx, _, sub = await Context.owned(request, "sub")
         fields = await _stored(ctx, await json_body(request, ctx.settings, ctx.models.subscription_update))
         if fields:
             fields["updated"] = str(domain.now_ms())
@@ -170,20 +135,20 @@ class SubscriptionOne(HTTPEndpoint):
         return JSONResponse(views.subscription({**sub, **fields}))
 
     async def delete(self, request: Request) -> Response:
-        ctx, client, sub = await _own_sub(request)
+        ctx, client, sub = await Context.owned(request, "sub")
         await ctx.store.delete_subscription(sub["id"], client)
         return Response(status_code=204)
 
 
 class SubscriptionSecret(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        ctx, _, sub = await _own_sub(request)
+        ctx, _, sub = await Context.owned(request, "sub")
         return JSONResponse({"secret": _secrets(ctx, sub)[0][0]})
 
 
 class RotateSecret(HTTPEndpoint):
     async def post(self, request: Request) -> Response:
-        ctx, _, sub = await _own_sub(request)
+        ctx, _, sub = await Context.owned(request, "sub")
         now = domain.now_ms()
         old = [[s, exp] for s, exp in _secrets(ctx, sub) if exp is None or exp > now]
         expires = now + int(ctx.settings.secret_rotation_overlap_s * 1000)
@@ -197,8 +162,8 @@ class RotateSecret(HTTPEndpoint):
 
 class TestSubscription(HTTPEndpoint):
     async def post(self, request: Request) -> Response:
-        ctx, client, sub = await _own_sub(request)
-        await _send_rate(ctx, client)
+        ctx, client, sub = await Context.owned(request, "sub")
+        await ctx.rate("send", client, "test, retry or recover requests")
         now = domain.now_ms()
         event_id = domain.new_id("evt")
         body = {
@@ -219,7 +184,7 @@ class TestSubscription(HTTPEndpoint):
 
 class SubscriptionDeliveries(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        ctx, _, sub = await _own_sub(request)
+        ctx, _, sub = await Context.owned(request, "sub")
         q = query(request, DeliveryPage)
         try:
             page = await ctx.store.list_deliveries(sub["id"], limit=q.limit, cursor=q.cursor, status=q.status)
@@ -230,9 +195,9 @@ class SubscriptionDeliveries(HTTPEndpoint):
 
 class RecoverDeliveries(HTTPEndpoint):
     async def post(self, request: Request) -> Response:
-        ctx, client, sub = await _own_sub(request)
+        ctx, client, sub = await Context.owned(request, "sub")
         req = await json_body(request, ctx.settings, Recover)
-        await _send_rate(ctx, client)
+        await ctx.rate("send", client, "test, retry or recover requests")
         now = domain.now_ms()
         since = int(req.since.timestamp() * 1000)
         retried = 0
@@ -243,14 +208,14 @@ class RecoverDeliveries(HTTPEndpoint):
 
 class DeliveryOne(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        ctx, _, d = await _own_delivery(request)
+        ctx, _, d = await Context.owned(request, "dlv")
         return JSONResponse(views.delivery(d, await ctx.store.delivery_attempts(d["id"])))
 
 
 class RetryDelivery(HTTPEndpoint):
     async def post(self, request: Request) -> Response:
-        ctx, client, d = await _own_delivery(request)
-        await _send_rate(ctx, client)
+        ctx, client, d = await Context.owned(request, "dlv")
+        await ctx.rate("send", client, "test, retry or recover requests")
         if not await ctx.store.retry_delivery(d["id"], domain.now_ms()):
             raise DeliveryPending("The delivery is already pending.")
         return JSONResponse(views.delivery({**d, "status": "pending"}), status_code=202)
