@@ -408,7 +408,6 @@ class Models:
     subscription_create: type[SubscriptionCreate]
     subscription_update: type[SubscriptionUpdate]
     run_page: type[RunPage]
-    enums: dict[str, Any]  # component name -> JSON schema
     schemas: dict[str, Any]  # component name -> JSON schema: every model of the document
 
 
@@ -508,7 +507,7 @@ def build(settings: Settings) -> Models:
         },
     }
     schemas = _schemas(runs, parts, create, update, _document(settings), DocumentByURL)
-    return Models(runs, parts, create, update, run_page, enums, {**schemas, **enums})
+    return Models(runs, parts, create, update, run_page, {**schemas, **enums})
 
 
 _RESPONSES: tuple[type[BaseModel], ...] = (
