@@ -10,7 +10,9 @@ names every one.
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -80,9 +82,6 @@ class In(BaseModel):
     """A request: unknown members are refused, and JSON types are taken strictly (no "1" for 1)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-
-
-# Responses ---------------------------------------------------------------------------------------
 
 
 def _list(name: str, item: type[BaseModel]) -> Any:
@@ -255,9 +254,6 @@ class Problem(BaseModel):
     errors: list[FieldError] = Field([], description="With `validation_error`: every bad field, and why.")
 
 
-# Callbacks ----------------------------------------------------------------------------------------
-
-
 class TestEventData(Out):
     subscription_id: SubId
     message: str
@@ -282,9 +278,6 @@ def _event_model(event_type: str, data: type[BaseModel]) -> type[BaseModel]:
 CALLBACKS = {t: _event_model(t, RunEventData) for t in domain.RUN_EVENTS} | {
     domain.EVENT_TEST: _event_model(domain.EVENT_TEST, TestEventData)
 }
-
-
-# Requests -----------------------------------------------------------------------------------------
 
 
 def _not_null(value: Any) -> Any:
@@ -394,9 +387,6 @@ class RunPage(Page):
 
 class DeliveryPage(Page):
     status: DeliveryStatus | NoNull = Field(None, description="Only deliveries in this status.")
-
-
-# The models of one running configuration ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -510,29 +500,19 @@ def build(settings: Settings) -> Models:
     return Models(runs, parts, create, update, run_page, {**schemas, **enums})
 
 
-_RESPONSES: tuple[type[BaseModel], ...] = (
-    RunList,
-    EventList,
-    SubscriptionWithSecret,
-    SubscriptionList,
-    Secret,
-    DeliveryWithAttempts,
-    DeliveryList,
-    TestEventAccepted,
-    RecoverAccepted,
-    Health,
-    Problem,
-    *CALLBACKS.values(),
-)
+def _responses(cls: type[BaseModel]) -> list[type[BaseModel]]:
+    """Every response model: the subclasses of ``Out`` (lists and callbacks included)."""
+    return [sub for direct in cls.__subclasses__() for sub in (direct, *_responses(direct))]
 
 
 def _schemas(runs: dict[str, Any], parts: dict[str, Any], *request_models: Any) -> dict[str, Any]:
+    responses: list[type[BaseModel]] = [*_responses(Out), Problem]
     named: list[tuple[str, Any, Any]] = [
         ("RunRequest", "validation", TypeAdapter(_discriminated(runs))),
         ("RunRequestPart", "validation", TypeAdapter(_discriminated(parts))),
         ("Recover", "validation", TypeAdapter(Recover)),
         *((m.__name__, "validation", TypeAdapter(m)) for m in request_models),
-        *((m.__name__, "serialization", TypeAdapter(m)) for m in _RESPONSES),
+        *((m.__name__, "serialization", TypeAdapter(m)) for m in responses),
     ]
     top, defs = TypeAdapter.json_schemas(
         [(name, mode, adapter) for name, mode, adapter in named],
@@ -574,10 +554,5 @@ def _refs(schema: Any) -> Any:
 
 
 def _discriminated(models: dict[str, Any]) -> Any:
-    variants = tuple(models.values())
-    if len(variants) == 1:
-        return variants[0]
-    union: Any = variants[0]
-    for variant in variants[1:]:
-        union = union | variant
-    return Annotated[union, Field(discriminator="vendor")]
+    union = functools.reduce(operator.or_, models.values())
+    return Annotated[union, Field(discriminator="vendor")] if len(models) > 1 else union

@@ -2,8 +2,9 @@
 
 The schemas come from the declared models with the running settings (:func:`service.api.models.build`);
 the error responses from the problem classes (:mod:`service.api.problems`). What is written here by
-hand is only what no model says: the paths and their operations (:data:`OPERATIONS`, a table that new
-routes extend), descriptions, examples and links. ``tests/integration/test_openapi.py`` runs schemathesis
+hand is only what no model says: the paths and their operations (:data:`OPERATIONS`, a table: a new route
+adds a row, or ``OPERATIONS.append(Op(...))`` from its own module; its response models, subclasses of
+``models.Out``, join the schemas by themselves), descriptions, examples and links. ``tests/integration/test_openapi.py`` runs schemathesis
 against the live API to keep every answer inside this document.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
@@ -141,21 +143,6 @@ OPERATIONS: list[Op] = [
 
 
 _PATH_IDS = {"run_id": ("run", "run"), "sub_id": ("sub", "subscription"), "delivery_id": ("dlv", "delivery")}
-_PROBLEM_TEXT = {
-    400: "The body is not JSON, is nested too deep, or cannot be read.",
-    401: "No API key, or not a valid one.",
-    404: "No such resource for this client, or not yet.",
-    405: "The method is not allowed on this path.",
-    409: "The request conflicts with the resource's state.",
-    410: "Gone: zero retention, or past retention.",
-    413: "The body or the document is too large.",
-    415: "The body's media type is not accepted.",
-    422: "The request is well-formed but refused; `errors` names each bad field.",
-    429: "Too many requests; retry after Retry-After.",
-    431: "The request's headers are too large.",
-    500: "A fault of ours; never from input.",
-    503: "The store is unreachable; try again after Retry-After.",
-}
 
 
 def _query_params(model: type[BaseModel]) -> list[Schema]:
@@ -261,7 +248,7 @@ def _problem_responses() -> Schema:
     out = {}
     for status, codes in codes_by_status().items():
         response: Schema = {
-            "description": f"{_PROBLEM_TEXT[status]} (`code`: {', '.join(codes)})",
+            "description": f"{HTTPStatus(status).phrase} (`code`: {', '.join(codes)})",
             "content": {PROBLEM: {"schema": {"$ref": REF + "Problem"}}},
         }
         if status == 401:
