@@ -4,8 +4,9 @@ The schemas come from the declared models with the running settings (:func:`serv
 the error responses from the problem classes (:mod:`service.api.problems`). What is written here by
 hand is only what no model says: the paths and their operations (:data:`OPERATIONS`, a table: a new route
 adds a row, or ``OPERATIONS.append(Op(...))`` from its own module; its response models, subclasses of
-``models.Out``, join the schemas by themselves), descriptions, examples and links. ``tests/integration/test_openapi.py`` runs schemathesis
-against the live API to keep every answer inside this document.
+``models.Out``, join the schemas by themselves), descriptions, examples and links.
+``tests/integration/test_openapi.py`` runs schemathesis against the live API to keep every answer inside
+this document.
 """
 
 from __future__ import annotations
