@@ -1,25 +1,11 @@
-"""The domain's vocabulary: statuses, event types, ids and the exception tree.
-
-Exceptions::
-
-    HookbridgeError
-    ├── NotFound                 404 not_found / result_not_ready
-    ├── Conflict                 409 run_not_cancelable / idempotency_key_reused
-    ├── Gone                     410 result_gone
-    ├── InvalidInput             400/413/415/422 (invalid_json, validation_error, ...)
-    ├── RateLimited              429 rate_limited (a per-client quota), with Retry-After
-    └── Unauthorized             401 unauthorized
-
-A Redis that cannot be reached is not a domain error: the API maps redis-py's errors to 503.
-"""
+"""The domain's vocabulary: statuses, event types and ids. The problems the API answers are classes of
+``service.api.problems``."""
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 QUEUED, SUBMITTED, RUNNING = "queued", "submitted", "running"
 SUCCEEDED, FAILED, CANCELED = "succeeded", "failed", "canceled"
@@ -69,66 +55,3 @@ def rfc3339(ms: int | float | None) -> str | None:
     if ms is None:
         return None
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-class HookbridgeError(Exception):
-    status = 500
-    code = "internal_error"
-    title = "Internal error"
-
-    def __init__(self, detail: str, *, code: str | None = None, **extra: Any) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        if code is not None:
-            self.code = code
-        self.extra = extra
-
-
-class NotFound(HookbridgeError):
-    status, code, title = 404, "not_found", "Not found"
-
-
-class Conflict(HookbridgeError):
-    status, code, title = 409, "conflict", "Conflict"
-
-
-class Gone(HookbridgeError):
-    status, code, title = 410, "result_gone", "Gone"
-
-
-class InvalidInput(HookbridgeError):
-    status, code, title = 422, "validation_error", "Invalid request"
-
-    def __init__(self, detail: str, *, code: str | None = None, status: int | None = None, **extra: Any):
-        super().__init__(detail, code=code, **extra)
-        if status is not None:
-            self.status = status
-
-
-class RateLimited(HookbridgeError):
-    status, code, title = 429, "rate_limited", "Too many requests"
-
-
-class Unauthorized(HookbridgeError):
-    status, code, title = 401, "unauthorized", "Unauthorized"
-
-
-@dataclass(frozen=True)
-class FieldError:
-    field: str
-    message: str
-
-
-@dataclass
-class ValidationErrors:
-    errors: list[FieldError] = field(default_factory=list)
-
-    def add(self, name: str, message: str) -> None:
-        self.errors.append(FieldError(name, message))
-
-    def raise_if_any(self) -> None:
-        if self.errors:
-            raise InvalidInput(
-                "The request has invalid fields.",
-                errors=[{"field": e.field, "message": e.message} for e in self.errors],
-            )

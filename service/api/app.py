@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,12 +20,19 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import console, domain, logs, metrics
-from service.api import runs, subscriptions
+from service.api import models, problems, runs, subscriptions
 from service.api.auth import KeyRing
 from service.api.context import Context
 from service.api.openapi import document as openapi_document
-from service.api.openapi import vendors_of
-from service.api.problems import from_error, problem
+from service.api.problems import (
+    HeadersTooLarge,
+    InternalError,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    Problem,
+    Unavailable,
+)
 from service.delivery.urlsafety import Policy
 from service.settings import Settings
 from service.store import Store, connect
@@ -54,13 +62,8 @@ async def metrics_endpoint(request: Request) -> Response:
 
 
 async def openapi(request: Request) -> Response:
-    settings = Context.of(request).settings
-    return JSONResponse(openapi_document(vendors_of(settings)))
-
-
-async def _domain_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, domain.HookbridgeError)
-    return from_error(request, exc)
+    ctx = Context.of(request)
+    return Response(ctx.openapi, media_type="application/json")
 
 
 # Only a Redis that cannot answer is a 503; any other Redis error (WRONGTYPE, a script error) is a fault of
@@ -75,38 +78,21 @@ _REDIS_DOWN = (
 )
 
 
-async def _redis_error(request: Request, exc: Exception) -> Response:
+async def _error(request: Request, exc: Exception) -> Response:
+    """The answer to every exception: a problem as it is, the others by what they mean."""
+    if isinstance(exc, ClientDisconnect):  # hung up before its request was read: nothing to answer
+        log.info("client disconnected", path=request.url.path)
+        return Response(status_code=CLIENT_CLOSED)
+    if isinstance(exc, HTTPException):  # routing: no such path, or not this method (with Allow)
+        cls = {404: NotFound, 405: MethodNotAllowed}.get(exc.status_code, InvalidRequest)
+        return problems.response(cls(str(exc.detail)), request.url.path, headers=exc.headers)
     if isinstance(exc, _REDIS_DOWN):
-        return await _redis_down(request, exc)
-    return await _unexpected(request, exc)
-
-
-async def _client_gone(request: Request, exc: Exception) -> Response:
-    # The client hung up before its request was read: nothing to answer, nothing went wrong here.
-    log.info("client disconnected", path=request.url.path)
-    return Response(status_code=CLIENT_CLOSED)
-
-
-async def _redis_down(request: Request, exc: Exception) -> Response:
-    log.warning("redis unavailable", error=type(exc).__name__)
-    return problem(
-        503,
-        "unavailable",
-        "Service unavailable",
-        "The store is unreachable; try again shortly.",
-        headers={"Retry-After": "1"},
-    )
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return problem(exc.status_code, code, str(exc.detail), str(exc.detail), headers=dict(exc.headers or {}))
-
-
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unexpected error", path=request.url.path)
-    return problem(500, "internal_error", "Internal error", "Something went wrong on our side.")
+        log.warning("redis unavailable", error=type(exc).__name__)
+        exc = Unavailable("The store is unreachable; try again shortly.")
+    elif not isinstance(exc, Problem):
+        log.exception("unexpected error", path=request.url.path)
+        exc = InternalError("Something went wrong on our side.")
+    return problems.response(exc, request.url.path)
 
 
 class RequestContext:
@@ -120,12 +106,8 @@ class RequestContext:
             await self.app(scope, receive, send)
             return
         if sum(len(k) + len(v) for k, v in scope["headers"]) > MAX_HEADER_BYTES:
-            response = problem(
-                431,
-                "headers_too_large",
-                "Request header fields too large",
-                f"The request's headers exceed {MAX_HEADER_BYTES} bytes.",
-            )
+            too_large = HeadersTooLarge(f"The request's headers exceed {MAX_HEADER_BYTES} bytes.")
+            response = problems.response(too_large, scope["path"])
             await response(scope, receive, send)
             return
         status = 500
@@ -154,44 +136,28 @@ class RequestContext:
                     )
 
 
-def one_route_per_path(routes: list[Route]) -> list[Route]:
-    """Starlette answers 405 from the first route whose path matches, naming only its methods in
-    ``Allow``; merging the routes of one path into one route makes ``Allow`` list them all."""
-    by_path: dict[str, dict[str, Any]] = {}
-    for route in routes:
-        for method in route.methods or ():
-            by_path.setdefault(route.path, {})[method] = route.endpoint
-    merged = []
-    for path, endpoints in by_path.items():
-        if len(endpoints) == 1 or set(endpoints) == {"GET", "HEAD"}:
-            merged += [r for r in routes if r.path == path]
-            continue
-
-        async def dispatch(request: Request, endpoints: dict[str, Any] = endpoints) -> Response:
-            response: Response = await endpoints[request.method](request)
-            return response
-
-        merged.append(Route(path, dispatch, methods=sorted(endpoints)))
-    return merged
-
-
 def create_app(settings: Settings, *, store: Store | None = None, redis_url: str | None = None) -> Starlette:
-    """The app; it connects to Redis in its lifespan unless a ``store`` is given."""
+    """The app; it connects to Redis in its lifespan unless a ``store`` is given. The request models and
+    the OpenAPI document are built here, from these settings."""
+    api_models = models.build(settings)
+    openapi_body = json.dumps(openapi_document(api_models)).encode()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         metrics.set_clients(client for client, _ in settings.api_keys)
         own = store is None
         s = store or Store(connect(settings, url=redis_url), settings)
-        app.state.ctx = Context(
+        ctx = Context(
             settings=settings,
             store=s,
             keys=KeyRing(settings.api_keys),
             url_policy=Policy(settings.callback_allowed_networks, settings.callback_blocked_networks),
+            models=api_models,
+            openapi=openapi_body,
             log=log,
         )
         try:
-            yield {}
+            yield {"ctx": ctx}
         finally:
             if own:
                 await s.close()
@@ -201,19 +167,15 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
         Route("/readyz", readyz),
         Route("/metrics", metrics_endpoint),
         Route("/openapi.json", openapi),
-        *one_route_per_path([*runs.routes, *subscriptions.routes]),
+        *runs.routes,
+        *subscriptions.routes,
         *console.routes,  # the browser console over this API; not part of the OpenAPI document
     ]
     return Starlette(
         routes=routes,
         lifespan=lifespan,
         middleware=[Middleware(RequestContext)],
-        exception_handlers={
-            domain.HookbridgeError: _domain_error,
-            ClientDisconnect: _client_gone,
-            RedisError: _redis_error,
-            ConnectionError: _redis_down,
-            HTTPException: _http_error,
-            Exception: _unexpected,
-        },
+        exception_handlers=dict.fromkeys(
+            (Problem, ClientDisconnect, RedisError, ConnectionError, HTTPException, Exception), _error
+        ),
     )

@@ -11,7 +11,7 @@ import hmac
 
 from starlette.requests import Request
 
-from service.domain import Unauthorized
+from service.api.problems import Unauthorized
 
 
 class KeyRing:

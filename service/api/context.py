@@ -1,13 +1,17 @@
-"""What every handler needs, built once in the app's lifespan and kept on ``app.state``."""
+"""What every handler needs, built once in the app's lifespan and handed to requests as its state."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 
 from service.api.auth import KeyRing
+from service.api.body import is_id
+from service.api.models import Models
+from service.api.problems import NotFound, RateLimited
 from service.delivery.urlsafety import Policy
 from service.settings import Settings
 from service.store import Store
@@ -19,9 +23,45 @@ class Context:
     store: Store
     keys: KeyRing
     url_policy: Policy
+    models: Models
+    openapi: bytes  # the document, encoded once
     log: Any
 
     @staticmethod
     def of(request: Request) -> Context:
-        ctx: Context = request.app.state.ctx
+        ctx: Context = request.state.ctx
         return ctx
+
+    @staticmethod
+    def authenticated(request: Request) -> tuple[Context, str]:
+        """The context and the calling client (401 without a valid key)."""
+        ctx: Context = request.state.ctx
+        return ctx, ctx.keys.authenticate(request)
+
+    @staticmethod
+    async def owned(request: Request, kind: str) -> tuple[Context, str, dict[str, Any]]:
+        """The context, the client, and the run, subscription or delivery (``kind``) that the path names:
+        404 when it is not the caller's, whether or not it exists."""
+        ctx, client = Context.authenticated(request)
+        param, what = _OWNED[kind]
+        record_id = request.path_params[param]
+        get = {"run": ctx.store.get_run, "sub": ctx.store.get_subscription, "dlv": ctx.store.get_delivery}
+        record = await get[kind](record_id) if is_id(kind, record_id) else None
+        if record is None or record["client"] != client:
+            raise NotFound(f"No {what} {record_id[:40]}.")
+        return ctx, client, record
+
+    async def rate(self, limiter: str, client: str, what: str, *, take: bool = True) -> None:
+        """429 past the client's rate (``SUBMIT_RATE_PER_S``, ``SUBMIT_BURST``) on ``limiter``: submits
+        on one, sends on demand (test, retry, recover: requests to a URL the tenant chose) on another."""
+        rate, burst = self.settings.submit_rate_per_s, self.settings.submit_burst
+        wait_s = await self.store.rate_limit(limiter, client, rate, burst, take=take)
+        if wait_s > 0:
+            raise RateLimited(
+                f"More than {rate:g} {what} per second (burst {burst}) for this client "
+                "(HOOKBRIDGE_SUBMIT_RATE_PER_S); retry after the time in Retry-After.",
+                retry_after=max(1, math.ceil(wait_s)),
+            )
+
+
+_OWNED = {"run": ("run_id", "run"), "sub": ("sub_id", "subscription"), "dlv": ("delivery_id", "delivery")}

@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from pydantic import BaseModel, ConfigDict
+
 if TYPE_CHECKING:
     import httpx
 
@@ -137,6 +139,12 @@ class VendorAdapter(Protocol):
     async def cancel(self, vendor_run_id: str, state: dict[str, Any]) -> None: ...
 
 
+class OpenOptions(BaseModel):
+    """The ``options`` of a vendor that declares none: any JSON object, passed to the adapter as sent."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 # Registration ---------------------------------------------------------------------------------------
 
 
@@ -188,7 +196,8 @@ class VendorSpec:
 
     ``name`` is the vendor's name in the API (``"vendor": name``) and, upper-cased, in its settings
     (``HOOKBRIDGE_{NAME}_BASE_URL``, ``_API_KEY``, ``_POLL_INITIAL_S``, ...). ``auth_headers`` turns the
-    configured API key into the request headers.
+    configured API key into the request headers. ``options`` is the model of the run's ``options``: the
+    API validates them with it at submit (422 with every bad field) and the OpenAPI document shows it.
     """
 
     name: str
@@ -199,3 +208,4 @@ class VendorSpec:
     build: AdapterFactory
     settings: tuple[VendorSetting, ...] = ()
     description: str = ""
+    options: type[BaseModel] = OpenOptions

@@ -22,10 +22,11 @@ from __future__ import annotations
 import base64
 import mimetypes
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field
 
 from service.vendors.base import (
     FAILED,
@@ -245,6 +246,19 @@ def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> CloudsquidAda
 
 
 # Registered under the entry point group hookbridge.vendors (pyproject.toml).
+class CloudsquidOptions(BaseModel):
+    """A Cloudsquid run's ``options``; project and table default to the settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str | None = Field(None, description="The project; default HOOKBRIDGE_CLOUDSQUID_PROJECT.")
+    table_id: str | None = Field(None, description="The table; default HOOKBRIDGE_CLOUDSQUID_TABLE_ID.")
+    file_type: Literal["uri", "binary", "multipart"] | None = Field(
+        None, description="`multipart` with `parts` for an email; else it follows the document."
+    )
+    parts: list[Any] | None = Field(None, description="The email's parts, with `file_type: multipart`.")
+
+
 SPEC = VendorSpec(
     name=CloudsquidAdapter.name,
     operations=("extract",),
@@ -263,4 +277,5 @@ SPEC = VendorSpec(
         VendorSetting("TABLE_ID", "", description="the table of runs whose options name none"),
     ),
     description="Cloudsquid tables API, async runs",
+    options=CloudsquidOptions,
 )

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field
 
 from service.vendors.base import (
     CANCELED,
@@ -224,6 +225,16 @@ def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> NutrientAdapt
     return NutrientAdapter(client, max_asset_bytes=int(extra.get("max_asset_bytes", MAX_ASSET_BYTES)))
 
 
+class NutrientOptions(BaseModel):
+    """A Nutrient run's ``options``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instructions: dict[str, Any] | None = Field(
+        None, description="The extraction's instruction fields, sent beside the document (e.g. `mode`)."
+    )
+
+
 # Registered under the entry point group hookbridge.vendors (pyproject.toml).
 SPEC = VendorSpec(
     name=NutrientAdapter.name,
@@ -240,4 +251,5 @@ SPEC = VendorSpec(
     auth_headers=lambda key: {"Authorization": f"Bearer {key}"},
     build=_build,
     description="Nutrient DWS Data Extraction, async runs",
+    options=NutrientOptions,
 )

@@ -30,10 +30,11 @@ import base64
 import json
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.vendors.base import (
     FAILED,
@@ -238,6 +239,23 @@ def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> UptiqAdapter:
 
 
 # Registered under the entry point group hookbridge.vendors (pyproject.toml).
+class UptiqOptions(BaseModel):
+    """An Uptiq run's ``options``: the body fields of its `/extract` request; `documentType` (or
+    `documentTypes` for a multi-extraction) is required."""
+
+    # One of the two is required: a model validator, since generators read anyOf-of-required as "any".
+    model_config = ConfigDict(extra="allow")
+
+    documentType: Annotated[str, Field(min_length=1, examples=["BalanceSheet"])] | None = None
+    documentTypes: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _a_document_type(self) -> UptiqOptions:
+        if self.documentType is None and self.documentTypes is None:
+            raise ValueError("Uptiq needs documentType (e.g. BalanceSheet), or documentTypes (a list)")
+        return self
+
+
 SPEC = VendorSpec(
     name=UptiqAdapter.name,
     operations=("extract",),
@@ -252,4 +270,5 @@ SPEC = VendorSpec(
     auth_headers=lambda key: {"X-Api-Key": key},
     build=_build,
     description="Uptiq DocAI async extraction",
+    options=UptiqOptions,
 )

@@ -1,0 +1,278 @@
+"""Reading requests: what no model can say (the body's size while it streams, JSON depth, multipart, the
+document's decoded size, the size of ``options``), then validation by the declared models
+(:mod:`service.api.models`), with every bad field reported (``errors[]``, each with a JSON pointer)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException
+from starlette.requests import Request
+
+from service.api.models import Models, RunFields, RunRequestBase
+from service.api.problems import (
+    DocumentTooLarge,
+    InvalidJSON,
+    InvalidRequest,
+    OptionsTooLarge,
+    UnknownVendor,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
+from service.settings import Settings
+
+JSON_OVERHEAD = 256 * 1024  # what a JSON or multipart body may hold besides the document
+_PRINTABLE = re.compile(r"^[\x20-\x7e]{1,255}$")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+M = TypeVar("M", bound=BaseModel)
+# The exact shapes of the ids we hand out (domain.new_id; deliveries: a digest in _fanout.lua). An id is
+# checked before it becomes part of a key, so that "sub_X:deliveries" can never name another key.
+_IDS = {
+    "run": re.compile(r"run_[0-9A-HJKMNP-TV-Z]{26}"),
+    "sub": re.compile(r"sub_[0-9A-HJKMNP-TV-Z]{26}"),
+    "dlv": re.compile(r"dlv_[0-9a-f]{26}"),
+}
+
+
+def is_id(kind: str, value: str) -> bool:
+    """Whether ``value`` has the shape of an id of ``kind`` (``run``, ``sub``, ``dlv``) that we issue."""
+    return _IDS[kind].fullmatch(value) is not None
+
+
+def field_errors(exc: ValidationError, prefix: tuple[str | int, ...] = (), *, body: bool = True) -> list[Any]:
+    """One entry per bad field: a JSON pointer (in a body), the dotted name, and what is wrong with the
+    value it names."""
+    out = []
+    for error in exc.errors(include_url=False):
+        loc = (*prefix, *error["loc"])
+        value = error.get("input")
+        got = f" (got {json.dumps(value)[:80]})" if isinstance(value, str | int | float | bool) else ""
+        entry = {"field": ".".join(map(str, loc)), "message": error["msg"] + got}
+        if body:
+            entry["pointer"] = "".join(f"/{str(p).replace('~', '~0').replace('/', '~1')}" for p in loc)
+        out.append(entry)
+    return out
+
+
+def validated(model: type[M], raw: bytes | str | dict[str, Any], *, prefix: tuple[str | int, ...] = ()) -> M:
+    """``raw`` as ``model``, strictly; a run request comes parsed already (no second pass over a document
+    in base64), which strict Python mode allows as it holds no enum or time."""
+    try:
+        if isinstance(raw, dict):
+            return model.model_validate(raw, strict=True)
+        return model.model_validate_json(raw, strict=True)
+    except ValidationError as exc:
+        raise ValidationFailed("The request has invalid fields.", field_errors(exc, prefix)) from None
+
+
+def query(request: Request, model: type[M]) -> M:
+    """The query parameters, validated (an unknown one is refused)."""
+    try:
+        return model.model_validate(dict(request.query_params))
+    except ValidationError as exc:
+        raise ValidationFailed("The query has invalid parameters.", field_errors(exc, body=False)) from None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it passes ``limit`` (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and not declared.isdigit():
+        raise InvalidRequest("Content-Length is not a number.")
+    if declared is not None and int(declared) > limit:
+        raise DocumentTooLarge(f"The request body is larger than {limit} bytes.")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise DocumentTooLarge(f"The request body is larger than {limit} bytes.")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    request._body = body  # Starlette replays a read body to form() and json()
+    return body
+
+
+def parse_json(raw: bytes, max_depth: int) -> Any:
+    """The JSON value, refused (400) when it is not JSON, is nested deeper than ``max_depth``, holds NaN
+    or Infinity, or a lone surrogate that no UTF-8 text can hold."""
+    try:
+        value = json.loads(raw, parse_constant=_no_constants)
+    except ValueError as exc:
+        raise InvalidJSON(f"The body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidJSON("The JSON is nested too deep.") from None
+    if _depth(value, max_depth + 1) > max_depth:
+        raise InvalidJSON(f"The JSON is nested deeper than {max_depth} levels.")
+    if _SURROGATE_ESCAPE.search(raw) and not _encodable(value):
+        raise InvalidJSON("The JSON holds a lone surrogate escape, which is not Unicode text.")
+    if not isinstance(value, dict):
+        raise InvalidJSON("The body must be a JSON object.")
+    return value
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")  # not JSON (RFC 8259); a vendor would choke on it
+
+
+def _encodable(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _depth(value: Any, cap: int) -> int:
+    stack = [(value, 1)]
+    deepest = 0
+    while stack and deepest < cap:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+async def json_body(request: Request, settings: Settings, model: type[M]) -> M:
+    """A JSON request body of ``model``; an empty body without a content type is ``{}``."""
+    content_type = request.headers.get("content-type", "")
+    raw = await read_body(request, JSON_OVERHEAD)
+    if not raw.strip() and not content_type:
+        raw = b"{}"
+    elif content_type and not content_type.split(";")[0].strip().lower().endswith("json"):
+        raise UnsupportedMediaType("Send the body as application/json.")
+    parse_json(raw, settings.max_json_depth)
+    return validated(model, raw)
+
+
+def idempotency_key(request: Request) -> str | None:
+    key = request.headers.get("idempotency-key")
+    if key is not None and not _PRINTABLE.match(key):
+        raise ValidationFailed(
+            "Idempotency-Key must be 1 to 255 printable ASCII characters.",
+            [{"field": "Idempotency-Key", "message": f"1 to 255 printable characters (got {len(key)})"}],
+        )
+    return key
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A validated run request; the document's bytes travel beside it (``content``)."""
+
+    request: RunFields
+    document: dict[str, Any]  # url, or filename + media_type + size
+    content: bytes | None
+    options: dict[str, Any]
+
+    def fingerprint(self) -> str:
+        """What makes two submissions "the same request" for ``Idempotency-Key``."""
+        ident = self.request.model_dump(mode="json", exclude={"document", "options"})
+        ident.update(document=self.document, options=self.options)
+        digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode())
+        digest.update(hashlib.sha256(self.content or b"").digest())
+        return digest.hexdigest()
+
+
+async def submission(request: Request, settings: Settings, models: Models) -> Submission:
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "multipart/form-data":
+        return await _multipart(request, settings, models)
+    if content_type not in ("application/json", "") and not content_type.endswith("+json"):
+        raise UnsupportedMediaType("Send application/json or multipart/form-data.")
+    raw = await read_body(request, settings.max_document_bytes * 4 // 3 + JSON_OVERHEAD)
+    body = parse_json(raw, settings.max_json_depth)
+    req = validated(_model(models.runs, body, settings), body)
+    assert isinstance(req, RunRequestBase)
+    doc = req.document
+    meta = {"filename": doc.filename, "media_type": doc.media_type}
+    if doc.url is not None:
+        return _done(req, {"url": doc.url, **meta}, None)
+    content = _decoded(doc.content_base64 or "", settings.max_document_bytes)
+    return _done(req, {**meta, "size": len(content)}, content)
+
+
+def _model(
+    by_vendor: dict[str, type[M]], body: dict[str, Any], settings: Settings, pointer: str = ""
+) -> type[M]:
+    """The vendor's model for ``body``, once its options fit the size limit."""
+    _options_fit(body, settings.max_options_bytes, pointer)
+    vendor = body.get("vendor")
+    if not isinstance(vendor, str):
+        message = "required" if vendor is None else f"must be a string (got {json.dumps(vendor)[:40]})"
+        raise ValidationFailed(
+            "The request has invalid fields.",
+            [{"field": "vendor", "pointer": f"{pointer}/vendor", "message": message}],
+        )
+    if vendor not in by_vendor:
+        raise UnknownVendor(f"Unknown vendor {vendor[:40]!r}; use one of {', '.join(by_vendor)}.")
+    return by_vendor[vendor]
+
+
+def _decoded(b64: str, most: int) -> bytes:
+    if len(b64) * 3 // 4 > most + 3:
+        raise DocumentTooLarge(f"The document is larger than {most} bytes.")
+    content = base64.b64decode(b64, validate=True)  # the model's pattern has checked the alphabet
+    if len(content) > most:
+        raise DocumentTooLarge(f"The document is larger than {most} bytes.")
+    return content
+
+
+def _done(req: RunFields, document: dict[str, Any], content: bytes | None) -> Submission:
+    options = req.options if isinstance(req.options, dict) else req.options.model_dump(exclude_unset=True)
+    return Submission(req, document, content, options)
+
+
+def _options_fit(body: dict[str, Any], most: int, pointer: str) -> None:
+    """Every transition of the run decodes its options inside Lua: a large one costs every step."""
+    size = len(json.dumps(body.get("options"), separators=(",", ":")).encode())
+    if size > most:
+        raise OptionsTooLarge(
+            f"options take {size} bytes as JSON, more than {most} (HOOKBRIDGE_MAX_OPTIONS_BYTES).",
+            errors=[
+                {"field": "options", "pointer": f"{pointer}/options", "message": f"at most {most} bytes"}
+            ],
+        )
+
+
+async def _multipart(request: Request, settings: Settings, models: Models) -> Submission:
+    most = settings.max_document_bytes
+    await read_body(request, most + JSON_OVERHEAD)  # caches the body; refuses early when too large
+    try:
+        async with request.form(max_files=1, max_fields=4) as form:
+            file, part = form.get("file"), form.get("request")
+            missing = [
+                {"field": name, "pointer": f"/{name}", "message": f"the multipart body needs a '{name}' part"}
+                for name, ok in (("file", isinstance(file, UploadFile)), ("request", isinstance(part, str)))
+                if not ok
+            ]
+            if missing:
+                raise ValidationFailed("The multipart body misses a part.", missing)
+            assert isinstance(file, UploadFile) and isinstance(part, str)
+            content = await file.read()
+            filename = file.filename or "document"
+            media_type = (file.content_type or "application/octet-stream").split(";")[0].strip()
+    except MultiPartException as exc:
+        raise InvalidRequest(f"The multipart body cannot be read: {exc.message}") from None
+    body = parse_json(part.encode(), settings.max_json_depth)
+    req = validated(_model(models.parts, body, settings, "/request"), body, prefix=("request",))
+    if len(content) > most:
+        raise DocumentTooLarge(f"The document is larger than {most} bytes.")
+    if not content:
+        raise ValidationFailed(
+            "The file is empty.", [{"field": "file", "pointer": "/file", "message": "the file is empty"}]
+        )
+    return _done(req, {"filename": filename, "media_type": media_type, "size": len(content)}, content)
+
+
+def bad_cursor() -> ValidationFailed:
+    return ValidationFailed(
+        "The cursor is not one this API gave out.",
+        [{"field": "cursor", "message": "not a cursor this API gave out"}],
+    )
