@@ -19,7 +19,8 @@ export async function vendors() {
     const resolve = (p) => (p.$ref ? p.$ref.split("/").slice(1).reduce((node, k) => node[k], doc) : p);
     const params = (doc.paths["/v1/runs"].get.parameters || []).map(resolve);
     const vendor = params.find((p) => p.name === "vendor");
-    vendorNames = (vendor && vendor.schema && vendor.schema.enum) || [];
+    const schema = vendor && vendor.schema && resolve(vendor.schema);
+    vendorNames = (schema && schema.enum) || [];
   } catch {
     vendorNames = [];
   }
