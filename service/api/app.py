@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import domain, logs, metrics
+from service import domain, logs, metrics, tracing
 from service.api import runs, subscriptions
 from service.api.auth import KeyRing
 from service.api.context import Context
@@ -206,7 +206,7 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(RequestContext)],
+        middleware=[*tracing.asgi_middleware(routes), Middleware(RequestContext)],
         exception_handlers={
             domain.HookbridgeError: _domain_error,
             ClientDisconnect: _client_gone,

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from service import domain, lifecycle
+from service import domain, lifecycle, tracing
 from service.api.context import Context
 from service.api.validation import choice_param, idempotency_key, is_id, limit_param, run_request
 from service.domain import TERMINAL, Conflict, Gone, InvalidInput, NotFound, RateLimited
@@ -77,6 +77,7 @@ async def create_run(request: Request) -> Response:
         subscription_ids=req.subscription_ids,
         zero_retention=req.zero_retention,
         now_ms=now,
+        traceparent=tracing.current_traceparent(),
     )
     existing = await ctx.store.create_run(run, req.content, (key, fingerprint) if key is not None else None)
     if existing is not None:
