@@ -244,6 +244,29 @@ async def test_polls_past_the_first_few_are_thinned(
     assert {1, 2, 3, 4, 8, 16} <= set(numbers)
 
 
+async def test_a_caller_that_does_not_sample_is_followed(
+    traced: Collector, make_stack: StackFactory, receiver: Receiver
+) -> None:
+    # The default sampler follows the caller: flag 00 records nothing here, and the callback still names
+    # the caller's trace (with 00), so the receiver's own decision matches.
+    stack = await make_stack()
+    await stack.subscribe(receiver.url)
+    trace_id = secrets.token_hex(16)
+    response = await stack.api.post(
+        "/v1/runs", json=_body(), headers={"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-00"}
+    )
+    assert response.status_code == 202
+
+    async def delivered() -> Any:
+        return receiver.events("run.succeeded")
+
+    await eventually(delivered, what="the run.succeeded callback")
+    header = next(r for r in receiver.received if r.json()["type"] == "run.succeeded").headers["traceparent"]
+    assert header.startswith(f"00-{trace_id}-") and header.endswith("-00")
+    tracing.flush()
+    assert traced.trace(trace_id) == []
+
+
 async def test_tracing_off_sends_no_traceparent(make_stack: StackFactory, receiver: Receiver) -> None:
     # Off (no OTEL_* variables): the caller's traceparent is neither kept nor passed on.
     assert not tracing.ENABLED
