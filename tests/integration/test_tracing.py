@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import secrets
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -27,7 +32,7 @@ from service.dev.embedded_redis import free_port
 from service.dev.stack import Servers
 from service.simulator import SimulatorConfig
 from service.simulator import create_app as create_simulator
-from tests.conftest import Receiver, StackFactory, eventually
+from tests.conftest import ALICE, Receiver, StackFactory, base_env, eventually
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,65 @@ async def test_one_trace_from_the_caller_to_the_callback(
         if line.get("event") == "delivery attempt" and line.get("span_id") == header_span
     ]
     assert attempts and attempts[0]["trace_id"] == trace_id
+
+
+async def test_the_processes_turn_tracing_on_from_otel_variables_alone(
+    collector: Collector, redis_url: str, simulator: str, receiver: Receiver
+) -> None:
+    # `hookbridge api` and `hookbridge worker` as deployed: separate processes, OTEL_* in their environment.
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOOKBRIDGE_", "OTEL_"))}
+    env |= base_env(redis_url, simulator, HOOKBRIDGE_LOG_FORMAT="json")
+    env |= {"OTEL_EXPORTER_OTLP_ENDPOINT": collector.url, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    commands = [["api", "--host", "127.0.0.1", "--port", str(port)], ["worker"]]
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "service", *c], env=env, stderr=subprocess.DEVNULL)
+        for c in commands
+    ]
+    try:
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {ALICE}"}
+        ) as api:
+
+            async def up() -> bool:
+                try:
+                    return (await api.get("/healthz")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            await eventually(up, what="the api process")
+            subscribed = await api.post("/v1/subscriptions", json={"url": receiver.url})
+            assert subscribed.status_code == 201
+            trace_id = secrets.token_hex(16)
+            response = await api.post(
+                "/v1/runs", json=_body(), headers={"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}
+            )
+            assert response.status_code == 202
+
+            async def delivered() -> Any:
+                return receiver.events("run.succeeded")
+
+            await eventually(delivered, what="the run.succeeded callback")
+        callback = next(r for r in receiver.received if r.json()["type"] == "run.succeeded")
+        assert callback.headers["traceparent"].split("-")[1] == trace_id
+
+        async def exported() -> dict[str, set[str]] | None:
+            services: dict[str, set[str]] = {}
+            for span in collector.trace(trace_id):
+                services.setdefault(span.service, set()).add(span.name)
+            worker = services.get("hookbridge-worker", set())
+            return services if "callback.deliver" in worker and "vendor.poll" in worker else None
+
+        services = await eventually(exported, what="the spans of both processes")
+        assert services["hookbridge-api"] == {"POST /v1/runs"}
+        assert {"vendor.submit", "vendor.poll", "run.finish", "callback.deliver"} <= services[
+            "hookbridge-worker"
+        ]
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(timeout=30)
 
 
 async def test_polls_past_the_first_few_are_thinned(
