@@ -307,6 +307,17 @@ async def test_polls_past_the_first_few_are_thinned(
     assert set(numbers) <= {1, 2, 3, 4, 8, 16, 32, 64}
     assert {1, 2, 3, 4, 8, 16} <= set(numbers)
 
+    # Leave the worker idle (canceled, and the vendor told) rather than stopping it between two polls.
+    assert (await stack.api.post(f"/v1/runs/{run_id}/cancel")).status_code == 200
+    assert stack.worker is not None
+    store = stack.worker.store
+
+    async def idle() -> bool:
+        run = await store.get_run(run_id)
+        return run is not None and not run.get("_vendor_cancel")
+
+    await eventually(idle, what="the vendor told of the cancel")
+
 
 async def test_a_caller_that_does_not_sample_is_followed(
     traced: Collector, make_stack: StackFactory, receiver: Receiver
