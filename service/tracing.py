@@ -135,6 +135,8 @@ def asgi_middleware(routes: Sequence[BaseRoute]) -> list[Middleware]:
             OpenTelemetryMiddleware,
             default_span_details=span_details,
             tracer_provider=_provider,
+            # Probes and scrapes every few seconds would each be a trace of one span.
+            excluded_urls="/healthz$,/readyz$,/metrics$",
             exclude_spans=["receive", "send"],
         )
     ]
@@ -160,8 +162,8 @@ def _poll_recorded(number: int) -> bool:
 
 
 def vendor_call(operation: str, run: Mapping[str, Any]) -> contextlib.AbstractContextManager[object]:
-    """A span around one call to the vendor's adapter (``submit``, ``poll``, ``fetch_result``, ``cancel``,
-    ``delete``), in the run's trace. An exception that leaves it marks the span as an error."""
+    """A span around one call to the vendor's adapter (``submit``, ``poll``, ``fetch_result``), in the
+    run's trace. An exception that leaves it marks the span as an error."""
     if not ENABLED:
         return _OFF
     if operation == "poll" and not _poll_recorded(int(run.get("polls") or 0) + 1):
@@ -214,7 +216,10 @@ def _parent(traceparent: str | None) -> Any:
 async def _delivery(store: Store, dlv: Mapping[str, str]) -> Any:
     run_id = dlv.get("run")
     # One read of the run per attempt, only with tracing on: the delivery record does not carry the trace.
-    run = await store.get_run(run_id) if run_id else None
+    try:
+        run = await store.get_run(run_id) if run_id else None
+    except Exception:  # tracing never holds a callback back: without the run, the attempt starts a trace
+        run = None
     with _tracer.start_as_current_span(
         "callback.deliver",
         context=_parent((run or {}).get("_traceparent")),

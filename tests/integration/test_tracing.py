@@ -206,6 +206,13 @@ async def test_one_trace_from_the_caller_to_the_callback(
     assert deliver.attributes["http.response.status_code"] == 204
 
     # Logs join traces: the attempt's log line names the attempt's span.
+    # Probes and scrapes make no traces (this test makes no other GET).
+    assert (await stack.api.get("/healthz")).status_code == 200
+    assert (await stack.api.get("/metrics")).status_code == 200
+    tracing.flush()
+    with traced.lock:
+        assert not [s for s in traced.spans if s.name.startswith("GET")]
+
     lines = _json_lines(capsys.readouterr().err)
     attempts = [
         line
