@@ -49,3 +49,22 @@ def test_documented_otel_values_reach_every_process(chart: helm.Chart, split: bo
         assert env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").endswith(":4318"), name
         if not name.endswith("-api"):
             assert env.get("OTEL_TRACES_SAMPLER") == "parentbased_traceidratio", name
+
+
+COLLECTOR = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}
+
+
+@pytest.mark.parametrize("peers", [[], [COLLECTOR]])
+def test_the_network_policy_lets_both_roles_reach_the_collector(chart: helm.Chart, peers: list[Any]) -> None:
+    values = {"networkPolicy": {"enabled": True, "egress": {"otlp": {"to": peers}}}}
+    policies = render(chart, values).of_kind("NetworkPolicy")
+    roles = [p for p in policies if p["metadata"]["name"].endswith(("-api", "-worker"))]
+    assert len(roles) == 2
+    for policy in roles:
+        rules = [
+            r for r in policy["spec"]["egress"] if {"port": 4318, "protocol": "TCP"} in r.get("ports", [])
+        ]
+        if peers:
+            assert [r["to"] for r in rules] == [peers], policy["metadata"]["name"]
+        else:
+            assert rules == [], "no collector named, no rule"
