@@ -166,14 +166,13 @@ def vendor_call(operation: str, run: Mapping[str, Any]) -> contextlib.AbstractCo
     run's trace. An exception that leaves it marks the span as an error."""
     if not ENABLED:
         return _OFF
-    if operation == "poll" and not _poll_recorded(int(run.get("polls") or 0) + 1):
-        return _OFF
-    return _run_span(
-        f"vendor.{operation}",
-        run,
-        SpanKind.CLIENT,
-        {"hookbridge.vendor": run.get("vendor"), "hookbridge.poll": int(run.get("polls") or 0) + 1},
-    )
+    attributes = {"hookbridge.vendor": run.get("vendor")}
+    if operation == "poll":
+        number = int(run.get("polls") or 0) + 1
+        if not _poll_recorded(number):
+            return _OFF
+        attributes["hookbridge.poll"] = number
+    return _run_span(f"vendor.{operation}", run, SpanKind.CLIENT, attributes)
 
 
 def run_finish(run: Mapping[str, Any]) -> contextlib.AbstractContextManager[object]:
