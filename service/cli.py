@@ -10,7 +10,7 @@ import sys
 from collections.abc import Coroutine
 from typing import Any, NoReturn, TypeVar
 
-from service import logs
+from service import logs, tracing
 from service import settings as settings_mod
 
 T = TypeVar("T")
@@ -35,6 +35,15 @@ def _configuration_error(exc: Exception) -> NoReturn:
     raise SystemExit(2) from None
 
 
+def _tracing(process: str) -> None:
+    """OpenTelemetry traces when the ``OTEL_*`` variables ask for them (off by default)."""
+    try:
+        if tracing.setup(process):
+            logs.get().info("tracing on", exporter=tracing.wanted(os.environ))
+    except ValueError as exc:  # an exporter this build does not ship
+        _configuration_error(exc)
+
+
 def _require_redis(settings: settings_mod.Settings, command: str) -> None:
     if not settings.redis_url and not settings.redis_sentinels:
         print(
@@ -54,6 +63,7 @@ def cmd_api(args: argparse.Namespace) -> None:
     settings = _settings()
     _require_redis(settings, "api")
     logs.configure(settings.log_format, settings.log_level)
+    _tracing("api")
     if not settings.api_keys:
         logs.get().warning("HOOKBRIDGE_API_KEYS is empty: every request will be refused")
     config = api_config(
@@ -84,6 +94,7 @@ def cmd_worker(args: argparse.Namespace) -> None:
     settings = _settings()
     _require_redis(settings, "worker")
     logs.configure(settings.log_format, settings.log_level)
+    _tracing("worker")
 
     async def main() -> None:
         try:
@@ -136,6 +147,7 @@ def cmd_dev(args: argparse.Namespace) -> None:
     logs.configure(
         os.environ.get("HOOKBRIDGE_LOG_FORMAT", "console"), os.environ.get("HOOKBRIDGE_LOG_LEVEL", "INFO")
     )
+    _tracing("dev")
 
     async def main() -> None:
         stop = asyncio.Event()

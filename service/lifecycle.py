@@ -58,6 +58,7 @@ def new_run(
     subscription_ids: list[str],
     zero_retention: bool,
     now_ms: int,
+    traceparent: str | None = None,
 ) -> Run:
     return {
         "_v": 0,
@@ -84,6 +85,7 @@ def new_run(
         "_transient": 0,  # transient vendor faults in a row
         "_progress_event_at": 0,
         "_vendor_cancel": False,  # canceled here; the vendor still has to be told
+        "_traceparent": traceparent,  # the API request's span: the worker's spans join its trace
         # Set only when they apply, to keep the run small in Redis (``public`` reads absent ones as null):
         # usage (what the vendor reports the run cost), vendor_deleted and vendor_delete_error (zero
         # retention: whether the vendor's copy is gone, and why not), _vendor_delete (it is still to go).

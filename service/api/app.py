@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import console, domain, logs, metrics
+from service import console, domain, logs, metrics, tracing
 from service.api import models, problems, runs, subscriptions
 from service.api.auth import KeyRing
 from service.api.context import Context
@@ -174,7 +174,7 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(RequestContext)],
+        middleware=[*tracing.asgi_middleware(routes), Middleware(RequestContext)],
         exception_handlers=dict.fromkeys(
             (Problem, ClientDisconnect, RedisError, ConnectionError, HTTPException, Exception), _error
         ),

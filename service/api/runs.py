@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from service import domain, lifecycle
+from service import domain, lifecycle, tracing
 from service.api import views
 from service.api.body import Submission, bad_cursor, idempotency_key, query, submission
 from service.api.context import Context
@@ -79,6 +79,7 @@ def _new_run(client: str, sub: Submission) -> dict[str, Any]:
         subscription_ids=list(dict.fromkeys(req.subscription_ids)),
         zero_retention=req.zero_retention,
         now_ms=domain.now_ms(),
+        traceparent=tracing.current_traceparent(),
     )
 
 

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from service import __version__, domain, logs
+from service import __version__, domain, logs, tracing
 from service.delivery import schedule, signing
 from service.delivery.client import CallbackClient
 from service.delivery.urlsafety import Policy, UnsafeURL
@@ -64,7 +64,8 @@ class Deliverer:
                 )
             if claimed.body is None:
                 return await self._skip(dlv, "the event is no longer kept (zero retention or past retention)")
-            return await self._send(dlv, sub, claimed.body)
+            async with tracing.delivery_attempt(self.store, dlv):
+                return await self._send(dlv, sub, claimed.body)
 
     async def _send(self, dlv: dict[str, str], sub: dict[str, str], body: bytes) -> str:
         started = time.time()
@@ -79,6 +80,7 @@ class Deliverer:
                 url = self.policy.check_syntax(sub["url"])
                 secrets = active_secrets(self.store.open_secrets(sub), now_ms)
                 headers = signing.headers(secrets, dlv["event"], int(started), body, USER_AGENT)
+                tracing.inject(headers)  # the receiver continues the run's trace
                 answer = await self.client.post(url, body, headers)
             status_code = answer.status
             response_body = answer.body.decode("utf-8", "replace")
@@ -118,6 +120,7 @@ class Deliverer:
         await self.store.record_attempt(
             dlv["id"], outcome, now_ms=done_ms, attempt=attempt, next_at_ms=next_at, status_code=status_code
         )
+        tracing.outcome(outcome, status_code)
         client = client_label(dlv.get("client"))
         DELIVERY_ATTEMPTS.labels(outcome, client).inc()
         if outcome != "retry":

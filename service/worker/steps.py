@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 from redis.exceptions import RedisError
 
-from service import domain, lifecycle, logs
+from service import domain, lifecycle, logs, tracing
 from service.domain import QUEUED, TERMINAL
 from service.metrics import VENDOR_CREDITS, client_label
 from service.settings import Settings, VendorSettings
@@ -181,7 +181,8 @@ class RunStepper:
             checkpoint=checkpoint,
         )
         try:
-            accepted = await adapter.submit(request)
+            with tracing.vendor_call("submit", run):
+                accepted = await adapter.submit(request)
         except VendorRejected as exc:
             await self._apply(
                 lifecycle.failed(
@@ -216,12 +217,14 @@ class RunStepper:
 
     async def _poll(self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings) -> None:
         state = run.get("_state") or {}
-        result = await adapter.poll(run["vendor_run_id"], state)
+        with tracing.vendor_call("poll", run):
+            result = await adapter.poll(run["vendor_run_id"], state)
         now = _now()
         if result.status == base.SUCCEEDED:
             payload = result.result
             if result.needs_fetch:
-                payload = await adapter.fetch_result(run["vendor_run_id"], state)
+                with tracing.vendor_call("fetch_result", run):
+                    payload = await adapter.fetch_result(run["vendor_run_id"], state)
             result_file = None
             if isinstance(payload, FileResult):
                 payload, result_file = _file_result(run, payload)
@@ -363,7 +366,8 @@ class RunStepper:
     # Helpers ------------------------------------------------------------------------------------
 
     async def _finish(self, run: dict[str, Any], change: Transition) -> None:
-        outcome, _ = await self._apply(change)
+        with tracing.run_finish(change.run):
+            outcome, _ = await self._apply(change)
         if outcome == "ok":
             credits = (change.run.get("usage") or {}).get("credits")
             if isinstance(credits, int | float) and credits > 0:
