@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -12,13 +11,14 @@ from starlette.routing import Route
 from service import domain, lifecycle
 from service.api.context import Context
 from service.api.validation import choice_param, idempotency_key, is_id, limit_param, run_request
-from service.domain import TERMINAL, Conflict, Gone, InvalidInput, NotFound, RateLimited
+from service.domain import Conflict, Gone, InvalidInput, NotFound, RateLimited
+from service.records import Run
 from service.settings import Settings
 
 
-async def _own_run(ctx: Context, client: str, run_id: str) -> dict[str, Any]:
+async def _own_run(ctx: Context, client: str, run_id: str) -> Run:
     run = await ctx.store.get_run(run_id) if is_id("run", run_id) else None
-    if run is None or run["client"] != client:
+    if run is None or run.client != client:
         raise NotFound(f"No run {run_id[:40]}.")
     return run
 
@@ -28,8 +28,8 @@ def _can_cancel(settings: Settings, vendor: str) -> bool:
     return configured is not None and configured.supports_cancel
 
 
-def _accepted(run: dict[str, Any], *, replayed: bool = False) -> Response:
-    headers = {"Location": f"/v1/runs/{run['id']}"}
+def _accepted(run: Run, *, replayed: bool = False) -> Response:
+    headers = {"Location": f"/v1/runs/{run.id}"}
     if replayed:
         headers["Idempotency-Replayed"] = "true"
     return JSONResponse(lifecycle.public(run), status_code=202, headers=headers)
@@ -52,7 +52,7 @@ async def create_run(request: Request) -> Response:
         unknown = [
             sid
             for sid, sub in zip(req.subscription_ids, subs, strict=True)
-            if not sub or sub["client"] != client
+            if sub is None or sub.client != client
         ]
         if unknown:
             raise InvalidInput(
@@ -81,7 +81,7 @@ async def create_run(request: Request) -> Response:
     existing = await ctx.store.create_run(run, req.content, (key, fingerprint) if key is not None else None)
     if existing is not None:
         return await _replay(ctx, existing, fingerprint)
-    ctx.log.info("run accepted", run_id=run["id"], vendor=run["vendor"])
+    ctx.log.info("run accepted", run_id=run.id, vendor=run.vendor)
     return _accepted(run)
 
 
@@ -139,19 +139,19 @@ async def cancel_run(request: Request) -> Response:
     run_id = request.path_params["run_id"]
     for _ in range(5):
         run = await _own_run(ctx, client, run_id)
-        if run["status"] in TERMINAL:
-            if run["status"] == domain.CANCELED:
+        if run.terminal:
+            if run.status == domain.CANCELED:
                 return JSONResponse(lifecycle.public(run))  # canceling twice is not an error
-            raise Conflict(f"The run has already ended ({run['status']}).", code="run_not_cancelable")
+            raise Conflict(f"The run has already ended ({run.status}).", code="run_not_cancelable")
         change = lifecycle.canceled(
             run,
             domain.now_ms(),
             settings=ctx.settings,
-            vendor_can_cancel=_can_cancel(ctx.settings, run["vendor"]),
+            vendor_can_cancel=_can_cancel(ctx.settings, run.vendor),
         )
         outcome, _, _ = await ctx.store.transition(change)
         if outcome == "ok":
-            ctx.log.info("run canceled", run_id=run_id, vendor=run["vendor"])
+            ctx.log.info("run canceled", run_id=run_id, vendor=run.vendor)
             return JSONResponse(lifecycle.public(change.run))
         if outcome == "missing":
             break
@@ -162,22 +162,20 @@ async def get_result(request: Request) -> Response:
     ctx = Context.of(request)
     client = ctx.keys.authenticate(request)
     run = await _own_run(ctx, client, request.path_params["run_id"])
-    if run.get("zero_retention"):
+    if run.zero_retention:
         raise Gone("The run used zero retention: its result went only to the callback.", code="result_gone")
-    if run["status"] != domain.SUCCEEDED:
+    if run.status != domain.SUCCEEDED:
         detail = (
-            "The run has no result yet."
-            if run["status"] not in TERMINAL
-            else f"The run {run['status']}; it has no result."
+            "The run has no result yet." if not run.terminal else f"The run {run.status}; it has no result."
         )
         raise NotFound(detail, code="result_not_ready")
-    raw = await ctx.store.get_result(run["id"])
+    raw = await ctx.store.get_result(run.id)
     if raw is None:
         raise Gone("The result is past retention.", code="result_gone")
     # A file result (Nutrient split's zip) is served as the file; anything else is the vendor's JSON.
-    media_type = run.get("_result_type") or "application/json"
+    media_type = run.result_type or "application/json"
     headers = (
-        {"Content-Disposition": f'attachment; filename="{run["id"]}.zip"'}
+        {"Content-Disposition": f'attachment; filename="{run.id}.zip"'}
         if media_type == "application/zip"
         else None
     )
@@ -190,7 +188,7 @@ async def run_events(request: Request) -> Response:
     run = await _own_run(ctx, client, request.path_params["run_id"])
     events = [
         {"id": event_id, "type": body["type"], "created_at": body["timestamp"], "data": body["data"]}
-        for event_id, body in await ctx.store.run_events(run["id"])
+        for event_id, body in await ctx.store.run_events(run.id)
     ]
     return JSONResponse({"data": events, "next_cursor": None})
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -25,6 +26,13 @@ from service.api.validation import (
 from service.delivery.signing import new_secret
 from service.delivery.urlsafety import UnsafeURL
 from service.domain import Conflict, HookbridgeError, InvalidInput, NotFound, RateLimited, ValidationErrors
+from service.records import (
+    SUBSCRIPTION_HASH,
+    Delivery,
+    Subscription,
+    public_delivery,
+    public_subscription,
+)
 from service.store import OWNER_DISABLED, SecretUnavailable
 
 _SUB_FIELDS = {
@@ -39,51 +47,24 @@ _SUB_FIELDS = {
 DELIVERY_STATUSES = ("pending", "succeeded", "failed")
 
 
-def public_subscription(sub: dict[str, str]) -> dict[str, Any]:
-    types = json.loads(sub["event_types"]) if sub.get("event_types") else None
-    return {
-        "id": sub["id"],
-        "url": sub["url"],
-        "event_types": types,
-        "description": sub.get("description") or None,
-        "metadata": json.loads(sub.get("metadata") or "{}"),
-        "disabled": sub.get("disabled") == "1",
-        "disabled_reason": sub.get("disabled_reason") or None,
-        "max_in_flight": int(sub["max_in_flight"]) if sub.get("max_in_flight") else None,
-        "rate_limit_per_s": float(sub["rate_per_s"]) if sub.get("rate_per_s") else None,
-        "consecutive_failures": int(sub.get("consecutive_failures") or 0),
-        "created_at": domain.rfc3339(int(sub["created"])),
-        "updated_at": domain.rfc3339(int(sub.get("updated") or sub["created"])),
-    }
-
-
-def public_delivery(d: dict[str, str]) -> dict[str, Any]:
-    return {
-        "id": d["id"],
-        "event_id": d["event"],
-        "event_type": d["type"],
-        "subscription_id": d["sub"],
-        "run_id": d.get("run") or None,
-        "status": d["status"],
-        "attempts": int(d.get("attempts") or 0),
-        "last_status_code": int(d["last_code"]) if d.get("last_code") else None,
-        "next_attempt_at": domain.rfc3339(int(d["next_at"])) if d.get("next_at") else None,
-        "created_at": domain.rfc3339(int(d["created"])),
-        "updated_at": domain.rfc3339(int(d.get("updated") or d["created"])),
-    }
+def _with(sub: Subscription, fields: dict[str, str]) -> tuple[Subscription, list[str]]:
+    """``sub`` with the stored ``fields`` (hash names, from :func:`_fields`) written over it, and the names
+    of the record fields they changed."""
+    changed = [name for name, stored in SUBSCRIPTION_HASH.items() if stored in fields]
+    return Subscription.from_hash({**sub.to_hash(), **fields}), changed
 
 
 class SecretsUnavailable(HookbridgeError):
     status, code, title = 503, "unavailable", "Service unavailable"
 
 
-def _secrets(ctx: Context, sub: dict[str, str]) -> list[list[Any]]:
+def _secrets(ctx: Context, sub: Subscription) -> list[list[Any]]:
     """The subscription's secrets, opened; a sealed value whose key is not configured is the operator's
     fault, not the tenant's: 503, with the key id in the log only."""
     try:
         return ctx.store.open_secrets(sub)
     except SecretUnavailable as exc:
-        ctx.log.error("subscription secret cannot be decrypted", subscription_id=sub["id"], error=str(exc))
+        ctx.log.error("subscription secret cannot be decrypted", subscription_id=sub.id, error=str(exc))
         raise SecretsUnavailable(
             "This subscription's secret cannot be read with the keys the service holds; try again later."
         ) from None
@@ -103,9 +84,9 @@ async def _send_rate(ctx: Context, client: str) -> None:
         )
 
 
-async def _own_sub(ctx: Context, client: str, sub_id: str) -> dict[str, str]:
+async def _own_sub(ctx: Context, client: str, sub_id: str) -> Subscription:
     sub = await ctx.store.get_subscription(sub_id) if is_id("sub", sub_id) else None
-    if sub is None or sub["client"] != client:
+    if sub is None or sub.client != client:
         raise NotFound(f"No subscription {sub_id[:40]}.")
     return sub
 
@@ -202,23 +183,15 @@ async def create_subscription(request: Request) -> Response:
     now = domain.now_ms()
     secret = new_secret()
     sub_id = domain.new_id("sub")
-    sub = {
-        "id": sub_id,
-        "client": client,
-        "event_types": "",
-        "description": "",
-        "metadata": "{}",
-        "disabled": "0",
-        "disabled_reason": "",
-        "secrets": ctx.store.seal_secrets(sub_id, [[secret, None]]),
-        "created": str(now),
-        "updated": str(now),
-        "max_in_flight": "",
-        "rate_per_s": "",
-        "failing_since": "",
-        "consecutive_failures": "0",
-        **fields,
-    }
+    new = Subscription(
+        id=sub_id,
+        client=client,
+        url="",
+        secrets=ctx.store.seal_secrets(sub_id, [[secret, None]]),
+        created_at=now,
+        updated_at=now,
+    )
+    sub, _ = _with(new, fields)
     quota = ctx.settings.max_subscriptions_per_client
     if not await ctx.store.create_subscription(sub, max_count=quota):
         raise Conflict(
@@ -227,11 +200,11 @@ async def create_subscription(request: Request) -> Response:
             code="quota_exceeded",
             quota=quota,
         )
-    ctx.log.info("subscription created", subscription_id=sub["id"])
+    ctx.log.info("subscription created", subscription_id=sub.id)
     return JSONResponse(
         {**public_subscription(sub), "secret": secret},
         status_code=201,
-        headers={"Location": f"/v1/subscriptions/{sub['id']}"},
+        headers={"Location": f"/v1/subscriptions/{sub.id}"},
     )
 
 
@@ -264,19 +237,20 @@ async def patch_subscription(request: Request) -> Response:
     fields = await _fields(ctx, await json_object(request, ctx.settings), creating=False)
     if fields:
         fields["updated"] = str(domain.now_ms())
-        if not ctx.store.secret_box.current(sub.get("secrets") or ""):
+        if not ctx.store.secret_box.current(sub.secrets):
             # Any write seals a secret stored plain (or under a key no longer first): the lazy migration.
             with contextlib.suppress(SecretUnavailable):
-                fields["secrets"] = ctx.store.seal_secrets(sub["id"], ctx.store.open_secrets(sub))
-        await ctx.store.update_subscription(sub["id"], fields)
-    return JSONResponse(public_subscription({**sub, **fields}))
+                fields["secrets"] = ctx.store.seal_secrets(sub.id, ctx.store.open_secrets(sub))
+        sub, changed = _with(sub, fields)
+        await ctx.store.update_subscription(sub, changed)
+    return JSONResponse(public_subscription(sub))
 
 
 async def delete_subscription(request: Request) -> Response:
     ctx = Context.of(request)
     client = ctx.keys.authenticate(request)
     sub = await _own_sub(ctx, client, request.path_params["sub_id"])
-    await ctx.store.delete_subscription(sub["id"], client)
+    await ctx.store.delete_subscription(sub.id, client)
     return Response(status_code=204)
 
 
@@ -297,9 +271,9 @@ async def rotate_secret(request: Request) -> Response:
     secret = new_secret()
     # The new secret signs first; the old ones keep signing beside it until the overlap ends.
     secrets = [[secret, None], *[[s, min(exp or expires, expires)] for s, exp in old]]
-    fields = {"secrets": ctx.store.seal_secrets(sub["id"], secrets), "updated": str(now)}
-    await ctx.store.update_subscription(sub["id"], fields)
-    return JSONResponse({**public_subscription({**sub, **fields}), "secret": secret})
+    sub = replace(sub, secrets=ctx.store.seal_secrets(sub.id, secrets), updated_at=now)
+    await ctx.store.update_subscription(sub, ["secrets", "updated_at"])
+    return JSONResponse({**public_subscription(sub), "secret": secret})
 
 
 async def test_subscription(request: Request) -> Response:
@@ -312,7 +286,7 @@ async def test_subscription(request: Request) -> Response:
     body = {
         "type": domain.EVENT_TEST,
         "timestamp": domain.rfc3339(now),
-        "data": {"subscription_id": sub["id"], "message": "This is a test event from hookbridge."},
+        "data": {"subscription_id": sub.id, "message": "This is a test event from hookbridge."},
     }
     event = {
         "id": event_id,
@@ -320,7 +294,7 @@ async def test_subscription(request: Request) -> Response:
         "created": now,
         "body": json.dumps(body, separators=(",", ":")),
     }
-    created = await ctx.store.emit_test_event(client, sub["id"], event, now)
+    created = await ctx.store.emit_test_event(client, sub.id, event, now)
     if not created:
         raise Conflict("The subscription is disabled; enable it to test it.", code="subscription_disabled")
     return JSONResponse({"event_id": event_id}, status_code=202)
@@ -333,7 +307,7 @@ async def list_deliveries(request: Request) -> Response:
     status = choice_param(request, "status", DELIVERY_STATUSES)
     try:
         page = await ctx.store.list_deliveries(
-            sub["id"], limit=limit_param(request), cursor=request.query_params.get("cursor"), status=status
+            sub.id, limit=limit_param(request), cursor=request.query_params.get("cursor"), status=status
         )
     except (ValueError, UnicodeDecodeError):
         raise InvalidInput(
@@ -342,9 +316,9 @@ async def list_deliveries(request: Request) -> Response:
     return JSONResponse({"data": [public_delivery(d) for d in page.data], "next_cursor": page.next_cursor})
 
 
-async def _own_delivery(ctx: Context, client: str, delivery_id: str) -> dict[str, str]:
+async def _own_delivery(ctx: Context, client: str, delivery_id: str) -> Delivery:
     d = await ctx.store.get_delivery(delivery_id) if is_id("dlv", delivery_id) else None
-    if d is None or d["client"] != client:
+    if d is None or d.client != client:
         raise NotFound(f"No delivery {delivery_id[:40]}.")
     return d
 
@@ -353,7 +327,7 @@ async def get_delivery(request: Request) -> Response:
     ctx = Context.of(request)
     client = ctx.keys.authenticate(request)
     d = await _own_delivery(ctx, client, request.path_params["delivery_id"])
-    attempts = await ctx.store.delivery_attempts(d["id"])
+    attempts = [a.public() for a in await ctx.store.delivery_attempts(d.id)]
     return JSONResponse({**public_delivery(d), "attempt_log": attempts})
 
 
@@ -362,9 +336,9 @@ async def retry_delivery(request: Request) -> Response:
     client = ctx.keys.authenticate(request)
     d = await _own_delivery(ctx, client, request.path_params["delivery_id"])
     await _send_rate(ctx, client)
-    if not await ctx.store.retry_delivery(d["id"], domain.now_ms()):
+    if not await ctx.store.retry_delivery(d.id, domain.now_ms()):
         raise Conflict("The delivery is already pending.", code="delivery_pending")
-    return JSONResponse(public_delivery({**d, "status": "pending"}), status_code=202)
+    return JSONResponse(public_delivery(replace(d, status="pending")), status_code=202)
 
 
 async def recover(request: Request) -> Response:
@@ -381,7 +355,7 @@ async def recover(request: Request) -> Response:
     await _send_rate(ctx, client)
     now = domain.now_ms()
     retried = 0
-    for delivery_id in await ctx.store.failed_deliveries_since(sub["id"], since):
+    for delivery_id in await ctx.store.failed_deliveries_since(sub.id, since):
         retried += await ctx.store.retry_delivery(delivery_id, now)
     return JSONResponse({"retried": retried}, status_code=202)
 

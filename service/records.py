@@ -1,0 +1,360 @@
+"""The core records: a run, a subscription, a delivery and a delivery attempt, as typed values.
+
+Each record has one name per field, from the store to the API, and one codec each way:
+
+- a run is stored as JSON (``hb:run:{id}``), written by :meth:`Run.to_json` (fields at their default left
+  out: a run in flight is most of Redis's memory) and read by :meth:`Run.from_json`;
+- a subscription and a delivery are Redis hashes that the Lua scripts read and write field by field.
+  Their storage names are the scripts' (short, and shared with every ``HSET`` in ``store/lua``), so
+  :data:`SUBSCRIPTION_HASH` and :data:`DELIVERY_HASH` map each record field to its hash field: the only
+  place the two spellings meet;
+- ``public_*`` give the shape the API answers and the events carry (times in RFC 3339, internals left out).
+
+Records are frozen: a change is a new record (``dataclasses.replace``), so a run read by one step is never
+edited under another. Plain dataclasses, not pydantic models: the store's data is trusted (it was validated
+at the API), and a dataclass decodes a stored run about 3 times faster (``bench/records_codec.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from typing import Any
+
+from service import domain
+
+__all__ = [
+    "DELIVERY_HASH",
+    "SUBSCRIPTION_HASH",
+    "Attempt",
+    "Delivery",
+    "Run",
+    "Subscription",
+    "public_delivery",
+    "public_run",
+    "public_subscription",
+    "replace",
+]
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run: what the client submitted, what the vendor said, and the worker's bookkeeping."""
+
+    id: str
+    client: str  # the API key's client name: the tenant that owns the run
+    vendor: str
+    operation: str
+    created_at: int  # ms since the epoch, as every time in a record
+    updated_at: int
+    status: str  # domain.RUN_STATUSES
+    version: int  # incremented by every change; the store applies a change only at its version
+    vendor_run_id: str | None = None
+    vendor_status: str | None = None  # the vendor's own word for the status, as it said it
+    progress: Json | None = None  # {percent, phase, message}
+    metadata: dict[str, str] = field(default_factory=dict)
+    zero_retention: bool = False
+    completed_at: int | None = None
+    polls: int = 0
+    error: Json | None = None  # {code, message, vendor_status[, details]}
+    usage: Json | None = None  # what the vendor reports the run cost
+    vendor_deleted: bool | None = None  # zero retention: whether the vendor's copy is gone ...
+    vendor_delete_error: str | None = None  # ... and why not
+    options: Json = field(default_factory=dict)  # the vendor's options, passed through
+    subscription_ids: list[str] = field(default_factory=list)  # empty: every matching subscription
+    # Internals, never shown by the API:
+    document: Json | None = None  # how to read the document (url, filename, media_type) until submitted
+    state: Json = field(default_factory=dict)  # the vendor adapter's own (e.g. Cloudsquid's row id)
+    delay_s: float | None = None  # the current poll interval, the base of the next one
+    transient: int = 0  # transient vendor faults in a row
+    progress_event_at: int = 0  # when the last run.progress event went out
+    vendor_cancel_pending: bool = False  # canceled here; the vendor still has to be told
+    vendor_delete_pending: bool = False  # zero retention: the vendor's copy is still to be deleted
+    vendor_attempts: int = 0  # failed attempts at telling the vendor (cancel, delete)
+    result_type: str | None = None  # the media type of a file result (Nutrient split's zip)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in domain.TERMINAL
+
+    def to_json(self) -> str:
+        """The stored form: JSON without the fields that hold their default."""
+        out = {}
+        for name, default in _RUN_DEFAULTS:
+            value = getattr(self, name)
+            if default is _REQUIRED or value != default:
+                out[name] = value
+        return json.dumps(out, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Run:
+        data = json.loads(raw)
+        if "_v" in data:
+            data = _upgrade_run(data)
+        try:
+            return cls(**data)
+        except TypeError:  # a field this version does not know (a newer writer): leave it out
+            return cls(**{k: v for k, v in data.items() if k in _RUN_FIELDS})
+
+
+class _Required:
+    """Stands for "no default" in the table below, so required fields are always written."""
+
+
+_REQUIRED: Any = _Required()
+
+
+def _default(f: Field[Any]) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return _REQUIRED
+
+
+_RUN_DEFAULTS: tuple[tuple[str, Any], ...] = tuple((f.name, _default(f)) for f in fields(Run))
+_RUN_FIELDS = frozenset(name for name, _ in _RUN_DEFAULTS)
+# Records written before the fields had one name (hookbridge 0.x): their internals were ``_``-prefixed.
+_RUN_RENAMED = {
+    "_v": "version",
+    "_state": "state",
+    "_delay": "delay_s",
+    "_transient": "transient",
+    "_progress_event_at": "progress_event_at",
+    "_vendor_cancel": "vendor_cancel_pending",
+    "_vendor_delete": "vendor_delete_pending",
+    "_vendor_attempts": "vendor_attempts",
+    "_result_type": "result_type",
+}
+
+
+def _upgrade_run(data: Json) -> Json:
+    return {_RUN_RENAMED.get(k, k): v for k, v in data.items()}
+
+
+def public_run(run: Run) -> Json:
+    """The run as the API and the events show it."""
+    return {
+        "id": run.id,
+        "status": run.status,
+        "vendor": run.vendor,
+        "operation": run.operation,
+        "vendor_run_id": run.vendor_run_id,
+        "vendor_status": run.vendor_status,
+        "progress": run.progress,
+        "metadata": run.metadata,
+        "zero_retention": run.zero_retention,
+        "created_at": domain.rfc3339(run.created_at),
+        "updated_at": domain.rfc3339(run.updated_at),
+        "completed_at": domain.rfc3339(run.completed_at),
+        "polls": run.polls,
+        "error": run.error,
+        "usage": run.usage,
+        "vendor_deleted": run.vendor_deleted,
+        "vendor_delete_error": run.vendor_delete_error,
+    }
+
+
+# Subscriptions ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """Where a client's callbacks go, what it wants, and how its endpoint has been doing."""
+
+    id: str
+    client: str
+    url: str
+    secrets: str  # [[secret, expires_ms | None], ...] as JSON, sealed when SECRET_KEYS is set
+    created_at: int
+    updated_at: int
+    event_types: tuple[str, ...] | None = None  # None: the default set (domain.DEFAULT_EVENT_TYPES)
+    description: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    disabled: bool = False
+    disabled_reason: str | None = None  # store.OWNER_DISABLED, or why hookbridge disabled it
+    max_in_flight: int | None = None  # None: SUBSCRIPTION_MAX_IN_FLIGHT
+    rate_limit_per_s: float | None = None  # None: no limit
+    consecutive_failures: int = 0
+    failing_since: int | None = None  # the first failed delivery of the current failing streak
+
+    def to_hash(self, names: Any = None) -> dict[str, str]:
+        """The stored hash (every field, or only ``names``)."""
+        return {SUBSCRIPTION_HASH[n]: _SUB_ENCODE[n](getattr(self, n)) for n in names or SUBSCRIPTION_HASH}
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[str, str]) -> Subscription:
+        types = raw.get("event_types")
+        return cls(
+            id=raw["id"],
+            client=raw["client"],
+            url=raw.get("url", ""),
+            secrets=raw.get("secrets") or "[]",
+            created_at=int(raw["created"]),
+            updated_at=int(raw.get("updated") or raw["created"]),
+            event_types=tuple(json.loads(types)) if types else None,
+            description=raw.get("description") or None,
+            metadata=json.loads(raw.get("metadata") or "{}"),
+            disabled=raw.get("disabled") == "1",
+            disabled_reason=raw.get("disabled_reason") or None,
+            max_in_flight=int(raw["max_in_flight"]) if raw.get("max_in_flight") else None,
+            rate_limit_per_s=float(raw["rate_per_s"]) if raw.get("rate_per_s") else None,
+            consecutive_failures=int(raw.get("consecutive_failures") or 0),
+            failing_since=int(raw["failing_since"]) if raw.get("failing_since") else None,
+        )
+
+
+def _opt(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+# Record field -> hash field, as the Lua scripts spell it.
+SUBSCRIPTION_HASH = {
+    "id": "id",
+    "client": "client",
+    "url": "url",
+    "secrets": "secrets",
+    "created_at": "created",
+    "updated_at": "updated",
+    "event_types": "event_types",
+    "description": "description",
+    "metadata": "metadata",
+    "disabled": "disabled",
+    "disabled_reason": "disabled_reason",
+    "max_in_flight": "max_in_flight",
+    "rate_limit_per_s": "rate_per_s",
+    "consecutive_failures": "consecutive_failures",
+    "failing_since": "failing_since",
+}
+_SUB_ENCODE: dict[str, Any] = {
+    **dict.fromkeys(SUBSCRIPTION_HASH, _opt),
+    "event_types": lambda v: json.dumps(list(v)) if v else "",
+    "metadata": json.dumps,
+    "disabled": lambda v: "1" if v else "0",
+    "rate_limit_per_s": lambda v: "" if v is None else str(float(v)),
+}
+
+
+def public_subscription(sub: Subscription) -> Json:
+    return {
+        "id": sub.id,
+        "url": sub.url,
+        "event_types": list(sub.event_types) if sub.event_types else None,
+        "description": sub.description,
+        "metadata": sub.metadata,
+        "disabled": sub.disabled,
+        "disabled_reason": sub.disabled_reason,
+        "max_in_flight": sub.max_in_flight,
+        "rate_limit_per_s": sub.rate_limit_per_s,
+        "consecutive_failures": sub.consecutive_failures,
+        "created_at": domain.rfc3339(sub.created_at),
+        "updated_at": domain.rfc3339(sub.updated_at),
+    }
+
+
+# Deliveries ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One event on its way to one subscription. Written by the Lua scripts only (the fan-out creates it,
+    ``delivery_result`` records each attempt), so it has no encoder here."""
+
+    id: str
+    event_id: str
+    event_type: str
+    subscription_id: str
+    client: str
+    status: str  # pending, succeeded, failed
+    created_at: int
+    updated_at: int
+    run_id: str | None = None  # None for events of no run (subscription.test)
+    attempts: int = 0
+    series: int = 0  # attempts made before its last manual retry: the retry schedule restarts there
+    last_status_code: int | None = None
+    next_attempt_at: int | None = None
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[str, str]) -> Delivery:
+        """Lenient: a hash that lost a field (edited by hand, half expired) still reads, so that the claim
+        can fail it and a listing can show it."""
+        return cls(
+            id=raw["id"],
+            event_id=raw.get("event", ""),
+            event_type=raw.get("type", ""),
+            subscription_id=raw.get("sub", ""),
+            client=raw.get("client", ""),
+            status=raw.get("status", ""),
+            created_at=int(raw.get("created") or 0),
+            updated_at=int(raw.get("updated") or raw.get("created") or 0),
+            run_id=raw.get("run") or None,
+            attempts=int(raw.get("attempts") or 0),
+            series=int(raw.get("series") or 0),
+            last_status_code=int(raw["last_code"]) if raw.get("last_code") else None,
+            next_attempt_at=int(raw["next_at"]) if raw.get("next_at") else None,
+        )
+
+
+# Record field -> hash field, as the Lua scripts spell it (``chained`` and ``counted`` are the scripts'
+# own bookkeeping and stay out of the record).
+DELIVERY_HASH = {
+    "id": "id",
+    "event_id": "event",
+    "event_type": "type",
+    "subscription_id": "sub",
+    "client": "client",
+    "status": "status",
+    "created_at": "created",
+    "updated_at": "updated",
+    "run_id": "run",
+    "attempts": "attempts",
+    "series": "series",
+    "last_status_code": "last_code",
+    "next_attempt_at": "next_at",
+}
+
+
+def public_delivery(d: Delivery) -> Json:
+    return {
+        "id": d.id,
+        "event_id": d.event_id,
+        "event_type": d.event_type,
+        "subscription_id": d.subscription_id,
+        "run_id": d.run_id,
+        "status": d.status,
+        "attempts": d.attempts,
+        "last_status_code": d.last_status_code,
+        "next_attempt_at": domain.rfc3339(d.next_attempt_at),
+        "created_at": domain.rfc3339(d.created_at),
+        "updated_at": domain.rfc3339(d.updated_at),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try at delivering: kept in the delivery's attempt log, shown as is by the API."""
+
+    at: str  # RFC 3339
+    status_code: int | None
+    duration_ms: float
+    error: str | None  # why it failed, with the callback URL's secrets redacted
+    response_body: str
+
+    def to_json(self) -> str:
+        return json.dumps(self.public(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Attempt:
+        return cls(**json.loads(raw))
+
+    def public(self) -> Json:
+        return {
+            "at": self.at,
+            "status_code": self.status_code,
+            "duration_ms": self.duration_ms,
+            "error": self.error,
+            "response_body": self.response_body,
+        }
