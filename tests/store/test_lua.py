@@ -547,7 +547,7 @@ async def test_a_chain_makes_only_its_head_due_and_the_next_due_when_it_ends(sto
 async def test_only_the_last_hundred_attempts_are_kept(store: Store) -> None:
     dlv = await _one(store)
     for i in range(105):
-        await store.record_attempt(dlv, "retry", now_ms=T0 + i, attempt=_attempt(), next_at_ms=T0 + i + 1)
+        await store.record_attempt(dlv, "retry", now_ms=T0 + i, attempt=_attempt(i), next_at_ms=T0 + i + 1)
     attempts = await store.delivery_attempts(dlv)
     assert len(attempts) == 100 and attempts[0] == _attempt(5)
     d = await store.get_delivery(dlv)
