@@ -10,17 +10,19 @@ Each record has one name per field, from the store to the API, and one codec eac
   place the two spellings meet;
 - ``public_*`` give the shape the API answers and the events carry (times in RFC 3339, internals left out).
 
-Records are frozen: a change is a new record (``dataclasses.replace``), so a run read by one step is never
-edited under another. Plain dataclasses, not pydantic models: the store's data is trusted (it was validated
-at the API), and a dataclass decodes a stored run about 3 times faster (``bench/records_codec.py``).
+Records are frozen: a change is a new record (:func:`replace`), so a run read by one step is never edited
+under another. They are pydantic v2 models: pydantic-core decodes a stored run in about a quarter of the
+time a frozen dataclass takes (``bench/records_codec.py``: ~4 us against ~19 us, encode ~6 us against
+~10 us), and checks the types on the way in.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import MISSING, Field, dataclass, field, fields, replace
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from service import domain
 
@@ -38,10 +40,25 @@ __all__ = [
 ]
 
 Json = dict[str, Any]
+R = TypeVar("R", bound=BaseModel)
 
 
-@dataclass(frozen=True, slots=True)
-class Run:
+def replace(record: R, **changes: Any) -> R:
+    """A copy of ``record`` with ``changes`` (not validated again: they come from our own code)."""
+    return record.model_copy(update=changes)
+
+
+def _old(name: str, old: str | None = None) -> AliasChoices:
+    """Reads the field by its name, or by the name it had before the fields had one name (hookbridge 0.x
+    spelled a run's internals with a leading ``_``)."""
+    return AliasChoices(name, old or f"_{name}")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Run(_Record):
     """One run: what the client submitted, what the vendor said, and the worker's bookkeeping."""
 
     id: str
@@ -51,11 +68,12 @@ class Run:
     created_at: int  # ms since the epoch, as every time in a record
     updated_at: int
     status: str  # domain.RUN_STATUSES
-    version: int  # incremented by every change; the store applies a change only at its version
+    # Incremented by every change; the store applies a change only at the version it was made from.
+    version: int = Field(validation_alias=_old("version", "_v"))
     vendor_run_id: str | None = None
     vendor_status: str | None = None  # the vendor's own word for the status, as it said it
     progress: Json | None = None  # {percent, phase, message}
-    metadata: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = {}
     zero_retention: bool = False
     completed_at: int | None = None
     polls: int = 0
@@ -63,18 +81,25 @@ class Run:
     usage: Json | None = None  # what the vendor reports the run cost
     vendor_deleted: bool | None = None  # zero retention: whether the vendor's copy is gone ...
     vendor_delete_error: str | None = None  # ... and why not
-    options: Json = field(default_factory=dict)  # the vendor's options, passed through
-    subscription_ids: list[str] = field(default_factory=list)  # empty: every matching subscription
+    options: Json = {}  # the vendor's options, passed through
+    subscription_ids: list[str] = []  # empty: every matching subscription
     # Internals, never shown by the API:
     document: Json | None = None  # how to read the document (url, filename, media_type) until submitted
-    state: Json = field(default_factory=dict)  # the vendor adapter's own (e.g. Cloudsquid's row id)
-    delay_s: float | None = None  # the current poll interval, the base of the next one
-    transient: int = 0  # transient vendor faults in a row
-    progress_event_at: int = 0  # when the last run.progress event went out
-    vendor_cancel_pending: bool = False  # canceled here; the vendor still has to be told
-    vendor_delete_pending: bool = False  # zero retention: the vendor's copy is still to be deleted
-    vendor_attempts: int = 0  # failed attempts at telling the vendor (cancel, delete)
-    result_type: str | None = None  # the media type of a file result (Nutrient split's zip)
+    state: Json = Field(default={}, validation_alias=_old("state"))  # the adapter's own (Cloudsquid's row)
+    delay_s: float | None = Field(default=None, validation_alias=_old("delay_s", "_delay"))  # poll interval
+    transient: int = Field(default=0, validation_alias=_old("transient"))  # transient faults in a row
+    progress_event_at: int = Field(default=0, validation_alias=_old("progress_event_at"))  # last run.progress
+    # Canceled here; the vendor still has to be told.
+    vendor_cancel_pending: bool = Field(
+        default=False, validation_alias=_old("vendor_cancel_pending", "_vendor_cancel")
+    )
+    # Zero retention: the vendor's copy is still to be deleted.
+    vendor_delete_pending: bool = Field(
+        default=False, validation_alias=_old("vendor_delete_pending", "_vendor_delete")
+    )
+    # Failed attempts at telling the vendor (cancel, delete).
+    vendor_attempts: int = Field(default=0, validation_alias=_old("vendor_attempts"))
+    result_type: str | None = Field(default=None, validation_alias=_old("result_type"))  # a file result's
 
     @property
     def terminal(self) -> bool:
@@ -82,57 +107,11 @@ class Run:
 
     def to_json(self) -> str:
         """The stored form: JSON without the fields that hold their default."""
-        out = {}
-        for name, default in _RUN_DEFAULTS:
-            value = getattr(self, name)
-            if default is _REQUIRED or value != default:
-                out[name] = value
-        return json.dumps(out, separators=(",", ":"))
+        return self.model_dump_json(exclude_defaults=True)
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Run:
-        data = json.loads(raw)
-        if "_v" in data:
-            data = _upgrade_run(data)
-        try:
-            return cls(**data)
-        except TypeError:  # a field this version does not know (a newer writer): leave it out
-            return cls(**{k: v for k, v in data.items() if k in _RUN_FIELDS})
-
-
-class _Required:
-    """Stands for "no default" in the table below, so required fields are always written."""
-
-
-_REQUIRED: Any = _Required()
-
-
-def _default(f: Field[Any]) -> Any:
-    if f.default is not MISSING:
-        return f.default
-    if f.default_factory is not MISSING:
-        return f.default_factory()
-    return _REQUIRED
-
-
-_RUN_DEFAULTS: tuple[tuple[str, Any], ...] = tuple((f.name, _default(f)) for f in fields(Run))
-_RUN_FIELDS = frozenset(name for name, _ in _RUN_DEFAULTS)
-# Records written before the fields had one name (hookbridge 0.x): their internals were ``_``-prefixed.
-_RUN_RENAMED = {
-    "_v": "version",
-    "_state": "state",
-    "_delay": "delay_s",
-    "_transient": "transient",
-    "_progress_event_at": "progress_event_at",
-    "_vendor_cancel": "vendor_cancel_pending",
-    "_vendor_delete": "vendor_delete_pending",
-    "_vendor_attempts": "vendor_attempts",
-    "_result_type": "result_type",
-}
-
-
-def _upgrade_run(data: Json) -> Json:
-    return {_RUN_RENAMED.get(k, k): v for k, v in data.items()}
+        return cls.model_validate_json(raw)
 
 
 def public_run(run: Run) -> Json:
@@ -161,8 +140,7 @@ def public_run(run: Run) -> Json:
 # Subscriptions ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Subscription:
+class Subscription(_Record):
     """Where a client's callbacks go, what it wants, and how its endpoint has been doing."""
 
     id: str
@@ -173,7 +151,7 @@ class Subscription:
     updated_at: int
     event_types: tuple[str, ...] | None = None  # None: the default set (domain.DEFAULT_EVENT_TYPES)
     description: str | None = None
-    metadata: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = {}
     disabled: bool = False
     disabled_reason: str | None = None  # store.OWNER_DISABLED, or why hookbridge disabled it
     max_in_flight: int | None = None  # None: SUBSCRIPTION_MAX_IN_FLIGHT
@@ -181,7 +159,7 @@ class Subscription:
     consecutive_failures: int = 0
     failing_since: int | None = None  # the first failed delivery of the current failing streak
 
-    def to_hash(self, names: Any = None) -> dict[str, str]:
+    def to_hash(self, names: Iterable[str] | None = None) -> dict[str, str]:
         """The stored hash (every field, or only ``names``)."""
         return {SUBSCRIPTION_HASH[n]: _SUB_ENCODE[n](getattr(self, n)) for n in names or SUBSCRIPTION_HASH}
 
@@ -258,8 +236,7 @@ def public_subscription(sub: Subscription) -> Json:
 # Deliveries ------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(_Record):
     """One event on its way to one subscription. Written by the Lua scripts only (the fan-out creates it,
     ``delivery_result`` records each attempt), so it has no encoder here."""
 
@@ -333,8 +310,7 @@ def public_delivery(d: Delivery) -> Json:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+class Attempt(_Record):
     """One try at delivering: kept in the delivery's attempt log, shown as is by the API."""
 
     at: str  # RFC 3339
@@ -344,17 +320,11 @@ class Attempt:
     response_body: str
 
     def to_json(self) -> str:
-        return json.dumps(self.public(), separators=(",", ":"))
+        return self.model_dump_json()
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Attempt:
-        return cls(**json.loads(raw))
+        return cls.model_validate_json(raw)
 
     def public(self) -> Json:
-        return {
-            "at": self.at,
-            "status_code": self.status_code,
-            "duration_ms": self.duration_ms,
-            "error": self.error,
-            "response_body": self.response_body,
-        }
+        return self.model_dump()

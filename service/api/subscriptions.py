@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -32,6 +31,7 @@ from service.records import (
     Subscription,
     public_delivery,
     public_subscription,
+    replace,
 )
 from service.store import OWNER_DISABLED, SecretUnavailable
 

@@ -109,7 +109,13 @@ class Deliverer:
             error = redact(error, sub.url)
         # The duration is the request's own, on the system's clock even when a test moves self.clock.
         duration_ms = round((time.time() - wall_start) * 1000, 1)
-        attempt = Attempt(domain.rfc3339(now_ms) or "", status_code, duration_ms, error, response_body)
+        attempt = Attempt(
+            at=domain.rfc3339(now_ms) or "",
+            status_code=status_code,
+            duration_ms=duration_ms,
+            error=error,
+            response_body=response_body,
+        )
         done_ms = self.clock.now_ms()
         if status_code is not None and 200 <= status_code < 300:
             outcome, next_at = "succeeded", None
@@ -136,7 +142,9 @@ class Deliverer:
 
     async def _skip(self, dlv: Delivery, reason: str) -> str:
         now_ms = self.clock.now_ms()
-        attempt = Attempt(domain.rfc3339(now_ms) or "", None, 0, reason, "")
+        attempt = Attempt(
+            at=domain.rfc3339(now_ms) or "", status_code=None, duration_ms=0, error=reason, response_body=""
+        )
         await self.store.record_attempt(dlv.id, "skipped", now_ms=now_ms, attempt=attempt)
         client = client_label(dlv.client)
         DELIVERY_ATTEMPTS.labels("skipped", client).inc()

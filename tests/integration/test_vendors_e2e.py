@@ -355,8 +355,8 @@ async def test_a_run_the_vendor_was_told_about_keeps_its_retention(
 
     async def told() -> bool:
         doc = json.loads(await client.get(keys.run(run["id"])) or b"{}")
-        # The store leaves fields out while they hold their default (_vendor_cancel: false).
-        return bool(doc) and not doc.get("_vendor_cancel") and "_vendor_delete" not in doc
+        # The store leaves fields out while they hold their default (vendor_cancel_pending: false).
+        return bool(doc) and not doc.get("vendor_cancel_pending") and not doc.get("vendor_delete_pending")
 
     try:
         await eventually(told, what="the vendor told")

@@ -85,7 +85,9 @@ def _next(run: Run, status: str, now: int = T0 + 1) -> Run:
 
 
 def _attempt(code: int | None = None) -> Attempt:
-    return Attempt("2027-01-15T08:00:00.000Z", code, 1.0, None, "")
+    return Attempt(
+        at="2027-01-15T08:00:00.000Z", status_code=code, duration_ms=1.0, error=None, response_body=""
+    )
 
 
 async def _emit(store: Store, run: Run, *events: dict[str, Any], status: str = "processing") -> int:
