@@ -321,7 +321,9 @@ async def make_clocked(
     """Builds a :class:`Clocked` stack, with env overrides as ``make_stack`` takes them."""
     made: list[WorkerRuntime] = []
 
-    async def make(**overrides: str) -> Clocked:
+    async def make(vendor_transport: httpx.AsyncBaseTransport | None = None, **overrides: str) -> Clocked:
+        """``vendor_transport`` replaces the vendors' HTTP (a scripted peer, for answers the simulator
+        never gives)."""
         clock = ManualClock(time.time())
         sim_url = await servers.start(create_simulator(sim_config, clock=clock), free_port())
         urls = {
@@ -333,7 +335,8 @@ async def make_clocked(
             )
         }
         stack = await make_stack(worker=False, **{**urls, **overrides})
-        worker = WorkerRuntime(stack.settings, clock=clock)
+        stack.simulator_url = sim_url
+        worker = WorkerRuntime(stack.settings, clock=clock, vendor_transport=vendor_transport)
         made.append(worker)
         return Clocked(clock, stack, worker)
 
