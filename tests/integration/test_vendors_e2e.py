@@ -284,13 +284,17 @@ async def test_uptiq_record_extras_reach_the_client(stack: Stack, receiver: Rece
     assert (await stack.api.get(f"/v1/runs/{run['id']}/result")).json() == result
 
 
-async def test_an_uptiq_timeout_keeps_the_last_stage_message(make_stack: StackFactory) -> None:
-    stack = await make_stack(HOOKBRIDGE_UPTIQ_MAX_RUN_S="1.5")
-    async with httpx.AsyncClient(base_url=stack.simulator_url) as sim:
+async def test_an_uptiq_timeout_keeps_the_last_stage_message(make_clocked: ClockedFactory) -> None:
+    c = await make_clocked(HOOKBRIDGE_UPTIQ_MAX_RUN_S="600")
+    async with httpx.AsyncClient(base_url=c.stack.simulator_url) as sim:
         await sim.patch("/_sim/config", json={"uptiq_early_404_s": 0})
-    run = await stack.submit("uptiq", filename="stuck-statement.pdf")
-    final = await stack.wait_status(run["id"], "failed", timeout=15)
-    assert final["error"]["code"] == "timed_out"
+    run = await c.stack.submit("uptiq", filename="stuck-statement.pdf")
+    await c.step()
+    for _ in range(10):
+        await c.advance(60)  # polled once a minute on the clock (its interval is 200 ms at most here)
+    await c.advance(1)
+    final = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert final["status"] == "failed" and final["error"]["code"] == "timed_out"
     last = final["error"]["details"]["last_progress"]
     assert last["message"].startswith("Extracting data (")
     assert f"the vendor last said: {last['message']}" in final["error"]["message"]
