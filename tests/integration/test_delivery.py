@@ -73,36 +73,34 @@ async def test_the_old_secret_stops_signing_after_the_overlap(
 
 
 async def test_a_receiver_that_is_down_gets_every_event_once_it_is_back(
-    make_stack: StackFactory, make_receiver: ReceiverFactory
+    make_clocked: ClockedFactory, make_receiver: ReceiverFactory
 ) -> None:
-    stack = await make_stack(HOOKBRIDGE_RETRY_SCHEDULE="100ms,200ms,400ms,800ms,1s,2s,5s")
+    # A schedule of minutes to hours, as in production: the clock moves through it.
+    c = await make_clocked(HOOKBRIDGE_RETRY_SCHEDULE="1m,5m,30m,2h")
     port = free_port()  # nothing listens here yet: connections are refused
-    sub = await stack.subscribe(f"http://127.0.0.1:{port}/hooks", event_types=["run.*"])
-    runs = [await stack.submit("nutrient", filename=f"doc-{i}.pdf") for i in range(3)]
-
-    async def failed_a_few_times() -> bool:
-        rows = await deliveries(stack, sub["id"])
-        return bool(rows) and all(d["attempts"] >= 3 for d in rows if d["event_type"] == "run.submitted")
-
-    await eventually(failed_a_few_times, what="several failed attempts")
+    sub = await c.stack.subscribe(f"http://127.0.0.1:{port}/hooks", event_types=["run.*"])
+    runs = [await c.stack.submit("nutrient", filename=f"doc-{i}.pdf") for i in range(3)]
+    await c.step()
+    await c.advance(10 * 60)  # the runs end at the vendor; the first retry (1 min ±20 %) fails
+    await c.advance(10 * 60)  # the second (5 min ±20 %) fails
+    for run in runs:
+        assert (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()["status"] == "succeeded"
+    rows = await deliveries(c.stack, sub["id"])
+    heads = [d for d in rows if d["event_type"] == "run.submitted"]
+    assert len(heads) == 3 and all(d["attempts"] == 3 and d["status"] == "pending" for d in heads)
+    # Ordering per run: what came later waits behind its run's first event, unattempted.
+    assert all(d["attempts"] == 0 for d in rows if d["event_type"] != "run.submitted")
     receiver = await make_receiver(port)
+    await c.advance(40 * 60)  # the third retry (30 min ±20 %) succeeds, and each chain follows at once
+    rows = await deliveries(c.stack, sub["id"])
+    assert rows and all(d["status"] == "succeeded" for d in rows)
     for run in runs:
-        await stack.wait_status(run["id"], "succeeded")
-
-    async def all_delivered() -> bool:
-        rows = await deliveries(stack, sub["id"])
-        return bool(rows) and all(d["status"] == "succeeded" for d in rows)
-
-    await eventually(all_delivered, timeout=30, what="every delivery succeeded")
-    for run in runs:
-        emitted = [e["id"] for e in (await stack.api.get(f"/v1/runs/{run['id']}/events")).json()["data"]]
+        emitted = [e["id"] for e in (await c.stack.api.get(f"/v1/runs/{run['id']}/events")).json()["data"]]
         got = [
             r.headers["webhook-id"] for r in receiver.received if r.json()["data"]["run"]["id"] == run["id"]
         ]
         assert got == emitted  # every event, once each, in order
-    attempt_log = (
-        await stack.api.get(f"/v1/deliveries/{(await deliveries(stack, sub['id']))[-1]['id']}")
-    ).json()
+    attempt_log = (await c.stack.api.get(f"/v1/deliveries/{heads[0]['id']}")).json()
     assert "Connect call failed" in (attempt_log["attempt_log"][0]["error"] or "")
 
 
