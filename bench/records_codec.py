@@ -77,7 +77,7 @@ def _dataclass_twin() -> Any:
     def decode(raw: str) -> Any:
         return cls(**json.loads(raw))
 
-    return cls, encode, decode
+    return encode, decode
 
 
 def _us(fn: Any) -> float:
@@ -92,7 +92,7 @@ def main() -> None:
         f"pydantic (records.Run)  decode {_us(lambda: Run.from_json(raw)):5.1f} us  "
         f"encode {_us(run.to_json):5.1f} us  change {_us(lambda: replace(run, version=5, polls=4)):5.1f} us"
     )
-    cls, encode, decode = _dataclass_twin()
+    encode, decode = _dataclass_twin()
     rec = decode(raw)
     print(
         f"frozen slotted dataclass decode {_us(lambda: decode(raw)):5.1f} us  "
