@@ -21,7 +21,7 @@ from service.domain import (
     SUCCEEDED,
     TERMINAL_EVENT,
 )
-from service.records import Run, public_run, replace
+from service.records import Event, Run, public_run, replace
 from service.settings import Settings
 
 __all__ = ["Run", "Transition", "public"]
@@ -34,7 +34,7 @@ class Transition:
 
     run: Run  # the new run, its version already incremented
     expect_v: int
-    events: list[dict[str, Any]] = field(default_factory=list)  # [{id, type, created, body}]
+    events: list[Event] = field(default_factory=list)
     due_ms: float | None = None  # next step due at; None with remove_due=False leaves it alone
     remove_due: bool = False
     result: bytes | None = None
@@ -83,18 +83,18 @@ def _next(run: Run, now_ms: int, **changes: Any) -> Run:
 
 def _event(
     run: Run, event_type: str, now_ms: int, *, result: Any = None, result_url: str | None = None
-) -> dict[str, Any]:
+) -> Event:
     body = {
         "type": event_type,
         "timestamp": domain.rfc3339(now_ms),
         "data": {"run": public_run(run), "result": result, "result_url": result_url},
     }
-    return {
-        "id": domain.new_id("evt"),
-        "type": event_type,
-        "created": now_ms,
-        "body": json.dumps(body, separators=(",", ":")),
-    }
+    return Event(
+        id=domain.new_id("evt"),
+        type=event_type,
+        created=now_ms,
+        body=json.dumps(body, separators=(",", ":")),
+    )
 
 
 def touched(run: Run, now_ms: int, *, due_ms: float, **internal: Any) -> Transition:

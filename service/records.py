@@ -31,6 +31,7 @@ __all__ = [
     "SUBSCRIPTION_HASH",
     "Attempt",
     "Delivery",
+    "Event",
     "Run",
     "Subscription",
     "public_delivery",
@@ -135,6 +136,15 @@ def public_run(run: Run) -> Json:
         "vendor_deleted": run.vendor_deleted,
         "vendor_delete_error": run.vendor_delete_error,
     }
+
+
+class Event(_Record):
+    """One event as a state change emits it: its body is the exact bytes every subscription is sent."""
+
+    id: str
+    type: str  # domain.EVENT_TYPES
+    created: int  # ms since the epoch
+    body: str  # {"type", "timestamp", "data"} as JSON; stored as is (hb:evt:{id})
 
 
 # Subscriptions ---------------------------------------------------------------------------------------

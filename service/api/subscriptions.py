@@ -28,6 +28,7 @@ from service.domain import Conflict, HookbridgeError, InvalidInput, NotFound, Ra
 from service.records import (
     SUBSCRIPTION_HASH,
     Delivery,
+    Event,
     Subscription,
     public_delivery,
     public_subscription,
@@ -288,12 +289,9 @@ async def test_subscription(request: Request) -> Response:
         "timestamp": domain.rfc3339(now),
         "data": {"subscription_id": sub.id, "message": "This is a test event from hookbridge."},
     }
-    event = {
-        "id": event_id,
-        "type": domain.EVENT_TEST,
-        "created": now,
-        "body": json.dumps(body, separators=(",", ":")),
-    }
+    event = Event(
+        id=event_id, type=domain.EVENT_TEST, created=now, body=json.dumps(body, separators=(",", ":"))
+    )
     created = await ctx.store.emit_test_event(client, sub.id, event, now)
     if not created:
         raise Conflict("The subscription is disabled; enable it to test it.", code="subscription_disabled")

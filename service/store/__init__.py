@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from service.lifecycle import Transition
 from service.metrics import RUNS, client_label
-from service.records import Attempt, Delivery, Run, Subscription
+from service.records import Attempt, Delivery, Event, Run, Subscription
 from service.settings import Settings
 from service.store import keys, maintenance
 from service.store.codec import (
@@ -137,7 +137,7 @@ class Store:
             "retention_ms": self._retention_ms,
             "zr": "1" if run.zero_retention else "0",
             "due_key": keys.due_runs(run.vendor),
-            "events": change.events,
+            "events": [e.model_dump() for e in change.events],
             "sub_filter": run.subscription_ids,
             "del_doc": change.delete_document,
         }
@@ -308,15 +308,17 @@ class Store:
         """Seals every subscription's secrets under the primary key (``maintenance.reseal_secrets``)."""
         return await maintenance.reseal_secrets(self.redis, self.scripts, self.secret_box)
 
-    async def emit_test_event(self, client: str, sub_id: str, event: dict[str, Any], now_ms: int) -> int:
+    async def emit_test_event(self, client: str, sub_id: str, event: Event, now_ms: int) -> int:
+        """Emits ``event`` to the one subscription ``sub_id``; returns the deliveries created (0 when the
+        subscription is disabled or the event was emitted before)."""
         ops = {
             "client": client,
             "now": now_ms,
             "retention_ms": self._retention_ms,
-            "event": event,
+            "event": event.model_dump(),
             "sub_filter": [sub_id],
         }
-        return int(await self.scripts.emit(keys=[keys.event(event["id"])], args=[json.dumps(ops)]))
+        return int(await self.scripts.emit(keys=[keys.event(event.id)], args=[json.dumps(ops)]))
 
     # Deliveries ---------------------------------------------------------------------------------
 

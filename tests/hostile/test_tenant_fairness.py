@@ -126,7 +126,7 @@ async def test_the_claim_parks_a_clients_surplus_and_each_end_brings_one_back(re
     import time
 
     from service import settings as settings_mod
-    from service.records import Attempt, Subscription
+    from service.records import Attempt, Event, Subscription
     from service.store import Store, connect, keys
     from tests.conftest import base_env
 
@@ -140,12 +140,12 @@ async def test_the_claim_parks_a_clients_surplus_and_each_end_brings_one_back(re
                 sub_id = f"sub_{client}{i}"
                 stored = {"id": sub_id, "client": client, "url": "http://127.0.0.1:9/", "created": str(now)}
                 await store.create_subscription(Subscription.from_hash(stored), max_count=100)
-                event = {
-                    "id": f"evt_{client}{i}",
-                    "type": "subscription.test",
-                    "created": now - 100 + i,
-                    "body": json.dumps({"i": i}),
-                }
+                event = Event(
+                    id=f"evt_{client}{i}",
+                    type="subscription.test",
+                    created=now - 100 + i,
+                    body=json.dumps({"i": i}),
+                )
                 assert await store.emit_test_event(client, sub_id, event, now - 100 + i) == 1
                 subs[client].append(sub_id)
         claimed, _ = await store.claim_deliveries(now, limit=10, lease_ms=10_000)

@@ -16,7 +16,7 @@ import pytest
 from service import domain
 from service import settings as settings_mod
 from service.lifecycle import Transition, new_run
-from service.records import Attempt, Delivery, Run, Subscription, replace
+from service.records import Attempt, Delivery, Event, Run, Subscription, replace
 from service.store import Store, connect, keys
 from service.store.scripts import _LUA, source
 from tests.conftest import base_env
@@ -71,13 +71,9 @@ async def _sub(store: Store, sub_id: str, client: str = "alice", **fields: str) 
     assert await store.create_subscription(Subscription.from_hash(stored), max_count=100)
 
 
-def _event(etype: str, n: int = 0) -> dict[str, Any]:
-    return {
-        "id": f"evt_{etype}_{n}",
-        "type": etype,
-        "created": T0,
-        "body": json.dumps({"type": etype, "n": n}),
-    }
+def _event(etype: str, n: int = 0, event_id: str | None = None) -> Event:
+    body = json.dumps({"type": etype, "n": n})
+    return Event(id=event_id or f"evt_{etype}_{n}", type=etype, created=T0, body=body)
 
 
 def _next(run: Run, status: str, now: int = T0 + 1) -> Run:
@@ -90,7 +86,7 @@ def _attempt(code: int | None = None) -> Attempt:
     )
 
 
-async def _emit(store: Store, run: Run, *events: dict[str, Any], status: str = "processing") -> int:
+async def _emit(store: Store, run: Run, *events: Event, status: str = "processing") -> int:
     current = await store.get_run(run.id)  # the stored version: runs are values, the store has the latest
     assert current is not None
     new = _next(current, status)
@@ -282,11 +278,11 @@ async def test_the_lua_event_matcher(
 async def test_the_test_event_reaches_the_named_subscription_whatever_it_asked_for(store: Store) -> None:
     await _sub(store, "sub_1", event_types=json.dumps(["run.failed"]))
     await _sub(store, "sub_2")
-    ev = {**_event(domain.EVENT_TEST), "id": "evt_test"}
+    ev = _event(domain.EVENT_TEST, event_id="evt_test")
     assert await store.emit_test_event("alice", "sub_1", ev, T0) == 1
     assert [d.event_type for d in await _deliveries_of(store, "sub_1")] == [domain.EVENT_TEST]
     assert await _deliveries_of(store, "sub_2") == []
-    assert await store.redis.get(keys.event("evt_test")) == ev["body"].encode()
+    assert await store.redis.get(keys.event("evt_test")) == ev.body.encode()
     assert await store.emit_test_event("alice", "sub_1", ev, T0) == 0  # the same event id: nothing new
 
 
@@ -317,12 +313,12 @@ async def test_zero_retention_counts_pending_deliveries_and_the_last_end_drops_t
     ev = _event("run.succeeded")
     assert await _emit(store, run, ev, status="succeeded") == 2
     r = store.redis
-    assert await r.get(keys.event_pending(ev["id"])) == b"2"
+    assert await r.get(keys.event_pending(ev.id)) == b"2"
     d1, d2 = (await _deliveries_of(store, "sub_1"))[0], (await _deliveries_of(store, "sub_2"))[0]
     await store.record_attempt(d1.id, "succeeded", now_ms=T0 + 10, attempt=_attempt())
-    assert await r.get(keys.event(ev["id"])) is not None and await r.get(keys.event_pending(ev["id"])) == b"1"
+    assert await r.get(keys.event(ev.id)) is not None and await r.get(keys.event_pending(ev.id)) == b"1"
     await store.record_attempt(d2.id, "failed", now_ms=T0 + 20, attempt=_attempt())
-    assert await r.get(keys.event(ev["id"])) is None and await r.get(keys.event_pending(ev["id"])) is None
+    assert await r.get(keys.event(ev.id)) is None and await r.get(keys.event_pending(ev.id)) is None
     # Without zero retention the body stays for retention.
     run_b = await _run(store, "run_b")
     await _emit(store, run_b, _event("run.failed"), status="failed")
@@ -392,7 +388,7 @@ async def _pending(store: Store, sub_id: str, n: int, client: str = "alice", fir
     ids = []
     for i in range(first, first + n):
         run = await _run(store, f"run_{sub_id}_{i}", client)
-        await _emit(store, run, {**_event("run.failed", i), "id": f"evt_{sub_id}_{i}"}, status="failed")
+        await _emit(store, run, _event("run.failed", i, f"evt_{sub_id}_{i}"), status="failed")
     for d in await _deliveries_of(store, sub_id):
         ids.append(d.id)
     return ids
