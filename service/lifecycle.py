@@ -7,6 +7,7 @@ state change the same way and the store applies it in one atomic step.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from service import domain
@@ -20,30 +21,25 @@ from service.domain import (
     SUCCEEDED,
     TERMINAL_EVENT,
 )
+from service.records import Event, Run, public_run, replace
 from service.settings import Settings
-from service.store import Transition
 
-Run = dict[str, Any]
+__all__ = ["Run", "Transition", "public"]
 
-PUBLIC_FIELDS = (
-    "id",
-    "status",
-    "vendor",
-    "operation",
-    "vendor_run_id",
-    "vendor_status",
-    "progress",
-    "metadata",
-    "zero_retention",
-    "created_at",
-    "updated_at",
-    "completed_at",
-    "polls",
-    "error",
-    "usage",
-    "vendor_deleted",
-    "vendor_delete_error",
-)
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One state change of a run: the new record and what it implies. The store applies it atomically, and
+    only while the stored run is still at ``expect_v``."""
+
+    run: Run  # the new run, its version already incremented
+    expect_v: int
+    events: list[Event] = field(default_factory=list)
+    due_ms: float | None = None  # next step due at; None with remove_due=False leaves it alone
+    remove_due: bool = False
+    result: bytes | None = None
+    delete_document: bool = False
+    ttl_ms: int | None = None  # set on the run's end: it is kept for the retention from then
 
 
 def new_run(
@@ -60,75 +56,52 @@ def new_run(
     now_ms: int,
     traceparent: str | None = None,
 ) -> Run:
-    return {
-        "_v": 0,
-        "id": run_id,
-        "client": client,
-        "status": domain.QUEUED,
-        "vendor": vendor,
-        "operation": operation,
-        "vendor_run_id": None,
-        "vendor_status": None,
-        "progress": None,
-        "metadata": metadata,
-        "zero_retention": zero_retention,
-        "created_at": now_ms,
-        "updated_at": now_ms,
-        "completed_at": None,
-        "polls": 0,
-        "error": None,
-        "document": document,
-        "options": options,
-        "subscription_ids": subscription_ids,
-        "_state": {},  # the vendor adapter's own (e.g. Cloudsquid's row id)
-        "_delay": None,  # the current poll interval, seconds
-        "_transient": 0,  # transient vendor faults in a row
-        "_progress_event_at": 0,
-        "_vendor_cancel": False,  # canceled here; the vendor still has to be told
-        "_traceparent": traceparent,  # the API request's span: the worker's spans join its trace
-        # Set only when they apply, to keep the run small in Redis (``public`` reads absent ones as null):
-        # usage (what the vendor reports the run cost), vendor_deleted and vendor_delete_error (zero
-        # retention: whether the vendor's copy is gone, and why not), _vendor_delete (it is still to go).
-    }
+    return Run(
+        id=run_id,
+        client=client,
+        vendor=vendor,
+        operation=operation,
+        created_at=now_ms,
+        updated_at=now_ms,
+        status=domain.QUEUED,
+        version=0,
+        metadata=metadata,
+        zero_retention=zero_retention,
+        document=document,
+        options=options,
+        subscription_ids=subscription_ids,
+        traceparent=traceparent,
+    )
 
 
-def public(run: Run) -> dict[str, Any]:
-    """The run as the API and the events show it."""
-    view = {name: run.get(name) for name in PUBLIC_FIELDS}
-    for name in ("created_at", "updated_at", "completed_at"):
-        view[name] = domain.rfc3339(view[name])
-    return view
+# The run as the API and the events show it (records.public_run).
+public = public_run
 
 
-def _next(run: Run, now_ms: int) -> Run:
-    # A shallow copy is enough: nested values (progress, error, _state) are replaced, never edited.
-    new = dict(run)
-    new["_v"] = run["_v"] + 1
-    new["updated_at"] = now_ms
-    return new
+def _next(run: Run, now_ms: int, **changes: Any) -> Run:
+    # Nested values (progress, error, state) are replaced, never edited, so sharing them is safe.
+    return replace(run, version=run.version + 1, updated_at=now_ms, **changes)
 
 
 def _event(
     run: Run, event_type: str, now_ms: int, *, result: Any = None, result_url: str | None = None
-) -> dict[str, Any]:
+) -> Event:
     body = {
         "type": event_type,
         "timestamp": domain.rfc3339(now_ms),
-        "data": {"run": public(run), "result": result, "result_url": result_url},
+        "data": {"run": public_run(run), "result": result, "result_url": result_url},
     }
-    return {
-        "id": domain.new_id("evt"),
-        "type": event_type,
-        "created": now_ms,
-        "body": json.dumps(body, separators=(",", ":")),
-    }
+    return Event(
+        id=domain.new_id("evt"),
+        type=event_type,
+        created=now_ms,
+        body=json.dumps(body, separators=(",", ":")),
+    )
 
 
 def touched(run: Run, now_ms: int, *, due_ms: float, **internal: Any) -> Transition:
     """No visible change: only internal bookkeeping (transient fault count, adapter state)."""
-    new = _next(run, now_ms)
-    new.update(internal)
-    return Transition(new, run["_v"], due_ms=due_ms)
+    return Transition(_next(run, now_ms, **internal), run.version, due_ms=due_ms)
 
 
 def submitted(
@@ -139,13 +112,21 @@ def submitted(
     vendor_status: str | None,
     state: dict[str, Any],
     due_ms: float,
+    delay_s: float | None = None,
 ) -> Transition:
-    new = _next(run, now_ms)
-    new.update(status=SUBMITTED, vendor_run_id=vendor_run_id, vendor_status=vendor_status, _transient=0)
-    new["_state"] = {**run.get("_state", {}), **state}
-    new.pop("document", None)  # only the submit needed it
+    new = _next(
+        run,
+        now_ms,
+        status=SUBMITTED,
+        vendor_run_id=vendor_run_id,
+        vendor_status=vendor_status,
+        transient=0,
+        state={**run.state, **state},
+        delay_s=delay_s,
+        document=None,  # only the submit needed it
+    )
     return Transition(
-        new, run["_v"], events=[_event(new, EVENT_SUBMITTED, now_ms)], due_ms=due_ms, delete_document=True
+        new, run.version, events=[_event(new, EVENT_SUBMITTED, now_ms)], due_ms=due_ms, delete_document=True
     )
 
 
@@ -162,17 +143,23 @@ def polled(
 ) -> Transition:
     """A poll that found the vendor still working. Emits ``run.progress`` when progress moved, at most once
     every ``PROGRESS_MIN_INTERVAL_S``."""
-    new = _next(run, now_ms)
-    new.update(vendor_status=vendor_status, polls=run["polls"] + 1, _delay=delay_s, _transient=0)
+    changes: dict[str, Any] = {
+        "vendor_status": vendor_status,
+        "polls": run.polls + 1,
+        "delay_s": delay_s,
+        "transient": 0,
+    }
     if running:
-        new["status"] = RUNNING
-    events = []
-    if progress is not None and progress != run.get("progress"):
-        new["progress"] = progress
-        if now_ms - run.get("_progress_event_at", 0) >= settings.progress_min_interval_s * 1000:
-            new["_progress_event_at"] = now_ms
-            events.append(_event(new, EVENT_PROGRESS, now_ms))
-    return Transition(new, run["_v"], events=events, due_ms=due_ms)
+        changes["status"] = RUNNING
+    emit = False
+    if progress is not None and progress != run.progress:
+        changes["progress"] = progress
+        if now_ms - run.progress_event_at >= settings.progress_min_interval_s * 1000:
+            changes["progress_event_at"] = now_ms
+            emit = True
+    new = _next(run, now_ms, **changes)
+    events = [_event(new, EVENT_PROGRESS, now_ms)] if emit else []
+    return Transition(new, run.version, events=events, due_ms=due_ms)
 
 
 def finished(
@@ -197,48 +184,62 @@ def finished(
     ``result_file`` (bytes, media type: Nutrient split's zip) is what ``/v1/runs/{id}/result`` serves, so the
     event always carries ``result_url``, with ``result`` (the vendor's JSON that names the file) inline
     when it fits. With zero retention and a vendor run, the vendor's copy is deleted next
-    (``_vendor_delete``; the worker does it after the event is emitted, so it never holds the callback).
+    (``vendor_delete_pending``; the worker does it after the event is emitted, so it never holds the
+    callback).
     """
-    new = _next(run, now_ms)
-    vendor_delete = bool(run.get("zero_retention") and run.get("vendor_run_id"))
-    new.update(status=status, completed_at=now_ms, error=error, _vendor_cancel=vendor_cancel)
+    vendor_delete = bool(run.zero_retention and run.vendor_run_id)
+    changes: dict[str, Any] = {
+        "status": status,
+        "completed_at": now_ms,
+        "error": error,
+        "vendor_cancel_pending": vendor_cancel,
+    }
     if vendor_delete:
-        new.update(_vendor_delete=True, vendor_deleted=False)
+        changes.update(vendor_delete_pending=True, vendor_deleted=False)
     if usage is not None:
-        new["usage"] = usage
+        changes["usage"] = usage
     if vendor_status is not None:
-        new["vendor_status"] = vendor_status
+        changes["vendor_status"] = vendor_status
     if count_poll:
-        new["polls"] = run["polls"] + 1
-    if status == SUCCEEDED and run.get("progress"):
-        new["progress"] = {**run["progress"], "percent": 100}
-    result_bytes = None
-    inline, url = None, None
-    if status == SUCCEEDED:
-        json_bytes = json.dumps(result, separators=(",", ":")).encode()
-        fits = len(json_bytes) <= settings.max_inline_result_bytes
-        if result_file is not None and not run.get("zero_retention"):
-            result_bytes, new["_result_type"] = result_file
-            inline, url = (result if fits else None), f"/v1/runs/{run['id']}/result"
-        else:
-            result_bytes = json_bytes
-            if run.get("zero_retention") or fits:
-                inline = result
-            else:
-                url = f"/v1/runs/{run['id']}/result"
+        changes["polls"] = run.polls + 1
+    if status == SUCCEEDED and run.progress:
+        changes["progress"] = {**run.progress, "percent": 100}
+    result_bytes, inline, url = _result(run, status, result, result_file, settings, changes)
+    new = _next(run, now_ms, **changes)
     event = _event(new, TERMINAL_EVENT[status], now_ms, result=inline, result_url=url)
-    keep_result = result_bytes if not run.get("zero_retention") else None
     tell_vendor = vendor_cancel or vendor_delete
     return Transition(
         new,
-        run["_v"],
+        run.version,
         events=[event],
         due_ms=now_ms if tell_vendor else None,
         remove_due=not tell_vendor,
-        result=keep_result,
+        result=result_bytes if not run.zero_retention else None,
         delete_document=True,
         ttl_ms=int(settings.retention_s * 1000),
     )
+
+
+def _result(
+    run: Run,
+    status: str,
+    result: Any,
+    result_file: tuple[bytes, str] | None,
+    settings: Settings,
+    changes: dict[str, Any],
+) -> tuple[bytes | None, Any, str | None]:
+    """What to keep, what goes inline in the event and the event's ``result_url`` (see :func:`finished`)."""
+    if status != SUCCEEDED:
+        return None, None, None
+    url = f"/v1/runs/{run.id}/result"
+    json_bytes = json.dumps(result, separators=(",", ":")).encode()
+    fits = len(json_bytes) <= settings.max_inline_result_bytes
+    if result_file is not None and not run.zero_retention:
+        content, changes["result_type"] = result_file
+        return content, (result if fits else None), url
+    if run.zero_retention or fits:
+        return json_bytes, result, None
+    return json_bytes, None, url
 
 
 def failed(
@@ -256,7 +257,7 @@ def failed(
     error: dict[str, Any] = {
         "code": code,
         "message": message,
-        "vendor_status": kw.get("vendor_status", run.get("vendor_status")),
+        "vendor_status": kw.get("vendor_status", run.vendor_status),
     }
     if details:
         error["details"] = details
@@ -264,8 +265,9 @@ def failed(
 
 
 def canceled(run: Run, now_ms: int, *, settings: Settings, vendor_can_cancel: bool) -> Transition:
-    """Canceled here. The vendor is told by the worker (``_vendor_cancel``) when it has the run and can."""
-    tell_vendor = vendor_can_cancel and bool(run.get("vendor_run_id"))
+    """Canceled here. The vendor is told by the worker (``vendor_cancel_pending``) when it has the run and
+    can."""
+    tell_vendor = vendor_can_cancel and bool(run.vendor_run_id)
     return finished(
         run, now_ms, status=CANCELED, settings=settings, count_poll=False, vendor_cancel=tell_vendor
     )
@@ -277,21 +279,16 @@ def vendor_told(run: Run, *, deleted: bool | None = None, error: str | None = No
     ``deleted`` records whether the vendor's copy is gone (zero retention), ``error`` why not. The run keeps
     the rest of its retention: writing it again must not drop its expiry.
     """
-    new = dict(run)
-    new["_v"] = run["_v"] + 1
-    new["_vendor_cancel"] = False
-    new.pop("_vendor_attempts", None)
-    if new.pop("_vendor_delete", False):
-        new["vendor_deleted"] = bool(deleted)
+    changes: dict[str, Any] = {"vendor_cancel_pending": False, "vendor_attempts": 0}
+    if run.vendor_delete_pending:
+        changes.update(vendor_delete_pending=False, vendor_deleted=bool(deleted))
         if not deleted:
-            new["vendor_delete_error"] = error
+            changes["vendor_delete_error"] = error
     # No ttl_ms: the run keeps the expiry its end set (the store rewrites records with KEEPTTL).
-    return Transition(new, run["_v"], remove_due=True)
+    return Transition(replace(run, version=run.version + 1, **changes), run.version, remove_due=True)
 
 
 def vendor_retry(run: Run, *, due_ms: float, attempts: int) -> Transition:
     """Telling the vendor failed for now: again at ``due_ms``, after ``attempts`` (the worker bounds them)."""
-    new = dict(run)
-    new["_v"] = run["_v"] + 1
-    new["_vendor_attempts"] = attempts
-    return Transition(new, run["_v"], due_ms=due_ms)
+    new = replace(run, version=run.version + 1, vendor_attempts=attempts)
+    return Transition(new, run.version, due_ms=due_ms)

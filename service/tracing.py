@@ -1,7 +1,7 @@
 """OpenTelemetry traces: off unless the standard ``OTEL_*`` variables ask for them.
 
 A run crosses four systems; its trace is the caller's. The API request span (ASGI middleware) continues
-the caller's ``traceparent``, and its context is kept with the run (``_traceparent``), so that the
+the caller's ``traceparent``, and its context is kept with the run (``traceparent``), so that the
 worker's spans, in another process and minutes later, join the same trace:
 
     POST /v1/runs                    (SERVER, the caller's span as parent)
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from starlette.routing import BaseRoute
     from starlette.types import Scope
 
+    from service.records import Delivery, Run
     from service.store import Store
 
 # Set once at process start by setup() (like the configured loggers): read on every hot-path call, so
@@ -161,46 +162,46 @@ def _poll_recorded(number: int) -> bool:
     return number <= 3 or number & (number - 1) == 0
 
 
-def vendor_call(operation: str, run: Mapping[str, Any]) -> contextlib.AbstractContextManager[object]:
+def vendor_call(operation: str, run: Run) -> contextlib.AbstractContextManager[object]:
     """A span around one call to the vendor's adapter (``submit``, ``poll``, ``fetch_result``), in the
     run's trace. An exception that leaves it marks the span as an error."""
     if not ENABLED:
         return _OFF
-    attributes = {"hookbridge.vendor": run.get("vendor")}
+    attributes: dict[str, Any] = {"hookbridge.vendor": run.vendor}
     if operation == "poll":
-        number = int(run.get("polls") or 0) + 1
+        number = run.polls + 1
         if not _poll_recorded(number):
             return _OFF
         attributes["hookbridge.poll"] = number
     return _run_span(f"vendor.{operation}", run, SpanKind.CLIENT, attributes)
 
 
-def run_finish(run: Mapping[str, Any]) -> contextlib.AbstractContextManager[object]:
+def run_finish(run: Run) -> contextlib.AbstractContextManager[object]:
     """A span around writing a run's end: the trace says how it ended and after how many polls."""
     if not ENABLED:
         return _OFF
-    error = run.get("error") or {}
+    error = run.error if isinstance(run.error, dict) else {}
     return _run_span(
         "run.finish",
         run,
         SpanKind.INTERNAL,
         {
-            "hookbridge.vendor": run.get("vendor"),
-            "hookbridge.run.status": run.get("status"),
-            "hookbridge.run.polls": run.get("polls"),
+            "hookbridge.vendor": run.vendor,
+            "hookbridge.run.status": run.status,
+            "hookbridge.run.polls": run.polls,
             "hookbridge.run.error": error.get("code"),
         },
     )
 
 
 def _run_span(
-    name: str, run: Mapping[str, Any], kind: SpanKind, attributes: dict[str, Any]
+    name: str, run: Run, kind: SpanKind, attributes: dict[str, Any]
 ) -> contextlib.AbstractContextManager[object]:
     # Inside one of our spans: its child. Otherwise (a new step in the worker) a child of the request
     # that created the run; a run without a kept context starts a trace of its own.
     current = trace.get_current_span().get_span_context()
-    parent = None if current.is_valid else _parent(run.get("_traceparent"))
-    attributes["hookbridge.run_id"] = run.get("id")
+    parent = None if current.is_valid else _parent(run.traceparent)
+    attributes["hookbridge.run_id"] = run.id
     attributes = {k: v for k, v in attributes.items() if v is not None}
     return _tracer.start_as_current_span(name, context=parent, kind=kind, attributes=attributes)
 
@@ -212,8 +213,8 @@ def _parent(traceparent: str | None) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def _delivery(store: Store, dlv: Mapping[str, str]) -> Any:
-    run_id = dlv.get("run")
+async def _delivery(store: Store, dlv: Delivery) -> Any:
+    run_id = dlv.run_id
     # One read of the run per attempt, only with tracing on: the delivery record does not carry the trace.
     try:
         run = await store.get_run(run_id) if run_id else None
@@ -221,20 +222,20 @@ async def _delivery(store: Store, dlv: Mapping[str, str]) -> Any:
         run = None
     with _tracer.start_as_current_span(
         "callback.deliver",
-        context=_parent((run or {}).get("_traceparent")),
+        context=_parent(run.traceparent if run is not None else None),
         kind=SpanKind.CLIENT,
         attributes={
-            "hookbridge.delivery_id": dlv.get("id", ""),
-            "hookbridge.subscription_id": dlv.get("sub", ""),
-            "hookbridge.event_id": dlv.get("event", ""),
+            "hookbridge.delivery_id": dlv.id,
+            "hookbridge.subscription_id": dlv.subscription_id,
+            "hookbridge.event_id": dlv.event_id,
             "hookbridge.run_id": run_id or "",
-            "hookbridge.delivery.attempt": int(dlv.get("attempts") or 0) + 1,
+            "hookbridge.delivery.attempt": dlv.attempts + 1,
         },
     ) as span:
         yield span
 
 
-def delivery_attempt(store: Store, dlv: Mapping[str, str]) -> contextlib.AbstractAsyncContextManager[object]:
+def delivery_attempt(store: Store, dlv: Delivery) -> contextlib.AbstractAsyncContextManager[object]:
     """A span around one delivery attempt, in the trace of the run whose event it carries."""
     if not ENABLED:
         return _OFF

@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from service import settings as settings_mod
 from service.api.app import create_app
+from service.clock import ManualClock
 from service.dev.embedded_redis import EmbeddedRedis, free_port
 from service.dev.stack import Servers
 from service.simulator import SimulatorConfig
@@ -278,3 +279,74 @@ async def make_stack(redis_url: str, simulator: str, servers: Servers) -> AsyncI
 @pytest.fixture
 async def stack(make_stack: StackFactory) -> Stack:
     return await make_stack()
+
+
+@dataclass
+class Clocked:
+    """A stack whose worker and simulator go by one :class:`ManualClock`: a test moves the clock, steps the
+    worker until nothing is due (:meth:`WorkerRuntime.step_until_idle`), and asserts. No waiting on
+    schedules, leases or vendor durations; only the HTTP calls themselves take real time.
+
+    The API stamps records with the system's time; the clock starts there, so the two agree until a test
+    moves it."""
+
+    clock: ManualClock
+    stack: Stack
+    worker: WorkerRuntime
+
+    async def step(self) -> int:
+        """Works what is due now. The clock first catches up with the system's if it is behind: what the
+        API wrote meanwhile is stamped with the system's time, and must be due."""
+        behind = time.time() - self.clock.time()
+        if behind > 0:
+            self.clock.advance(behind)
+        return await self.worker.step_until_idle()
+
+    async def advance(self, seconds: float) -> int:
+        """Moves the clock by ``seconds`` and works what fell due; returns how many items."""
+        self.clock.advance(seconds)
+        return await self.step()
+
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
+
+
+ClockedFactory = Callable[..., Awaitable[Clocked]]
+
+
+@pytest.fixture
+async def make_clocked(
+    make_stack: StackFactory, servers: Servers, sim_config: SimulatorConfig
+) -> AsyncIterator[ClockedFactory]:
+    """Builds a :class:`Clocked` stack, with env overrides as ``make_stack`` takes them."""
+    made: list[WorkerRuntime] = []
+
+    async def make(vendor_transport: httpx.AsyncBaseTransport | None = None, **overrides: str) -> Clocked:
+        """``vendor_transport`` replaces the vendors' HTTP (a scripted peer, for answers the simulator
+        never gives)."""
+        clock = ManualClock(time.time())
+        sim_url = await servers.start(create_simulator(sim_config, clock=clock), free_port())
+        urls = {
+            f"HOOKBRIDGE_{vendor}_BASE_URL": sim_url + path
+            for vendor, path in (
+                ("NUTRIENT", "/nutrient"),
+                ("CLOUDSQUID", "/cloudsquid/api"),
+                ("UPTIQ", "/uptiq"),
+            )
+        }
+        stack = await make_stack(worker=False, **{**urls, **overrides})
+        stack.simulator_url = sim_url
+        worker = WorkerRuntime(stack.settings, clock=clock, vendor_transport=vendor_transport)
+        made.append(worker)
+        return Clocked(clock, stack, worker)
+
+    try:
+        yield make
+    finally:
+        for worker in made:
+            await worker.close()
+
+
+@pytest.fixture
+async def clocked(make_clocked: ClockedFactory) -> Clocked:
+    return await make_clocked()

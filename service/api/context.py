@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 
@@ -13,6 +13,7 @@ from service.api.body import is_id
 from service.api.models import Models
 from service.api.problems import NotFound, RateLimited
 from service.delivery.urlsafety import Policy
+from service.records import Delivery, Run, Subscription
 from service.settings import Settings
 from service.store import Store
 
@@ -39,15 +40,19 @@ class Context:
         return ctx, ctx.keys.authenticate(request)
 
     @staticmethod
-    async def owned(request: Request, kind: str) -> tuple[Context, str, dict[str, Any]]:
+    async def owned(request: Request, kind: type[R]) -> tuple[Context, str, R]:
         """The context, the client, and the run, subscription or delivery (``kind``) that the path names:
         404 when it is not the caller's, whether or not it exists."""
         ctx, client = Context.authenticated(request)
-        param, what = _OWNED[kind]
+        prefix, param, what = _OWNED[kind]
         record_id = request.path_params[param]
-        get = {"run": ctx.store.get_run, "sub": ctx.store.get_subscription, "dlv": ctx.store.get_delivery}
-        record = await get[kind](record_id) if is_id(kind, record_id) else None
-        if record is None or record["client"] != client:
+        get = {
+            Run: ctx.store.get_run,
+            Subscription: ctx.store.get_subscription,
+            Delivery: ctx.store.get_delivery,
+        }
+        record = await get[kind](record_id) if is_id(prefix, record_id) else None
+        if not isinstance(record, kind) or record.client != client:
             raise NotFound(f"No {what} {record_id[:40]}.")
         return ctx, client, record
 
@@ -64,4 +69,9 @@ class Context:
             )
 
 
-_OWNED = {"run": ("run_id", "run"), "sub": ("sub_id", "subscription"), "dlv": ("delivery_id", "delivery")}
+R = TypeVar("R", Run, Subscription, Delivery)
+_OWNED: dict[type[Any], tuple[str, str, str]] = {
+    Run: ("run", "run_id", "run"),
+    Subscription: ("sub", "sub_id", "subscription"),
+    Delivery: ("dlv", "delivery_id", "delivery"),
+}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.endpoints import HTTPEndpoint
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -23,10 +21,11 @@ from service.api.problems import (
     ValidationFailed,
 )
 from service.domain import TERMINAL
+from service.records import Run
 
 
-def _accepted(run: dict[str, Any], *, replayed: bool = False) -> Response:
-    headers = {"Location": f"/v1/runs/{run['id']}"}
+def _accepted(run: Run, *, replayed: bool = False) -> Response:
+    headers = {"Location": f"/v1/runs/{run.id}"}
     if replayed:
         headers["Idempotency-Replayed"] = "true"
     return JSONResponse(views.run(run), status_code=202, headers=headers)
@@ -62,11 +61,11 @@ class Runs(HTTPEndpoint):
         existing = await ctx.store.create_run(run, sub.content, (key, fingerprint) if key else None)
         if existing is not None:
             return await _replay(ctx, existing, fingerprint)
-        ctx.log.info("run accepted", run_id=run["id"], vendor=run["vendor"])
+        ctx.log.info("run accepted", run_id=run.id, vendor=run.vendor)
         return _accepted(run)
 
 
-def _new_run(client: str, sub: Submission) -> dict[str, Any]:
+def _new_run(client: str, sub: Submission) -> Run:
     req = sub.request
     return lifecycle.new_run(
         run_id=domain.new_id("run"),
@@ -92,7 +91,7 @@ async def _check_subscriptions(ctx: Context, client: str, ids: list[str]) -> Non
             "message": f"no subscription {sid}",
         }
         for i, (sid, sub) in enumerate(zip(ids, subs, strict=True))
-        if not sub or sub["client"] != client
+        if not sub or sub.client != client
     ]
     if unknown:
         raise ValidationFailed("Unknown subscriptions.", unknown)
@@ -110,19 +109,19 @@ async def _replay(ctx: Context, record: str, fingerprint: str) -> Response:
 
 class RunOne(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        _, _, run = await Context.owned(request, "run")
+        _, _, run = await Context.owned(request, Run)
         return JSONResponse(views.run(run))
 
 
 class CancelRun(HTTPEndpoint):
     async def post(self, request: Request) -> Response:
         for _ in range(5):
-            ctx, _, run = await Context.owned(request, "run")
-            if run["status"] == domain.CANCELED:
+            ctx, _, run = await Context.owned(request, Run)
+            if run.status == domain.CANCELED:
                 return JSONResponse(views.run(run))  # canceling twice is not an error
-            if run["status"] in TERMINAL:
-                raise RunNotCancelable(f"The run has already ended ({run['status']}).")
-            vendor = ctx.settings.vendors.get(run["vendor"])
+            if run.status in TERMINAL:
+                raise RunNotCancelable(f"The run has already ended ({run.status}).")
+            vendor = ctx.settings.vendors.get(run.vendor)
             change = lifecycle.canceled(
                 run,
                 domain.now_ms(),
@@ -131,7 +130,7 @@ class CancelRun(HTTPEndpoint):
             )
             outcome, _, _ = await ctx.store.transition(change)
             if outcome == "ok":
-                ctx.log.info("run canceled", run_id=run["id"], vendor=run["vendor"])
+                ctx.log.info("run canceled", run_id=run.id, vendor=run.vendor)
                 return JSONResponse(views.run(change.run))
             if outcome == "missing":
                 break
@@ -140,20 +139,20 @@ class CancelRun(HTTPEndpoint):
 
 class RunResult(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        ctx, _, run = await Context.owned(request, "run")
-        if run.get("zero_retention"):
+        ctx, _, run = await Context.owned(request, Run)
+        if run.zero_retention:
             raise ResultGone("The run used zero retention: its result went only to the callback.")
-        if run["status"] in TERMINAL and run["status"] != domain.SUCCEEDED:
-            raise RunNotSucceeded(f"The run {run['status']}; it has no result, and never will.")
-        if run["status"] != domain.SUCCEEDED:
+        if run.terminal and run.status != domain.SUCCEEDED:
+            raise RunNotSucceeded(f"The run {run.status}; it has no result, and never will.")
+        if run.status != domain.SUCCEEDED:
             raise ResultNotReady("The run has not ended yet; ask again once it has.")
-        raw = await ctx.store.get_result(run["id"])
+        raw = await ctx.store.get_result(run.id)
         if raw is None:
             raise ResultGone("The result is past retention.")
         # A file result (Nutrient split's zip) is served as the file; anything else is the vendor's JSON.
-        media_type = run.get("_result_type") or "application/json"
+        media_type = run.result_type or "application/json"
         headers = (
-            {"Content-Disposition": f'attachment; filename="{run["id"]}.zip"'}
+            {"Content-Disposition": f'attachment; filename="{run.id}.zip"'}
             if media_type == "application/zip"
             else None
         )
@@ -162,10 +161,10 @@ class RunResult(HTTPEndpoint):
 
 class RunEvents(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        ctx, _, run = await Context.owned(request, "run")
+        ctx, _, run = await Context.owned(request, Run)
         events = [
             {"id": event_id, "type": body["type"], "created_at": body["timestamp"], "data": body["data"]}
-            for event_id, body in await ctx.store.run_events(run["id"])
+            for event_id, body in await ctx.store.run_events(run.id)
         ]
         return JSONResponse(views.page(events, None))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
 from typing import Any
 
 from starlette.endpoints import HTTPEndpoint
@@ -26,31 +25,38 @@ from service.api.problems import (
 )
 from service.delivery.signing import new_secret
 from service.delivery.urlsafety import UnsafeURL
+from service.records import Delivery, Event, Subscription, replace
 from service.store import OWNER_DISABLED, SecretUnavailable
 
-# A request member -> (the record's field, its stored text).
-_STORED: dict[str, tuple[str, Callable[[Any], str]]] = {
-    "url": ("url", str),
-    "event_types": ("event_types", lambda v: json.dumps(list(dict.fromkeys(map(str, v)))) if v else ""),
-    "description": ("description", lambda v: v or ""),
-    "metadata": ("metadata", lambda v: json.dumps(v or {})),
-    "max_in_flight": ("max_in_flight", lambda v: "" if v is None else str(v)),
-    "rate_limit_per_s": ("rate_per_s", lambda v: "" if v is None else str(float(v))),
-}
-_ENABLED = {"disabled": "0", "disabled_reason": "", "failing_since": "", "consecutive_failures": "0"}
+# The request members that are the record's own fields, under the same names.
+_FIELDS = ("url", "event_types", "description", "metadata", "max_in_flight", "rate_limit_per_s")
 
 
-async def _stored(ctx: Context, req: SubscriptionFields) -> dict[str, str]:
+async def _changes(ctx: Context, req: SubscriptionFields) -> dict[str, Any]:
     """The record's fields for the members the request gave, once the URL passes the policy."""
     given = req.model_fields_set
-    out = {_STORED[name][0]: _STORED[name][1](getattr(req, name)) for name in given if name in _STORED}
+    out: dict[str, Any] = {name: getattr(req, name) for name in given if name in _FIELDS}
     if "url" in out:
         await _check_url(ctx, out["url"])
+    if "event_types" in out:
+        types = out["event_types"]
+        out["event_types"] = tuple(dict.fromkeys(map(str, types))) if types else None
+    if "description" in out:
+        out["description"] = out["description"] or None
+    if "metadata" in out:
+        out["metadata"] = out["metadata"] or {}
+    if out.get("rate_limit_per_s") is not None:
+        out["rate_limit_per_s"] = float(out["rate_limit_per_s"])
     if "disabled" in given:
         out.update(
-            {"disabled": "1", "disabled_reason": OWNER_DISABLED}
+            {"disabled": True, "disabled_reason": OWNER_DISABLED}
             if getattr(req, "disabled", False)
-            else _ENABLED
+            else {
+                "disabled": False,
+                "disabled_reason": None,
+                "failing_since": None,
+                "consecutive_failures": 0,
+            }
         )
     return out
 
@@ -66,13 +72,13 @@ async def _check_url(ctx: Context, url: str) -> None:
         ) from None
 
 
-def _secrets(ctx: Context, sub: dict[str, str]) -> list[list[Any]]:
+def _secrets(ctx: Context, sub: Subscription) -> list[list[Any]]:
     """The subscription's secrets, opened; a sealed value whose key is not configured is the operator's
     fault, not the tenant's: 503, with the key id in the log only."""
     try:
         return ctx.store.open_secrets(sub)
     except SecretUnavailable as exc:
-        ctx.log.error("subscription secret cannot be decrypted", subscription_id=sub["id"], error=str(exc))
+        ctx.log.error("subscription secret cannot be decrypted", subscription_id=sub.id, error=str(exc))
         raise Unavailable(
             "This subscription's secret cannot be read with the keys the service holds; try again later."
         ) from None
@@ -91,20 +97,14 @@ class Subscriptions(HTTPEndpoint):
     async def post(self, request: Request) -> Response:
         ctx, client = Context.authenticated(request)
         req = await json_body(request, ctx.settings, ctx.models.subscription_create)
-        fields = await _stored(ctx, req)
-        now = str(domain.now_ms())
+        changes = await _changes(ctx, req)
+        now = domain.now_ms()
         secret = new_secret()
         sub_id = domain.new_id("sub")
-        sub = {
-            "id": sub_id,
-            "client": client,
-            **{field: convert(None) for field, convert in _STORED.values()},
-            **_ENABLED,
-            "secrets": ctx.store.seal_secrets(sub_id, [[secret, None]]),
-            "created": now,
-            "updated": now,
-            **fields,
-        }
+        secrets = ctx.store.seal_secrets(sub_id, [[secret, None]])
+        sub = Subscription(
+            id=sub_id, client=client, secrets=secrets, created_at=now, updated_at=now, **changes
+        )
         quota = ctx.settings.max_subscriptions_per_client
         if not await ctx.store.create_subscription(sub, max_count=quota):
             raise QuotaExceeded(
@@ -112,82 +112,80 @@ class Subscriptions(HTTPEndpoint):
                 "delete one first.",
                 quota=quota,
             )
-        ctx.log.info("subscription created", subscription_id=sub["id"])
-        headers = {"Location": f"/v1/subscriptions/{sub['id']}"}
+        ctx.log.info("subscription created", subscription_id=sub.id)
+        headers = {"Location": f"/v1/subscriptions/{sub.id}"}
         return JSONResponse(views.subscription(sub, secret), status_code=201, headers=headers)
 
 
 class SubscriptionOne(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        _, _, sub = await Context.owned(request, "sub")
+        _, _, sub = await Context.owned(request, Subscription)
         return JSONResponse(views.subscription(sub))
 
     async def patch(self, request: Request) -> Response:
-        ctx, _, sub = await Context.owned(request, "sub")
-        fields = await _stored(ctx, await json_body(request, ctx.settings, ctx.models.subscription_update))
-        if fields:
-            fields["updated"] = str(domain.now_ms())
-            if not ctx.store.secret_box.current(sub.get("secrets") or ""):
+        ctx, _, sub = await Context.owned(request, Subscription)
+        changes = await _changes(ctx, await json_body(request, ctx.settings, ctx.models.subscription_update))
+        if changes:
+            changes["updated_at"] = domain.now_ms()
+            if not ctx.store.secret_box.current(sub.secrets):
                 # Any write seals a secret stored plain (or under a key no longer first): the lazy migration.
                 with contextlib.suppress(SecretUnavailable):
-                    fields["secrets"] = ctx.store.seal_secrets(sub["id"], ctx.store.open_secrets(sub))
-            await ctx.store.update_subscription(sub["id"], fields)
-        return JSONResponse(views.subscription({**sub, **fields}))
+                    changes["secrets"] = ctx.store.seal_secrets(sub.id, ctx.store.open_secrets(sub))
+            sub = replace(sub, **changes)
+            await ctx.store.update_subscription(sub, changes)
+        return JSONResponse(views.subscription(sub))
 
     async def delete(self, request: Request) -> Response:
-        ctx, client, sub = await Context.owned(request, "sub")
-        await ctx.store.delete_subscription(sub["id"], client)
+        ctx, client, sub = await Context.owned(request, Subscription)
+        await ctx.store.delete_subscription(sub.id, client)
         return Response(status_code=204)
 
 
 class SubscriptionSecret(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        ctx, _, sub = await Context.owned(request, "sub")
+        ctx, _, sub = await Context.owned(request, Subscription)
         return JSONResponse({"secret": _secrets(ctx, sub)[0][0]})
 
 
 class RotateSecret(HTTPEndpoint):
     async def post(self, request: Request) -> Response:
-        ctx, _, sub = await Context.owned(request, "sub")
+        ctx, _, sub = await Context.owned(request, Subscription)
         now = domain.now_ms()
         old = [[s, exp] for s, exp in _secrets(ctx, sub) if exp is None or exp > now]
         expires = now + int(ctx.settings.secret_rotation_overlap_s * 1000)
         secret = new_secret()
         # The new secret signs first; the old ones keep signing beside it until the overlap ends.
         secrets = [[secret, None], *[[s, min(exp or expires, expires)] for s, exp in old]]
-        fields = {"secrets": ctx.store.seal_secrets(sub["id"], secrets), "updated": str(now)}
-        await ctx.store.update_subscription(sub["id"], fields)
-        return JSONResponse(views.subscription({**sub, **fields}, secret))
+        sub = replace(sub, secrets=ctx.store.seal_secrets(sub.id, secrets), updated_at=now)
+        await ctx.store.update_subscription(sub, ["secrets", "updated_at"])
+        return JSONResponse(views.subscription(sub, secret))
 
 
 class TestSubscription(HTTPEndpoint):
     async def post(self, request: Request) -> Response:
-        ctx, client, sub = await Context.owned(request, "sub")
+        ctx, client, sub = await Context.owned(request, Subscription)
         await ctx.rate("send", client, "test, retry or recover requests")
         now = domain.now_ms()
         event_id = domain.new_id("evt")
         body = {
             "type": domain.EVENT_TEST,
             "timestamp": domain.rfc3339(now),
-            "data": {"subscription_id": sub["id"], "message": "This is a test event from hookbridge."},
+            "data": {"subscription_id": sub.id, "message": "This is a test event from hookbridge."},
         }
-        event = {
-            "id": event_id,
-            "type": domain.EVENT_TEST,
-            "created": now,
-            "body": json.dumps(body, separators=(",", ":")),
-        }
-        if not await ctx.store.emit_test_event(client, sub["id"], event, now):
+        event = Event(
+            id=event_id, type=domain.EVENT_TEST, created=now, body=json.dumps(body, separators=(",", ":"))
+        )
+        if not await ctx.store.emit_test_event(client, sub.id, event, now):
             raise SubscriptionDisabled("The subscription is disabled; enable it to test it.")
         return JSONResponse({"event_id": event_id}, status_code=202)
 
 
 class SubscriptionDeliveries(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        ctx, _, sub = await Context.owned(request, "sub")
+        ctx, _, sub = await Context.owned(request, Subscription)
         q = query(request, DeliveryPage)
         try:
-            page = await ctx.store.list_deliveries(sub["id"], limit=q.limit, cursor=q.cursor, status=q.status)
+            page = await ctx.store.list_deliveries(sub.id, limit=q.limit, cursor=q.cursor, status=q.status)
         except (ValueError, UnicodeDecodeError):
             raise bad_cursor() from None
         return JSONResponse(views.page([views.delivery(d) for d in page.data], page.next_cursor))
@@ -195,30 +193,30 @@ class SubscriptionDeliveries(HTTPEndpoint):
 
 class RecoverDeliveries(HTTPEndpoint):
     async def post(self, request: Request) -> Response:
-        ctx, client, sub = await Context.owned(request, "sub")
+        ctx, client, sub = await Context.owned(request, Subscription)
         req = await json_body(request, ctx.settings, Recover)
         await ctx.rate("send", client, "test, retry or recover requests")
         now = domain.now_ms()
         since = int(req.since.timestamp() * 1000)
         retried = 0
-        for delivery_id in await ctx.store.failed_deliveries_since(sub["id"], since):
+        for delivery_id in await ctx.store.failed_deliveries_since(sub.id, since):
             retried += await ctx.store.retry_delivery(delivery_id, now)
         return JSONResponse({"retried": retried}, status_code=202)
 
 
 class DeliveryOne(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
-        ctx, _, d = await Context.owned(request, "dlv")
-        return JSONResponse(views.delivery(d, await ctx.store.delivery_attempts(d["id"])))
+        ctx, _, d = await Context.owned(request, Delivery)
+        return JSONResponse(views.delivery(d, await ctx.store.delivery_attempts(d.id)))
 
 
 class RetryDelivery(HTTPEndpoint):
     async def post(self, request: Request) -> Response:
-        ctx, client, d = await Context.owned(request, "dlv")
+        ctx, client, d = await Context.owned(request, Delivery)
         await ctx.rate("send", client, "test, retry or recover requests")
-        if not await ctx.store.retry_delivery(d["id"], domain.now_ms()):
+        if not await ctx.store.retry_delivery(d.id, domain.now_ms()):
             raise DeliveryPending("The delivery is already pending.")
-        return JSONResponse(views.delivery({**d, "status": "pending"}), status_code=202)
+        return JSONResponse(views.delivery(replace(d, status="pending")), status_code=202)
 
 
 routes = [

@@ -11,10 +11,12 @@ from urllib.parse import urlsplit
 import structlog
 
 from service import __version__, domain, logs, tracing
+from service.clock import SYSTEM, Clock
 from service.delivery import schedule, signing
 from service.delivery.client import CallbackClient
 from service.delivery.urlsafety import Policy, UnsafeURL
 from service.metrics import DELIVERIES, DELIVERY_ATTEMPTS, DELIVERY_LATENCY, client_label
+from service.records import Attempt, Delivery, Subscription
 from service.settings import Settings
 from service.store import ClaimedDelivery, SecretUnavailable, Store
 from service.vendors.http import retry_after_seconds
@@ -44,8 +46,15 @@ def redact(text: str, url: str) -> str:
 
 class Deliverer:
     def __init__(
-        self, store: Store, settings: Settings, client: CallbackClient, *, rng: random.Random | None = None
+        self,
+        store: Store,
+        settings: Settings,
+        client: CallbackClient,
+        *,
+        rng: random.Random | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
+        self.clock = clock
         self.store = store
         self.settings = settings
         self.client = client
@@ -56,19 +65,20 @@ class Deliverer:
         """Returns the outcome: succeeded, retry, failed, gone or skipped."""
         dlv, sub = claimed.delivery, claimed.subscription
         with logs_bound(dlv):
-            if not sub:
+            if sub is None:
                 return await self._skip(dlv, "the subscription was deleted")
-            if sub.get("disabled") == "1":
+            if sub.disabled:
                 return await self._skip(
-                    dlv, f"the subscription is disabled: {sub.get('disabled_reason') or 'by its owner'}"
+                    dlv, f"the subscription is disabled: {sub.disabled_reason or 'by its owner'}"
                 )
             if claimed.body is None:
                 return await self._skip(dlv, "the event is no longer kept (zero retention or past retention)")
             async with tracing.delivery_attempt(self.store, dlv):
                 return await self._send(dlv, sub, claimed.body)
 
-    async def _send(self, dlv: dict[str, str], sub: dict[str, str], body: bytes) -> str:
-        started = time.time()
+    async def _send(self, dlv: Delivery, sub: Subscription, body: bytes) -> str:
+        started = self.clock.time()
+        wall_start = time.time()
         now_ms = int(started * 1000)
         status_code: int | None = None
         error: str | None = None
@@ -77,9 +87,9 @@ class Deliverer:
         try:
             # Whatever this raises is a failed attempt, recorded below: never a lease loop.
             async with asyncio.timeout(self.settings.callback_timeout_s):
-                url = self.policy.check_syntax(sub["url"])
+                url = self.policy.check_syntax(sub.url)
                 secrets = active_secrets(self.store.open_secrets(sub), now_ms)
-                headers = signing.headers(secrets, dlv["event"], int(started), body, USER_AGENT)
+                headers = signing.headers(secrets, dlv.event_id, int(started), body, USER_AGENT)
                 tracing.inject(headers)  # the receiver continues the run's trace
                 answer = await self.client.post(url, body, headers)
             status_code = answer.status
@@ -98,51 +108,48 @@ class Deliverer:
         except Exception as exc:
             error = _describe(exc)
         if error is not None:
-            error = redact(error, sub.get("url", ""))
-        duration_ms = round((time.time() - started) * 1000, 1)
-        attempt = {
-            "at": domain.rfc3339(now_ms),
-            "status_code": status_code,
-            "duration_ms": duration_ms,
-            "error": error,
-            "response_body": response_body,
-        }
-        done_ms = int(time.time() * 1000)
+            error = redact(error, sub.url)
+        # The duration is the request's own, on the system's clock even when a test moves self.clock.
+        duration_ms = round((time.time() - wall_start) * 1000, 1)
+        attempt = Attempt(
+            at=domain.rfc3339(now_ms) or "",
+            status_code=status_code,
+            duration_ms=duration_ms,
+            error=error,
+            response_body=response_body,
+        )
+        done_ms = self.clock.now_ms()
         if status_code is not None and 200 <= status_code < 300:
             outcome, next_at = "succeeded", None
         elif status_code == 410:
             outcome, next_at = "gone", None
         else:
-            failures = int(dlv.get("attempts", "0")) - int(dlv.get("series", "0")) + 1
+            failures = dlv.attempts - dlv.series + 1
             wait = schedule.next_wait(self.settings.retry_schedule, failures, retry_after, self._rng)
             outcome = "failed" if wait is None else "retry"
             next_at = None if wait is None else done_ms + int(wait * 1000)
         await self.store.record_attempt(
-            dlv["id"], outcome, now_ms=done_ms, attempt=attempt, next_at_ms=next_at, status_code=status_code
+            dlv.id, outcome, now_ms=done_ms, attempt=attempt, next_at_ms=next_at, status_code=status_code
         )
         tracing.outcome(outcome, status_code)
-        client = client_label(dlv.get("client"))
+        client = client_label(dlv.client)
         DELIVERY_ATTEMPTS.labels(outcome, client).inc()
         if outcome != "retry":
             DELIVERIES.labels(client, outcome).inc()
-        if outcome == "succeeded" and dlv.get("attempts") == "0":
-            DELIVERY_LATENCY.observe(max(0.0, done_ms - int(dlv["created"])) / 1000)
+        if outcome == "succeeded" and dlv.attempts == 0:
+            DELIVERY_LATENCY.observe(max(0.0, done_ms - dlv.created_at) / 1000)
         log.info(
             "delivery attempt", outcome=outcome, status_code=status_code, error=error, duration_ms=duration_ms
         )
         return outcome
 
-    async def _skip(self, dlv: dict[str, str], reason: str) -> str:
-        now_ms = int(time.time() * 1000)
-        attempt = {
-            "at": domain.rfc3339(now_ms),
-            "status_code": None,
-            "duration_ms": 0,
-            "error": reason,
-            "response_body": "",
-        }
-        await self.store.record_attempt(dlv["id"], "skipped", now_ms=now_ms, attempt=attempt)
-        client = client_label(dlv.get("client"))
+    async def _skip(self, dlv: Delivery, reason: str) -> str:
+        now_ms = self.clock.now_ms()
+        attempt = Attempt(
+            at=domain.rfc3339(now_ms) or "", status_code=None, duration_ms=0, error=reason, response_body=""
+        )
+        await self.store.record_attempt(dlv.id, "skipped", now_ms=now_ms, attempt=attempt)
+        client = client_label(dlv.client)
         DELIVERY_ATTEMPTS.labels("skipped", client).inc()
         DELIVERIES.labels(client, "skipped").inc()
         log.info("delivery skipped", reason=reason)
@@ -161,7 +168,7 @@ def _describe(exc: BaseException) -> str:
     return "; ".join(parts)[:500] or type(exc).__name__
 
 
-def logs_bound(dlv: dict[str, str]) -> Any:
+def logs_bound(dlv: Delivery) -> Any:
     return structlog.contextvars.bound_contextvars(
-        delivery_id=dlv.get("id"), subscription_id=dlv.get("sub"), run_id=dlv.get("run") or None
+        delivery_id=dlv.id, subscription_id=dlv.subscription_id, run_id=dlv.run_id
     )

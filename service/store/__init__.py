@@ -1,154 +1,56 @@
 """The Redis store: the only module that knows key names (``keys``) and changes state (``scripts``).
 
+Every state change is one Lua script, so a change and the events and deliveries it implies are
+written together or not at all. See ``keys.py`` for the data layout, ``service/records.py`` for the
+records and ``codec.py`` for how a reply becomes one; the sweeper, the purge and the gauges' sample are in
+``maintenance.py``, listings in ``pages.py``.
+
 redis-py types its hash and list commands as returning "Awaitable[T] | T" for its sync and async
 clients alike; the ``type: ignore[misc]`` on some awaits below are for that alone.
-
-Every state change is one Lua script, so a change and the events and deliveries it implies are
-written together or not at all. See ``keys.py`` for the data layout.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
 
+from service.lifecycle import Transition
 from service.metrics import RUNS, client_label
+from service.records import Attempt, Delivery, Event, Run, Subscription
 from service.settings import Settings
-from service.store import keys
+from service.store import keys, maintenance
+from service.store.codec import (
+    ClaimedDelivery,
+    ClaimedRun,
+    claimed_deliveries,
+    claimed_runs,
+    delivery_or_none,
+    run_or_none,
+    subscription_or_none,
+    text,
+)
 from service.store.connection import connect
+from service.store.maintenance import OWNER_DISABLED, Observation
+from service.store.pages import Page, page
 from service.store.scripts import Scripts
 from service.store.secretbox import SecretBox, SecretUnavailable
 
 __all__ = [
+    "OWNER_DISABLED",
     "ClaimedDelivery",
     "ClaimedRun",
+    "Observation",
     "Page",
     "SecretUnavailable",
     "Store",
-    "Transition",
     "connect",
     "keys",
 ]
 
-Doc = dict[str, Any]
 _TERMINAL = frozenset({"succeeded", "failed", "canceled"})
-
-
-def _s(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _hash(raw: Sequence[bytes] | dict[bytes, bytes]) -> dict[str, str]:
-    if isinstance(raw, dict):
-        return {_s(k): _s(v) for k, v in raw.items()}
-    it = iter(raw)
-    return {_s(k): _s(v) for k, v in zip(it, it, strict=True)}
-
-
-# Fields a stored run leaves out while they hold their default: a run in flight is most of Redis's
-# memory, and these are most of a run.
-_RUN_DEFAULTS: dict[str, Any] = {
-    "vendor_run_id": None,
-    "vendor_status": None,
-    "progress": None,
-    "metadata": {},
-    "zero_retention": False,
-    "completed_at": None,
-    "polls": 0,
-    "error": None,
-    "options": {},
-    "subscription_ids": [],
-    "_state": {},
-    "_delay": None,
-    "_transient": 0,
-    "_progress_event_at": 0,
-    "_vendor_cancel": False,
-}
-
-
-def dump_run(run: Doc) -> str:
-    return json.dumps(
-        {k: v for k, v in run.items() if k not in _RUN_DEFAULTS or v != _RUN_DEFAULTS[k]},
-        separators=(",", ":"),
-    )
-
-
-def load_run(raw: bytes | str) -> Doc:
-    run = json.loads(raw)
-    for key, default in _RUN_DEFAULTS.items():
-        if key not in run:
-            run[key] = default if not isinstance(default, dict | list) else type(default)()
-    return dict(run)
-
-
-def encode_cursor(score: float, member: str) -> str:
-    return base64.urlsafe_b64encode(f"{score!r}|{member}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[float, str]:
-    """Raises ValueError on a cursor we did not make."""
-    padded = cursor + "=" * (-len(cursor) % 4)
-    score, _, member = base64.urlsafe_b64decode(padded.encode()).decode().partition("|")
-    value = float(score)
-    if not math.isfinite(value):
-        raise ValueError("not a cursor")
-    return value, member
-
-
-@dataclass(frozen=True)
-class Page:
-    data: list[Any]
-    next_cursor: str | None
-
-
-@dataclass(frozen=True)
-class ClaimedRun:
-    run: Doc
-    due_ms: float  # when the step was planned
-    slot_ms: float  # when the vendor budget lets its first request go
-    probe: str | None = None  # the vendor is paused after a 429 and this run's step is its one probe
-
-
-@dataclass(frozen=True)
-class ClaimedDelivery:
-    delivery: dict[str, str]
-    subscription: dict[str, str]  # empty when the subscription is gone
-    body: bytes | None  # None when the event body is gone (zero retention, expired)
-
-
-@dataclass
-class Transition:
-    """One state change of a run: the new document and what it implies."""
-
-    run: Doc  # the new run, ``_v`` already incremented
-    expect_v: int
-    events: list[dict[str, Any]] = field(default_factory=list)
-    due_ms: float | None = None  # next step due at; None with remove_due=False leaves it alone
-    remove_due: bool = False
-    result: bytes | None = None
-    delete_document: bool = False
-    ttl_ms: int | None = None
-
-
-# The reason the API writes when a subscription's owner disables it; any other reason is hookbridge's own.
-OWNER_DISABLED = "disabled by its owner"
-
-
-@dataclass
-class Observation:
-    """A sample of the store for the worker's gauges (``Store.observe``)."""
-
-    paused_until_ms: dict[str, float | None] = field(default_factory=dict)
-    oldest_pending_s: dict[str, float] = field(default_factory=dict)
-    disabled_subs: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 class Store:
@@ -167,31 +69,33 @@ class Store:
 
     # Runs ---------------------------------------------------------------------------------------
 
-    async def create_run(self, run: Doc, document: bytes | None, idem: tuple[str, str] | None) -> str | None:
+    async def create_run(self, run: Run, document: bytes | None, idem: tuple[str, str] | None) -> str | None:
         """Writes a new run. With ``idem=(key, fingerprint)`` returns the stored ``"fingerprint run_id"``
         instead when the key was used before (and writes nothing)."""
-        run_id, client = run["id"], run["client"]
-        ks = [keys.run(run_id), keys.document(run_id), keys.client_runs(client), keys.due_runs(run["vendor"])]
-        args: list[Any] = [dump_run(run), document or b"", run["created_at"], run_id]
+        ks = [
+            keys.run(run.id),
+            keys.document(run.id),
+            keys.client_runs(run.client),
+            keys.due_runs(run.vendor),
+        ]
+        args: list[Any] = [run.to_json(), document or b"", run.created_at, run.id]
         if idem:
-            ks.append(keys.idempotency(client, idem[0]))
-            args += [f"{idem[1]} {run_id}", int(self.settings.idempotency_ttl_s * 1000)]
+            ks.append(keys.idempotency(run.client, idem[0]))
+            args += [f"{idem[1]} {run.id}", int(self.settings.idempotency_ttl_s * 1000)]
         reply = await self.scripts.create_run(keys=ks, args=args)
-        return _s(reply[1]) if _s(reply[0]) == "exists" else None
+        return text(reply[1]) if text(reply[0]) == "exists" else None
 
     async def idempotency_record(self, client: str, key: str) -> str | None:
         value = await self.redis.get(keys.idempotency(client, key))
-        return _s(value) if value is not None else None
+        return text(value) if value is not None else None
 
-    async def get_run(self, run_id: str) -> Doc | None:
-        raw = await self.redis.get(keys.run(run_id))
-        return load_run(raw) if raw else None
+    async def get_run(self, run_id: str) -> Run | None:
+        return run_or_none(await self.redis.get(keys.run(run_id)))
 
-    async def get_runs(self, run_ids: Sequence[str]) -> list[Doc | None]:
+    async def get_runs(self, run_ids: Sequence[str]) -> list[Run | None]:
         if not run_ids:
             return []
-        raws = await self.redis.mget([keys.run(r) for r in run_ids])
-        return [load_run(raw) if raw else None for raw in raws]
+        return [run_or_none(raw) for raw in await self.redis.mget([keys.run(r) for r in run_ids])]
 
     async def get_document(self, run_id: str) -> bytes | None:
         raw = await self.redis.get(keys.document(run_id))
@@ -203,7 +107,7 @@ class Store:
 
     async def run_events(self, run_id: str) -> list[tuple[str, dict[str, Any]]]:
         """The run's events that are still kept, oldest first, as (event id, body)."""
-        ids = [_s(i) for i in await self.redis.lrange(keys.run_events(run_id), 0, -1)]  # type: ignore[misc]
+        ids = [text(i) for i in await self.redis.lrange(keys.run_events(run_id), 0, -1)]  # type: ignore[misc]
         if not ids:
             return []
         bodies = await self.redis.mget([keys.event(i) for i in ids])
@@ -211,13 +115,13 @@ class Store:
 
     async def list_runs(
         self, client: str, *, limit: int, cursor: str | None, status: str | None, vendor: str | None
-    ) -> Page:
-        def keep(doc: Doc) -> bool:
-            return (status is None or doc["status"] == status) and (vendor is None or doc["vendor"] == vendor)
+    ) -> Page[Run]:
+        def keep(run: Run) -> bool:
+            return (status is None or run.status == status) and (vendor is None or run.vendor == vendor)
 
-        return await self._page(keys.client_runs(client), limit, cursor, self.get_runs, keep)
+        return await page(self.redis, keys.client_runs(client), limit, cursor, self.get_runs, keep)
 
-    async def transition(self, change: Transition) -> tuple[str, Doc | None, int]:
+    async def transition(self, change: Transition) -> tuple[str, Run | None, int]:
         """Applies ``change`` if the run is still at version ``expect_v``.
 
         Returns ``("ok", None, deliveries_created)``, ``("conflict", current_run, 0)`` or
@@ -225,16 +129,16 @@ class Store:
         """
         run = change.run
         ops: dict[str, Any] = {
-            "run_id": run["id"],
-            "client": run["client"],
+            "run_id": run.id,
+            "client": run.client,
             "expect_v": change.expect_v,
-            "status": run["status"],
-            "now": run["updated_at"],
+            "status": run.status,
+            "now": run.updated_at,
             "retention_ms": self._retention_ms,
-            "zr": "1" if run.get("zero_retention") else "0",
-            "due_key": keys.due_runs(run["vendor"]),
-            "events": change.events,
-            "sub_filter": run.get("subscription_ids") or [],
+            "zr": "1" if run.zero_retention else "0",
+            "due_key": keys.due_runs(run.vendor),
+            "events": [e.model_dump() for e in change.events],
+            "sub_filter": run.subscription_ids,
             "del_doc": change.delete_document,
         }
         if change.due_ms is not None:
@@ -244,17 +148,17 @@ class Store:
         if change.ttl_ms is not None:
             ops["ttl_ms"] = change.ttl_ms
         # The run and the result travel as their own arguments, not escaped inside the ops JSON.
-        args: list[Any] = [json.dumps(ops, separators=(",", ":")), dump_run(run)]
+        args: list[Any] = [json.dumps(ops, separators=(",", ":")), run.to_json()]
         if change.result is not None:
             args.append(change.result)
-        reply = await self.scripts.transition(keys=[keys.run(run["id"])], args=args)
-        outcome = _s(reply[0])
+        reply = await self.scripts.transition(keys=[keys.run(run.id)], args=args)
+        outcome = text(reply[0])
         if outcome == "conflict":
-            return outcome, load_run(reply[1]), 0
+            return outcome, Run.from_json(reply[1]), 0
         if outcome == "ok":
-            if run["status"] in _TERMINAL and _s(reply[2]) not in _TERMINAL:
+            if run.status in _TERMINAL and text(reply[2]) not in _TERMINAL:
                 # Every run's end is counted here, once, whoever ended it (worker, API cancel, ...).
-                RUNS.labels(run["vendor"], run["status"], client_label(run.get("client"))).inc()
+                RUNS.labels(run.vendor, run.status, client_label(run.client)).inc()
             return outcome, None, int(reply[1])
         return outcome, None, 0
 
@@ -277,13 +181,7 @@ class Store:
             keys=[keys.due_runs(vendor), keys.vendor_budget(vendor), keys.vendor_pause(vendor)],
             args=[now_ms, limit, lease_ms, interval_ms, lookahead_ms, probe_lease_ms],
         )
-        flat, nxt, probe = reply
-        token = probe.decode() if isinstance(probe, bytes) else (probe or None)
-        claimed = [
-            ClaimedRun(load_run(flat[i + 3]), float(flat[i + 1]), float(flat[i + 2]), token)
-            for i in range(0, len(flat), 4)
-        ]
-        return claimed, float(nxt) if nxt else None
+        return claimed_runs(reply)
 
     async def release_runs(self, vendor: str, leases: Sequence[tuple[str, float]], now_ms: int) -> int:
         """Makes leased runs due now, each only while its lease (id, lease end ms) is still the one taken."""
@@ -341,61 +239,9 @@ class Store:
         out["deliveries"] = counts[-1]
         return out
 
-    async def observe(
-        self,
-        vendors: Sequence[str],
-        clients: Sequence[str],
-        now_ms: int,
-        *,
-        sample: int = 200,
-        parked_sample: int = 20,
-        batch: int = 250,
-    ) -> Observation:
-        """What the worker exports as gauges, at a bounded cost: each vendor's pause; per client the oldest
-        pending delivery and the disabled subscriptions. The oldest pending delivery is a chain's head, so
-        it is among the ``sample`` next due, the client's in-flight (at most CLIENT_MAX_IN_FLIGHT) or its
-        ``parked_sample`` first parked ones, unless more deliveries fall due before it (the gauge then reads
-        low, never high). Subscriptions: at most MAX_SUBSCRIPTIONS_PER_CLIENT per client. The reads go in
-        pipelines of ``batch`` commands, so the event loop is never held for long."""
-        obs = Observation()
-        pipe = self.redis.pipeline(transaction=False)
-        for vendor in vendors:
-            pipe.hget(keys.vendor_pause(vendor), "until")
-        pipe.zrange(keys.DUE_DELIVERIES, 0, sample - 1)
-        for client in clients:
-            pipe.zrange(keys.client_inflight(client), 0, self.settings.client_max_in_flight - 1)
-            pipe.zrange(keys.client_parked(client), 0, parked_sample - 1)
-            pipe.zrange(keys.client_subs(client), 0, self.settings.max_subscriptions_per_client - 1)
-        replies = await pipe.execute()
-        for vendor, untl in zip(vendors, replies, strict=False):
-            obs.paused_until_ms[vendor] = None if untl is None else float(untl)
-        rest = replies[len(vendors) :]
-        dlv_ids = {_s(i) for i in rest[0]}
-        sub_ids: list[tuple[str, str]] = []
-        for n, client in enumerate(clients):
-            inflight, parked, subs = rest[1 + 3 * n : 4 + 3 * n]
-            dlv_ids.update(_s(i) for i in (*inflight, *parked))
-            sub_ids.extend((client, _s(s)) for s in subs)
-        reads: list[tuple[str, list[str]]] = [
-            (keys.delivery(d), ["client", "created", "status"]) for d in dlv_ids
-        ] + [(keys.subscription(sub_id), ["disabled", "disabled_reason"]) for _, sub_id in sub_ids]
-        fields: list[list[Any]] = []
-        for at in range(0, len(reads), batch):
-            pipe = self.redis.pipeline(transaction=False)
-            for key, names in reads[at : at + batch]:
-                pipe.hmget(key, names)
-            fields += await pipe.execute()
-        for client_raw, created, status in fields[: len(dlv_ids)]:
-            if client_raw is None or created is None or _s(status) != "pending" or not created.isdigit():
-                continue
-            client = _s(client_raw)
-            age = max(0.0, (now_ms - int(created)) / 1000)
-            obs.oldest_pending_s[client] = max(obs.oldest_pending_s.get(client, 0.0), age)
-        for (client, _), (disabled, reason) in zip(sub_ids, fields[len(dlv_ids) :], strict=False):
-            if disabled is not None and _s(disabled) == "1":
-                kind = "auto" if reason and _s(reason) != OWNER_DISABLED else "owner"
-                obs.disabled_subs[(client, kind)] = obs.disabled_subs.get((client, kind), 0) + 1
-        return obs
+    async def observe(self, vendors: Sequence[str], clients: Sequence[str], now_ms: int) -> Observation:
+        """The worker's gauges, sampled at a bounded cost (``maintenance.observe``)."""
+        return await maintenance.observe(self.redis, self.settings, vendors, clients, now_ms)
 
     async def in_flight_count(self, vendors: Sequence[str]) -> int:
         pipe = self.redis.pipeline(transaction=False)
@@ -405,12 +251,12 @@ class Store:
 
     # Subscriptions ------------------------------------------------------------------------------
 
-    async def create_subscription(self, sub: dict[str, str], *, max_count: int) -> bool:
+    async def create_subscription(self, sub: Subscription, *, max_count: int) -> bool:
         """Writes a new subscription; False (nothing written) when its client already has ``max_count``."""
-        flat = [item for pair in sub.items() for item in pair]
+        flat = [item for pair in sub.to_hash().items() for item in pair]
         written = await self.scripts.create_subscription(
-            keys=[keys.subscription(sub["id"]), keys.client_subs(sub["client"])],
-            args=[int(sub["created"]), sub["id"], max_count, *flat],
+            keys=[keys.subscription(sub.id), keys.client_subs(sub.client)],
+            args=[sub.created_at, sub.id, max_count, *flat],
         )
         return bool(written)
 
@@ -425,22 +271,22 @@ class Store:
         )
         return int(wait_ms) / 1000
 
-    async def get_subscription(self, sub_id: str) -> dict[str, str] | None:
-        raw = await self.redis.hgetall(keys.subscription(sub_id))  # type: ignore[misc]
-        return _hash(raw) if raw else None
+    async def get_subscription(self, sub_id: str) -> Subscription | None:
+        return subscription_or_none(await self.redis.hgetall(keys.subscription(sub_id)))  # type: ignore[misc]
 
-    async def get_subscriptions(self, sub_ids: Sequence[str]) -> list[dict[str, str] | None]:
+    async def get_subscriptions(self, sub_ids: Sequence[str]) -> list[Subscription | None]:
         pipe = self.redis.pipeline(transaction=False)
         for sub_id in sub_ids:
             pipe.hgetall(keys.subscription(sub_id))
-        return [_hash(raw) if raw else None for raw in await pipe.execute()]
+        return [subscription_or_none(raw) for raw in await pipe.execute()]
 
-    async def list_subscriptions(self, client: str, *, limit: int, cursor: str | None) -> Page:
-        return await self._page(keys.client_subs(client), limit, cursor, self.get_subscriptions, None)
+    async def list_subscriptions(self, client: str, *, limit: int, cursor: str | None) -> Page[Subscription]:
+        return await page(self.redis, keys.client_subs(client), limit, cursor, self.get_subscriptions, None)
 
-    async def update_subscription(self, sub_id: str, fields: dict[str, str]) -> None:
-        # WATCH-free: the fields written here are the user's own; health fields are the scripts'.
-        await self.redis.hset(keys.subscription(sub_id), mapping=fields)  # type: ignore[misc]
+    async def update_subscription(self, sub: Subscription, changed: Iterable[str]) -> None:
+        """Writes the ``changed`` fields of ``sub``. WATCH-free: those are the user's own (and the secrets);
+        the health fields are the scripts'."""
+        await self.redis.hset(keys.subscription(sub.id), mapping=sub.to_hash(changed))  # type: ignore[misc]
 
     async def delete_subscription(self, sub_id: str, client: str) -> None:
         pipe = self.redis.pipeline(transaction=True)
@@ -454,43 +300,25 @@ class Store:
         """The ``secrets`` field to store: sealed under the primary ``SECRET_KEYS`` key when one is set."""
         return self.secret_box.seal(sub_id, secrets)
 
-    def open_secrets(self, sub: dict[str, str]) -> list[list[Any]]:
+    def open_secrets(self, sub: Subscription) -> list[list[Any]]:
         """``[[secret, expires_ms | None], ...]``, newest first; raises SecretUnavailable."""
-        return self.secret_box.open(sub["id"], sub.get("secrets") or "[]")
+        return self.secret_box.open(sub.id, sub.secrets)
 
     async def reseal_secrets(self) -> dict[str, int]:
-        """Seals every subscription's secrets under the primary key (plain ones included): the migration
-        after setting ``SECRET_KEYS`` or putting a new key first. Safe beside a running API: a value that
-        changed meanwhile is left to its writer."""
-        counts = {"resealed": 0, "current": 0, "unavailable": 0, "changed_meanwhile": 0}
-        # Subscriptions are the hashes among the builder's keys (its deliveries and in-flight sets are zsets).
-        async for raw in self.redis.scan_iter(match=keys.subscription("*"), count=500, _type="HASH"):
-            key = _s(raw)
-            sub = _hash(await self.redis.hgetall(key))  # type: ignore[misc]
-            stored = sub.get("secrets")
-            if not stored or "id" not in sub:
-                continue
-            if self.secret_box.current(stored):
-                counts["current"] += 1
-                continue
-            try:
-                sealed = self.secret_box.seal(sub["id"], self.secret_box.open(sub["id"], stored))
-            except SecretUnavailable:
-                counts["unavailable"] += 1
-                continue
-            done = await self.scripts.reseal_secret(keys=[key], args=[stored, sealed])
-            counts["resealed" if done else "changed_meanwhile"] += 1
-        return counts
+        """Seals every subscription's secrets under the primary key (``maintenance.reseal_secrets``)."""
+        return await maintenance.reseal_secrets(self.redis, self.scripts, self.secret_box)
 
-    async def emit_test_event(self, client: str, sub_id: str, event: dict[str, Any], now_ms: int) -> int:
+    async def emit_test_event(self, client: str, sub_id: str, event: Event, now_ms: int) -> int:
+        """Emits ``event`` to the one subscription ``sub_id``; returns the deliveries created (0 when the
+        subscription is disabled or the event was emitted before)."""
         ops = {
             "client": client,
             "now": now_ms,
             "retention_ms": self._retention_ms,
-            "event": event,
+            "event": event.model_dump(),
             "sub_filter": [sub_id],
         }
-        return int(await self.scripts.emit(keys=[keys.event(event["id"])], args=[json.dumps(ops)]))
+        return int(await self.scripts.emit(keys=[keys.event(event.id)], args=[json.dumps(ops)]))
 
     # Deliveries ---------------------------------------------------------------------------------
 
@@ -507,12 +335,7 @@ class Store:
                 self.settings.client_max_in_flight,
             ],
         )
-        rows, nxt = reply
-        claimed = [
-            ClaimedDelivery(_hash(dlv), _hash(sub) if sub else {}, bytes(body) if body else None)
-            for dlv, sub, body in rows
-        ]
-        return claimed, float(nxt) if nxt else None
+        return claimed_deliveries(reply)
 
     async def release_deliveries(self, leases: Sequence[tuple[str, str, str, float]], now_ms: int) -> int:
         """Makes leased deliveries (id, subscription id, client, lease end ms) due now and frees their
@@ -533,7 +356,7 @@ class Store:
         outcome: str,
         *,
         now_ms: int,
-        attempt: dict[str, Any] | None,
+        attempt: Attempt | None,
         next_at_ms: int | None = None,
         status_code: int | None = None,
     ) -> str:
@@ -548,148 +371,49 @@ class Store:
             "status_code": "" if status_code is None else str(status_code),
         }
         if attempt is not None:
-            ops["attempt"] = json.dumps(attempt, separators=(",", ":"))
+            ops["attempt"] = attempt.to_json()
         if next_at_ms is not None:
             ops["next_at"] = next_at_ms
         reply = await self.scripts.delivery_result(keys=[keys.delivery(delivery_id)], args=[json.dumps(ops)])
-        return _s(reply[1]) if len(reply) > 1 else ""
+        return text(reply[1]) if len(reply) > 1 else ""
 
-    async def get_delivery(self, delivery_id: str) -> dict[str, str] | None:
-        raw = await self.redis.hgetall(keys.delivery(delivery_id))  # type: ignore[misc]
-        return _hash(raw) if raw else None
+    async def get_delivery(self, delivery_id: str) -> Delivery | None:
+        return delivery_or_none(await self.redis.hgetall(keys.delivery(delivery_id)))  # type: ignore[misc]
 
-    async def get_deliveries(self, ids: Sequence[str]) -> list[dict[str, str] | None]:
+    async def get_deliveries(self, ids: Sequence[str]) -> list[Delivery | None]:
         pipe = self.redis.pipeline(transaction=False)
         for delivery_id in ids:
             pipe.hgetall(keys.delivery(delivery_id))
-        return [_hash(raw) if raw else None for raw in await pipe.execute()]
+        return [delivery_or_none(raw) for raw in await pipe.execute()]
 
-    async def delivery_attempts(self, delivery_id: str) -> list[dict[str, Any]]:
-        return [json.loads(a) for a in await self.redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)]  # type: ignore[misc]
+    async def delivery_attempts(self, delivery_id: str) -> list[Attempt]:
+        raws = await self.redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)  # type: ignore[misc]
+        return [Attempt.from_json(a) for a in raws]
 
     async def list_deliveries(
         self, sub_id: str, *, limit: int, cursor: str | None, status: str | None
-    ) -> Page:
-        def keep(d: dict[str, str]) -> bool:
-            return status is None or d.get("status") == status
+    ) -> Page[Delivery]:
+        def keep(d: Delivery) -> bool:
+            return status is None or d.status == status
 
-        return await self._page(keys.sub_deliveries(sub_id), limit, cursor, self.get_deliveries, keep)
+        return await page(self.redis, keys.sub_deliveries(sub_id), limit, cursor, self.get_deliveries, keep)
 
     async def failed_deliveries_since(self, sub_id: str, since_ms: int) -> list[str]:
-        ids = [_s(i) for i in await self.redis.zrangebyscore(keys.sub_deliveries(sub_id), since_ms, "+inf")]
-        rows = await self.get_deliveries(ids)
-        return [d["id"] for d in rows if d and d.get("status") == "failed"]
+        ids = [text(i) for i in await self.redis.zrangebyscore(keys.sub_deliveries(sub_id), since_ms, "+inf")]
+        return [d.id for d in await self.get_deliveries(ids) if d and d.status == "failed"]
 
     async def retry_delivery(self, delivery_id: str, now_ms: int) -> bool:
         return bool(await self.scripts.retry_delivery(keys=[keys.delivery(delivery_id)], args=[now_ms]))
 
-    # Workers ------------------------------------------------------------------------------------
+    # Workers and upkeep -------------------------------------------------------------------------
 
     async def heartbeat(self, worker_id: str, payload: str, ttl_s: float) -> None:
         await self.redis.set(keys.worker(worker_id), payload, px=int(ttl_s * 1000))
 
-    # Repair -------------------------------------------------------------------------------------
-
     async def repair(self, now_ms: int) -> dict[str, int]:
-        """The sweeper: every unfinished run and every pending delivery that should be due has a place in
-        its due set. The scripts keep that true; this catches what they cannot (a due set lost or edited
-        by hand, a Redis restored from an older snapshot). It walks the sets of unfinished work, so a pass
-        costs what is in flight, not the history kept for retention. Idempotent: ``ZADD NX`` never moves
-        work that is already scheduled or leased."""
-        counts = {"runs": 0, "deliveries": 0}
-        for kind, active, key_of in (
-            ("run", keys.ACTIVE_RUNS, keys.run),
-            ("delivery", keys.ACTIVE_DELIVERIES, keys.delivery),
-        ):
-            batch: list[str] = []
-            async for raw in self.redis.sscan_iter(active, count=500):
-                batch.append(_s(raw))
-                if len(batch) >= 500:
-                    counts["runs" if kind == "run" else "deliveries"] += await self._repair(
-                        kind, key_of, batch, now_ms
-                    )
-                    batch = []
-            if batch:
-                counts["runs" if kind == "run" else "deliveries"] += await self._repair(
-                    kind, key_of, batch, now_ms
-                )
-        return counts
-
-    async def _repair(self, kind: str, key_of: Any, ids: list[str], now_ms: int) -> int:
-        pipe = self.redis.pipeline(transaction=False)
-        for item in ids:
-            await self.scripts.repair(keys=[key_of(item)], args=[kind, now_ms, item], client=pipe)
-        return sum(int(r) for r in await pipe.execute())
-
-    # Retention ----------------------------------------------------------------------------------
+        """The sweeper's pass (``maintenance.repair``)."""
+        return await maintenance.repair(self.redis, self.scripts, now_ms)
 
     async def purge_indexes(self, now_ms: int) -> int:
-        """Drops listing entries older than the retention window whose records have expired.
-
-        Only the listings of records that expire are walked (a client's runs, a subscription's
-        deliveries), found by the key builders' own patterns, so a subscription index can never match.
-        An entry stays while its record lives: a run still in flight, a delivery still pending."""
-        cutoff = now_ms - self._retention_ms
-        removed = 0
-        for pattern, record in (
-            (keys.client_runs("*"), keys.run),
-            (keys.sub_deliveries("*"), keys.delivery),
-        ):
-            async for index in self.redis.scan_iter(match=pattern, count=500):
-                removed += await self._purge_index(_s(index), record, cutoff)
-        return removed
-
-    async def _purge_index(self, index: str, record: Any, cutoff: int, chunk: int = 500) -> int:
-        removed = 0
-        start = 0
-        while True:
-            rows = await self.redis.zrangebyscore(index, "-inf", cutoff, start=start, num=chunk)
-            if not rows:
-                return removed
-            ids = [_s(r) for r in rows]
-            pipe = self.redis.pipeline(transaction=False)
-            for item in ids:
-                pipe.exists(record(item))
-            gone = [item for item, alive in zip(ids, await pipe.execute(), strict=True) if not alive]
-            if gone:
-                # A record that expired never comes back (ids are never reused): no race to guard.
-                removed += await self.redis.zrem(index, *gone)
-            if len(rows) < chunk:
-                return removed
-            start += len(rows) - len(gone)
-
-    # Paging -------------------------------------------------------------------------------------
-
-    async def _page(self, index: str, limit: int, cursor: str | None, fetch: Any, keep: Any) -> Page:
-        """Newest first. Scans at most 20 chunks so that a rare filter cannot make one request unbounded;
-        the cursor then points past what was scanned."""
-        max_score: float | str = "+inf"
-        after: str | None = None
-        if cursor:
-            max_score, after = decode_cursor(cursor)
-        out: list[Any] = []
-        last: tuple[float, str] | None = None
-        chunk = max(limit, 50)
-        for _ in range(20):
-            rows = await self.redis.zrevrangebyscore(
-                index, max_score, "-inf", start=0, num=chunk + 1, withscores=True
-            )
-            members = [(_s(m), float(s)) for m, s in rows]
-            if after is not None:
-                # Skip up to and including the cursor's member (several may share its score).
-                skip = next((i + 1 for i, (m, _) in enumerate(members) if m == after), 0)
-                members = members[skip:]
-            if not members:
-                return Page(out, None)
-            docs = await fetch([m for m, _ in members])
-            for (member, score), doc in zip(members, docs, strict=True):
-                last = (score, member)
-                if doc is not None and (keep is None or keep(doc)):
-                    out.append(doc)
-                    if len(out) == limit:
-                        return Page(out, encode_cursor(score, member))
-            if len(rows) <= chunk:
-                return Page(out, None)
-            assert last is not None
-            max_score, after = last
-        return Page(out, encode_cursor(*last) if last else None)
+        """Drops listing entries past retention whose records expired (``maintenance.purge_indexes``)."""
+        return await maintenance.purge_indexes(self.redis, now_ms - self._retention_ms)

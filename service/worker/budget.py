@@ -10,11 +10,11 @@ absent). Then the claim hands exactly one run out as the probe: its first reques
 from __future__ import annotations
 
 import asyncio
-import time
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 from service import logs
+from service.clock import SYSTEM, Clock
 from service.metrics import POLL_LATENESS, VENDOR_PAUSES
 from service.settings import VendorSettings
 from service.store import Store
@@ -41,8 +41,9 @@ probe: ContextVar[ProbeTicket | None] = ContextVar("probe", default=None)
 class StoreBudget:
     """Implements ``vendors.http.Budget`` over the store's GCRA and pause, shared by every worker."""
 
-    def __init__(self, store: Store, vendor: VendorSettings) -> None:
+    def __init__(self, store: Store, vendor: VendorSettings, clock: Clock = SYSTEM) -> None:
         self._store = store
+        self._clock = clock
         self._vendor = vendor.name
         self.interval_ms = 1000.0 / vendor.max_rps if vendor.max_rps > 0 else 0.0
         self.floor_ms = vendor.poll_initial_s * 1000
@@ -63,20 +64,20 @@ class StoreBudget:
             self._unless_paused()
             if self.interval_ms <= 0:
                 return
-            slot_ms = await self._store.budget_take(self._vendor, _now_ms(), self.interval_ms)
+            slot_ms = await self._store.budget_take(self._vendor, self._clock.now_ms(), self.interval_ms)
             due_ms = slot_ms
-        wait = slot_ms / 1000 - time.time()
+        wait = slot_ms / 1000 - self._clock.time()
         if wait > 0:
             await asyncio.sleep(wait)
         if reserved is not None:
-            POLL_LATENESS.labels(self._vendor).observe(max(0.0, time.time() - due_ms / 1000))
+            POLL_LATENESS.labels(self._vendor).observe(max(0.0, self._clock.time() - due_ms / 1000))
 
     async def settle(self, status: int | None, retry_after: float | None) -> None:
         ticket = self._ticket()
         if status == 429:
             until_ms, streak = await self._store.pause_limited(
                 self._vendor,
-                _now_ms(),
+                self._clock.now_ms(),
                 None if retry_after is None else retry_after * 1000,
                 self.floor_ms,
                 self.cap_ms,
@@ -89,14 +90,14 @@ class StoreBudget:
             log.info(
                 "vendor answered 429: paused for every worker",
                 vendor=self._vendor,
-                pause_s=round(max(0.0, until_ms / 1000 - time.time()), 3),
+                pause_s=round(max(0.0, until_ms / 1000 - self._clock.time()), 3),
                 in_a_row=streak,
                 probe=ticket is not None,
             )
         elif ticket is not None:
             ticket.settled = True
             if await self._store.pause_settle(
-                self._vendor, _now_ms(), ticket.token, answered=status is not None
+                self._vendor, self._clock.now_ms(), ticket.token, answered=status is not None
             ):
                 if status is not None:
                     self._until_ms = 0.0
@@ -109,7 +110,7 @@ class StoreBudget:
         covers)."""
         if self._ticket() is not None:
             return  # this step is the probe
-        wait = self._until_ms / 1000 - time.time()
+        wait = self._until_ms / 1000 - self._clock.time()
         if wait <= 0:
             return
         wait = max(wait, self.floor_ms / 1000)
@@ -124,12 +125,8 @@ class StoreBudget:
         return ticket
 
 
-async def release_probe(store: Store, ticket: ProbeTicket) -> None:
+async def release_probe(store: Store, ticket: ProbeTicket, now_ms: int) -> None:
     """A probe step that ended without a vendor answer (it sent nothing, or was cut short)."""
     if not ticket.settled:
         ticket.settled = True
-        await store.pause_settle(ticket.vendor, _now_ms(), ticket.token, answered=False)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+        await store.pause_settle(ticket.vendor, now_ms, ticket.token, answered=False)

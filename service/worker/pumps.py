@@ -15,6 +15,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from service import logs
+from service.clock import SYSTEM, Clock
 from service.settings import Settings
 from service.store import ClaimedRun, Store
 from service.worker.budget import ProbeTicket, probe, release_probe
@@ -27,8 +28,9 @@ LOOKAHEAD_MS = 1000  # how far ahead the claim may reserve vendor budget slots
 class Pump:
     """Claims work in batches and runs each item as its own task, at most ``concurrency`` at once."""
 
-    def __init__(self, name: str, concurrency: int, idle_s: float) -> None:
+    def __init__(self, name: str, concurrency: int, idle_s: float, clock: Clock = SYSTEM) -> None:
         self.name = name
+        self.clock = clock
         self.concurrency = concurrency
         self.idle_s = idle_s
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -83,10 +85,21 @@ class Pump:
                 continue
             wait = self.idle_s
             if next_due_ms is not None:
-                wait = min(wait, max(0.0, next_due_ms / 1000 - time.time()))
+                wait = min(wait, max(0.0, next_due_ms / 1000 - self.clock.time()))
             if not work:
                 self._wake.clear()
                 await _wait_any(stop, self._wake, wait)
+
+    async def until_idle(self) -> int:
+        """Burst mode: claims and works what is due at the clock's now, batch after batch, until nothing
+        is; returns how many items it worked. Work it schedules for later waits for the clock to move."""
+        done = 0
+        while True:
+            work, _ = await self.claim(self.concurrency)
+            if not work:
+                return done
+            await asyncio.gather(*(self._guard(coro) for coro in work))
+            done += len(work)
 
     async def drain(self, timeout_s: float) -> int:
         """Lets the work in flight finish; returns how many tasks were still running at the deadline
@@ -126,8 +139,9 @@ class RunPump(Pump):
         step: Callable[[Any], Awaitable[None]],
         vendors: Sequence[str],
         intervals: dict[str, float],
+        clock: Clock = SYSTEM,
     ) -> None:
-        super().__init__("runs", settings.worker_concurrency, settings.worker_idle_s)
+        super().__init__("runs", settings.worker_concurrency, settings.worker_idle_s, clock)
         self.store = store
         self.settings = settings
         self.step = step
@@ -136,7 +150,7 @@ class RunPump(Pump):
         self._turn = 0
 
     async def claim(self, free: int) -> tuple[list[Awaitable[Any]], float | None]:
-        now = int(time.time() * 1000)
+        now = self.clock.now_ms()
         work: list[Awaitable[Any]] = []
         next_due: float | None = None
         lease_ms = int(self.settings.lease_s * 1000)
@@ -153,7 +167,7 @@ class RunPump(Pump):
                 vendor, now, limit, lease_ms, self.intervals.get(vendor, 0.0), LOOKAHEAD_MS, probe_lease_ms
             )
             work.extend(
-                self._held(c.run["id"], (vendor, c.run["id"], c.slot_ms + lease_ms), self._step(vendor, c))
+                self._held(c.run.id, (vendor, c.run.id, c.slot_ms + lease_ms), self._step(vendor, c))
                 for c in claimed
             )
             if nxt is not None:
@@ -161,7 +175,7 @@ class RunPump(Pump):
         return work, next_due
 
     async def release(self, leases: list[Any]) -> int:
-        released, now = 0, int(time.time() * 1000)
+        released, now = 0, self.clock.now_ms()
         for vendor in self.vendors:
             mine = [(run_id, lease_end) for v, run_id, lease_end in leases if v == vendor]
             released += await self.store.release_runs(vendor, mine, now)
@@ -178,33 +192,39 @@ class RunPump(Pump):
             await self.step(claimed)
         finally:
             try:
-                await release_probe(self.store, ticket)
+                await release_probe(self.store, ticket, self.clock.now_ms())
             except (RedisError, OSError) as exc:  # its lease runs out instead
                 log.warning("probe not released", vendor=vendor, error=str(exc))
 
 
 class DeliveryPump(Pump):
-    def __init__(self, store: Store, settings: Settings, attempt: Callable[[Any], Awaitable[Any]]) -> None:
-        super().__init__("deliveries", settings.worker_concurrency, settings.worker_idle_s)
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        attempt: Callable[[Any], Awaitable[Any]],
+        clock: Clock = SYSTEM,
+    ) -> None:
+        super().__init__("deliveries", settings.worker_concurrency, settings.worker_idle_s, clock)
         self.store = store
         self.settings = settings
         self.attempt = attempt
 
     async def claim(self, free: int) -> tuple[list[Awaitable[Any]], float | None]:
-        now = int(time.time() * 1000)
+        now = self.clock.now_ms()
         lease_ms = int(self.settings.lease_s * 1000)
         claimed, nxt = await self.store.claim_deliveries(now, min(self.settings.worker_batch, free), lease_ms)
         return [
             self._held(
-                c.delivery["id"],
-                (c.delivery["id"], c.delivery.get("sub", ""), c.delivery.get("client", ""), now + lease_ms),
+                c.delivery.id,
+                (c.delivery.id, c.delivery.subscription_id, c.delivery.client, now + lease_ms),
                 self.attempt(c),
             )
             for c in claimed
         ], nxt
 
     async def release(self, leases: list[Any]) -> int:
-        return await self.store.release_deliveries(leases, int(time.time() * 1000))
+        return await self.store.release_deliveries(leases, self.clock.now_ms())
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:

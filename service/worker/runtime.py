@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from service import logs, metrics
 from service._uvicorn import EmbeddedServer, api_config
+from service.clock import SYSTEM, Clock
 from service.delivery import client as callback_client
 from service.delivery.deliverer import Deliverer
 from service.delivery.urlsafety import Policy
@@ -45,14 +46,16 @@ class WorkerRuntime:
         redis_url: str | None = None,
         resolver: AbstractResolver | None = None,
         vendor_transport: httpx.AsyncBaseTransport | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.settings = settings
+        self.clock = clock
         self.redis_url = redis_url
         metrics.set_clients(client for client, _ in settings.api_keys)
         self._next_observe = 0.0
         self.store = Store(connect(settings, url=redis_url), settings)
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}"
-        budgets = {v: StoreBudget(self.store, settings.vendor(v)) for v in settings.vendors}
+        budgets = {v: StoreBudget(self.store, settings.vendor(v), clock) for v in settings.vendors}
         self.vendor_clients, self.adapters = build_adapters(
             settings, budgets, metrics.observe_vendor_request, transport=vendor_transport
         )
@@ -61,13 +64,15 @@ class WorkerRuntime:
             settings.callback_timeout_s,
             resolver=resolver,
         )
-        self.deliverer = Deliverer(self.store, settings, self.callbacks)
-        self.delivery_pump = DeliveryPump(self.store, settings, self.deliverer.attempt)
+        self.deliverer = Deliverer(self.store, settings, self.callbacks, clock=clock)
+        self.delivery_pump = DeliveryPump(self.store, settings, self.deliverer.attempt, clock)
         self.stepper = RunStepper(
-            self.store, settings, self.adapters, on_delivery_due=self.delivery_pump.wake
+            self.store, settings, self.adapters, on_delivery_due=self.delivery_pump.wake, clock=clock
         )
         intervals = {v: b.interval_ms for v, b in budgets.items()}
-        self.run_pump = RunPump(self.store, settings, self.stepper.step, list(self.adapters), intervals)
+        self.run_pump = RunPump(
+            self.store, settings, self.stepper.step, list(self.adapters), intervals, clock
+        )
         # WORKER_ROLE splits the two loops over separate processes (or Deployments), so that callbacks
         # never wait behind a backlog of vendor polls on a busy worker.
         role = settings.worker_role
@@ -134,6 +139,31 @@ class WorkerRuntime:
         await self.close()
         log.info("worker stopped")
 
+    async def step_until_idle(self, *, max_rounds: int = 1000) -> int:
+        """Burst mode, for tests and one-off runs: works everything due at the clock's now (runs, then the
+        deliveries they made due, and again) until nothing is, then returns how many items it worked.
+        With a :class:`~service.clock.ManualClock`, a test moves the clock, steps, and asserts."""
+        total = 0
+        for _ in range(max_rounds):
+            done = 0
+            for pump in self.pumps:
+                done += await pump.until_idle()
+            if not done:
+                return total
+            total += done
+        raise RuntimeError(f"still work due after {max_rounds} rounds: something is due again at once")
+
+    async def sweep(self) -> dict[str, int]:
+        """The sweeper's pass (also arq's periodic job)."""
+        repaired = await self.store.repair(self.clock.now_ms())
+        if any(repaired.values()):
+            log.warning("sweeper rescheduled lost work", **repaired)
+        return repaired
+
+    async def purge(self) -> int:
+        """Drops listing entries past retention (also arq's periodic job)."""
+        return await self.store.purge_indexes(self.clock.now_ms())
+
     def request_stop(self) -> None:
         self.stop.set()
 
@@ -150,18 +180,15 @@ class WorkerRuntime:
     # Periodic jobs ------------------------------------------------------------------------------
 
     async def _sweep(self, ctx: dict[str, Any]) -> dict[str, int]:
-        repaired = await self.store.repair(int(time.time() * 1000))
-        if any(repaired.values()):
-            log.warning("sweeper rescheduled lost work", **repaired)
-        return repaired
+        return await self.sweep()
 
     async def _purge(self, ctx: dict[str, Any]) -> int:
-        return await self.store.purge_indexes(int(time.time() * 1000))
+        return await self.purge()
 
     async def _heartbeat(self) -> None:
         while not self.stop.is_set():
             try:
-                now_ms = int(time.time() * 1000)
+                now_ms = self.clock.now_ms()
                 counts = await self.store.due_counts(list(self.adapters), now_ms)
                 for queue, count in counts.items():
                     metrics.READY_JOBS.labels(queue).set(count)

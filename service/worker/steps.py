@@ -12,7 +12,6 @@ import asyncio
 import base64
 import json
 import random
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,10 +19,13 @@ import structlog
 from redis.exceptions import RedisError
 
 from service import domain, lifecycle, logs, tracing
+from service.clock import SYSTEM, Clock
 from service.domain import QUEUED, TERMINAL
+from service.lifecycle import Transition
 from service.metrics import VENDOR_CREDITS, client_label
+from service.records import Run
 from service.settings import Settings, VendorSettings
-from service.store import ClaimedRun, Store, Transition
+from service.store import ClaimedRun, Store
 from service.vendors import base
 from service.vendors.base import (
     DeletesRuns,
@@ -68,8 +70,10 @@ class RunStepper:
         *,
         on_delivery_due: Callable[[], None] = lambda: None,
         rng: random.Random | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
+        self.clock = clock
         self.settings = settings
         self.adapters = adapters
         self._on_delivery_due = on_delivery_due
@@ -80,39 +84,39 @@ class RunStepper:
         # A submit may checkpoint (a newer version of the run): the fault handlers must see that one.
         latest = [claimed.run]
         run = claimed.run
-        policy = self.settings.vendor(run["vendor"])
-        adapter = self.adapters[run["vendor"]]
+        policy = self.settings.vendor(run.vendor)
+        adapter = self.adapters[run.vendor]
         timeout = self.settings.vendor_timeout_s * 2  # a step makes at most two vendor calls in a row
-        with structlog.contextvars.bound_contextvars(run_id=run["id"], vendor=run["vendor"]):
+        with structlog.contextvars.bound_contextvars(run_id=run.id, vendor=run.vendor):
             await self._step(claimed, latest, policy, adapter, timeout)
 
     async def _step(
         self,
         claimed: ClaimedRun,
-        latest: list[dict[str, Any]],
+        latest: list[Run],
         policy: VendorSettings,
         adapter: VendorAdapter,
         timeout: float,
     ) -> None:
         run = claimed.run
-        timeout += max(0.0, claimed.slot_ms / 1000 - time.time())
-        if run["status"] in TERMINAL:
+        timeout += max(0.0, claimed.slot_ms / 1000 - self.clock.time())
+        if run.status in TERMINAL:
             # Its own bounded retries: a terminal run must never go through the transient path below. Up to
             # four vendor calls in a row: cancel, delete, and on 409 run_in_flight cancel and delete again.
             await self._tell_vendor(run, adapter, policy, timeout * 2)
             return
         try:
             async with asyncio.timeout(timeout):
-                if _now() - run["created_at"] > policy.max_run_s * 1000:
+                if self._now() - run.created_at > policy.max_run_s * 1000:
                     await self._time_out(run, adapter, policy)
-                elif run["status"] == QUEUED:
+                elif run.status == QUEUED:
                     await self._submit(latest, adapter, policy)
                 else:
                     await self._poll(run, adapter, policy)
         except VendorRateLimited as exc:
             # The transport already paused the whole vendor; this run waits its turn, it does not fail.
             delay = exc.retry_after if exc.retry_after is not None else policy.poll_initial_s
-            await self.store.schedule_run(run["vendor"], run["id"], _now() + delay * 1000)
+            await self.store.schedule_run(run.vendor, run.id, self._now() + delay * 1000)
         except (VendorTransient, TimeoutError) as exc:
             await self._transient(latest[0], policy, exc)
         except VendorResultTooLarge as exc:
@@ -120,7 +124,7 @@ class RunStepper:
                 latest[0],
                 lifecycle.failed(
                     latest[0],
-                    _now(),
+                    self._now(),
                     code=domain.RESULT_TOO_LARGE,
                     message=exc.message,
                     settings=self.settings,
@@ -140,9 +144,7 @@ class RunStepper:
 
     # Steps --------------------------------------------------------------------------------------
 
-    async def _submit(
-        self, latest: list[dict[str, Any]], adapter: VendorAdapter, policy: VendorSettings
-    ) -> None:
+    async def _submit(self, latest: list[Run], adapter: VendorAdapter, policy: VendorSettings) -> None:
         run = latest[0]
         document = await self._document(run)
         if document is None:
@@ -150,7 +152,7 @@ class RunStepper:
             await self._apply(
                 lifecycle.failed(
                     run,
-                    _now(),
+                    self._now(),
                     code=domain.VENDOR_REJECTED,
                     message="the document is gone",
                     settings=self.settings,
@@ -158,13 +160,13 @@ class RunStepper:
             )
             return
 
-        state = dict(run.get("_state") or {})
+        state = dict(run.state)
 
         async def checkpoint(update: dict[str, Any]) -> None:
             nonlocal run
             state.update(update)
             change = lifecycle.touched(
-                run, _now(), due_ms=_now() + self.settings.lease_s * 1000, _state=dict(state)
+                run, self._now(), due_ms=self._now() + self.settings.lease_s * 1000, state=dict(state)
             )
             outcome, _, _ = await self.store.transition(change)
             if outcome != "ok":
@@ -172,11 +174,11 @@ class RunStepper:
             run = latest[0] = change.run
 
         request = SubmitRequest(
-            run_id=run["id"],
-            operation=run["operation"],
+            run_id=run.id,
+            operation=run.operation,
             document=document,
-            options=run.get("options") or {},
-            zero_retention=bool(run.get("zero_retention")),
+            options=run.options,
+            zero_retention=run.zero_retention,
             state=state,
             checkpoint=checkpoint,
         )
@@ -186,45 +188,45 @@ class RunStepper:
         except VendorRejected as exc:
             await self._apply(
                 lifecycle.failed(
-                    run, _now(), code=domain.VENDOR_REJECTED, message=exc.message, settings=self.settings
+                    run, self._now(), code=domain.VENDOR_REJECTED, message=exc.message, settings=self.settings
                 )
             )
             return
         shown, delay = next_delay(policy, None, self._rng)
         change = lifecycle.submitted(
             run,
-            _now(),
+            self._now(),
             vendor_run_id=accepted.vendor_run_id,
             vendor_status=accepted.vendor_status,
             state={**state, **accepted.state},
-            due_ms=_now() + delay * 1000,
+            due_ms=self._now() + delay * 1000,
+            delay_s=shown,
         )
-        change.run["_delay"] = shown
         outcome, current = await self._apply(change)
-        if outcome == "conflict" and current is not None and current["status"] in TERMINAL:
+        if outcome == "conflict" and current is not None and current.status in TERMINAL:
             # Canceled while we were submitting: the vendor has a run nobody wants any more.
             vendor_state = {**state, **accepted.state}
             if adapter.supports_cancel:
                 await self._cancel_quietly(adapter, accepted.vendor_run_id, vendor_state)
-            if run.get("zero_retention") and isinstance(adapter, DeletesRuns):
+            if run.zero_retention and isinstance(adapter, DeletesRuns):
                 try:
                     await adapter.delete(accepted.vendor_run_id, vendor_state)
                 except base.VendorError as exc:
                     log.warning("vendor delete failed", vendor=adapter.name, error=exc.message)
-        log.info(
-            "run submitted", run_id=run["id"], vendor=run["vendor"], vendor_run_id=accepted.vendor_run_id
-        )
+        log.info("run submitted", run_id=run.id, vendor=run.vendor, vendor_run_id=accepted.vendor_run_id)
 
-    async def _poll(self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings) -> None:
-        state = run.get("_state") or {}
+    async def _poll(self, run: Run, adapter: VendorAdapter, policy: VendorSettings) -> None:
+        state = run.state
+        # Past the submit a run has a vendor id; a record without one fails its polls (a bounded outcome).
+        vendor_run_id = run.vendor_run_id or ""
         with tracing.vendor_call("poll", run):
-            result = await adapter.poll(run["vendor_run_id"], state)
-        now = _now()
+            result = await adapter.poll(vendor_run_id, state)
+        now = self._now()
         if result.status == base.SUCCEEDED:
             payload = result.result
             if result.needs_fetch:
                 with tracing.vendor_call("fetch_result", run):
-                    payload = await adapter.fetch_result(run["vendor_run_id"], state)
+                    payload = await adapter.fetch_result(vendor_run_id, state)
             result_file = None
             if isinstance(payload, FileResult):
                 payload, result_file = _file_result(run, payload)
@@ -232,7 +234,7 @@ class RunStepper:
                 run,
                 lifecycle.finished(
                     run,
-                    _now(),
+                    self._now(),
                     status=domain.SUCCEEDED,
                     settings=self.settings,
                     vendor_status=result.vendor_status,
@@ -259,7 +261,7 @@ class RunStepper:
                 ),
             )
         else:
-            shown, delay = next_delay(policy, run.get("_delay"), self._rng)
+            shown, delay = next_delay(policy, run.delay_s, self._rng)
             await self._apply(
                 lifecycle.polled(
                     run,
@@ -273,19 +275,19 @@ class RunStepper:
                 )
             )
 
-    async def _time_out(self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings) -> None:
-        message = f"no result after {policy.max_run_s:g}s (HOOKBRIDGE_{run['vendor'].upper()}_MAX_RUN_S)"
-        progress = run.get("progress") or {}
+    async def _time_out(self, run: Run, adapter: VendorAdapter, policy: VendorSettings) -> None:
+        message = f"no result after {policy.max_run_s:g}s (HOOKBRIDGE_{run.vendor.upper()}_MAX_RUN_S)"
+        progress = run.progress or {}
         if progress.get("message"):
             # What the vendor last said it was doing (Uptiq: "check processingStage.message").
             message += f"; the vendor last said: {progress['message']}"
-        if run.get("vendor_run_id") and adapter.supports_cancel:
-            await self._cancel_quietly(adapter, run["vendor_run_id"], run.get("_state") or {})
+        if run.vendor_run_id and adapter.supports_cancel:
+            await self._cancel_quietly(adapter, run.vendor_run_id, run.state)
         await self._finish(
             run,
             lifecycle.failed(
                 run,
-                _now(),
+                self._now(),
                 code=domain.TIMED_OUT,
                 message=message,
                 details={"last_progress": progress} if progress else None,
@@ -295,35 +297,35 @@ class RunStepper:
         )
 
     async def _tell_vendor(
-        self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings, timeout: float
+        self, run: Run, adapter: VendorAdapter, policy: VendorSettings, timeout: float
     ) -> None:
         """Cancels (canceled here) and deletes (zero retention) the vendor's run, with bounded retries.
 
         Every way out is recorded: the vendor told, or after ``VENDOR_MAX_TRANSIENT_FAILURES`` attempts (or
         a refusal) the run says ``vendor_deleted: false`` with ``vendor_delete_error``. It never loops.
         """
-        vendor_run_id, state = run.get("vendor_run_id"), run.get("_state") or {}
+        vendor_run_id, state = run.vendor_run_id, run.state
         deleted: bool | None = None
         error: str | None = None
         try:
             async with asyncio.timeout(timeout):
-                if run.get("_vendor_cancel") and vendor_run_id and adapter.supports_cancel:
+                if run.vendor_cancel_pending and vendor_run_id and adapter.supports_cancel:
                     await adapter.cancel(vendor_run_id, state)
-                if run.get("_vendor_delete") and vendor_run_id:
+                if run.vendor_delete_pending and vendor_run_id:
                     if isinstance(adapter, DeletesRuns):
                         await adapter.delete(vendor_run_id, state)
                         deleted = True
-                        log.info("vendor copy deleted", run_id=run["id"], vendor=run["vendor"])
+                        log.info("vendor copy deleted", run_id=run.id, vendor=run.vendor)
                     else:
-                        error = f"{run['vendor']} has no API to delete its copy of a run"
+                        error = f"{run.vendor} has no API to delete its copy of a run"
         except Exception as exc:  # anything at all: a cleanup step ends recorded, never in a lease loop
-            attempts = int(run.get("_vendor_attempts", 0)) + 1
+            attempts = run.vendor_attempts + 1
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}".rstrip(": ")
             final = isinstance(exc, VendorRejected) or attempts >= self.settings.vendor_max_transient_failures
             log.warning(
                 "telling the vendor failed",
-                run_id=run["id"],
-                vendor=run["vendor"],
+                run_id=run.id,
+                vendor=run.vendor,
                 error=message,
                 attempt=attempts,
             )
@@ -331,25 +333,27 @@ class RunStepper:
                 backoff = min(policy.poll_max_s, policy.poll_initial_s * 2 ** (attempts - 1))
                 delay = max(backoff, getattr(exc, "retry_after", None) or 0.0) * self._rng.uniform(1.0, 1.2)
                 await self._apply(
-                    lifecycle.vendor_retry(run, due_ms=_now() + delay * 1000, attempts=attempts)
+                    lifecycle.vendor_retry(run, due_ms=self._now() + delay * 1000, attempts=attempts)
                 )
                 return
             error = f"gave up after {attempts} attempt{'s' if attempts > 1 else ''}: {message}"
         await self._apply(lifecycle.vendor_told(run, deleted=deleted, error=error))
 
-    async def _refused(self, run: dict[str, Any], code: str, message: str) -> None:
+    async def _refused(self, run: Run, code: str, message: str) -> None:
         # Terminal runs never reach here: telling the vendor has its own bounded retries (_tell_vendor).
-        await self._apply(lifecycle.failed(run, _now(), code=code, message=message, settings=self.settings))
+        await self._apply(
+            lifecycle.failed(run, self._now(), code=code, message=message, settings=self.settings)
+        )
 
-    async def _transient(self, run: dict[str, Any], policy: VendorSettings, exc: Exception) -> None:
-        count = int(run.get("_transient", 0)) + 1
+    async def _transient(self, run: Run, policy: VendorSettings, exc: Exception) -> None:
+        count = run.transient + 1
         message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}" or type(exc).__name__
         if count >= self.settings.vendor_max_transient_failures:
             await self._finish(
                 run,
                 lifecycle.failed(
                     run,
-                    _now(),
+                    self._now(),
                     code=domain.VENDOR_UNREACHABLE,
                     message=f"{count} transient faults in a row; the last: {message}",
                     settings=self.settings,
@@ -360,33 +364,38 @@ class RunStepper:
         retry_after = getattr(exc, "retry_after", None)
         backoff = min(policy.poll_max_s, policy.poll_initial_s * 2 ** (count - 1))
         delay = max(backoff, retry_after or 0.0) * self._rng.uniform(1.0, 1.2)
-        log.warning("vendor fault", run_id=run["id"], vendor=run["vendor"], error=message, attempt=count)
-        await self._apply(lifecycle.touched(run, _now(), due_ms=_now() + delay * 1000, _transient=count))
+        log.warning("vendor fault", run_id=run.id, vendor=run.vendor, error=message, attempt=count)
+        await self._apply(
+            lifecycle.touched(run, self._now(), due_ms=self._now() + delay * 1000, transient=count)
+        )
 
     # Helpers ------------------------------------------------------------------------------------
 
-    async def _finish(self, run: dict[str, Any], change: Transition) -> None:
+    def _now(self) -> int:
+        return self.clock.now_ms()
+
+    async def _finish(self, run: Run, change: Transition) -> None:
         with tracing.run_finish(change.run):
             outcome, _ = await self._apply(change)
         if outcome == "ok":
-            credits = (change.run.get("usage") or {}).get("credits")
+            credits = (change.run.usage or {}).get("credits")
             if isinstance(credits, int | float) and credits > 0:
                 # Labels stay bounded: vendors are a fixed set, clients come from HOOKBRIDGE_API_KEYS.
-                VENDOR_CREDITS.labels(run["vendor"], client_label(run["client"])).inc(credits)
+                VENDOR_CREDITS.labels(run.vendor, client_label(run.client)).inc(credits)
         elif outcome == "conflict":
-            log.info("late result discarded", run_id=run["id"], vendor=run["vendor"])
+            log.info("late result discarded", run_id=run.id, vendor=run.vendor)
 
-    async def _apply(self, change: Transition) -> tuple[str, dict[str, Any] | None]:
+    async def _apply(self, change: Transition) -> tuple[str, Run | None]:
         # The store counts every run's end in hookbridge_runs_total, wherever it happens.
         outcome, current, created = await self.store.transition(change)
         new = change.run
         if outcome == "ok" and change.ttl_ms is not None:  # only a run's end sets its expiry
             log.info(
                 "run finished",
-                run_id=new["id"],
-                vendor=new["vendor"],
-                status=new["status"],
-                error=(new.get("error") or {}).get("code"),
+                run_id=new.id,
+                vendor=new.vendor,
+                status=new.status,
+                error=(new.error or {}).get("code"),
             )
             # The delivery pump learns that work is due now without waiting for its next tick.
             self._on_delivery_due()
@@ -394,15 +403,15 @@ class RunStepper:
             self._on_delivery_due()
         return outcome, current
 
-    async def _document(self, run: dict[str, Any]) -> Document | None:
-        doc = run.get("document") or {}
+    async def _document(self, run: Run) -> Document | None:
+        doc = run.document or {}
         if doc.get("url"):
             return Document(
                 url=doc["url"],
                 filename=doc.get("filename") or "document",
                 media_type=doc.get("media_type") or "application/octet-stream",
             )
-        content = await self.store.get_document(run["id"])
+        content = await self.store.get_document(run.id)
         if content is None:
             return None
         return Document(
@@ -422,7 +431,7 @@ class RunStepper:
             log.warning("vendor cancel failed", vendor=adapter.name, error=message)
 
 
-def _file_result(run: dict[str, Any], file: FileResult) -> tuple[Any, tuple[bytes, str] | None]:
+def _file_result(run: Run, file: FileResult) -> tuple[Any, tuple[bytes, str] | None]:
     """The event's JSON and the file to keep. The vendor's ``downloadUrl`` needs the vendor's key, so it
     becomes ours; with zero retention nothing is kept and the file travels inline, base64 encoded."""
     data = json.loads(json.dumps(file.data)) if file.data is not None else {}
@@ -431,12 +440,12 @@ def _file_result(run: dict[str, Any], file: FileResult) -> tuple[Any, tuple[byte
     output = data.get("output")
     if not isinstance(output, dict):
         output = data["output"] = {}
-    if run.get("zero_retention"):
+    if run.zero_retention:
         output.pop("downloadUrl", None)
         output["file_base64"] = base64.b64encode(file.content).decode("ascii")
         output["file_media_type"] = file.media_type
         return data, None
-    output["downloadUrl"] = f"/v1/runs/{run['id']}/result"
+    output["downloadUrl"] = f"/v1/runs/{run.id}/result"
     return data, (file.content, file.media_type)
 
 
@@ -453,7 +462,3 @@ def _progress(result: PollResult) -> dict[str, Any] | None:
         return None
     p = result.progress
     return {"percent": p.percent, "phase": p.phase, "message": p.message}
-
-
-def _now() -> int:
-    return int(time.time() * 1000)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from starlette.types import Receive, Scope, Send
+
+from service.clock import SYSTEM, Clock
 
 _HOP = {"host", "content-length", "transfer-encoding", "connection", "content-encoding", "keep-alive"}
 
@@ -38,11 +39,12 @@ class FaultProxy:
     storm_until: float = 0.0  # every request before this instant is answered 429
     storm_retry_after: str | None = None  # the Retry-After of those 429s; None sends none
     faults: list[int | str] = field(default_factory=list)  # next requests: a status, or "drop"
+    clock: Clock = SYSTEM  # the storm's window and the log's times (a test's ManualClock)
     _client: httpx.AsyncClient | None = None
 
     def storm(self, seconds: float, retry_after: str | None) -> float:
         """Answers 429 to everything for ``seconds`` from now; returns when the storm started."""
-        start = time.time()
+        start = self.clock.time()
         self.storm_retry_after = retry_after
         self.storm_until = start + seconds
         return start
@@ -62,7 +64,7 @@ class FaultProxy:
                     await send({"type": "lifespan.shutdown.complete"})
                     return
         assert scope["type"] == "http"
-        entry = Entry(time.time(), scope["method"], scope["path"])
+        entry = Entry(self.clock.time(), scope["method"], scope["path"])
         self.log.append(entry)
         body = b""
         while True:

@@ -28,7 +28,7 @@ async def test_a_run_canceled_after_submission_keeps_its_expiry_once_the_vendor_
 
             async def told() -> bool:
                 raw = await client.get(keys.run(run["id"]))
-                return raw is not None and not json.loads(raw).get("_vendor_cancel")
+                return raw is not None and not json.loads(raw).get("vendor_cancel_pending")
 
             await eventually(told, what="the vendor told of the cancel")
         assert vendor.calls["cancel"] == 1

@@ -126,6 +126,7 @@ async def test_the_claim_parks_a_clients_surplus_and_each_end_brings_one_back(re
     import time
 
     from service import settings as settings_mod
+    from service.records import Attempt, Event, Subscription
     from service.store import Store, connect, keys
     from tests.conftest import base_env
 
@@ -137,40 +138,30 @@ async def test_the_claim_parks_a_clients_surplus_and_each_end_brings_one_back(re
         for client, count in (("alice", 6), ("bob", 1)):
             for i in range(count):
                 sub_id = f"sub_{client}{i}"
-                await store.create_subscription(
-                    {
-                        "id": sub_id,
-                        "client": client,
-                        "url": "http://127.0.0.1:9/",
-                        "disabled": "0",
-                        "event_types": "",
-                        "secrets": "[]",
-                        "created": str(now),
-                    },
-                    max_count=100,
+                stored = {"id": sub_id, "client": client, "url": "http://127.0.0.1:9/", "created": str(now)}
+                await store.create_subscription(Subscription.from_hash(stored), max_count=100)
+                event = Event(
+                    id=f"evt_{client}{i}",
+                    type="subscription.test",
+                    created=now - 100 + i,
+                    body=json.dumps({"i": i}),
                 )
-                event = {
-                    "id": f"evt_{client}{i}",
-                    "type": "subscription.test",
-                    "created": now - 100 + i,
-                    "body": json.dumps({"i": i}),
-                }
                 assert await store.emit_test_event(client, sub_id, event, now - 100 + i) == 1
                 subs[client].append(sub_id)
         claimed, _ = await store.claim_deliveries(now, limit=10, lease_ms=10_000)
-        by_client = [c.delivery["client"] for c in claimed]
+        by_client = [c.delivery.client for c in claimed]
         assert sorted(by_client) == ["alice", "alice", "bob"]
         parked = await store.redis.zrange(keys.client_parked("alice"), 0, -1)
         assert len(parked) == 4
         assert await store.redis.zcard(keys.client_inflight("alice")) == 2
         # Nothing more for Alice until one of hers ends.
         assert (await store.claim_deliveries(now + 1, limit=10, lease_ms=10_000))[0] == []
-        first = next(c for c in claimed if c.delivery["client"] == "alice")
-        attempt = {"at": "", "status_code": 204, "duration_ms": 1, "error": None, "response_body": ""}
-        await store.record_attempt(first.delivery["id"], "succeeded", now_ms=now + 2, attempt=attempt)
+        first = next(c for c in claimed if c.delivery.client == "alice")
+        attempt = Attempt(at="", status_code=204, duration_ms=1, error=None, response_body="")
+        await store.record_attempt(first.delivery.id, "succeeded", now_ms=now + 2, attempt=attempt)
         again, _ = await store.claim_deliveries(now + 3, limit=10, lease_ms=10_000)
-        assert [c.delivery["client"] for c in again] == ["alice"]
-        assert again[0].delivery["id"] == parked[0].decode()  # the oldest parked came back first
+        assert [c.delivery.client for c in again] == ["alice"]
+        assert again[0].delivery.id == parked[0].decode()  # the oldest parked came back first
         assert await store.redis.zcard(keys.client_parked("alice")) == 3
         # A worker that died leaves no delivery of its own to end: the sweeper puts parked ones back in
         # the due set, and a claim parks them again while Alice is at her limit.

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
 import httpx
 import pytest
 import redis.asyncio as aioredis
 
 from service.store import keys
-from tests.conftest import Stack, StackFactory, eventually
+from tests.conftest import Clocked, ClockedFactory, Stack, StackFactory, eventually
 from tests.hostile._store_helpers import scripted_worker
 
 FAST = {"HOOKBRIDGE_LEASE_S": "9", "HOOKBRIDGE_VENDOR_MAX_TRANSIENT_FAILURES": "3"}
@@ -51,41 +52,57 @@ async def _leaves_due_set(stack: Stack, run_id: str, timeout: float) -> None:
     try:
 
         async def gone() -> bool:
-            due = await client.zscore(keys.due_runs("nutrient"), run_id)
-            active = await client.sismember(keys.ACTIVE_RUNS, run_id)
-            return due is None and not active
+            return await _nothing_left(client, run_id)
 
         await eventually(gone, timeout=timeout, what=f"{run_id} has nothing left to do")
     finally:
         await client.aclose()
 
 
+async def _nothing_left(client: aioredis.Redis, run_id: str) -> bool:
+    due = await client.zscore(keys.due_runs("nutrient"), run_id)
+    active = await client.sismember(keys.ACTIVE_RUNS, run_id)
+    return due is None and not active
+
+
+async def _submitted(c: Clocked) -> dict[str, Any]:
+    run = await c.stack.submit("nutrient")
+    await c.step()
+    assert (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()["status"] == "submitted"
+    return run
+
+
 @pytest.mark.parametrize("status", [401, 403, 404, 400])
-async def test_a_refused_cancel_ends_once(make_stack: StackFactory, status: int) -> None:
-    stack = await make_stack(worker=False, **FAST)
+async def test_a_refused_cancel_ends_once(make_clocked: ClockedFactory, status: int) -> None:
     vendor = Nutrient(cancel_status=status)
-    async with scripted_worker(stack.settings, vendor):
-        run = await stack.submit("nutrient")
-        await stack.wait_status(run["id"], "submitted", "running")
-        canceled = await stack.api.post(f"/v1/runs/{run['id']}/cancel")
-        assert canceled.status_code == 200 and canceled.json()["status"] == "canceled"
-        # Well inside one lease: a lease loop would still hold it in the due set.
-        await _leaves_due_set(stack, run["id"], timeout=6)
-        assert vendor.calls["cancel"] == 1
-    assert (await stack.api.get(f"/v1/runs/{run['id']}")).json()["status"] == "canceled"
+    c = await make_clocked(httpx.MockTransport(vendor), **FAST)
+    run = await _submitted(c)
+    canceled = await c.stack.api.post(f"/v1/runs/{run['id']}/cancel")
+    assert canceled.status_code == 200 and canceled.json()["status"] == "canceled"
+    await c.step()
+    # The clock has not moved past a lease: a lease loop would still hold it in the due set.
+    assert await _nothing_left(c.worker.store.redis, run["id"])
+    assert vendor.calls["cancel"] == 1
+    await c.advance(3 * 9)  # three leases later: nothing comes back
+    assert vendor.calls["cancel"] == 1
+    assert (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()["status"] == "canceled"
 
 
 async def test_a_cancel_that_keeps_failing_transiently_is_given_up_after_the_budget(
-    make_stack: StackFactory,
+    make_clocked: ClockedFactory,
 ) -> None:
-    stack = await make_stack(worker=False, **FAST, HOOKBRIDGE_NUTRIENT_POLL_MAX_S="100ms")
     vendor = Nutrient(cancel_status=502)
-    async with scripted_worker(stack.settings, vendor):
-        run = await stack.submit("nutrient")
-        await stack.wait_status(run["id"], "submitted", "running")
-        await stack.api.post(f"/v1/runs/{run['id']}/cancel")
-        await _leaves_due_set(stack, run["id"], timeout=8)
-        assert vendor.calls["cancel"] == 3  # VENDOR_MAX_TRANSIENT_FAILURES, then given up
+    c = await make_clocked(httpx.MockTransport(vendor), **FAST, HOOKBRIDGE_NUTRIENT_POLL_MAX_S="100ms")
+    run = await _submitted(c)
+    await c.stack.api.post(f"/v1/runs/{run['id']}/cancel")
+    await c.step()
+    assert vendor.calls["cancel"] == 1 and not await _nothing_left(c.worker.store.redis, run["id"])
+    await c.advance(1)  # past the backoff (POLL_INITIAL_S doubled per attempt, 100 ms at most here)
+    await c.advance(1)
+    assert vendor.calls["cancel"] == 3  # VENDOR_MAX_TRANSIENT_FAILURES, then given up
+    assert await _nothing_left(c.worker.store.redis, run["id"])
+    await c.advance(3 * 9)
+    assert vendor.calls["cancel"] == 3
 
 
 @pytest.mark.parametrize(
@@ -99,13 +116,14 @@ async def test_a_cancel_that_keeps_failing_transiently_is_given_up_after_the_bud
     ids=["html", "json-list", "json-string", "bytes"],
 )
 async def test_a_poll_answer_we_cannot_read_is_a_transient_fault(
-    make_stack: StackFactory, answer: httpx.Response
+    make_clocked: ClockedFactory, answer: httpx.Response
 ) -> None:
-    stack = await make_stack(worker=False, **FAST)
     vendor = Nutrient(poll_answer=answer)
-    async with scripted_worker(stack.settings, vendor):
-        run = await stack.submit("nutrient")
-        ended = await stack.wait_status(run["id"], "failed", "succeeded", timeout=15)
+    c = await make_clocked(httpx.MockTransport(vendor), **FAST)
+    run = await _submitted(c)
+    for _ in range(3):
+        await c.advance(1)  # the next poll, or the backoff after a fault (POLL_MAX_S: 200 ms here)
+    ended = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
     assert ended["status"] == "failed", json.dumps(ended)
     assert ended["error"]["code"] == "vendor_unreachable"
     assert "3 transient faults" in ended["error"]["message"]

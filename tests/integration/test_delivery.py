@@ -3,7 +3,6 @@ ordering per run, in-flight limits, inline results and zero retention."""
 
 from __future__ import annotations
 
-import itertools
 import socket
 import time
 from typing import Any
@@ -14,7 +13,16 @@ from standardwebhooks import Webhook
 from svix.webhooks import Webhook as SvixWebhook
 
 from service.dev.embedded_redis import free_port
-from tests.conftest import Receiver, ReceiverFactory, Stack, StackFactory, eventually
+from service.records import Delivery
+from tests.conftest import (
+    Clocked,
+    ClockedFactory,
+    Receiver,
+    ReceiverFactory,
+    Stack,
+    StackFactory,
+    eventually,
+)
 
 
 async def _value(value: Any) -> Any:
@@ -65,36 +73,34 @@ async def test_the_old_secret_stops_signing_after_the_overlap(
 
 
 async def test_a_receiver_that_is_down_gets_every_event_once_it_is_back(
-    make_stack: StackFactory, make_receiver: ReceiverFactory
+    make_clocked: ClockedFactory, make_receiver: ReceiverFactory
 ) -> None:
-    stack = await make_stack(HOOKBRIDGE_RETRY_SCHEDULE="100ms,200ms,400ms,800ms,1s,2s,5s")
+    # A schedule of minutes to hours, as in production: the clock moves through it.
+    c = await make_clocked(HOOKBRIDGE_RETRY_SCHEDULE="1m,5m,30m,2h")
     port = free_port()  # nothing listens here yet: connections are refused
-    sub = await stack.subscribe(f"http://127.0.0.1:{port}/hooks", event_types=["run.*"])
-    runs = [await stack.submit("nutrient", filename=f"doc-{i}.pdf") for i in range(3)]
-
-    async def failed_a_few_times() -> bool:
-        rows = await deliveries(stack, sub["id"])
-        return bool(rows) and all(d["attempts"] >= 3 for d in rows if d["event_type"] == "run.submitted")
-
-    await eventually(failed_a_few_times, what="several failed attempts")
+    sub = await c.stack.subscribe(f"http://127.0.0.1:{port}/hooks", event_types=["run.*"])
+    runs = [await c.stack.submit("nutrient", filename=f"doc-{i}.pdf") for i in range(3)]
+    await c.step()
+    await c.advance(10 * 60)  # the runs end at the vendor; the first retry (1 min ±20 %) fails
+    await c.advance(10 * 60)  # the second (5 min ±20 %) fails
+    for run in runs:
+        assert (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()["status"] == "succeeded"
+    rows = await deliveries(c.stack, sub["id"])
+    heads = [d for d in rows if d["event_type"] == "run.submitted"]
+    assert len(heads) == 3 and all(d["attempts"] == 3 and d["status"] == "pending" for d in heads)
+    # Ordering per run: what came later waits behind its run's first event, unattempted.
+    assert all(d["attempts"] == 0 for d in rows if d["event_type"] != "run.submitted")
     receiver = await make_receiver(port)
+    await c.advance(40 * 60)  # the third retry (30 min ±20 %) succeeds, and each chain follows at once
+    rows = await deliveries(c.stack, sub["id"])
+    assert rows and all(d["status"] == "succeeded" for d in rows)
     for run in runs:
-        await stack.wait_status(run["id"], "succeeded")
-
-    async def all_delivered() -> bool:
-        rows = await deliveries(stack, sub["id"])
-        return bool(rows) and all(d["status"] == "succeeded" for d in rows)
-
-    await eventually(all_delivered, timeout=30, what="every delivery succeeded")
-    for run in runs:
-        emitted = [e["id"] for e in (await stack.api.get(f"/v1/runs/{run['id']}/events")).json()["data"]]
+        emitted = [e["id"] for e in (await c.stack.api.get(f"/v1/runs/{run['id']}/events")).json()["data"]]
         got = [
             r.headers["webhook-id"] for r in receiver.received if r.json()["data"]["run"]["id"] == run["id"]
         ]
         assert got == emitted  # every event, once each, in order
-    attempt_log = (
-        await stack.api.get(f"/v1/deliveries/{(await deliveries(stack, sub['id']))[-1]['id']}")
-    ).json()
+    attempt_log = (await c.stack.api.get(f"/v1/deliveries/{heads[0]['id']}")).json()
     assert "Connect call failed" in (attempt_log["attempt_log"][0]["error"] or "")
 
 
@@ -122,15 +128,34 @@ async def test_410_gone_disables_the_subscription(stack: Stack, receiver: Receiv
     assert receiver.received[0].headers["webhook-id"] == receiver.received[1].headers["webhook-id"]
 
 
-async def test_retry_after_is_respected(make_stack: StackFactory, receiver: Receiver) -> None:
-    stack = await make_stack(HOOKBRIDGE_RETRY_SCHEDULE="50ms,2500ms")
+async def _test_delivery(c: Clocked, sub_id: str) -> Delivery:
+    """Sends the subscription's test event and works it once; returns its delivery as stored."""
+    assert (await c.stack.api.post(f"/v1/subscriptions/{sub_id}/test")).status_code == 202
+    await c.step()
+    newest = (await deliveries(c.stack, sub_id))[0]
+    return await _stored(c, newest["id"])
+
+
+async def _stored(c: Clocked, delivery_id: str) -> Delivery:
+    d = await c.worker.store.get_delivery(delivery_id)
+    assert d is not None
+    return d
+
+
+async def test_retry_after_is_respected(make_clocked: ClockedFactory, receiver: Receiver) -> None:
+    c = await make_clocked(HOOKBRIDGE_RETRY_SCHEDULE="50ms,2500ms")
     receiver.answers = [(429, {"Retry-After": "2"}), (503, {"Retry-After": "100"})]
-    await stack.subscribe(receiver.url)
-    await stack.submit("nutrient")
-    await eventually(lambda: _value(len(receiver.received) >= 3), timeout=15, what="three attempts")
-    first, second, third = receiver.received[:3]
-    assert 2.0 <= second.at - first.at < 2.5  # not the schedule's 50 ms: the receiver asked for 2 s
-    assert third.at - second.at < 3.5  # 100 s asked, but never later than the schedule's longest step
+    sub = await c.stack.subscribe(receiver.url)
+    d = await _test_delivery(c, sub["id"])
+    # Not the schedule's 50 ms: the receiver asked for 2 s.
+    assert (d.status, d.attempts, d.next_attempt_at) == ("pending", 1, c.now_ms() + 2000)
+    assert await c.advance(1.999) == 0 and len(receiver.received) == 1
+    assert await c.advance(0.001) == 1 and len(receiver.received) == 2
+    d = await _stored(c, d.id)
+    # 100 s asked, but never later than the schedule's longest step (2.5 s, +20 % jitter at most).
+    assert d.next_attempt_at is not None and 2500 <= d.next_attempt_at - c.now_ms() <= 3000
+    await c.advance(3.0)
+    assert (await _stored(c, d.id)).status == "succeeded" and len(receiver.received) == 3
 
 
 async def test_a_redirect_is_not_followed(make_stack: StackFactory, make_receiver: ReceiverFactory) -> None:
@@ -331,27 +356,34 @@ async def test_delivery_timeout_is_a_failed_attempt(make_stack: StackFactory, re
 
 
 async def test_a_subscription_failing_past_the_window_is_disabled(
-    make_stack: StackFactory, receiver: Receiver
+    make_clocked: ClockedFactory, receiver: Receiver
 ) -> None:
-    stack = await make_stack(HOOKBRIDGE_SUBSCRIPTION_DISABLE_AFTER_S="0", HOOKBRIDGE_RETRY_SCHEDULE="50ms")
+    # A window and a schedule of hours: the clock moves, nobody waits. A delivery fails for good after its
+    # third attempt, about two hours (±20 %) after its first.
+    c = await make_clocked(HOOKBRIDGE_SUBSCRIPTION_DISABLE_AFTER_S="10800", HOOKBRIDGE_RETRY_SCHEDULE="1h,1h")
     receiver.answers = [500] * 10
-    sub = await stack.subscribe(receiver.url)
-    await stack.submit("nutrient")
+    sub = await c.stack.subscribe(receiver.url)
+    first = await _test_delivery(c, sub["id"])
+    await c.advance(1.25 * 3600)
+    await c.advance(1.25 * 3600)
+    assert ((await _stored(c, first.id)).status, len(receiver.received)) == ("failed", 3)
+    s = (await c.stack.api.get(f"/v1/subscriptions/{sub['id']}")).json()
+    assert not s["disabled"] and s["consecutive_failures"] == 1  # failing for 2.5 h: not yet 3 h
+    second = await _test_delivery(c, sub["id"])
+    await c.advance(1.25 * 3600)
+    await c.advance(1.25 * 3600)
+    assert (await _stored(c, second.id)).status == "failed"
+    s = (await c.stack.api.get(f"/v1/subscriptions/{sub['id']}")).json()
+    assert s["disabled"] and "kept failing" in s["disabled_reason"] and s["consecutive_failures"] == 2
 
-    async def disabled() -> dict[str, Any] | None:
-        s = (await stack.api.get(f"/v1/subscriptions/{sub['id']}")).json()
-        return s if s["disabled"] else None
 
-    s = await eventually(disabled, what="disabled after exhausting attempts")
-    assert "kept failing" in s["disabled_reason"] and s["consecutive_failures"] == 1
-
-
-async def test_a_subscription_rate_limit_spaces_deliveries(stack: Stack, receiver: Receiver) -> None:
-    sub = await stack.subscribe(receiver.url, rate_limit_per_s=4)
+async def test_a_subscription_rate_limit_spaces_deliveries(clocked: Clocked, receiver: Receiver) -> None:
+    c = clocked
+    sub = await c.stack.subscribe(receiver.url, rate_limit_per_s=4)
     for _ in range(8):
-        assert (await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
-    await eventually(lambda: _value(len(receiver.received) == 8), timeout=20, what="eight test events")
-    times = sorted(r.at for r in receiver.received)
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert min(gaps) >= 0.2  # 4 per second: 250 ms apart, less a little for scheduling
-    assert times[-1] - times[0] >= 1.5
+        assert (await c.stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
+    sent = [await c.step()]
+    for _ in range(7):
+        sent.append(await c.advance(0.25))  # 4 per second: one each 250 ms, never two at once
+    assert sent == [1] * 8 and len(receiver.received) == 8
+    assert await c.advance(1.0) == 0

@@ -4,10 +4,10 @@ claim holds while paused, then exactly one run goes out as the probe; its answer
 
 from __future__ import annotations
 
-import json
 import time
 
 from service import settings as settings_mod
+from service.records import Run
 from service.store import Store, connect, keys
 from tests.conftest import base_env
 
@@ -15,12 +15,25 @@ T0 = 1_800_000_000_000
 LEASE, PROBE_LEASE = 10_000, 5_000
 
 
+def _run(run_id: str) -> str:
+    return Run(
+        id=run_id,
+        client="alice",
+        vendor="nutrient",
+        operation="parse",
+        created_at=T0,
+        updated_at=T0,
+        status="submitted",
+        version=1,
+    ).to_json()
+
+
 async def _store(redis_url: str, runs: int) -> Store:
     settings = settings_mod.load(base_env(redis_url))
     store = Store(connect(settings), settings)
     for i in range(runs):
         run_id = f"run_{i:02d}"
-        await store.redis.set(keys.run(run_id), json.dumps({"id": run_id, "vendor": "nutrient"}))
+        await store.redis.set(keys.run(run_id), _run(run_id))
         await store.redis.zadd(keys.due_runs("nutrient"), {run_id: T0 - 1000 + i})
     return store
 
@@ -29,7 +42,7 @@ async def _claim(store: Store, now: int, limit: int = 10) -> tuple[list[str], st
     claimed, _ = await store.claim_runs("nutrient", now, limit, LEASE, 0.0, 1000, PROBE_LEASE)
     probes = {c.probe for c in claimed}
     assert len(probes) == 1 or not claimed
-    return [c.run["id"] for c in claimed], claimed[0].probe if claimed else None
+    return [c.run.id for c in claimed], claimed[0].probe if claimed else None
 
 
 async def test_a_429_holds_every_claim_then_lets_one_probe_out(redis_url: str) -> None:
@@ -106,7 +119,7 @@ async def test_a_probe_step_that_sends_nothing_hands_the_probe_back(redis_url: s
     try:
         now = int(time.time() * 1000)
         for run_id in ("run_a", "run_b"):
-            await store.redis.set(keys.run(run_id), json.dumps({"id": run_id, "vendor": "nutrient"}))
+            await store.redis.set(keys.run(run_id), _run(run_id))
             await store.redis.zadd(keys.due_runs("nutrient"), {run_id: now - 5000})
         await store.pause_limited("nutrient", now - 3000, 1000, 1000, 60_000, None)  # over: a probe may go
         probes: list[str | None] = []

@@ -16,7 +16,7 @@ from standardwebhooks import Webhook
 
 from service.metrics import REGISTRY
 from service.store import keys
-from tests.conftest import Receiver, Stack, StackFactory, eventually
+from tests.conftest import ClockedFactory, Receiver, Stack, StackFactory, eventually
 
 VENDORS = ["nutrient", "cloudsquid", "uptiq"]
 # What each simulated vendor reports once its run is over, as GET /_sim/stats counts it.
@@ -122,20 +122,23 @@ async def test_a_canceled_run_never_calls_back_succeeded(
 
 @pytest.mark.parametrize("vendor", VENDORS)
 async def test_max_run_s_ends_a_stuck_run_timed_out(
-    make_stack: StackFactory, receiver: Receiver, vendor: str
+    make_clocked: ClockedFactory, receiver: Receiver, vendor: str
 ) -> None:
-    stack = await make_stack(**{f"HOOKBRIDGE_{vendor.upper()}_MAX_RUN_S": "1"})
-    await stack.subscribe(receiver.url)
-    run = await stack.submit(vendor, filename="stuck-forever.pdf")
-
-    final = await stack.wait_status(run["id"], "failed", timeout=15)
-    assert final["error"]["code"] == "timed_out"
+    # Ten minutes pass on the clock, not in the test (within the simulated Nutrient's own processing limit,
+    # which fails a run that outlives it).
+    c = await make_clocked(**{f"HOOKBRIDGE_{vendor.upper()}_MAX_RUN_S": "600"})
+    await c.stack.subscribe(receiver.url)
+    run = await c.stack.submit(vendor, filename="stuck-forever.pdf")
+    await c.step()
+    await c.advance(9 * 60)
+    assert (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()["status"] in ("submitted", "running")
+    await c.advance(61)
+    final = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert final["status"] == "failed" and final["error"]["code"] == "timed_out"
     assert f"HOOKBRIDGE_{vendor.upper()}_MAX_RUN_S" in final["error"]["message"]
-    await eventually(lambda: callbacks(receiver, "run.failed", run["id"]), what="run.failed")
+    assert len(await callbacks(receiver, "run.failed", run["id"])) == 1
     if vendor == "nutrient":  # the one vendor that can be told to stop
-        await eventually(
-            lambda: _equal(sim_stats(stack, vendor), {"canceled": 1}), what="the vendor run canceled"
-        )
+        assert await sim_stats(c.stack, vendor) == {"canceled": 1}
 
 
 async def _equal(value: Any, expected: Any) -> bool:
@@ -281,13 +284,17 @@ async def test_uptiq_record_extras_reach_the_client(stack: Stack, receiver: Rece
     assert (await stack.api.get(f"/v1/runs/{run['id']}/result")).json() == result
 
 
-async def test_an_uptiq_timeout_keeps_the_last_stage_message(make_stack: StackFactory) -> None:
-    stack = await make_stack(HOOKBRIDGE_UPTIQ_MAX_RUN_S="1.5")
-    async with httpx.AsyncClient(base_url=stack.simulator_url) as sim:
+async def test_an_uptiq_timeout_keeps_the_last_stage_message(make_clocked: ClockedFactory) -> None:
+    c = await make_clocked(HOOKBRIDGE_UPTIQ_MAX_RUN_S="600")
+    async with httpx.AsyncClient(base_url=c.stack.simulator_url) as sim:
         await sim.patch("/_sim/config", json={"uptiq_early_404_s": 0})
-    run = await stack.submit("uptiq", filename="stuck-statement.pdf")
-    final = await stack.wait_status(run["id"], "failed", timeout=15)
-    assert final["error"]["code"] == "timed_out"
+    run = await c.stack.submit("uptiq", filename="stuck-statement.pdf")
+    await c.step()
+    for _ in range(10):
+        await c.advance(60)  # polled once a minute on the clock (its interval is 200 ms at most here)
+    await c.advance(1)
+    final = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert final["status"] == "failed" and final["error"]["code"] == "timed_out"
     last = final["error"]["details"]["last_progress"]
     assert last["message"].startswith("Extracting data (")
     assert f"the vendor last said: {last['message']}" in final["error"]["message"]
@@ -355,8 +362,8 @@ async def test_a_run_the_vendor_was_told_about_keeps_its_retention(
 
     async def told() -> bool:
         doc = json.loads(await client.get(keys.run(run["id"])) or b"{}")
-        # The store leaves fields out while they hold their default (_vendor_cancel: false).
-        return bool(doc) and not doc.get("_vendor_cancel") and "_vendor_delete" not in doc
+        # The store leaves fields out while they hold their default (vendor_cancel_pending: false).
+        return bool(doc) and not doc.get("vendor_cancel_pending") and not doc.get("vendor_delete_pending")
 
     try:
         await eventually(told, what="the vendor told")

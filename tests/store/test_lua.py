@@ -15,8 +15,9 @@ import pytest
 
 from service import domain
 from service import settings as settings_mod
-from service.lifecycle import new_run
-from service.store import Store, Transition, connect, keys
+from service.lifecycle import Transition, new_run
+from service.records import Attempt, Delivery, Event, Run, Subscription, replace
+from service.store import Store, connect, keys
 from service.store.scripts import _LUA, source
 from tests.conftest import base_env
 
@@ -47,7 +48,7 @@ def _s(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-async def _run(store: Store, run_id: str = "run_a", client: str = "alice", **extra: Any) -> dict[str, Any]:
+async def _run(store: Store, run_id: str = "run_a", client: str = "alice", **extra: Any) -> Run:
     run = new_run(
         run_id=run_id,
         client=client,
@@ -65,46 +66,36 @@ async def _run(store: Store, run_id: str = "run_a", client: str = "alice", **ext
 
 
 async def _sub(store: Store, sub_id: str, client: str = "alice", **fields: str) -> None:
-    sub = {
-        "id": sub_id,
-        "client": client,
-        "event_types": "",
-        "disabled": "0",
-        "created": str(T0),
-        "max_in_flight": "",
-        "rate_per_s": "",
-        "failing_since": "",
-        "consecutive_failures": "0",
-        "secrets": "[]",
-        **fields,
-    }
-    assert await store.create_subscription(sub, max_count=100)
+    # The hash fields as the Lua scripts spell them, read through the records' own codec.
+    stored = {"id": sub_id, "client": client, "url": "https://example.com/hook", "created": str(T0), **fields}
+    assert await store.create_subscription(Subscription.from_hash(stored), max_count=100)
 
 
-def _event(etype: str, n: int = 0) -> dict[str, Any]:
-    return {
-        "id": f"evt_{etype}_{n}",
-        "type": etype,
-        "created": T0,
-        "body": json.dumps({"type": etype, "n": n}),
-    }
+def _event(etype: str, n: int = 0, event_id: str | None = None) -> Event:
+    body = json.dumps({"type": etype, "n": n})
+    return Event(id=event_id or f"evt_{etype}_{n}", type=etype, created=T0, body=body)
 
 
-def _next(run: dict[str, Any], status: str, now: int = T0 + 1) -> dict[str, Any]:
-    return {**run, "_v": run["_v"] + 1, "status": status, "updated_at": now}
+def _next(run: Run, status: str, now: int = T0 + 1) -> Run:
+    return replace(run, version=run.version + 1, status=status, updated_at=now)
 
 
-async def _emit(
-    store: Store, run: dict[str, Any], *events: dict[str, Any], status: str = "processing"
-) -> int:
-    new = _next(run, status)
-    outcome, _, created = await store.transition(Transition(new, run["_v"], events=list(events)))
+def _attempt(code: int | None = None) -> Attempt:
+    return Attempt(
+        at="2027-01-15T08:00:00.000Z", status_code=code, duration_ms=1.0, error=None, response_body=""
+    )
+
+
+async def _emit(store: Store, run: Run, *events: Event, status: str = "processing") -> int:
+    current = await store.get_run(run.id)  # the stored version: runs are values, the store has the latest
+    assert current is not None
+    new = _next(current, status)
+    outcome, _, created = await store.transition(Transition(new, current.version, events=list(events)))
     assert outcome == "ok"
-    run.update(new)
     return created
 
 
-async def _deliveries_of(store: Store, sub_id: str) -> list[dict[str, str]]:
+async def _deliveries_of(store: Store, sub_id: str) -> list[Delivery]:
     ids = [_s(i) for i in await store.redis.zrange(keys.sub_deliveries(sub_id), 0, -1)]
     return [d for d in await store.get_deliveries(ids) if d is not None]
 
@@ -156,7 +147,7 @@ async def test_create_run_writes_everything_and_an_idempotency_key_writes_nothin
     assert await r.sismember(keys.ACTIVE_RUNS, "run_a")
     assert await r.pttl(keys.idempotency("alice", "key-1")) > 0
 
-    again = {**run, "id": "run_b"}
+    again = replace(run, id="run_b")
     assert await store.create_run(again, b"other", ("key-1", "fp2")) == "fp1 run_a"
     assert await store.get_run("run_b") is None and await r.get(keys.document("run_b")) is None
     assert not await r.sismember(keys.ACTIVE_RUNS, "run_b")
@@ -173,9 +164,9 @@ async def test_transition_ok_conflict_and_missing(store: Store) -> None:
     assert await store.redis.zscore(keys.due_runs("nutrient"), "run_a") == T0 + 500
     stale = _next(run, "failed")  # written from version 0, but the run is at 1 now
     outcome, current, _ = await store.transition(Transition(stale, 0))
-    assert outcome == "conflict" and current is not None and current["status"] == "processing"
-    assert (await store.get_run("run_a"))["status"] == "processing"  # type: ignore[index]
-    ghost = {**new, "id": "run_ghost"}
+    assert outcome == "conflict" and current is not None and current.status == "processing"
+    assert (await store.get_run("run_a")).status == "processing"  # type: ignore[union-attr]
+    ghost = replace(new, id="run_ghost")
     assert await store.transition(Transition(ghost, 1)) == ("missing", None, 0)
     assert await store.get_run("run_ghost") is None
 
@@ -186,9 +177,9 @@ async def test_a_terminal_run_never_changes_status(store: Store) -> None:
     assert (await store.transition(Transition(done, 0, remove_due=True, ttl_ms=60_000)))[0] == "ok"
     back = _next(done, "processing")
     outcome, current, _ = await store.transition(Transition(back, 1))
-    assert outcome == "conflict" and current is not None and current["status"] == "succeeded"
+    assert outcome == "conflict" and current is not None and current.status == "succeeded"
     # The same terminal status may be rewritten (a canceled run told to the vendor later).
-    same = {**_next(done, "succeeded"), "vendor_deleted": True}
+    same = replace(_next(done, "succeeded"), vendor_deleted=True)
     assert (await store.transition(Transition(same, 1)))[0] == "ok"
 
 
@@ -220,7 +211,7 @@ async def test_result_document_and_ttl_on_the_end_and_keepttl_afterwards(store: 
         assert 0 < await r.pttl(key) <= 50_000
     # A later rewrite (the vendor told of the end) keeps the expiry instead of dropping it.
     await r.pexpire(keys.run("run_a"), 40_000)
-    await store.transition(Transition({**_next(end, "succeeded"), "vendor_deleted": True}, 2))
+    await store.transition(Transition(replace(_next(end, "succeeded"), vendor_deleted=True), 2))
     assert 0 < await r.pttl(keys.run("run_a")) <= 40_000
 
 
@@ -233,15 +224,18 @@ async def test_events_fan_out_to_matching_active_subscriptions_only(store: Store
     run = await _run(store)
     assert await _emit(store, run, _event("run.submitted")) == 1  # sub_all only
     assert await _emit(store, run, _event("run.succeeded"), status="succeeded") == 2
-    assert [d["type"] for d in await _deliveries_of(store, "sub_all")] == ["run.submitted", "run.succeeded"]
-    assert [d["type"] for d in await _deliveries_of(store, "sub_default")] == ["run.succeeded"]
+    assert [d.event_type for d in await _deliveries_of(store, "sub_all")] == [
+        "run.submitted",
+        "run.succeeded",
+    ]
+    assert [d.event_type for d in await _deliveries_of(store, "sub_default")] == ["run.succeeded"]
     for nobody in ("sub_failed", "sub_off", "sub_bob"):
         assert await _deliveries_of(store, nobody) == []
     events = [_s(e) for e in await store.redis.lrange(keys.run_events("run_a"), 0, -1)]
     assert events == ["evt_run.submitted_0", "evt_run.succeeded_0"]
     d = (await _deliveries_of(store, "sub_default"))[0]
-    assert d["status"] == "pending" and d["client"] == "alice" and d["run"] == "run_a"
-    assert await store.redis.sismember(keys.ACTIVE_DELIVERIES, d["id"])
+    assert d.status == "pending" and d.client == "alice" and d.run_id == "run_a"
+    assert await store.redis.sismember(keys.ACTIVE_DELIVERIES, d.id)
 
 
 async def test_an_event_emitted_twice_creates_its_deliveries_once(store: Store) -> None:
@@ -284,11 +278,11 @@ async def test_the_lua_event_matcher(
 async def test_the_test_event_reaches_the_named_subscription_whatever_it_asked_for(store: Store) -> None:
     await _sub(store, "sub_1", event_types=json.dumps(["run.failed"]))
     await _sub(store, "sub_2")
-    ev = {**_event(domain.EVENT_TEST), "id": "evt_test"}
+    ev = _event(domain.EVENT_TEST, event_id="evt_test")
     assert await store.emit_test_event("alice", "sub_1", ev, T0) == 1
-    assert [d["type"] for d in await _deliveries_of(store, "sub_1")] == [domain.EVENT_TEST]
+    assert [d.event_type for d in await _deliveries_of(store, "sub_1")] == [domain.EVENT_TEST]
     assert await _deliveries_of(store, "sub_2") == []
-    assert await store.redis.get(keys.event("evt_test")) == ev["body"].encode()
+    assert await store.redis.get(keys.event("evt_test")) == ev.body.encode()
     assert await store.emit_test_event("alice", "sub_1", ev, T0) == 0  # the same event id: nothing new
 
 
@@ -319,12 +313,12 @@ async def test_zero_retention_counts_pending_deliveries_and_the_last_end_drops_t
     ev = _event("run.succeeded")
     assert await _emit(store, run, ev, status="succeeded") == 2
     r = store.redis
-    assert await r.get(keys.event_pending(ev["id"])) == b"2"
+    assert await r.get(keys.event_pending(ev.id)) == b"2"
     d1, d2 = (await _deliveries_of(store, "sub_1"))[0], (await _deliveries_of(store, "sub_2"))[0]
-    await store.record_attempt(d1["id"], "succeeded", now_ms=T0 + 10, attempt={"n": 1})
-    assert await r.get(keys.event(ev["id"])) is not None and await r.get(keys.event_pending(ev["id"])) == b"1"
-    await store.record_attempt(d2["id"], "failed", now_ms=T0 + 20, attempt={"n": 1})
-    assert await r.get(keys.event(ev["id"])) is None and await r.get(keys.event_pending(ev["id"])) is None
+    await store.record_attempt(d1.id, "succeeded", now_ms=T0 + 10, attempt=_attempt())
+    assert await r.get(keys.event(ev.id)) is not None and await r.get(keys.event_pending(ev.id)) == b"1"
+    await store.record_attempt(d2.id, "failed", now_ms=T0 + 20, attempt=_attempt())
+    assert await r.get(keys.event(ev.id)) is None and await r.get(keys.event_pending(ev.id)) is None
     # Without zero retention the body stays for retention.
     run_b = await _run(store, "run_b")
     await _emit(store, run_b, _event("run.failed"), status="failed")
@@ -345,14 +339,14 @@ async def test_claim_runs_leases_due_runs_and_drops_vanished_ones(store: Store) 
     await store.redis.delete(keys.run("run_1"))
     await store.redis.zadd(keys.due_runs("nutrient"), {"run_late": T0 + 5000})
     claimed, nxt = await store.claim_runs("nutrient", T0 + 10, 10, LEASE, 0.0, 0)
-    assert [c.run["id"] for c in claimed] == ["run_0", "run_2"] and claimed[0].due_ms == T0
+    assert [c.run.id for c in claimed] == ["run_0", "run_2"] and claimed[0].due_ms == T0
     due = {_s(m): s for m, s in await store.redis.zrange(keys.due_runs("nutrient"), 0, -1, withscores=True)}
     assert due == {"run_0": T0 + 10 + LEASE, "run_2": T0 + 10 + LEASE, "run_late": T0 + 5000}
     assert nxt == T0 + 5000
     # Leased: nothing due until the lease runs out; then the run is claimed again.
     assert (await store.claim_runs("nutrient", T0 + 20, 10, LEASE, 0.0, 0))[0] == []
     again, _ = await store.claim_runs("nutrient", T0 + 10 + LEASE, 10, LEASE, 0.0, 0)
-    assert [c.run["id"] for c in again] == ["run_0", "run_2"]  # run_late had no record: dropped
+    assert [c.run.id for c in again] == ["run_0", "run_2"]  # run_late had no record: dropped
     assert await store.redis.zscore(keys.due_runs("nutrient"), "run_late") is None
 
 
@@ -360,7 +354,7 @@ async def test_claim_runs_takes_budget_slots_within_the_lookahead(store: Store) 
     await _due_runs(store, 5)
     claimed, _ = await store.claim_runs("nutrient", T0 + 10, 10, LEASE, 1000.0, 2500)
     # Slots 1 s apart; the fourth (3 s ahead) is past the 2.5 s lookahead and stays due.
-    assert [(c.run["id"], c.slot_ms) for c in claimed] == [
+    assert [(c.run.id, c.slot_ms) for c in claimed] == [
         ("run_0", T0 + 10),
         ("run_1", T0 + 1010),
         ("run_2", T0 + 2010),
@@ -394,9 +388,9 @@ async def _pending(store: Store, sub_id: str, n: int, client: str = "alice", fir
     ids = []
     for i in range(first, first + n):
         run = await _run(store, f"run_{sub_id}_{i}", client)
-        await _emit(store, run, {**_event("run.failed", i), "id": f"evt_{sub_id}_{i}"}, status="failed")
+        await _emit(store, run, _event("run.failed", i, f"evt_{sub_id}_{i}"), status="failed")
     for d in await _deliveries_of(store, sub_id):
-        ids.append(d["id"])
+        ids.append(d.id)
     return ids
 
 
@@ -405,13 +399,13 @@ async def test_claim_deliveries_respects_a_subscriptions_in_flight_limit(store: 
     ids = await _pending(store, "sub_1", 3)
     claimed, _ = await store.claim_deliveries(T0 + 10, 10, LEASE)
     assert len(claimed) == 2
-    held = (set(ids) - {c.delivery["id"] for c in claimed}).pop()
+    held = (set(ids) - {c.delivery.id for c in claimed}).pop()
     assert (await _due_deliveries(store))[held] == T0 + 10 + 100  # re-scored, not dropped
-    assert claimed[0].subscription["id"] == "sub_1" and claimed[0].body is not None
+    assert claimed[0].subscription.id  # type: ignore[union-attr] == "sub_1" and claimed[0].body is not None
     # One ends: a slot is free again.
-    await store.record_attempt(claimed[0].delivery["id"], "succeeded", now_ms=T0 + 50, attempt={})
+    await store.record_attempt(claimed[0].delivery.id, "succeeded", now_ms=T0 + 50, attempt=_attempt())
     claimed, _ = await store.claim_deliveries(T0 + 110, 10, LEASE)
-    assert [c.delivery["id"] for c in claimed] == [held]
+    assert [c.delivery.id for c in claimed] == [held]
 
 
 async def test_claim_deliveries_parks_a_clients_surplus_and_an_end_brings_one_back(store: Store) -> None:
@@ -420,16 +414,18 @@ async def test_claim_deliveries_parks_a_clients_surplus_and_an_end_brings_one_ba
     mine = await _pending(store, "sub_a", 5)
     theirs = await _pending(store, "sub_b", 1, client="bob")
     claimed, _ = await store.claim_deliveries(T0 + 10, 10, LEASE)
-    got = [c.delivery["id"] for c in claimed]
+    got = [c.delivery.id for c in claimed]
     assert len([i for i in got if i in mine]) == 3 and theirs[0] in got  # alice's limit is 3 in flight
     parked = [_s(m) for m in await store.redis.zrange(keys.client_parked("alice"), 0, -1)]
     assert len(parked) == 2 and not set(parked) & set(await _due_deliveries(store))
     assert await store.redis.zcard(keys.client_inflight("alice")) == 3
-    await store.record_attempt(next(i for i in got if i in mine), "succeeded", now_ms=T0 + 20, attempt={})
+    await store.record_attempt(
+        next(i for i in got if i in mine), "succeeded", now_ms=T0 + 20, attempt=_attempt()
+    )
     assert await store.redis.zcard(keys.client_parked("alice")) == 1
     assert await store.redis.zcard(keys.client_inflight("alice")) == 2
     claimed, _ = await store.claim_deliveries(T0 + 30, 10, LEASE)
-    assert [c.delivery["id"] for c in claimed] == [parked[0]]
+    assert [c.delivery.id for c in claimed] == [parked[0]]
 
 
 async def test_claim_deliveries_keeps_a_subscriptions_rate(store: Store) -> None:
@@ -451,12 +447,12 @@ async def test_claim_deliveries_hands_out_a_missing_body_and_ends_a_delivery_wit
     ids = await _pending(store, "sub_1", 2)
     first = await store.get_delivery(ids[0])
     assert first is not None
-    await store.redis.delete(keys.event(first["event"]))
+    await store.redis.delete(keys.event(first.event_id))
     await store.redis.hdel(keys.delivery(ids[1]), "event")
     claimed, _ = await store.claim_deliveries(T0 + 10, 10, LEASE)
-    assert [(c.delivery["id"], c.body) for c in claimed] == [(ids[0], None)]  # the worker fails it
+    assert [(c.delivery.id, c.body) for c in claimed] == [(ids[0], None)]  # the worker fails it
     broken = await store.get_delivery(ids[1])
-    assert broken is not None and broken["status"] == "failed"
+    assert broken is not None and broken.status == "failed"
     assert ids[1] not in await _due_deliveries(store)
     assert not await store.redis.sismember(keys.ACTIVE_DELIVERIES, ids[1])
 
@@ -475,24 +471,24 @@ async def test_delivery_succeeded_ends_it_and_keeps_the_attempt(store: Store) ->
         keys.subscription("sub_1"), mapping={"consecutive_failures": "3", "failing_since": "5"}
     )
     assert (
-        await store.record_attempt(dlv, "succeeded", now_ms=T0 + 10, attempt={"code": 200}, status_code=200)
+        await store.record_attempt(dlv, "succeeded", now_ms=T0 + 10, attempt=_attempt(200), status_code=200)
         == ""
     )
     d = await store.get_delivery(dlv)
-    assert d is not None and (d["status"], d["attempts"], d["last_code"]) == ("succeeded", "1", "200")
-    assert await store.delivery_attempts(dlv) == [{"code": 200}]
+    assert d is not None and (d.status, d.attempts, d.last_status_code) == ("succeeded", 1, 200)
+    assert await store.delivery_attempts(dlv) == [_attempt(200)]
     assert dlv not in await _due_deliveries(store)
     assert not await store.redis.sismember(keys.ACTIVE_DELIVERIES, dlv)
     assert 0 < await store.redis.pttl(keys.delivery(dlv)) <= RETENTION_MS
     sub = await store.get_subscription("sub_1")
-    assert sub is not None and (sub["consecutive_failures"], sub["failing_since"]) == ("0", "")
+    assert sub is not None and (sub.consecutive_failures, sub.failing_since) == (0, None)
 
 
 async def test_delivery_retry_reschedules_it(store: Store) -> None:
     dlv = await _one(store)
-    await store.record_attempt(dlv, "retry", now_ms=T0 + 10, attempt={"code": 500}, next_at_ms=T0 + 5000)
+    await store.record_attempt(dlv, "retry", now_ms=T0 + 10, attempt=_attempt(500), next_at_ms=T0 + 5000)
     d = await store.get_delivery(dlv)
-    assert d is not None and (d["status"], d["next_at"]) == ("pending", str(T0 + 5000))
+    assert d is not None and (d.status, d.next_attempt_at) == ("pending", T0 + 5000)
     assert (await _due_deliveries(store))[dlv] == T0 + 5000
     assert await store.redis.pttl(keys.delivery(dlv)) == -1  # pending work does not expire
 
@@ -501,30 +497,30 @@ async def test_delivery_failed_counts_against_the_subscription_and_disables_it_a
     store: Store,
 ) -> None:
     dlv = await _one(store)
-    await store.record_attempt(dlv, "failed", now_ms=T0 + 10, attempt={})
+    await store.record_attempt(dlv, "failed", now_ms=T0 + 10, attempt=_attempt())
     sub = await store.get_subscription("sub_1")
-    assert sub is not None and sub["consecutive_failures"] == "1" and sub["disabled"] == "0"
-    assert sub["failing_since"] == str(T0 + 1)  # the first failing delivery's creation
+    assert sub is not None and sub.consecutive_failures == 1 and not sub.disabled
+    assert sub.failing_since == T0 + 1  # the first failing delivery's creation
     # Still failing 60 s (the window) after it began: disabled.
     run = await _run(store, "run_late")
     await _emit(store, run, _event("run.failed", 9), status="failed")
-    late = next(d["id"] for d in await _deliveries_of(store, "sub_1") if d["id"] != dlv)
-    await store.record_attempt(late, "failed", now_ms=T0 + 1 + 60_000, attempt={})
+    late = next(d.id for d in await _deliveries_of(store, "sub_1") if d.id != dlv)
+    await store.record_attempt(late, "failed", now_ms=T0 + 1 + 60_000, attempt=_attempt())
     sub = await store.get_subscription("sub_1")
-    assert sub is not None and sub["disabled"] == "1" and "kept failing" in sub["disabled_reason"]
+    assert sub is not None and sub.disabled and "kept failing" in (sub.disabled_reason or "")
 
 
 async def test_delivery_gone_disables_and_skipped_does_not_count(store: Store) -> None:
     dlv = await _one(store)
     await store.record_attempt(dlv, "skipped", now_ms=T0 + 10, attempt=None)
     d, sub = await store.get_delivery(dlv), await store.get_subscription("sub_1")
-    assert d is not None and (d["status"], d["attempts"]) == ("failed", "0")
-    assert sub is not None and sub["consecutive_failures"] == "0" and sub["disabled"] == "0"
+    assert d is not None and (d.status, d.attempts) == ("failed", 0)
+    assert sub is not None and sub.consecutive_failures == 0 and not sub.disabled
     dlv2 = await _one(store, "sub_2")
-    await store.record_attempt(dlv2, "gone", now_ms=T0 + 20, attempt={}, status_code=410)
+    await store.record_attempt(dlv2, "gone", now_ms=T0 + 20, attempt=_attempt(), status_code=410)
     sub = await store.get_subscription("sub_2")
-    assert sub is not None and sub["disabled"] == "1" and "410" in sub["disabled_reason"]
-    assert await store.record_attempt("dlv_missing", "succeeded", now_ms=T0, attempt={}) == ""
+    assert sub is not None and sub.disabled and "410" in (sub.disabled_reason or "")
+    assert await store.record_attempt("dlv_missing", "succeeded", now_ms=T0, attempt=_attempt()) == ""
     assert await store.get_delivery("dlv_missing") is None
 
 
@@ -536,24 +532,24 @@ async def test_a_chain_makes_only_its_head_due_and_the_next_due_when_it_ends(sto
     await _emit(store, run, _event("run.succeeded"), status="succeeded")
     chain = [_s(i) for i in await store.redis.lrange(keys.chain("sub_all", "run_a"), 0, -1)]
     assert len(chain) == 3 and list(await _due_deliveries(store)) == [chain[0]]
-    assert await store.record_attempt(chain[0], "failed", now_ms=T0 + 100, attempt={}) == chain[1]
+    assert await store.record_attempt(chain[0], "failed", now_ms=T0 + 100, attempt=_attempt()) == chain[1]
     assert (await _due_deliveries(store)) == {chain[1]: T0 + 100}
     # A retry keeps its place at the head: the next one waits.
-    await store.record_attempt(chain[1], "retry", now_ms=T0 + 200, attempt={}, next_at_ms=T0 + 900)
+    await store.record_attempt(chain[1], "retry", now_ms=T0 + 200, attempt=_attempt(), next_at_ms=T0 + 900)
     assert list(await _due_deliveries(store)) == [chain[1]]
-    assert await store.record_attempt(chain[1], "succeeded", now_ms=T0 + 900, attempt={}) == chain[2]
-    assert await store.record_attempt(chain[2], "succeeded", now_ms=T0 + 950, attempt={}) == ""
+    assert await store.record_attempt(chain[1], "succeeded", now_ms=T0 + 900, attempt=_attempt()) == chain[2]
+    assert await store.record_attempt(chain[2], "succeeded", now_ms=T0 + 950, attempt=_attempt()) == ""
     assert not await store.redis.exists(keys.chain("sub_all", "run_a"))
 
 
 async def test_only_the_last_hundred_attempts_are_kept(store: Store) -> None:
     dlv = await _one(store)
     for i in range(105):
-        await store.record_attempt(dlv, "retry", now_ms=T0 + i, attempt={"n": i}, next_at_ms=T0 + i + 1)
+        await store.record_attempt(dlv, "retry", now_ms=T0 + i, attempt=_attempt(i), next_at_ms=T0 + i + 1)
     attempts = await store.delivery_attempts(dlv)
-    assert len(attempts) == 100 and attempts[0] == {"n": 5}
+    assert len(attempts) == 100 and attempts[0] == _attempt(5)
     d = await store.get_delivery(dlv)
-    assert d is not None and d["attempts"] == "105"
+    assert d is not None and d.attempts == 105
 
 
 # retry_delivery.lua ---------------------------------------------------------------------------------
@@ -562,10 +558,10 @@ async def test_only_the_last_hundred_attempts_are_kept(store: Store) -> None:
 async def test_retry_delivery_sends_an_ended_delivery_again_on_a_new_series(store: Store) -> None:
     dlv = await _one(store)
     assert not await store.retry_delivery(dlv, T0 + 5)  # still pending: nothing to do
-    await store.record_attempt(dlv, "failed", now_ms=T0 + 10, attempt={})
+    await store.record_attempt(dlv, "failed", now_ms=T0 + 10, attempt=_attempt())
     assert await store.retry_delivery(dlv, T0 + 20)
     d = await store.get_delivery(dlv)
-    assert d is not None and (d["status"], d["series"], d["next_at"]) == ("pending", "1", str(T0 + 20))
+    assert d is not None and (d.status, d.series, d.next_attempt_at) == ("pending", 1, T0 + 20)
     assert (await _due_deliveries(store))[dlv] == T0 + 20
     assert await store.redis.sismember(keys.ACTIVE_DELIVERIES, dlv)
     assert (
@@ -635,11 +631,11 @@ async def test_release_deliveries_frees_subscription_and_client_slots(store: Sto
     claimed, _ = await store.claim_deliveries(T0 + 1, 10, LEASE)
     d = claimed[0].delivery
     assert await store.redis.zcard(keys.client_inflight("alice")) == 1
-    assert await store.release_deliveries([(d["id"], "sub_1", "alice", T0 + 1 + LEASE)], T0 + 5) == 1
-    assert (await _due_deliveries(store))[d["id"]] == T0 + 5
+    assert await store.release_deliveries([(d.id, "sub_1", "alice", T0 + 1 + LEASE)], T0 + 5) == 1
+    assert (await _due_deliveries(store))[d.id] == T0 + 5
     assert await store.redis.zcard(keys.sub_inflight("sub_1")) == 0
     assert await store.redis.zcard(keys.client_inflight("alice")) == 0
-    assert await store.release_deliveries([(d["id"], "sub_1", "alice", T0 + 1 + LEASE)], T0 + 6) == 0
+    assert await store.release_deliveries([(d.id, "sub_1", "alice", T0 + 1 + LEASE)], T0 + 6) == 0
 
 
 # rate_limit.lua, create_subscription.lua, reseal_secret.lua ------------------------------------------
@@ -662,13 +658,15 @@ async def test_rate_limit_peek_writes_nothing(store: Store) -> None:
 
 
 async def test_create_subscription_stops_at_the_quota(store: Store) -> None:
-    base = {"client": "alice", "created": str(T0), "disabled": "0"}
-    assert await store.create_subscription({**base, "id": "sub_1"}, max_count=2)
-    assert await store.create_subscription({**base, "id": "sub_2"}, max_count=2)
-    assert not await store.create_subscription({**base, "id": "sub_3"}, max_count=2)
+    base = Subscription(
+        id="", client="alice", url="https://example.com/hook", secrets="[]", created_at=T0, updated_at=T0
+    )
+    assert await store.create_subscription(replace(base, id="sub_1"), max_count=2)
+    assert await store.create_subscription(replace(base, id="sub_2"), max_count=2)
+    assert not await store.create_subscription(replace(base, id="sub_3"), max_count=2)
     assert await store.get_subscription("sub_3") is None
     assert await store.redis.zcard(keys.client_subs("alice")) == 2
-    assert await store.create_subscription({**base, "id": "sub_b", "client": "bob"}, max_count=2)
+    assert await store.create_subscription(replace(base, id="sub_b", client="bob"), max_count=2)
 
 
 async def test_reseal_secret_is_a_compare_and_set(store: Store) -> None:
@@ -676,4 +674,4 @@ async def test_reseal_secret_is_a_compare_and_set(store: Store) -> None:
     key = keys.subscription("sub_1")
     assert await store.scripts.reseal_secret(keys=[key], args=["old", "sealed"]) == 1
     assert await store.scripts.reseal_secret(keys=[key], args=["old", "other"]) == 0  # changed meanwhile
-    assert (await store.get_subscription("sub_1"))["secrets"] == "sealed"  # type: ignore[index]
+    assert (await store.get_subscription("sub_1")).secrets == "sealed"  # type: ignore[union-attr]

@@ -12,7 +12,10 @@ if kind == 'run' then
   end
   local run = cjson.decode(raw)
   local terminal = run['status'] == 'succeeded' or run['status'] == 'failed' or run['status'] == 'canceled'
-  if terminal and not run['_vendor_cancel'] then
+  -- The vendor still to be told (cancel, delete) is work too; '_vendor_cancel' is the pre-records name.
+  local tell = run['vendor_cancel_pending'] or run['vendor_delete_pending'] or run['_vendor_cancel']
+    or run['_vendor_delete']
+  if terminal and not tell then
     redis.call('SREM', K_ACTIVE_RUNS, ARGV[3])
     return 0
   end

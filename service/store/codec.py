@@ -1,0 +1,74 @@
+"""Between Redis's replies and the records (``service/records.py``): bytes to text, hashes to records, and
+the claim scripts' replies to :class:`ClaimedRun` and :class:`ClaimedDelivery`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from service.records import Delivery, Run, Subscription
+
+
+def text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def hash_of(raw: Sequence[bytes] | dict[bytes, bytes]) -> dict[str, str]:
+    """A hash as HGETALL answers it (a dict from redis-py, a flat list from a script), as text."""
+    if isinstance(raw, dict):
+        return {text(k): text(v) for k, v in raw.items()}
+    it = iter(raw)
+    return {text(k): text(v) for k, v in zip(it, it, strict=True)}
+
+
+def run_or_none(raw: bytes | str | None) -> Run | None:
+    return Run.from_json(raw) if raw else None
+
+
+def subscription_or_none(raw: Sequence[bytes] | dict[bytes, bytes] | None) -> Subscription | None:
+    return Subscription.from_hash(hash_of(raw)) if raw else None
+
+
+def delivery_or_none(raw: Sequence[bytes] | dict[bytes, bytes] | None) -> Delivery | None:
+    return Delivery.from_hash(hash_of(raw)) if raw else None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRun:
+    run: Run
+    due_ms: float  # when the step was planned
+    slot_ms: float  # when the vendor budget lets its first request go
+    probe: str | None = None  # the vendor is paused after a 429 and this run's step is its one probe
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedDelivery:
+    delivery: Delivery
+    subscription: Subscription | None  # None when the subscription is gone
+    body: bytes | None  # None when the event body is gone (zero retention, expired)
+
+
+def claimed_runs(reply: Sequence[Any]) -> tuple[list[ClaimedRun], float | None]:
+    """``claim_runs.lua``'s reply: ``{flat [id, due, slot, run json]..., next due, probe token}``."""
+    flat, nxt, probe = reply
+    token = text(probe) or None
+    claimed = [
+        ClaimedRun(Run.from_json(flat[i + 3]), float(flat[i + 1]), float(flat[i + 2]), token)
+        for i in range(0, len(flat), 4)
+    ]
+    return claimed, float(nxt) if nxt else None
+
+
+def claimed_deliveries(reply: Sequence[Any]) -> tuple[list[ClaimedDelivery], float | None]:
+    """``claim_deliveries.lua``'s reply: ``{rows [delivery hash, subscription hash, body]..., next due}``."""
+    rows, nxt = reply
+    claimed = [
+        ClaimedDelivery(
+            Delivery.from_hash(hash_of(dlv)), subscription_or_none(sub), bytes(body) if body else None
+        )
+        for dlv, sub, body in rows
+    ]
+    return claimed, float(nxt) if nxt else None

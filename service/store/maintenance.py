@@ -1,0 +1,180 @@
+"""The store's upkeep, off the hot path: the sweeper's repair, the purge of expired listing entries, the
+gauges' sample (``observe``) and the resealing of subscription secrets under a new key."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+
+from service.settings import Settings
+from service.store import keys
+from service.store.codec import hash_of, text
+from service.store.scripts import Scripts
+from service.store.secretbox import SecretBox, SecretUnavailable
+
+# The reason the API writes when a subscription's owner disables it; any other reason is hookbridge's own.
+OWNER_DISABLED = "disabled by its owner"
+
+
+async def repair(redis: Redis, scripts: Scripts, now_ms: int) -> dict[str, int]:
+    """The sweeper: every unfinished run and every pending delivery that should be due has a place in
+    its due set. The scripts keep that true; this catches what they cannot (a due set lost or edited
+    by hand, a Redis restored from an older snapshot). It walks the sets of unfinished work, so a pass
+    costs what is in flight, not the history kept for retention. Idempotent: ``ZADD NX`` never moves
+    work that is already scheduled or leased."""
+    counts = {"runs": 0, "deliveries": 0}
+    for kind, count, active, key_of in (
+        ("run", "runs", keys.ACTIVE_RUNS, keys.run),
+        ("delivery", "deliveries", keys.ACTIVE_DELIVERIES, keys.delivery),
+    ):
+        batch: list[str] = []
+        async for raw in redis.sscan_iter(active, count=500):
+            batch.append(text(raw))
+            if len(batch) >= 500:
+                counts[count] += await _repair(redis, scripts, kind, key_of, batch, now_ms)
+                batch = []
+        if batch:
+            counts[count] += await _repair(redis, scripts, kind, key_of, batch, now_ms)
+    return counts
+
+
+async def _repair(
+    redis: Redis, scripts: Scripts, kind: str, key_of: Callable[[str], str], ids: list[str], now_ms: int
+) -> int:
+    pipe = redis.pipeline(transaction=False)
+    for item in ids:
+        await scripts.repair(keys=[key_of(item)], args=[kind, now_ms, item], client=pipe)
+    return sum(int(r) for r in await pipe.execute())
+
+
+async def purge_indexes(redis: Redis, cutoff_ms: int) -> int:
+    """Drops listing entries older than ``cutoff_ms`` whose records have expired.
+
+    Only the listings of records that expire are walked (a client's runs, a subscription's
+    deliveries), found by the key builders' own patterns, so a subscription index can never match.
+    An entry stays while its record lives: a run still in flight, a delivery still pending."""
+    removed = 0
+    for pattern, record in (
+        (keys.client_runs("*"), keys.run),
+        (keys.sub_deliveries("*"), keys.delivery),
+    ):
+        async for index in redis.scan_iter(match=pattern, count=500):
+            removed += await _purge_index(redis, text(index), record, cutoff_ms)
+    return removed
+
+
+async def _purge_index(
+    redis: Redis, index: str, record: Callable[[str], str], cutoff: int, chunk: int = 500
+) -> int:
+    removed = 0
+    start = 0
+    while True:
+        rows = await redis.zrangebyscore(index, "-inf", cutoff, start=start, num=chunk)
+        if not rows:
+            return removed
+        ids = [text(r) for r in rows]
+        pipe = redis.pipeline(transaction=False)
+        for item in ids:
+            pipe.exists(record(item))
+        gone = [item for item, alive in zip(ids, await pipe.execute(), strict=True) if not alive]
+        if gone:
+            # A record that expired never comes back (ids are never reused): no race to guard.
+            removed += await redis.zrem(index, *gone)
+        if len(rows) < chunk:
+            return removed
+        start += len(rows) - len(gone)
+
+
+async def reseal_secrets(redis: Redis, scripts: Scripts, box: SecretBox) -> dict[str, int]:
+    """Seals every subscription's secrets under the primary key (plain ones included): the migration
+    after setting ``SECRET_KEYS`` or putting a new key first. Safe beside a running API: a value that
+    changed meanwhile is left to its writer."""
+    counts = {"resealed": 0, "current": 0, "unavailable": 0, "changed_meanwhile": 0}
+    # Subscriptions are the hashes among the builder's keys (its deliveries and in-flight sets are zsets).
+    async for raw in redis.scan_iter(match=keys.subscription("*"), count=500, _type="HASH"):
+        key = text(raw)
+        sub = hash_of(await redis.hgetall(key))  # type: ignore[misc]
+        stored = sub.get("secrets")
+        if not stored or "id" not in sub:
+            continue
+        if box.current(stored):
+            counts["current"] += 1
+            continue
+        try:
+            sealed = box.seal(sub["id"], box.open(sub["id"], stored))
+        except SecretUnavailable:
+            counts["unavailable"] += 1
+            continue
+        done = await scripts.reseal_secret(keys=[key], args=[stored, sealed])
+        counts["resealed" if done else "changed_meanwhile"] += 1
+    return counts
+
+
+@dataclass
+class Observation:
+    """A sample of the store for the worker's gauges (:func:`observe`)."""
+
+    paused_until_ms: dict[str, float | None] = field(default_factory=dict)
+    oldest_pending_s: dict[str, float] = field(default_factory=dict)
+    disabled_subs: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+async def observe(
+    redis: Redis,
+    settings: Settings,
+    vendors: Sequence[str],
+    clients: Sequence[str],
+    now_ms: int,
+    *,
+    sample: int = 200,
+    parked_sample: int = 20,
+    batch: int = 250,
+) -> Observation:
+    """What the worker exports as gauges, at a bounded cost: each vendor's pause; per client the oldest
+    pending delivery and the disabled subscriptions. The oldest pending delivery is a chain's head, so
+    it is among the ``sample`` next due, the client's in-flight (at most CLIENT_MAX_IN_FLIGHT) or its
+    ``parked_sample`` first parked ones, unless more deliveries fall due before it (the gauge then reads
+    low, never high). Subscriptions: at most MAX_SUBSCRIPTIONS_PER_CLIENT per client. The reads go in
+    pipelines of ``batch`` commands, so the event loop is never held for long."""
+    obs = Observation()
+    pipe = redis.pipeline(transaction=False)
+    for vendor in vendors:
+        pipe.hget(keys.vendor_pause(vendor), "until")
+    pipe.zrange(keys.DUE_DELIVERIES, 0, sample - 1)
+    for client in clients:
+        pipe.zrange(keys.client_inflight(client), 0, settings.client_max_in_flight - 1)
+        pipe.zrange(keys.client_parked(client), 0, parked_sample - 1)
+        pipe.zrange(keys.client_subs(client), 0, settings.max_subscriptions_per_client - 1)
+    replies = await pipe.execute()
+    for vendor, untl in zip(vendors, replies, strict=False):
+        obs.paused_until_ms[vendor] = None if untl is None else float(untl)
+    rest = replies[len(vendors) :]
+    dlv_ids = {text(i) for i in rest[0]}
+    sub_ids: list[tuple[str, str]] = []
+    for n, client in enumerate(clients):
+        inflight, parked, subs = rest[1 + 3 * n : 4 + 3 * n]
+        dlv_ids.update(text(i) for i in (*inflight, *parked))
+        sub_ids.extend((client, text(s)) for s in subs)
+    reads: list[tuple[str, list[str]]] = [
+        (keys.delivery(d), ["client", "created", "status"]) for d in dlv_ids
+    ] + [(keys.subscription(sub_id), ["disabled", "disabled_reason"]) for _, sub_id in sub_ids]
+    fields: list[list[Any]] = []
+    for at in range(0, len(reads), batch):
+        pipe = redis.pipeline(transaction=False)
+        for key, names in reads[at : at + batch]:
+            pipe.hmget(key, names)
+        fields += await pipe.execute()
+    for client_raw, created, status in fields[: len(dlv_ids)]:
+        if client_raw is None or created is None or text(status) != "pending" or not created.isdigit():
+            continue
+        client = text(client_raw)
+        age = max(0.0, (now_ms - int(created)) / 1000)
+        obs.oldest_pending_s[client] = max(obs.oldest_pending_s.get(client, 0.0), age)
+    for (client, _), (disabled, reason) in zip(sub_ids, fields[len(dlv_ids) :], strict=False):
+        if disabled is not None and text(disabled) == "1":
+            kind = "auto" if reason and text(reason) != OWNER_DISABLED else "owner"
+            obs.disabled_subs[(client, kind)] = obs.disabled_subs.get((client, kind), 0) + 1
+    return obs

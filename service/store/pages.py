@@ -1,0 +1,76 @@
+"""Listings, newest first, one page at a time: the cursor is the last (score, member) a page showed."""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from redis.asyncio import Redis
+
+from service.store.codec import text
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    data: list[T]
+    next_cursor: str | None
+
+
+def encode_cursor(score: float, member: str) -> str:
+    return base64.urlsafe_b64encode(f"{score!r}|{member}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    """Raises ValueError (or UnicodeDecodeError) on a cursor we did not make."""
+    padded = cursor + "=" * (-len(cursor) % 4)
+    score, _, member = base64.urlsafe_b64decode(padded.encode()).decode().partition("|")
+    value = float(score)
+    if not math.isfinite(value):
+        raise ValueError("not a cursor")
+    return value, member
+
+
+async def page(
+    redis: Redis,
+    index: str,
+    limit: int,
+    cursor: str | None,
+    fetch: Callable[[Sequence[str]], Awaitable[Sequence[T | None]]],
+    keep: Callable[[T], bool] | None,
+) -> Page[T]:
+    """One page of the records in the zset ``index``, newest first, that ``keep`` keeps. Scans at most 20
+    chunks so that a rare filter cannot make one request unbounded; the cursor then points past what was
+    scanned."""
+    max_score: float | str = "+inf"
+    after: str | None = None
+    if cursor:
+        max_score, after = decode_cursor(cursor)
+    out: list[T] = []
+    last: tuple[float, str] | None = None
+    chunk = max(limit, 50)
+    for _ in range(20):
+        rows = await redis.zrevrangebyscore(index, max_score, "-inf", start=0, num=chunk + 1, withscores=True)
+        members = [(text(m), float(s)) for m, s in rows]
+        if after is not None:
+            # Skip up to and including the cursor's member (several may share its score).
+            skip = next((i + 1 for i, (m, _) in enumerate(members) if m == after), 0)
+            members = members[skip:]
+        if not members:
+            return Page(out, None)
+        records = await fetch([m for m, _ in members])
+        for (member, score), record in zip(members, records, strict=True):
+            last = (score, member)
+            if record is not None and (keep is None or keep(record)):
+                out.append(record)
+                if len(out) == limit:
+                    return Page(out, encode_cursor(score, member))
+        if len(rows) <= chunk:
+            return Page(out, None)
+        assert last is not None
+        max_score, after = last
+    return Page(out, encode_cursor(*last) if last else None)

@@ -1,0 +1,112 @@
+"""The records' codec: one name per field, defaults left out of storage, records of before still read."""
+
+from __future__ import annotations
+
+import json
+
+from service import lifecycle
+from service.records import (
+    SUBSCRIPTION_HASH,
+    Delivery,
+    Run,
+    Subscription,
+    public_delivery,
+    public_run,
+    public_subscription,
+    replace,
+)
+
+T0 = 1_800_000_000_000
+
+
+def _run() -> Run:
+    return lifecycle.new_run(
+        run_id="run_1",
+        client="alice",
+        vendor="nutrient",
+        operation="extract",
+        document={"url": "https://example.com/a.pdf"},
+        options={},
+        metadata={"k": "v"},
+        subscription_ids=[],
+        zero_retention=False,
+        now_ms=T0,
+    )
+
+
+def test_a_run_round_trips_and_stores_only_what_differs_from_the_defaults() -> None:
+    run = replace(_run(), state={"row": "r1"}, delay_s=1.5, vendor_cancel_pending=True)
+    stored = json.loads(run.to_json())
+    assert Run.from_json(run.to_json()) == run
+    assert {"polls", "progress", "vendor_run_id", "transient", "vendor_delete_pending"}.isdisjoint(stored)
+    assert stored["version"] == 0 and stored["status"] == "queued"  # always written: the Lua reads them
+    assert stored["state"] == {"row": "r1"} and stored["vendor_cancel_pending"] is True
+
+
+def test_a_run_stored_before_the_fields_had_one_name_still_reads() -> None:
+    old = {
+        "_v": 3,
+        "id": "run_1",
+        "client": "alice",
+        "status": "canceled",
+        "vendor": "nutrient",
+        "operation": "extract",
+        "created_at": T0,
+        "updated_at": T0 + 5,
+        "_state": {"row": "r1"},
+        "_delay": 2.0,
+        "_transient": 1,
+        "_progress_event_at": T0 + 1,
+        "_vendor_cancel": True,
+        "_vendor_delete": True,
+        "_vendor_attempts": 2,
+        "_result_type": "application/zip",
+        "a_field_of_a_newer_version": 1,
+    }
+    run = Run.from_json(json.dumps(old))
+    assert (run.version, run.state, run.delay_s, run.transient) == (3, {"row": "r1"}, 2.0, 1)
+    assert run.progress_event_at == T0 + 1 and run.vendor_cancel_pending and run.vendor_delete_pending
+    assert (run.vendor_attempts, run.result_type) == (2, "application/zip")
+    assert "_v" not in run.to_json() and json.loads(run.to_json())["version"] == 3
+
+
+def test_public_shapes_show_no_internals_and_times_in_rfc3339() -> None:
+    view = public_run(replace(_run(), state={"secret": "x"}))
+    assert "state" not in view and "client" not in view and "document" not in view
+    assert view["created_at"] == "2027-01-15T08:00:00.000Z" and view["completed_at"] is None
+
+
+def test_a_subscription_hash_round_trips_under_the_scripts_field_names() -> None:
+    sub = Subscription(
+        id="sub_1",
+        client="alice",
+        url="https://example.com/hook",
+        secrets="[]",
+        created_at=T0,
+        updated_at=T0,
+        event_types=("run.*",),
+        rate_limit_per_s=2.5,
+        max_in_flight=4,
+    )
+    stored = sub.to_hash()
+    assert set(stored) == set(SUBSCRIPTION_HASH.values())
+    assert (stored["rate_per_s"], stored["created"], stored["disabled"]) == ("2.5", str(T0), "0")
+    assert Subscription.from_hash(stored) == sub
+    assert sub.to_hash(["url"]) == {"url": "https://example.com/hook"}
+    view = public_subscription(sub)
+    assert view["event_types"] == ["run.*"] and view["rate_limit_per_s"] == 2.5 and "secrets" not in view
+
+
+def test_a_delivery_reads_from_the_scripts_hash_and_tolerates_a_lost_field() -> None:
+    raw = {"id": "dlv_1", "event": "evt_1", "type": "run.failed", "sub": "sub_1", "run": "run_1"}
+    raw |= {
+        "client": "alice",
+        "status": "pending",
+        "attempts": "2",
+        "created": str(T0),
+        "next_at": str(T0 + 5),
+    }
+    d = Delivery.from_hash(raw)
+    assert (d.event_id, d.subscription_id, d.attempts, d.next_attempt_at) == ("evt_1", "sub_1", 2, T0 + 5)
+    assert public_delivery(d)["next_attempt_at"] == "2027-01-15T08:00:00.005Z"
+    assert Delivery.from_hash({"id": "dlv_2", "status": "failed"}).event_id == ""
