@@ -321,7 +321,7 @@ async def test_polls_past_the_first_few_are_thinned(
 
     async def idle() -> bool:
         run = await store.get_run(run_id)
-        return run is not None and not run.get("_vendor_cancel")
+        return run is not None and not run.vendor_cancel_pending
 
     await eventually(idle, what="the vendor told of the cancel")
 
@@ -367,4 +367,4 @@ async def test_tracing_off_sends_no_traceparent(make_stack: StackFactory, receiv
     assert all("traceparent" not in r.headers for r in receiver.received)
     assert stack.worker is not None
     run = await stack.worker.store.get_run(response.json()["id"])
-    assert run is not None and run["_traceparent"] is None
+    assert run is not None and run.traceparent is None
