@@ -39,6 +39,7 @@ from service.vendors.base import (
     VendorTransient,
 )
 from service.worker.budget import prepaid
+from service.worker.transitions import TransitionBatcher
 
 log = logs.get("hookbridge.worker")
 
@@ -74,6 +75,8 @@ class RunStepper:
         self.adapters = adapters
         self._on_delivery_due = on_delivery_due
         self._rng = rng or random.Random()
+        # The changes of steps that finish together share one round trip to Redis.
+        self._transitions = TransitionBatcher(store)
 
     async def step(self, claimed: ClaimedRun) -> None:
         prepaid.set((claimed.slot_ms, claimed.due_ms))
@@ -374,7 +377,7 @@ class RunStepper:
 
     async def _apply(self, change: Transition) -> tuple[str, dict[str, Any] | None]:
         # The store counts every run's end in hookbridge_runs_total, wherever it happens.
-        outcome, current, created = await self.store.transition(change)
+        outcome, current, created = await self._transitions.apply(change)
         new = change.run
         if outcome == "ok" and change.ttl_ms is not None:  # only a run's end sets its expiry
             log.info(
