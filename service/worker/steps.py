@@ -86,8 +86,12 @@ class RunStepper:
         policy = self.settings.vendor(run["vendor"])
         adapter = self.adapters[run["vendor"]]
         timeout = self.settings.vendor_timeout_s * 2  # a step makes at most two vendor calls in a row
-        with structlog.contextvars.bound_contextvars(run_id=run["id"], vendor=run["vendor"]):
+        # Tokens, not bound_contextvars(): that one reads the whole logging context first, on every step.
+        tokens = structlog.contextvars.bind_contextvars(run_id=run["id"], vendor=run["vendor"])
+        try:
             await self._step(claimed, latest, policy, adapter, timeout)
+        finally:
+            structlog.contextvars.reset_contextvars(**tokens)
 
     async def _step(
         self,
