@@ -378,6 +378,20 @@ async def polls(
                 f"{floor_usage.get('simulator', 0) * 100:.0f} %",
             ),
             Figure(
+                "worker CPU per poll",
+                usage.get("worker", 0) / rate * 1000 if rate else None,
+                "ms",
+                note="on a loaded machine the robust figure: a process's share of a core moves, its cost "
+                "per request much less",
+            ),
+            Figure(
+                "raw client CPU per request (the floor's)",
+                floor_usage.get("bench (client, receiver)", 0) / floor["polls_per_s"] * 1000
+                if floor["polls_per_s"]
+                else None,
+                "ms",
+            ),
+            Figure(
                 "vendor polls per second, one worker process, as a share of the raw-client floor",
                 rate / floor["polls_per_s"] * 100 if floor["polls_per_s"] else None,
                 "%",
