@@ -21,7 +21,7 @@ from redis.exceptions import NoScriptError
 
 from service.metrics import RUNS, client_label
 from service.settings import Settings
-from service.store import keys
+from service.store import jsoncodec, keys
 from service.store.connection import connect
 from service.store.scripts import Scripts
 from service.store.secretbox import SecretBox, SecretUnavailable
@@ -76,14 +76,11 @@ _RUN_DEFAULTS: dict[str, Any] = {
 
 
 def dump_run(run: Doc) -> str:
-    return json.dumps(
-        {k: v for k, v in run.items() if k not in _RUN_DEFAULTS or v != _RUN_DEFAULTS[k]},
-        separators=(",", ":"),
-    )
+    return jsoncodec.dumps({k: v for k, v in run.items() if k not in _RUN_DEFAULTS or v != _RUN_DEFAULTS[k]})
 
 
 def load_run(raw: bytes | str) -> Doc:
-    run = json.loads(raw)
+    run = jsoncodec.loads(raw)
     for key, default in _RUN_DEFAULTS.items():
         if key not in run:
             run[key] = default if not isinstance(default, dict | list) else type(default)()
@@ -273,7 +270,7 @@ class Store:
         if change.ttl_ms is not None:
             ops["ttl_ms"] = change.ttl_ms
         # The run and the result travel as their own arguments, not escaped inside the ops JSON.
-        args: list[Any] = [json.dumps(ops, separators=(",", ":")), dump_run(run)]
+        args: list[Any] = [jsoncodec.dumps(ops), dump_run(run)]
         if change.result is not None:
             args.append(change.result)
         return args
