@@ -62,7 +62,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.render:
         saved = json.loads(args.render.read_text())
         results = [BenchResult.from_json(r) for r in saved["results"]]
-        report.write(results, saved["machine"], args.out, command=saved["command"], total_s=saved["total_s"])
+        if args.update:
+            report.update(results, saved["machine"], args.out, command=saved["command"] + " --update")
+        else:
+            report.write(
+                results, saved["machine"], args.out, command=saved["command"], total_s=saved["total_s"]
+            )
         print(f"wrote {args.out / 'performance.md'}", file=sys.stderr)
         return
 
