@@ -136,7 +136,26 @@ class VendorClient(httpx.AsyncClient):
             ) as answer:
                 body = await answer.read()
         # Given its content, httpx reads (and decodes) the body here.
-        return httpx.Response(answer.status, headers=answer.raw_headers, content=body)
+        return _FastResponse(answer.status, headers=answer.raw_headers, content=body, url=str(target))
+
+
+class _FastResponse(httpx.Response):
+    """An ``httpx.Response`` whose ``request`` (for ``raise_for_status()``, ``.url``) a plugin adapter may
+    still ask for: built on first use, since no poll of ours does."""
+
+    def __init__(self, status_code: int, *, headers: Any, content: bytes, url: str) -> None:
+        super().__init__(status_code, headers=headers, content=content)
+        self._fast_url = url
+
+    @property
+    def request(self) -> httpx.Request:
+        if self._request is None:
+            self._request = httpx.Request("GET", self._fast_url)
+        return self._request
+
+    @request.setter
+    def request(self, value: httpx.Request) -> None:
+        self._request = value
 
 
 # Paths the fast GET takes: nothing that httpx and yarl would quote or split differently.

@@ -109,6 +109,10 @@ async def test_a_429_pauses_through_the_budget_with_its_retry_after(vendor: str)
         response = await client.get("/runs/limited", extensions={"kind": "poll"})
     assert response.status_code == 429
     assert recorder.settled == [(429, 3.0)]
+    # What a plugin adapter may still do with the fast path's answer, as with httpx's own.
+    assert response.url == httpx.URL(f"{vendor}/runs/limited")
+    with pytest.raises(httpx.HTTPStatusError):
+        response.raise_for_status()
 
 
 async def test_a_path_that_needs_quoting_takes_httpx_path_and_reaches_the_same_place(vendor: str) -> None:
