@@ -475,8 +475,25 @@ class Cluster:
         assert self.session is not None
         return self.session
 
+    @property
+    def worker_processes(self) -> int:
+        """``WORKER_PROCESSES``: above 1 the worker is a supervisor, process i on metrics port + i."""
+        return int(self.overrides.get("WORKER_PROCESSES", "1"))
+
+    def worker_children(self) -> list[int]:
+        """The supervisor's worker processes, oldest first (none while the worker is one process)."""
+        if self.worker_processes <= 1 or "worker" not in self.procs:
+            return []
+        pid = self.procs["worker"].process.pid
+        try:
+            return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            return []
+
     def pids(self) -> dict[str, int]:
         out = {name: p.process.pid for name, p in self.procs.items()}
+        for i, child in enumerate(self.worker_children()):
+            out[f"worker {i}"] = child
         if self.redis.process is not None:
             out["redis"] = self.redis.process.pid
         out["bench (client, receiver)"] = os.getpid()
@@ -509,7 +526,8 @@ class Cluster:
             if self.want_api:
                 await self._until_ok(self.api_url + "/readyz", "api")
             if self.want_worker:
-                await self._until_ok(self.metrics_url + "/healthz", "worker")
+                for i in range(self.worker_processes):
+                    await self._until_ok(f"http://127.0.0.1:{self.metrics_port + i}/healthz", "worker")
         except BaseException:
             await self.__aexit__(None, None, None)
             raise
@@ -555,8 +573,13 @@ class Cluster:
             return str((await response.json())["id"])
 
     async def metrics(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-        async with self.http.get(self.metrics_url + "/metrics") as response:
-            return parse_metrics(await response.text())
+        """The worker's metrics; with several worker processes, their sum."""
+        out: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+        for i in range(self.worker_processes):
+            async with self.http.get(f"http://127.0.0.1:{self.metrics_port + i}/metrics") as response:
+                for key, value in parse_metrics(await response.text()).items():
+                    out[key] = out.get(key, 0.0) + value
+        return out
 
     async def redis_client(self) -> aioredis.Redis:
         if self._redis is None:

@@ -9,7 +9,10 @@ requests in flight), on the other core. Phases, each after a one-second warm-up:
 
 - ``POST /v1/runs`` with a URL document (the smallest submit: no document bytes),
 - ``POST /v1/runs`` with a 1 KiB document inline as base64 (the bytes are stored until the vendor has them),
-- ``GET /v1/runs/{id}`` of the runs just created, round robin.
+- ``GET /v1/runs/{id}`` of the runs just created, round robin;
+- the floor, on the same Redis in the same run: a bare starlette handler (``bench/_bare_api.py``, one
+  uvicorn process with uvloop and httptools) that parses the same URL-document body and makes one
+  ``EVALSHA``; ``POST /v1/runs`` is given as a share of it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import argparse
 import asyncio
 import base64
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,13 +32,15 @@ from bench._common import (
     BenchResult,
     Cluster,
     Figure,
+    Sampler,
     cpu_note,
     percentile,
     print_result,
     run_main,
-    sampling,
+    until,
     url_run,
 )
+from service.dev.embedded_redis import free_port
 
 DOCUMENT = base64.b64encode(b"%PDF-1.7\n" + os.urandom(1015)).decode()
 
@@ -57,6 +64,7 @@ async def _phase(
     seconds: float,
     request: Callable[[int], Any],
     expect: int,
+    extra_pids: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """A closed loop: ``concurrency`` clients, each sending its next request as soon as one is answered."""
     latencies: list[float] = []
@@ -79,8 +87,12 @@ async def _phase(
             elif t0 >= warm_until:
                 latencies.append(t1 - t0)
 
-    async with sampling(cluster) as sampler:
+    sampler = Sampler({**cluster.pids(), **(extra_pids or {})}, 0.5)
+    sampler.start()
+    try:
         await asyncio.gather(*(client() for _ in range(concurrency)))
+    finally:
+        await sampler.stop()
     t_end = time.time()
     usage = sampler.usage(t_end - seconds, t_end)
     return {
@@ -114,6 +126,7 @@ async def run(quick: bool = False, concurrency: int = 32, seconds: float | None 
             lambda i: cluster.http.post(url, json=inline_run(i), headers=AUTH),
             202,
         )
+        bare = await _bare_floor(cluster, concurrency, seconds)
         ids = await _run_ids(cluster)
         get = await _phase(
             cluster,
@@ -139,9 +152,72 @@ async def run(quick: bool = False, concurrency: int = 32, seconds: float | None 
         result.notes.append(
             f"{label}: {phase['errors']} errors; CPU (share of one core): {cpu_note(phase['cpu'])}."
         )
-    result.data.update(post_url=post_url, post_inline=post_inline, get=get, concurrency=concurrency)
+    result.add(
+        Figure(
+            "floor: bare starlette POST handler, one EVALSHA on the same Redis: requests per second",
+            bare["rps"],
+            "req/s",
+            note=f"concurrency {concurrency}, {seconds:g} s; p99 {bare['p99_ms']:.1f} ms",
+        ),
+        Figure(
+            "POST /v1/runs, URL document, as a share of that floor",
+            post_url["rps"] / bare["rps"] * 100 if bare["rps"] else None,
+            "%",
+        ),
+        Figure(
+            "CPU per request: POST /v1/runs (URL document) / the bare handler",
+            _cpu_per_request(post_url, "api") / _cpu_per_request(bare, "bare api")
+            if _cpu_per_request(bare, "bare api")
+            else None,
+            "x",
+            note=f"{_cpu_per_request(post_url, 'api'):.2f} ms against "
+            f"{_cpu_per_request(bare, 'bare api'):.2f} ms; robust where other processes take the cores",
+        ),
+    )
+    result.notes.append(
+        f"Floor (bare handler): {bare['errors']} errors; CPU (share of one core): {cpu_note(bare['cpu'])}."
+    )
+    result.data.update(
+        post_url=post_url, post_inline=post_inline, get=get, bare=bare, concurrency=concurrency
+    )
     result.elapsed_s = time.monotonic() - started
     return result
+
+
+def _cpu_per_request(phase: dict[str, Any], process: str) -> float:
+    """Milliseconds of the server process's CPU per request answered."""
+    return phase["cpu"].get(process, 0.0) / phase["rps"] * 1000 if phase["rps"] else 0.0
+
+
+async def _bare_floor(cluster: Cluster, concurrency: int, seconds: float) -> dict[str, Any]:
+    """The same client and body against ``bench/_bare_api.py`` on the same Redis."""
+    port = free_port()
+    env = {**os.environ, "BARE_REDIS_URL": cluster.redis.url}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench._bare_api", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/v1/runs"
+    try:
+
+        async def up() -> bool:
+            async with cluster.http.post(url, json=url_run(0)) as response:
+                return response.status == 202
+
+        await until(up, 30, "the bare handler")
+        return await _phase(
+            cluster,
+            concurrency,
+            seconds,
+            lambda i: cluster.http.post(url, json=url_run(i), headers=AUTH),
+            202,
+            extra_pids={"bare api": proc.pid},
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 async def _run_ids(cluster: Cluster, want: int = 2000) -> list[str]:

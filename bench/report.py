@@ -49,6 +49,78 @@ def write(
     return [path, *plots.values()]
 
 
+def update(
+    results: Sequence[BenchResult], machine: Mapping[str, str], out: Path, *, command: str
+) -> list[Path]:
+    """Rewrites, in an existing ``out/performance.md``, only what ``results`` measured: their sections,
+    their rows of the two tables at the top, their plots and the analysis (from ``bench/analysis.md``);
+    the other benchmarks' sections stay as their last full run left them. For a machine too loaded for
+    the whole of ``make bench``."""
+    path = out / "performance.md"
+    old = path.read_text()
+    perf = out / "perf"
+    perf.mkdir(parents=True, exist_ok=True)
+    plots = _plots({r.name: r for r in results}, perf)
+    fresh = _page(results, machine, plots, out, command=command, total_s=0.0)
+    page = old
+    names = {r.name for r in results}
+    for result in results:
+        title = f"## {TITLES.get(result.name, result.name)}\n"
+        page = _replace_section(page, title, _section(fresh, title))
+    # The tables' rows of the benchmarks run now, in place of their old ones.
+    kept = [line for line in page.splitlines() if not any(line.startswith(f"| {name} | ") for name in names)]
+    page = "\n".join(kept) + "\n"
+    for table_head in (
+        "| benchmark | figure | value | target |\n|---|---|---|---|\n",
+        "| benchmark | command | quick | took |\n|---|---|---|---|\n",
+    ):
+        rows = [
+            line
+            for line in _section_lines(fresh, table_head)
+            if any(line.startswith(f"| {n} | ") for n in names)
+        ]
+        page = page.replace(table_head, table_head + "".join(row + "\n" for row in rows), 1)
+    note = (
+        f"- **Updated**: {machine.get('date')}, commit {machine.get('commit') or 'unknown'}: "
+        f"`{command}` rewrote the sections of {', '.join(sorted(names))} (and the analysis); the others "
+        "are from the date above."
+    )
+    lines = [line for line in page.splitlines() if not line.startswith("- **Updated**: ")]
+    at = next(i for i, line in enumerate(lines) if line.startswith("- **Command**: "))
+    lines.insert(at + 1, note)
+    page = "\n".join(lines) + "\n"
+    analysis = "## What holds each figure back\n"
+    if ANALYSIS.exists() and analysis in page:
+        page = page[: page.index(analysis)] + ANALYSIS.read_text().rstrip() + "\n"
+    path.write_text(page)
+    return [path, *plots.values()]
+
+
+def _section(page: str, title: str) -> str:
+    start = page.index(title)
+    end = page.find("\n## ", start + len(title))
+    return page[start : end + 1 if end >= 0 else len(page)]
+
+
+def _replace_section(page: str, title: str, section: str) -> str:
+    if title not in page:  # a benchmark new to the page goes before the analysis
+        analysis = page.find("## What holds each figure back")
+        at = analysis if analysis >= 0 else len(page)
+        return page[:at] + section + "\n" + page[at:]
+    old = _section(page, title)
+    return page.replace(old, section, 1)
+
+
+def _section_lines(page: str, head: str) -> list[str]:
+    start = page.index(head) + len(head)
+    out = []
+    for line in page[start:].splitlines():
+        if not line.startswith("|"):
+            break
+        out.append(line)
+    return out
+
+
 # The page ---------------------------------------------------------------------------------------------
 
 
@@ -194,6 +266,11 @@ def _throughput(results: Mapping[str, BenchResult]) -> Any:
     if api is not None:
         bars.append(("hookbridge: POST /v1/runs/s, one API", api.data["post_url"]["rps"], BLUE))
         bars.append(("hookbridge: GET /v1/runs/{id}/s, one API", api.data["get"]["rps"], BLUE))
+    floor = polls.get("floor")
+    if floor:
+        bars.append(("floor: raw aiohttp client polls/s, the same endpoint", floor["polls_per_s"], GREY))
+    if api is not None and api.data.get("bare"):
+        bars.append(("floor: bare starlette POST + one EVALSHA/s", api.data["bare"]["rps"], GREY))
     arq = t.data.get("arq")
     if arq:
         bars.append(("floor: arq empty jobs/s, one worker", arq["jobs_per_s"], GREY))

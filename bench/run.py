@@ -52,12 +52,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=DOCS, help="where performance.md and perf/ go (docs/)")
     parser.add_argument("--save", type=Path, help="also save the raw results as JSON here")
     parser.add_argument("--render", type=Path, help="only rewrite the page from results saved with --save")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="rewrite only the sections of the benchmarks run (with --only) in the existing page",
+    )
     args = parser.parse_args(argv)
 
     if args.render:
         saved = json.loads(args.render.read_text())
         results = [BenchResult.from_json(r) for r in saved["results"]]
-        report.write(results, saved["machine"], args.out, command=saved["command"], total_s=saved["total_s"])
+        if args.update:
+            report.update(results, saved["machine"], args.out, command=saved["command"] + " --update")
+        else:
+            report.write(
+                results, saved["machine"], args.out, command=saved["command"], total_s=saved["total_s"]
+            )
         print(f"wrote {args.out / 'performance.md'}", file=sys.stderr)
         return
 
@@ -82,7 +92,10 @@ def main(argv: list[str] | None = None) -> None:
     }
     save = args.save or Path(tempfile.mkstemp(prefix="hookbridge-bench-", suffix=".json")[1])
     save.write_text(json.dumps(saved, default=str))
-    written = report.write(results, about, args.out, command=command, total_s=total_s)
+    if args.update:
+        written = report.update(results, about, args.out, command=command + " --update")
+    else:
+        written = report.write(results, about, args.out, command=command, total_s=total_s)
     print(f"\nwrote {', '.join(str(p) for p in written)}; raw results in {save}", file=sys.stderr)
 
 

@@ -94,6 +94,11 @@ def cmd_worker(args: argparse.Namespace) -> None:
     settings = _settings()
     _require_redis(settings, "worker")
     logs.configure(settings.log_format, settings.log_level)
+    processes = args.processes or settings.worker_processes
+    if processes > 1:
+        from service.worker.supervisor import supervise
+
+        raise SystemExit(supervise(processes, settings.worker_metrics_port, settings.shutdown_grace_s))
     _tracing("worker")
 
     async def main() -> None:
@@ -221,6 +226,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=8080)
     p.set_defaults(func=cmd_api)
     p = sub.add_parser("worker", help="submits, polls, delivers, sweeps")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="worker processes to run under one supervisor (default: HOOKBRIDGE_WORKER_PROCESSES, 1)",
+    )
     p.set_defaults(func=cmd_worker)
     p = sub.add_parser("simulator", help="the three vendors' async APIs, simulated")
     p.add_argument("--host", default="127.0.0.1")

@@ -121,6 +121,7 @@ class Settings:
     worker_metrics_port: int = 9090
     worker_metrics_host: str = "0.0.0.0"
     worker_role: str = "all"  # all | runs | deliveries
+    worker_processes: int = 1  # worker processes per `hookbridge worker` (a supervisor above 1)
     shutdown_grace_s: float = 25.0
     sweep_interval_s: float = 30.0
     subscription_max_in_flight: int = 10
@@ -384,6 +385,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "WORKER_METRICS_PORT": ("worker_metrics_port", int),
     "WORKER_METRICS_HOST": ("worker_metrics_host", _host),
     "WORKER_ROLE": ("worker_role", _choice("all", "runs", "deliveries")),
+    "WORKER_PROCESSES": ("worker_processes", _positive(int)),
     "SHUTDOWN_GRACE_S": ("shutdown_grace_s", _DURATION_S),
     "SWEEP_INTERVAL_S": ("sweep_interval_s", _DURATION_S),
     "SUBSCRIPTION_MAX_IN_FLIGHT": ("subscription_max_in_flight", _positive(int)),

@@ -16,12 +16,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from service.lifecycle import Transition
 from service.metrics import RUNS, client_label
 from service.records import Attempt, Delivery, Event, Run, Subscription
 from service.settings import Settings
-from service.store import keys, maintenance
+from service.store import jsoncodec, keys, maintenance
 from service.store.codec import (
     ClaimedDelivery,
     ClaimedRun,
@@ -127,6 +128,34 @@ class Store:
         Returns ``("ok", None, deliveries_created)``, ``("conflict", current_run, 0)`` or
         ``("missing", None, 0)``.
         """
+        reply = await self.scripts.transition(
+            keys=[keys.run(change.run.id)], args=self._transition_args(change)
+        )
+        return self._transition_outcome(change, reply)
+
+    async def transitions(
+        self, changes: Sequence[Transition]
+    ) -> list[tuple[str, Run | None, int] | Exception]:
+        """:meth:`transition` for many runs in one pipeline (one round trip, each still atomic on its own).
+
+        Returns each change's outcome, or the exception its script raised; a lost connection raises.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        sha = self.scripts.transition.sha
+        for change in changes:
+            pipe.evalsha(sha, 1, keys.run(change.run.id), *self._transition_args(change))
+        replies = await pipe.execute(raise_on_error=False)
+        out: list[tuple[str, Run | None, int] | Exception] = []
+        for change, reply in zip(changes, replies, strict=True):
+            if isinstance(reply, NoScriptError):  # Redis restarted: the script object loads it again
+                out.append(await self.transition(change))
+            elif isinstance(reply, Exception):
+                out.append(reply)
+            else:
+                out.append(self._transition_outcome(change, reply))
+        return out
+
+    def _transition_args(self, change: Transition) -> list[Any]:
         run = change.run
         ops: dict[str, Any] = {
             "run_id": run.id,
@@ -148,10 +177,14 @@ class Store:
         if change.ttl_ms is not None:
             ops["ttl_ms"] = change.ttl_ms
         # The run and the result travel as their own arguments, not escaped inside the ops JSON.
-        args: list[Any] = [json.dumps(ops, separators=(",", ":")), run.to_json()]
+        args: list[Any] = [jsoncodec.dumps(ops), run.to_json()]
         if change.result is not None:
             args.append(change.result)
-        reply = await self.scripts.transition(keys=[keys.run(run.id)], args=args)
+        return args
+
+    @staticmethod
+    def _transition_outcome(change: Transition, reply: Any) -> tuple[str, Run | None, int]:
+        run = change.run
         outcome = text(reply[0])
         if outcome == "conflict":
             return outcome, Run.from_json(reply[1]), 0

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
+import aiohttp
 import httpx
+import yarl
 from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp.transport import map_aiohttp_exceptions
 
 from service.vendors.base import VendorRateLimited, VendorResultTooLarge, VendorTransient
 
@@ -36,18 +40,23 @@ class BudgetedTransport(httpx.AsyncBaseTransport):
     def __init__(
         self, inner: httpx.AsyncBaseTransport, vendor: str, budget: Budget | None, observe: Observer | None
     ) -> None:
-        self._inner = inner
+        self.inner = inner
         self._vendor = vendor
         self._budget = budget
         self._observe = observe
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        kind = str(request.extensions.get("kind", request.method.lower()))
+        return await self.metered(kind, lambda: self.inner.handle_async_request(request))
+
+    async def metered(self, kind: str, send: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
+        """Sends one request through ``send`` under the vendor's budget, observed: every request to the
+        vendor goes through here, httpx's own way or :class:`VendorClient`'s fast one."""
         if self._budget is not None:
             await self._budget.acquire()
-        kind = str(request.extensions.get("kind", request.method.lower()))
         started = time.perf_counter()
         try:
-            response = await self._inner.handle_async_request(request)
+            response = await send()
         except Exception:
             if self._observe:
                 self._observe(self._vendor, kind, "error", time.perf_counter() - started)
@@ -63,7 +72,94 @@ class BudgetedTransport(httpx.AsyncBaseTransport):
         return response
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        await self.inner.aclose()
+
+
+class VendorClient(httpx.AsyncClient):
+    """An httpx client whose plain GETs (a poll: a path of plain characters, no query parameters, headers,
+    cookies or other options of its own) skip httpx's request building, URL merging and cookie jar and go
+    straight to the aiohttp session under its transport, with the headers and timeouts built once.
+
+    A poll through httpx cost the worker about half of its CPU (docs/performance.md); adapters still write
+    ``client.get(...)``, and every other request, or any client on another transport (tests inject
+    ``httpx.MockTransport``), goes httpx's own way. The answer is a full ``httpx.Response`` with its body
+    read (and decoded: a broken gzip stream raises ``httpx.DecodingError`` as httpx's own would), and
+    aiohttp's faults become httpx's ``TransportError``s, so the adapters cannot tell the two paths apart.
+    """
+
+    def __init__(
+        self, *, base_url: str, headers: dict[str, str], timeout_s: float, transport: BudgetedTransport
+    ) -> None:
+        super().__init__(
+            base_url=base_url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s),
+            transport=transport,
+            follow_redirects=False,
+        )
+        self._metered = transport
+        self._session_of = transport.inner if isinstance(transport.inner, AiohttpTransport) else None
+        self._plain_base = str(self.base_url).rstrip("/")
+        self._plain_headers = dict(self.headers.items())  # httpx's defaults (User-Agent, Accept...) and auth
+        self._plain_timeout = aiohttp.ClientTimeout(
+            sock_connect=timeout_s, sock_read=timeout_s, connect=timeout_s
+        )
+
+    async def get(  # type: ignore[override]
+        self, url: httpx.URL | str, *, extensions: dict[str, Any] | None = None, **options: Any
+    ) -> httpx.Response:
+        plain = (
+            self._session_of is not None
+            and not options
+            and isinstance(url, str)
+            and _PLAIN_PATH.fullmatch(url) is not None
+            and set(extensions or {}) <= {"kind"}
+        )
+        if not plain:
+            return await super().get(url, extensions=extensions, **options)
+        kind = str((extensions or {}).get("kind", "get"))
+        return await self._metered.metered(kind, lambda: self._fast_get(str(url)))
+
+    async def _fast_get(self, path: str) -> httpx.Response:
+        assert self._session_of is not None
+        if not isinstance(self._session_of.client, aiohttp.ClientSession):
+            self._session_of.client = self._session_of.get_client()
+        session = self._session_of.client
+        target = yarl.URL(f"{self._plain_base}/{path.lstrip('/')}", encoded=True)
+        with map_aiohttp_exceptions():
+            async with session.get(
+                target,
+                headers=self._plain_headers,
+                allow_redirects=False,
+                auto_decompress=False,  # httpx decodes, as on its own path
+                timeout=self._plain_timeout,
+            ) as answer:
+                body = await answer.read()
+        # Given its content, httpx reads (and decodes) the body here.
+        return _FastResponse(answer.status, headers=answer.raw_headers, content=body, url=str(target))
+
+
+class _FastResponse(httpx.Response):
+    """An ``httpx.Response`` whose ``request`` (for ``raise_for_status()``, ``.url``) a plugin adapter may
+    still ask for: built on first use, since no poll of ours does."""
+
+    def __init__(self, status_code: int, *, headers: Any, content: bytes, url: str) -> None:
+        super().__init__(status_code, headers=headers, content=content)
+        self._fast_url = url
+
+    @property
+    def request(self) -> httpx.Request:
+        if self._request is None:
+            self._request = httpx.Request("GET", self._fast_url)
+        return self._request
+
+    @request.setter
+    def request(self, value: httpx.Request) -> None:
+        self._request = value
+
+
+# Paths the fast GET takes: nothing that httpx and yarl would quote or split differently.
+_PLAIN_PATH = re.compile(r"/?[A-Za-z0-9._~/-]+")
 
 
 def make_client(
@@ -76,14 +172,14 @@ def make_client(
     observe: Observer | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
-    """An httpx client on aiohttp's transport (4-9x faster under concurrency, see MEASURED.md)."""
+    """An httpx client on aiohttp's transport (4-9x faster under concurrency, see MEASURED.md), whose polls
+    skip httpx's layers (:class:`VendorClient`)."""
     inner = transport or AiohttpTransport(limits=httpx.Limits(max_connections=200))
-    return httpx.AsyncClient(
+    return VendorClient(
         base_url=base_url,
         headers=headers,
-        timeout=httpx.Timeout(timeout_s),
+        timeout_s=timeout_s,
         transport=BudgetedTransport(inner, vendor, budget, observe),
-        follow_redirects=False,
     )
 
 

@@ -50,6 +50,7 @@ class StoreBudget:
         self.cap_ms = vendor.pause_max_s * 1000
         self._until_ms = 0.0  # the end of the last pause this process learned of (from its own 429s)
         VENDOR_PAUSES.labels(self._vendor)  # exported at 0 from the start, so that rate() sees the first
+        self._lateness = POLL_LATENESS.labels(self._vendor)  # resolved once: observed on every step
 
     async def acquire(self) -> None:
         reserved = prepaid.get()
@@ -70,7 +71,7 @@ class StoreBudget:
         if wait > 0:
             await asyncio.sleep(wait)
         if reserved is not None:
-            POLL_LATENESS.labels(self._vendor).observe(max(0.0, self._clock.time() - due_ms / 1000))
+            self._lateness.observe(max(0.0, self._clock.time() - due_ms / 1000))
 
     async def settle(self, status: int | None, retry_after: float | None) -> None:
         ticket = self._ticket()

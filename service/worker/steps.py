@@ -41,6 +41,7 @@ from service.vendors.base import (
     VendorTransient,
 )
 from service.worker.budget import prepaid
+from service.worker.transitions import TransitionBatcher
 
 log = logs.get("hookbridge.worker")
 
@@ -78,6 +79,8 @@ class RunStepper:
         self.adapters = adapters
         self._on_delivery_due = on_delivery_due
         self._rng = rng or random.Random()
+        # The changes of steps that finish together share one round trip to Redis.
+        self._transitions = TransitionBatcher(store)
 
     async def step(self, claimed: ClaimedRun) -> None:
         prepaid.set((claimed.slot_ms, claimed.due_ms))
@@ -87,8 +90,12 @@ class RunStepper:
         policy = self.settings.vendor(run.vendor)
         adapter = self.adapters[run.vendor]
         timeout = self.settings.vendor_timeout_s * 2  # a step makes at most two vendor calls in a row
-        with structlog.contextvars.bound_contextvars(run_id=run.id, vendor=run.vendor):
+        # Tokens, not bound_contextvars(): that one reads the whole logging context first, on every step.
+        tokens = structlog.contextvars.bind_contextvars(run_id=run.id, vendor=run.vendor)
+        try:
             await self._step(claimed, latest, policy, adapter, timeout)
+        finally:
+            structlog.contextvars.reset_contextvars(**tokens)
 
     async def _step(
         self,
@@ -387,7 +394,7 @@ class RunStepper:
 
     async def _apply(self, change: Transition) -> tuple[str, Run | None]:
         # The store counts every run's end in hookbridge_runs_total, wherever it happens.
-        outcome, current, created = await self.store.transition(change)
+        outcome, current, created = await self._transitions.apply(change)
         new = change.run
         if outcome == "ok" and change.ttl_ms is not None:  # only a run's end sets its expiry
             log.info(

@@ -18,9 +18,9 @@ async def test_the_api_benchmark_produces_its_figures_and_the_page(tmp_path: Pat
     result = await api.run(quick=True, concurrency=4, seconds=0.5)
 
     assert result.name == "api"
-    assert len(result.figures) == 6
+    assert len(result.figures) == 9  # three phases x (rate, p99), the bare floor, the share, the cost ratio
     assert all(f.value is not None and f.value > 0 for f in result.figures)
-    assert {"post_url", "post_inline", "get"} <= set(result.data)
+    assert {"post_url", "post_inline", "get", "bare"} <= set(result.data)
 
     written = report.write(
         [result], machine(), tmp_path, command="python -m bench.run --only api", total_s=1.0
@@ -29,3 +29,9 @@ async def test_the_api_benchmark_produces_its_figures_and_the_page(tmp_path: Pat
     assert "POST /v1/runs" in page and "GET /v1/runs/{id}" in page
     assert (tmp_path / "perf" / "api.png").stat().st_size > 0
     assert set(written) == {tmp_path / "performance.md", tmp_path / "perf" / "api.png"}
+
+    # --update rewrites the api section in place, and says so under the command.
+    report.update([result], machine(), tmp_path, command="python -m bench.run --only api --update")
+    updated = (tmp_path / "performance.md").read_text()
+    assert updated.count("## The API alone") == 1 and updated.count("| api | ") == 1
+    assert "- **Updated**: " in updated and "floor: bare starlette" in updated

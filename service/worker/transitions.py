@@ -1,0 +1,67 @@
+"""Transitions of the run steps that finish together go to Redis in one pipeline.
+
+A worker polls hundreds of runs at once; their answers arrive in bursts, and each step ends in one state
+change (``Store.transition``, one EVALSHA). One round trip each cost the worker about a sixth of its CPU
+(the command's send and the reply's read, per step). Here a step's change waits for the end of the
+current turn of the event loop, and every change queued by then goes in one pipeline: each is still its
+own atomic script, with its own outcome, so a step cannot tell the difference but for the time it saves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from service.lifecycle import Transition
+from service.records import Run
+from service.store import Store
+
+Outcome = tuple[str, Run | None, int]
+
+# More than this many changes in one turn go in several pipelines: a bound on one reply's size.
+MAX_BATCH = 500
+
+
+class TransitionBatcher:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._queued: list[tuple[Transition, asyncio.Future[Outcome]]] = []
+        self._sending: set[asyncio.Task[None]] = set()
+
+    async def apply(self, change: Transition) -> Outcome:
+        """:meth:`Store.transition`, sent with the other changes of this turn of the event loop."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Outcome] = loop.create_future()
+        if not self._queued:
+            loop.call_soon(self._flush)  # runs after every step that is ready in this turn has queued
+        self._queued.append((change, done))
+        return await done
+
+    def _flush(self) -> None:
+        queued, self._queued = self._queued, []
+        for at in range(0, len(queued), MAX_BATCH):
+            task = asyncio.create_task(self._send(queued[at : at + MAX_BATCH]))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _send(self, batch: list[tuple[Transition, asyncio.Future[Outcome]]]) -> None:
+        try:
+            if len(batch) == 1:  # alone in its turn: no pipeline to build
+                outcomes: list[Outcome | Exception] = [await self._store.transition(batch[0][0])]
+            else:
+                outcomes = await self._store.transitions([change for change, _ in batch])
+        except Exception as exc:  # the connection failed: every step of the batch sees it
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(exc)
+            return
+        except BaseException:  # cancelled (shutdown): so are the steps that waited for it
+            for _, done in batch:
+                done.cancel()
+            raise
+        for (_, done), outcome in zip(batch, outcomes, strict=True):
+            if done.done():  # the step was cancelled meanwhile
+                continue
+            if isinstance(outcome, Exception):
+                done.set_exception(outcome)
+            else:
+                done.set_result(outcome)

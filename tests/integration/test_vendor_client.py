@@ -1,0 +1,132 @@
+"""The vendor client's fast GET (service/vendors/http.py ``VendorClient``) against a real server: the same
+answer, the same faults and the same budget and metrics as httpx's own path, which it must be unable to be
+told apart from."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from service.dev.embedded_redis import free_port
+from service.dev.stack import Servers
+from service.vendors.http import VendorClient, make_client
+
+BODY = {"id": "run-1", "status": "running"}
+
+
+async def _runs(request: Request) -> Response:
+    body = json.dumps({**BODY, "auth": request.headers.get("authorization"), "path": request.url.path})
+    if request.query_params.get("broken") or request.path_params["rid"] == "broken-gzip":
+        return Response(b"not gzip at all", headers={"content-encoding": "gzip"})
+    if request.path_params["rid"] == "gzipped":
+        return Response(gzip.compress(body.encode()), headers={"content-encoding": "gzip"})
+    if request.path_params["rid"] == "limited":
+        return Response(b'{"error":"slow down"}', status_code=429, headers={"retry-after": "3"})
+    return Response(body, media_type="application/json", headers={"x-run": request.path_params["rid"]})
+
+
+@pytest.fixture
+async def vendor(servers: Servers) -> str:
+    app = Starlette(routes=[Route("/v/runs/{rid:path}", _runs)])
+    port = free_port()
+    await servers.start(app, port)
+    return f"http://127.0.0.1:{port}/v"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.acquired = 0
+        self.settled: list[tuple[int | None, float | None]] = []
+        self.observed: list[tuple[str, str, str]] = []
+
+    async def acquire(self) -> None:
+        self.acquired += 1
+
+    async def settle(self, status: int | None, retry_after: float | None) -> None:
+        self.settled.append((status, retry_after))
+
+    def observe(self, vendor: str, kind: str, code: str, seconds: float) -> None:
+        self.observed.append((vendor, kind, code))
+
+
+def _client(url: str, recorder: Recorder) -> httpx.AsyncClient:
+    return make_client(
+        url,
+        {"Authorization": "Bearer k"},
+        timeout_s=5,
+        vendor="v",
+        budget=recorder,
+        observe=recorder.observe,
+    )
+
+
+async def test_a_plain_get_answers_as_httpx_does_and_is_budgeted_and_observed(
+    vendor: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast_paths: list[str] = []
+    original = VendorClient._fast_get
+
+    async def spy(self: VendorClient, path: str) -> httpx.Response:
+        fast_paths.append(path)
+        return await original(self, path)
+
+    monkeypatch.setattr(VendorClient, "_fast_get", spy)
+    recorder = Recorder()
+    async with _client(vendor, recorder) as client:
+        assert isinstance(client, VendorClient)
+        fast = await client.get("/runs/abc-1", extensions={"kind": "poll"})
+        # Query parameters take httpx's own path: the two must agree.
+        slow = await client.get("/runs/abc-1", params={"x": "1"}, extensions={"kind": "poll"})
+    for response in (fast, slow):
+        assert response.status_code == 200
+        assert response.json() == {**BODY, "auth": "Bearer k", "path": "/v/runs/abc-1"}
+        assert response.headers["x-run"] == "abc-1"
+        assert response.is_success
+    assert fast_paths == ["/runs/abc-1"]  # the first one only
+    assert recorder.acquired == 2
+    assert recorder.settled == [(200, None), (200, None)]
+    assert recorder.observed == [("v", "poll", "200"), ("v", "poll", "200")]
+
+
+async def test_a_gzipped_answer_is_decoded_and_a_broken_one_raises_httpx_decoding_error(vendor: str) -> None:
+    async with _client(vendor, Recorder()) as client:
+        response = await client.get("/runs/gzipped")
+        assert response.json()["path"] == "/v/runs/gzipped"
+        with pytest.raises(httpx.DecodingError):
+            await client.get("/runs/broken-gzip")
+
+
+async def test_a_429_pauses_through_the_budget_with_its_retry_after(vendor: str) -> None:
+    recorder = Recorder()
+    async with _client(vendor, recorder) as client:
+        response = await client.get("/runs/limited", extensions={"kind": "poll"})
+    assert response.status_code == 429
+    assert recorder.settled == [(429, 3.0)]
+    # What a plugin adapter may still do with the fast path's answer, as with httpx's own.
+    assert response.url == httpx.URL(f"{vendor}/runs/limited")
+    with pytest.raises(httpx.HTTPStatusError):
+        response.raise_for_status()
+
+
+async def test_a_path_that_needs_quoting_takes_httpx_path_and_reaches_the_same_place(vendor: str) -> None:
+    async with _client(vendor, Recorder()) as client:
+        response = await client.get("/runs/a b%2Fc")
+    async with httpx.AsyncClient(base_url=vendor) as plain:
+        expected = (await plain.get("/runs/a b%2Fc")).json()["path"]
+    assert response.json()["path"] == expected
+
+
+async def test_a_refused_connection_is_an_httpx_transport_error_and_observed() -> None:
+    recorder = Recorder()
+    async with _client(f"http://127.0.0.1:{free_port()}", recorder) as client:
+        with pytest.raises(httpx.TransportError):
+            await client.get("/runs/x", extensions={"kind": "poll"})
+    assert recorder.settled == [(None, None)]
+    assert recorder.observed == [("v", "poll", "error")]

@@ -1,0 +1,76 @@
+"""Transitions applied together (``Store.transitions`` and the worker's ``TransitionBatcher``) against a
+real redis-server: one pipeline for the changes of one turn of the event loop, each with its own outcome,
+exactly as one ``Store.transition`` each would have had."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from service.store import Store, Transition, keys
+from service.worker.transitions import TransitionBatcher
+from tests.store.test_lua import T0, _next, _run, store
+
+__all__ = ["store"]  # the fixture, shared with test_lua.py
+
+
+async def test_one_pipeline_per_turn_each_change_with_its_own_outcome(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = [await _run(store, f"run_{i}") for i in range(5)]
+    await store.transition(Transition(_next(runs[4], "processing"), 0))  # runs[4] is at version 1 now
+    batches: list[int] = []
+    original = store.transitions
+
+    async def counted(changes: Any) -> Any:
+        batches.append(len(changes))
+        return await original(changes)
+
+    monkeypatch.setattr(store, "transitions", counted)
+    batcher = TransitionBatcher(store)
+    changes = [Transition(_next(run, "processing"), 0, due_ms=T0 + 100 + i) for i, run in enumerate(runs)]
+    ghost = Transition({**_next(runs[0], "processing"), "id": "run_ghost"}, 0)
+    outcomes = await asyncio.gather(*(batcher.apply(c) for c in [*changes, ghost]))
+
+    assert batches == [6]
+    assert outcomes[:4] == [("ok", None, 0)] * 4
+    assert outcomes[4][0] == "conflict" and outcomes[4][1] is not None and outcomes[4][1]["_v"] == 1
+    assert outcomes[5] == ("missing", None, 0)
+    for i in range(4):
+        assert await store.redis.zscore(keys.due_runs("nutrient"), f"run_{i}") == T0 + 100 + i
+        assert (await store.get_run(f"run_{i}"))["_v"] == 1  # type: ignore[index]
+
+
+async def test_a_change_alone_in_its_turn_goes_as_one_script(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = await _run(store)
+
+    async def no_pipeline(changes: Any) -> Any:
+        raise AssertionError("a single change needs no pipeline")
+
+    monkeypatch.setattr(store, "transitions", no_pipeline)
+    assert await TransitionBatcher(store).apply(Transition(_next(run, "processing"), 0)) == ("ok", None, 0)
+
+
+async def test_a_script_flushed_from_redis_is_loaded_again(store: Store) -> None:
+    runs = [await _run(store, f"run_{i}") for i in range(2)]
+    await store.redis.script_flush()
+    outcomes = await store.transitions([Transition(_next(r, "processing"), 0) for r in runs])
+    assert outcomes == [("ok", None, 0), ("ok", None, 0)]
+
+
+async def test_a_lost_connection_fails_every_step_of_the_batch(store: Store) -> None:
+    runs = [await _run(store, f"run_{i}") for i in range(3)]
+    batcher = TransitionBatcher(store)
+
+    async def broken(changes: Any) -> Any:
+        raise ConnectionError("redis went away")
+
+    store.transitions = broken  # type: ignore[method-assign]
+    outcomes = await asyncio.gather(
+        *(batcher.apply(Transition(_next(r, "processing"), 0)) for r in runs), return_exceptions=True
+    )
+    assert [type(o) for o in outcomes] == [ConnectionError] * 3
