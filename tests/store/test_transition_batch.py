@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from service.store import Store, Transition, keys
+from service.lifecycle import Transition
+from service.records import replace
+from service.store import Store, keys
 from service.worker.transitions import TransitionBatcher
 from tests.store.test_lua import T0, _next, _run, store
 
@@ -31,16 +33,16 @@ async def test_one_pipeline_per_turn_each_change_with_its_own_outcome(
     monkeypatch.setattr(store, "transitions", counted)
     batcher = TransitionBatcher(store)
     changes = [Transition(_next(run, "processing"), 0, due_ms=T0 + 100 + i) for i, run in enumerate(runs)]
-    ghost = Transition({**_next(runs[0], "processing"), "id": "run_ghost"}, 0)
+    ghost = Transition(replace(_next(runs[0], "processing"), id="run_ghost"), 0)
     outcomes = await asyncio.gather(*(batcher.apply(c) for c in [*changes, ghost]))
 
     assert batches == [6]
     assert outcomes[:4] == [("ok", None, 0)] * 4
-    assert outcomes[4][0] == "conflict" and outcomes[4][1] is not None and outcomes[4][1]["_v"] == 1
+    assert outcomes[4][0] == "conflict" and outcomes[4][1] is not None and outcomes[4][1].version == 1
     assert outcomes[5] == ("missing", None, 0)
     for i in range(4):
         assert await store.redis.zscore(keys.due_runs("nutrient"), f"run_{i}") == T0 + 100 + i
-        assert (await store.get_run(f"run_{i}"))["_v"] == 1  # type: ignore[index]
+        assert (await store.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
 
 
 async def test_a_change_alone_in_its_turn_goes_as_one_script(
