@@ -7,6 +7,7 @@ every request, so the simulator needs no background tasks and a test can swap in
 from __future__ import annotations
 
 import enum
+import json
 import random
 import time
 import uuid
@@ -220,6 +221,31 @@ class SimRun(Protocol):
     @property
     def timeline(self) -> Timeline: ...
     def status(self, now: float) -> str: ...
+
+
+class VendorStore:
+    """A vendor's runs, as the simulator's own endpoints (``/_sim/stats``, ``/_sim/runs``) read them."""
+
+    def all_runs(self) -> Iterable[SimRun]:
+        raise NotImplementedError
+
+    def status_counts(self, now: float) -> dict[str, int]:
+        return count_statuses(self.all_runs(), now)
+
+    def summaries(self, now: float) -> list[tuple[str, str, float, float | None]]:
+        return summarize(self.all_runs(), now)
+
+
+async def json_object(request: Request, what: str) -> dict[str, Any]:
+    """The request's JSON object; a :class:`BadRequest` naming ``what`` (the vendor's word for the body)
+    when it is not one."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadRequest(f"{what} is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"{what} must be a JSON object")
+    return body
 
 
 def count_statuses(runs: Iterable[SimRun], now: float) -> dict[str, int]:

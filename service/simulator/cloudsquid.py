@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending, decode_base64
-from ._state import BadRequest, Phase, SimState, Timeline, count_statuses, sim_state, summarize, vendor_store
+from ._state import BadRequest, Phase, SimState, Timeline, VendorStore, json_object, sim_state, vendor_store
 
 MIMETYPES = frozenset(
     {
@@ -84,15 +85,12 @@ class CloudsquidRun:
 
 
 @dataclass
-class CloudsquidStore:
+class CloudsquidStore(VendorStore):
     rows: dict[str, Row] = field(default_factory=dict)
     runs: dict[str, CloudsquidRun] = field(default_factory=dict)
 
-    def status_counts(self, now: float) -> dict[str, int]:
-        return count_statuses(self.runs.values(), now)
-
-    def summaries(self, now: float) -> list[tuple[str, str, float, float | None]]:
-        return summarize(self.runs.values(), now)
+    def all_runs(self) -> Iterable[CloudsquidRun]:
+        return self.runs.values()
 
 
 def _store(request: Request) -> CloudsquidStore:
@@ -120,16 +118,6 @@ def _check_request(request: Request, state: SimState, *path_uuids: str) -> JSONR
         if not _is_uuid(request.path_params[name]):
             return _error(400, f"{name} must be a UUID")
     return None
-
-
-async def _json_object(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise BadRequest("body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("body must be a JSON object")
-    return body
 
 
 def _document(body: dict[str, Any]) -> Document:
@@ -217,7 +205,7 @@ async def _upload_body(request: Request, state: SimState) -> Document | Response
     if (refused := _check_request(request, state, "table_id")) is not None:
         return refused
     try:
-        document = _document(await _json_object(request))
+        document = _document(await json_object(request, "body"))
     except BadRequest as exc:
         return _error(400, str(exc))
     if document.outcome.reject:
@@ -238,7 +226,7 @@ async def start_run(request: Request) -> Response:
     if (refused := _check_request(request, state, "table_id")) is not None:
         return refused
     try:
-        body = await _json_object(request)
+        body = await json_object(request, "body")
     except BadRequest as exc:
         return _error(400, str(exc))
     row_id, zero_retention = body.get("row_id"), body.get("zero_retention", False)

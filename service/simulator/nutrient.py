@@ -39,6 +39,7 @@ import heapq
 import io
 import json
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending
-from ._state import BadRequest, Phase, SimState, Timeline, count_statuses, sim_state, vendor_store
+from ._state import BadRequest, Phase, SimState, Timeline, VendorStore, json_object, sim_state, vendor_store
 
 OPERATIONS = ("parse", "extract", "classify", "split")
 # Credits per page by parse mode (NU-price); parse defaults to "understand" (NU-parse).
@@ -94,7 +95,7 @@ class NutrientRun:
 
 
 @dataclass
-class NutrientStore:
+class NutrientStore(VendorStore):
     runs: dict[str, NutrientRun] = field(default_factory=dict)
     # (api key, operation, Idempotency-Key) -> (request fingerprint, run id)
     idempotency: dict[tuple[str, str, str], tuple[str, str]] = field(default_factory=dict)
@@ -131,8 +132,8 @@ class NutrientStore:
             for run in self.runs.values()
         ]
 
-    def status_counts(self, now: float) -> dict[str, int]:
-        return count_statuses(self.runs.values(), now)
+    def all_runs(self) -> Iterable[NutrientRun]:
+        return self.runs.values()
 
 
 def _store(request: Request) -> NutrientStore:
@@ -196,12 +197,7 @@ async def _parse_submission(request: Request) -> tuple[Document, dict[str, Any]]
                 raise BadRequest("url: a multipart upload carries the document as 'file'; send a URL as JSON")
             document = _reference_document(None, form.get("assetId"))
     elif content_type == "application/json":
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise BadRequest("body: not valid JSON") from None
-        if not isinstance(body, dict):
-            raise BadRequest("body: must be a JSON object")
+        body = await json_object(request, "body:")
         if "instructions" in body:
             # The JSON format carries the instruction fields at the top level (NU-parse): a nested object
             # is not read by the real API, so it is refused here rather than silently ignored.

@@ -23,6 +23,7 @@ and "Reading fraud and control checks"):
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending, decode_base64
-from ._state import BadRequest, Phase, SimState, Timeline, count_statuses, sim_state, summarize, vendor_store
+from ._state import BadRequest, Phase, SimState, Timeline, VendorStore, sim_state, vendor_store
 
 _CREDITS_PER_PAGE = 10  # a GUESS: Uptiq publishes no prices
 _ECHOED_KEYS = ("model", "enableCaching", "processorId")
@@ -58,14 +59,11 @@ class Extraction:
 
 
 @dataclass
-class UptiqStore:
+class UptiqStore(VendorStore):
     extractions: dict[str, Extraction] = field(default_factory=dict)
 
-    def status_counts(self, now: float) -> dict[str, int]:
-        return count_statuses(self.extractions.values(), now)
-
-    def summaries(self, now: float) -> list[tuple[str, str, float, float | None]]:
-        return summarize(self.extractions.values(), now)
+    def all_runs(self) -> Iterable[Extraction]:
+        return self.extractions.values()
 
 
 def _store(request: Request) -> UptiqStore:

@@ -305,13 +305,10 @@ class Store:
         return int(wait_ms) / 1000
 
     async def get_subscription(self, sub_id: str) -> Subscription | None:
-        return subscription_or_none(await self.redis.hgetall(keys.subscription(sub_id)))  # type: ignore[misc]
+        return (await self.get_subscriptions([sub_id]))[0]
 
     async def get_subscriptions(self, sub_ids: Sequence[str]) -> list[Subscription | None]:
-        pipe = self.redis.pipeline(transaction=False)
-        for sub_id in sub_ids:
-            pipe.hgetall(keys.subscription(sub_id))
-        return [subscription_or_none(raw) for raw in await pipe.execute()]
+        return [subscription_or_none(raw) for raw in await self._hashes(map(keys.subscription, sub_ids))]
 
     async def list_subscriptions(self, client: str, *, limit: int, cursor: str | None) -> Page[Subscription]:
         return await page(self.redis, keys.client_subs(client), limit, cursor, self.get_subscriptions, None)
@@ -411,13 +408,17 @@ class Store:
         return text(reply[1]) if len(reply) > 1 else ""
 
     async def get_delivery(self, delivery_id: str) -> Delivery | None:
-        return delivery_or_none(await self.redis.hgetall(keys.delivery(delivery_id)))  # type: ignore[misc]
+        return (await self.get_deliveries([delivery_id]))[0]
 
     async def get_deliveries(self, ids: Sequence[str]) -> list[Delivery | None]:
+        return [delivery_or_none(raw) for raw in await self._hashes(map(keys.delivery, ids))]
+
+    async def _hashes(self, names: Iterable[str]) -> list[Any]:
+        """Every field of each hash, in one round trip (an empty reply for a hash that is gone)."""
         pipe = self.redis.pipeline(transaction=False)
-        for delivery_id in ids:
-            pipe.hgetall(keys.delivery(delivery_id))
-        return [delivery_or_none(raw) for raw in await pipe.execute()]
+        for name in names:
+            pipe.hgetall(name)
+        return list(await pipe.execute())
 
     async def delivery_attempts(self, delivery_id: str) -> list[Attempt]:
         raws = await self.redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)  # type: ignore[misc]
