@@ -109,17 +109,19 @@ def _next(run: Run, now_ms: int) -> Run:
 def _event(
     run: Run, event_type: str, now_ms: int, *, result: Any = None, result_url: str | None = None
 ) -> dict[str, Any]:
-    body = {
-        "type": event_type,
-        "timestamp": domain.rfc3339(now_ms),
-        "data": {"run": public(run), "result": result, "result_url": result_url},
-    }
-    return {
+    data = {"run": public(run), "result": result, "result_url": result_url}
+    body = {"type": event_type, "timestamp": domain.rfc3339(now_ms), "data": data}
+    event = {
         "id": domain.new_id("evt"),
         "type": event_type,
         "created": now_ms,
+        "vendor": run["vendor"],  # the feed's filter
         "body": json.dumps(body, separators=(",", ":")),
     }
+    if run.get("zero_retention") and result is not None:
+        # The feed keeps the event for RETENTION_S: without the result, which only the callback carries.
+        event["feed"] = json.dumps({**body, "data": {**data, "result": None}}, separators=(",", ":"))
+    return event
 
 
 def touched(run: Run, now_ms: int, *, due_ms: float, **internal: Any) -> Transition:

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import domain, logs, metrics
-from service.api import runs, subscriptions
+from service.api import events, runs, streams, subscriptions
 from service.api.auth import KeyRing
 from service.api.context import Context
 from service.api.openapi import document as openapi_document
@@ -28,6 +28,7 @@ from service.api.problems import from_error, problem
 from service.delivery.urlsafety import Policy
 from service.settings import Settings
 from service.store import Store, connect
+from service.store.feed import Feed
 
 log = logs.get("hookbridge.api")
 MAX_HEADER_BYTES = 16 * 1024
@@ -189,10 +190,13 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
             keys=KeyRing(settings.api_keys),
             url_policy=Policy(settings.callback_allowed_networks, settings.callback_blocked_networks),
             log=log,
+            # Waiting feed readers block on a Redis client of their own, never on the shared pool.
+            feed=Feed(s.redis, connect(settings, url=redis_url), settings.retention_s),
         )
         try:
             yield {}
         finally:
+            await app.state.ctx.feed.close()
             if own:
                 await s.close()
 
@@ -201,7 +205,7 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
         Route("/readyz", readyz),
         Route("/metrics", metrics_endpoint),
         Route("/openapi.json", openapi),
-        *one_route_per_path([*runs.routes, *subscriptions.routes]),
+        *one_route_per_path([*runs.routes, *subscriptions.routes, *events.routes, *streams.routes]),
     ]
     return Starlette(
         routes=routes,

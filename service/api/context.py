@@ -11,6 +11,7 @@ from service.api.auth import KeyRing
 from service.delivery.urlsafety import Policy
 from service.settings import Settings
 from service.store import Store
+from service.store.feed import Feed
 
 
 @dataclass
@@ -20,6 +21,7 @@ class Context:
     keys: KeyRing
     url_policy: Policy
     log: Any
+    feed: Feed | None = None  # the event feed (GET /v1/events, the SSE streams)
 
     @staticmethod
     def of(request: Request) -> Context:
