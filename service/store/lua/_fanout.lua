@@ -36,7 +36,7 @@ local function create_delivery(ev, sid, run_id, client, now, retention_ms)
 end
 
 -- Appends the event to the client's feed (GET /v1/events, the SSE streams), trimmed to the retention
--- window. The body goes into the entry only where hb:evt does not keep it for as long: an event kept
+-- window. The body goes into the entry only where k_event does not keep it for as long: an event kept
 -- nowhere else, and zero retention (whose body goes once delivered; ev.feed is then the body without
 -- the result, which is never kept).
 local function append_feed(ev, run_id, client, own_body, retention_ms)

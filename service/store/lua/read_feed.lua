@@ -42,7 +42,7 @@ for i, row in ipairs(rows) do
   local f, h = row[2], {}
   for j = 1, #f, 2 do h[f[j]] = f[j + 1] end
   if wanted(h) then
-    -- An event whose body expired with it (hb:evt) is past retention: skipped.
+    -- An event whose body expired with it (k_event) is past retention: skipped.
     local body = h['b'] or redis.call('GET', k_event(h['e']))
     if body then
       table.insert(out, row[1]); table.insert(out, h['e']); table.insert(out, body)
