@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from service import domain, lifecycle
+from service import domain, lifecycle, trail
 from service.api.context import Context
 from service.api.validation import choice_param, idempotency_key, is_id, limit_param, run_request
 from service.domain import TERMINAL, Conflict, Gone, InvalidInput, NotFound, RateLimited
@@ -114,7 +114,7 @@ async def get_run(request: Request) -> Response:
     ctx = Context.of(request)
     client = ctx.keys.authenticate(request)
     run = await _own_run(ctx, client, request.path_params["run_id"])
-    return JSONResponse(lifecycle.public(run))
+    return JSONResponse({**lifecycle.public(run), **trail.public(run)})  # the trail only here
 
 
 async def list_runs(request: Request) -> Response:

@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 from redis.exceptions import RedisError
 
-from service import domain, lifecycle, logs
+from service import domain, lifecycle, logs, trail
 from service.domain import QUEUED, TERMINAL
 from service.metrics import VENDOR_CREDITS, client_label
 from service.settings import Settings, VendorSettings
@@ -112,7 +112,9 @@ class RunStepper:
         except VendorRateLimited as exc:
             # The transport already paused the whole vendor; this run waits its turn, it does not fail.
             delay = exc.retry_after if exc.retry_after is not None else policy.poll_initial_s
-            await self.store.schedule_run(run["vendor"], run["id"], _now() + delay * 1000)
+            change = lifecycle.touched(latest[0], _now(), due_ms=_now() + delay * 1000)
+            trail.record(change.run, "rate_limited", at_ms=_now(), detail=f"retry after {delay:g}s")
+            await self._apply(change)
         except (VendorTransient, TimeoutError) as exc:
             await self._transient(latest[0], policy, exc)
         except VendorResultTooLarge as exc:
@@ -180,14 +182,15 @@ class RunStepper:
             state=state,
             checkpoint=checkpoint,
         )
+        started = time.perf_counter()
         try:
             accepted = await adapter.submit(request)
         except VendorRejected as exc:
-            await self._apply(
-                lifecycle.failed(
-                    run, _now(), code=domain.VENDOR_REJECTED, message=exc.message, settings=self.settings
-                )
+            refused = lifecycle.failed(
+                run, _now(), code=domain.VENDOR_REJECTED, message=exc.message, settings=self.settings
             )
+            trail.record(refused.run, "error", at_ms=_now(), latency_ms=_ms(started), detail=exc.message)
+            await self._apply(refused)
             return
         shown, delay = next_delay(policy, None, self._rng)
         change = lifecycle.submitted(
@@ -199,6 +202,14 @@ class RunStepper:
             due_ms=_now() + delay * 1000,
         )
         change.run["_delay"] = shown
+        trail.record(
+            change.run,
+            "submitted",
+            at_ms=_now(),
+            vendor_status=accepted.vendor_status,
+            latency_ms=_ms(started),
+            detail=accepted.vendor_run_id,
+        )
         outcome, current = await self._apply(change)
         if outcome == "conflict" and current is not None and current["status"] in TERMINAL:
             # Canceled while we were submitting: the vendor has a run nobody wants any more.
@@ -216,6 +227,7 @@ class RunStepper:
 
     async def _poll(self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings) -> None:
         state = run.get("_state") or {}
+        started = time.perf_counter()
         result = await adapter.poll(run["vendor_run_id"], state)
         now = _now()
         if result.status == base.SUCCEEDED:
@@ -225,50 +237,61 @@ class RunStepper:
             result_file = None
             if isinstance(payload, FileResult):
                 payload, result_file = _file_result(run, payload)
-            await self._finish(
+            done = lifecycle.finished(
                 run,
-                lifecycle.finished(
-                    run,
-                    _now(),
-                    status=domain.SUCCEEDED,
-                    settings=self.settings,
-                    vendor_status=result.vendor_status,
-                    result=payload,
-                    usage=_bounded_usage(result.usage),
-                    result_file=result_file,
-                ),
+                _now(),
+                status=domain.SUCCEEDED,
+                settings=self.settings,
+                vendor_status=result.vendor_status,
+                result=payload,
+                usage=_bounded_usage(result.usage),
+                result_file=result_file,
             )
+            status, latency = result.vendor_status, _ms(started)
+            trail.record(done.run, "result", at_ms=now, vendor_status=status, latency_ms=latency)
+            await self._finish(run, done)
         elif result.status in (base.FAILED, base.CANCELED):
             # Canceled at the vendor by someone else than us: for our client the run failed there.
             message = result.error or "the vendor reported a failure"
             if result.status == base.CANCELED:
                 message = "the run was canceled at the vendor"
-            await self._finish(
+            change = lifecycle.failed(
                 run,
-                lifecycle.failed(
-                    run,
-                    now,
-                    code=domain.VENDOR_FAILED,
-                    message=message,
-                    details=result.error_details,
-                    settings=self.settings,
-                    vendor_status=result.vendor_status,
-                ),
+                now,
+                code=domain.VENDOR_FAILED,
+                message=message,
+                details=result.error_details,
+                settings=self.settings,
+                vendor_status=result.vendor_status,
             )
+            status, latency = result.vendor_status, _ms(started)
+            trail.record(
+                change.run, "error", at_ms=now, vendor_status=status, latency_ms=latency, detail=message
+            )
+            await self._finish(run, change)
         else:
             shown, delay = next_delay(policy, run.get("_delay"), self._rng)
-            await self._apply(
-                lifecycle.polled(
-                    run,
-                    now,
-                    running=result.status == base.RUNNING,
-                    vendor_status=result.vendor_status,
-                    progress=_progress(result),
-                    delay_s=shown,
-                    due_ms=now + delay * 1000,
-                    settings=self.settings,
-                )
+            progress = _progress(result)
+            change = lifecycle.polled(
+                run,
+                now,
+                running=result.status == base.RUNNING,
+                vendor_status=result.vendor_status,
+                progress=progress,
+                delay_s=shown,
+                due_ms=now + delay * 1000,
+                settings=self.settings,
             )
+            moved = progress is not None and progress != run.get("progress")
+            trail.record(
+                change.run,
+                "progress" if moved else "poll",
+                at_ms=now,
+                vendor_status=result.vendor_status,
+                latency_ms=_ms(started),
+                detail=_progress_text(progress) if moved else None,
+            )
+            await self._apply(change)
 
     async def _time_out(self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings) -> None:
         message = f"no result after {policy.max_run_s:g}s (HOOKBRIDGE_{run['vendor'].upper()}_MAX_RUN_S)"
@@ -278,18 +301,17 @@ class RunStepper:
             message += f"; the vendor last said: {progress['message']}"
         if run.get("vendor_run_id") and adapter.supports_cancel:
             await self._cancel_quietly(adapter, run["vendor_run_id"], run.get("_state") or {})
-        await self._finish(
+        change = lifecycle.failed(
             run,
-            lifecycle.failed(
-                run,
-                _now(),
-                code=domain.TIMED_OUT,
-                message=message,
-                details={"last_progress": progress} if progress else None,
-                settings=self.settings,
-                count_poll=False,
-            ),
+            _now(),
+            code=domain.TIMED_OUT,
+            message=message,
+            details={"last_progress": progress} if progress else None,
+            settings=self.settings,
+            count_poll=False,
         )
+        trail.record(change.run, "timeout", at_ms=_now(), detail=message)
+        await self._finish(run, change)
 
     async def _tell_vendor(
         self, run: dict[str, Any], adapter: VendorAdapter, policy: VendorSettings, timeout: float
@@ -342,23 +364,24 @@ class RunStepper:
         count = int(run.get("_transient", 0)) + 1
         message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}" or type(exc).__name__
         if count >= self.settings.vendor_max_transient_failures:
-            await self._finish(
+            change = lifecycle.failed(
                 run,
-                lifecycle.failed(
-                    run,
-                    _now(),
-                    code=domain.VENDOR_UNREACHABLE,
-                    message=f"{count} transient faults in a row; the last: {message}",
-                    settings=self.settings,
-                    count_poll=False,
-                ),
+                _now(),
+                code=domain.VENDOR_UNREACHABLE,
+                message=f"{count} transient faults in a row; the last: {message}",
+                settings=self.settings,
+                count_poll=False,
             )
+            trail.record(change.run, "error", at_ms=_now(), detail=message)
+            await self._finish(run, change)
             return
         retry_after = getattr(exc, "retry_after", None)
         backoff = min(policy.poll_max_s, policy.poll_initial_s * 2 ** (count - 1))
         delay = max(backoff, retry_after or 0.0) * self._rng.uniform(1.0, 1.2)
         log.warning("vendor fault", run_id=run["id"], vendor=run["vendor"], error=message, attempt=count)
-        await self._apply(lifecycle.touched(run, _now(), due_ms=_now() + delay * 1000, _transient=count))
+        change = lifecycle.touched(run, _now(), due_ms=_now() + delay * 1000, _transient=count)
+        trail.record(change.run, "error", at_ms=_now(), detail=message)
+        await self._apply(change)
 
     # Helpers ------------------------------------------------------------------------------------
 
@@ -449,6 +472,18 @@ def _progress(result: PollResult) -> dict[str, Any] | None:
         return None
     p = result.progress
     return {"percent": p.percent, "phase": p.phase, "message": p.message}
+
+
+def _progress_text(progress: dict[str, Any] | None) -> str | None:
+    if not progress:
+        return None
+    parts = [f"{progress['percent']:g}%" if progress.get("percent") is not None else None]
+    parts += [progress.get("phase"), progress.get("message")]
+    return " ".join(str(p) for p in parts if p) or None
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
 
 
 def _now() -> int:

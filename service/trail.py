@@ -1,0 +1,77 @@
+"""A run's vendor trail: what happened at the vendor (the submit, each poll's vendor status and latency,
+429s, progress, the result, faults), bounded so that a run in flight stays small in Redis.
+
+Kept on the run record (``_trail``), written in the same transition as the step it describes (a 429
+writes a transition of its own). Stored compactly as ``[at_ms, kind, vendor_status, latency_ms,
+detail]`` with trailing nulls dropped; the first ``HEAD`` entries and the last ``TAIL`` are kept, and
+``_trail_dropped`` counts those in between. ``GET /v1/runs/{id}`` shows it (:func:`public`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service import domain
+
+KINDS = ("submitted", "poll", "rate_limited", "progress", "result", "error", "timeout")
+HEAD = 2  # the submit and the first poll: what the start looked like
+TAIL = 8  # the latest: what it looks like now
+MAX_TEXT = 80  # vendor status words and details are cut to this many characters
+
+Run = dict[str, Any]
+
+
+def _text(value: str | None) -> str | None:
+    return None if value is None else value[:MAX_TEXT]
+
+
+def record(
+    run: Run,
+    kind: str,
+    *,
+    at_ms: int,
+    vendor_status: str | None = None,
+    latency_ms: float | None = None,
+    detail: str | None = None,
+) -> None:
+    """Appends an entry to ``run`` (a new run about to be written; its trail list is replaced, never
+    edited, because the previous run shares it)."""
+    entry: list[Any] = [
+        at_ms,
+        kind,
+        _text(vendor_status),
+        None if latency_ms is None else round(latency_ms),
+        _text(detail),
+    ]
+    while entry[-1] is None:
+        entry.pop()
+    trail = list(run.get("_trail") or [])
+    if len(trail) >= HEAD + TAIL:
+        del trail[HEAD]
+        run["_trail_dropped"] = int(run.get("_trail_dropped", 0)) + 1
+    trail.append(entry)
+    run["_trail"] = trail
+    if kind == "rate_limited":
+        run["_rate_limited"] = int(run.get("_rate_limited", 0)) + 1
+
+
+def public(run: Run) -> dict[str, Any]:
+    """``trail`` (oldest first), ``trail_dropped`` (entries left out between the first and the last ones)
+    and ``rate_limited`` (the vendor's 429s for this run); ``polls`` is on the run already."""
+    entries = []
+    for raw in run.get("_trail") or []:
+        at, kind, vendor_status, latency, detail = [*raw, None, None, None][:5]
+        entries.append(
+            {
+                "at": domain.rfc3339(at),
+                "kind": kind,
+                "vendor_status": vendor_status,
+                "latency_ms": latency,
+                "detail": detail,
+            }
+        )
+    return {
+        "trail": entries,
+        "trail_dropped": int(run.get("_trail_dropped", 0)),
+        "rate_limited": int(run.get("_rate_limited", 0)),
+    }
