@@ -62,11 +62,17 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
         "delivery_pending",
         "quota_exceeded",
     ),
-    410: ("result_gone",),
+    410: ("result_gone", "iterator_expired"),
     413: ("document_too_large",),
     415: ("unsupported_media_type",),
-    422: ("validation_error", "unknown_vendor", "callback_url_not_allowed", "options_too_large"),
-    429: ("rate_limited",),
+    422: (
+        "validation_error",
+        "unknown_vendor",
+        "callback_url_not_allowed",
+        "options_too_large",
+        "invalid_iterator",
+    ),
+    429: ("rate_limited", "too_many_streams"),
     431: ("headers_too_large",),
     503: ("unavailable",),
 }
@@ -1092,6 +1098,7 @@ def _tags() -> list[Schema]:
         {"name": "deliveries", "description": "What happened to each callback."},
         {"name": "operations", "description": "Health, readiness, metrics, this document."},
         {"name": "callbacks", "description": "What hookbridge POSTs to subscribed URLs."},
+        {"name": "events", "description": "The event feed and its streams, for apps without an endpoint."},
     ]
 
 
@@ -1107,13 +1114,20 @@ def document(vendors: Vendors | None = None) -> dict[str, Any]:
 @functools.cache
 def _document(vendors: Vendors) -> dict[str, Any]:
     """Static for one set of vendors, so built once."""
+    from service.api import openapi_feed  # it builds on this module's helpers
+
     return {
         "openapi": "3.1.0",
         "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
         "info": _info(),
         "tags": _tags(),
         "security": [{"bearerAuth": []}],
-        "paths": {**operational_paths(), **run_paths(vendors), **subscription_paths()},
+        "paths": {
+            **operational_paths(),
+            **run_paths(vendors),
+            **subscription_paths(),
+            **openapi_feed.paths(vendors),
+        },
         "webhooks": webhooks(),
         "components": {
             "securitySchemes": {
@@ -1123,7 +1137,7 @@ def _document(vendors: Vendors) -> dict[str, Any]:
                     "description": "`Authorization: Bearer <secret>`, a key from HOOKBRIDGE_API_KEYS.",
                 }
             },
-            "schemas": component_schemas(vendors),
+            "schemas": openapi_feed.schemas(component_schemas(vendors)),
             "responses": component_responses(),
             "headers": component_headers(),
         },
