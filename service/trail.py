@@ -2,9 +2,10 @@
 429s, progress, the result, faults), bounded so that a run in flight stays small in Redis.
 
 Kept on the run record (``_trail``), written in the same transition as the step it describes (a 429
-writes a transition of its own). Stored compactly as ``[at_ms, kind, vendor_status, latency_ms,
-detail]`` with trailing nulls dropped; the first ``HEAD`` entries and the last ``TAIL`` are kept, and
-``_trail_dropped`` counts those in between. ``GET /v1/runs/{id}`` shows it (:func:`public`).
+writes a transition of its own). Stored compactly as ``[ms since the run was created, kind,
+vendor_status, latency_ms, detail]`` with trailing nulls dropped; the first ``HEAD`` entries and the
+last ``TAIL`` are kept, and ``_trail_dropped`` counts those in between. ``GET /v1/runs/{id}`` shows it
+(:func:`public`). About 60 bytes per run in flight; the feed's stream entry about 120 per event.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def record(
     """Appends an entry to ``run`` (a new run about to be written; its trail list is replaced, never
     edited, because the previous run shares it)."""
     entry: list[Any] = [
-        at_ms,
+        at_ms - int(run.get("created_at") or 0),  # fewer digits than the time itself
         kind,
         _text(vendor_status),
         None if latency_ms is None else round(latency_ms),
@@ -63,7 +64,7 @@ def public(run: Run) -> dict[str, Any]:
         at, kind, vendor_status, latency, detail = [*raw, None, None, None][:5]
         entries.append(
             {
-                "at": domain.rfc3339(at),
+                "at": domain.rfc3339(at + int(run.get("created_at") or 0)),
                 "kind": kind,
                 "vendor_status": vendor_status,
                 "latency_ms": latency,

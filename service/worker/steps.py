@@ -208,7 +208,6 @@ class RunStepper:
             at_ms=_now(),
             vendor_status=accepted.vendor_status,
             latency_ms=_ms(started),
-            detail=accepted.vendor_run_id,
         )
         outcome, current = await self._apply(change)
         if outcome == "conflict" and current is not None and current["status"] in TERMINAL:

@@ -250,7 +250,6 @@ async def test_a_run_shows_its_vendor_trail(stack: Stack) -> None:
     assert kinds[0] == "submitted" and kinds[-1] == "result"
     assert set(kinds[1:-1]) <= {"poll", "progress"} and len(kinds) >= 2
     assert all(isinstance(e["latency_ms"], int) and e["at"].endswith("Z") for e in shown["trail"])
-    assert shown["trail"][0]["detail"] == shown["vendor_run_id"]
     assert shown["rate_limited"] == 0 and shown["trail_dropped"] >= 0
     # The trail is on the run's own page, not in every event nor in the list.
     listed = (await stack.api.get("/v1/runs")).json()["data"][0]
