@@ -37,8 +37,12 @@ def _epoch(timestamp: str) -> float:
 
 async def _reader(cluster: Cluster, want: int, latencies: list[float], ready: asyncio.Event) -> None:
     url = f"{cluster.api_url}/v1/events"
-    async with cluster.http.get(url, headers=AUTH) as response:
-        iterator = (await response.json())["iterator"]
+    iterator, done = "", False
+    while not done:  # to the feed's end: the events of an earlier phase are not this one's
+        params = {"limit": "200", **({"iterator": iterator} if iterator else {})}
+        async with cluster.http.get(url, params=params, headers=AUTH) as response:
+            page = await response.json()
+        iterator, done = page["iterator"], page["done"]
     ready.set()
     seen = 0
     while seen < want:
