@@ -123,14 +123,15 @@ async def stream_slot(ctx: Context, client: str) -> AsyncIterator[str]:
 
 
 async def _long_poll(
-    ctx: Context, client: str, page: FeedPage, *, limit: int, only: FeedFilter, wait: float
+    request: Request, client: str, page: FeedPage, *, limit: int, only: FeedFilter, wait: float
 ) -> FeedPage:
+    ctx = Context.of(request)
     feed = feed_of(ctx)
     deadline = time.monotonic() + wait
     async with stream_slot(ctx, client) as token:
         while not page.events:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or await request.is_disconnected():  # nobody left to answer
                 break
             if page.done:
                 await feed.wait(client, page.iterator, min(remaining, WAIT_SLICE_S))
@@ -148,7 +149,7 @@ async def list_events(request: Request) -> Response:
     wait = wait_param(request)
     page = await read(feed_of(ctx), client, after, limit=limit, only=only)
     if not page.events and wait > 0:
-        page = await _long_poll(ctx, client, page, limit=limit, only=only, wait=wait)
+        page = await _long_poll(request, client, page, limit=limit, only=only, wait=wait)
     return JSONResponse(
         {"data": [e.envelope() for e in page.events], "iterator": page.iterator, "done": page.done}
     )

@@ -89,8 +89,11 @@ async def _events(
 
 
 async def _open(
-    ctx: Context, client: str, after: str, only: FeedFilter, *, run_ended: bool | None = None
+    request: Request, client: str, after: str, only: FeedFilter, *, run_ended: bool | None = None
 ) -> Response:
+    ctx = Context.of(request)
+    if request.method == "HEAD":  # the headers a GET would have, and no stream that nobody reads
+        return Response(media_type="text/event-stream", headers=_HEADERS)
     # The slot and the first page come before the answer starts, so that too many streams, or a bad or
     # expired position, is a problem answer rather than a broken stream.
     token = await take_slot(ctx, client)
@@ -107,7 +110,7 @@ async def events_stream(request: Request) -> Response:
     ctx = Context.of(request)
     client = ctx.keys.authenticate(request)
     only = filters(request, ctx)
-    return await _open(ctx, client, _last_event_id(request), only)
+    return await _open(request, client, _last_event_id(request), only)
 
 
 async def run_stream(request: Request) -> Response:
@@ -123,7 +126,7 @@ async def run_stream(request: Request) -> Response:
         if start > domain.now_ms() - int(ctx.settings.retention_s * 1000):
             after = f"{start}-0"  # a position before the run's first event; else from the oldest kept
     ended = run["status"] in TERMINAL
-    return await _open(ctx, client, after, FeedFilter(run_id=run_id), run_ended=ended)
+    return await _open(request, client, after, FeedFilter(run_id=run_id), run_ended=ended)
 
 
 routes = [

@@ -105,6 +105,8 @@ async def test_hostile_feed_inputs_are_clear_problems(stack: Stack) -> None:
     async with httpx.AsyncClient(base_url=stack.api_url) as anonymous:
         for path in ("/v1/events", "/v1/events/stream", "/v1/runs/run_x/stream"):
             assert (await anonymous.get(path)).status_code == 401
+    head = await stack.api.head("/v1/events/stream")  # answered at once: no stream to hold open
+    assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream")
     bad = await stack.api.get("/v1/events/stream", headers={"Last-Event-ID": "nope"})
     assert bad.status_code == 422 and bad.json()["code"] == "invalid_iterator"
     assert (await stack.api.get("/v1/runs/run_01J9Z3K8V2Q4M6N8P0R2S4T6V8/stream")).status_code == 404
