@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import itertools
 import json
 import os
 import random
@@ -51,6 +52,7 @@ class ChaosConfig:
     timeout_s: float = 600.0
     sim_duration: str = "1,3"
     submit_rate: float = 25.0  # runs per second, so that the Redis restarts fall while runs are submitted
+    feed_reader: bool = True  # a consumer of GET /v1/events (long-poll) beside the callbacks
 
 
 @dataclass
@@ -68,10 +70,18 @@ class Ledger:
     worker_kills: int = 0
     redis_restarts: int = 0
     elapsed_s: float = 0.0
+    # The feed reader's account: events it read, emitted ones it never read, ones it read twice, runs
+    # whose events it read in another order than emitted, and feed positions that did not increase.
+    feed_read: int = 0
+    feed_missing: list[str] = field(default_factory=list)
+    feed_duplicates: int = 0
+    feed_runs_out_of_order: list[str] = field(default_factory=list)
+    feed_positions_not_increasing: int = 0
 
     @property
     def ok(self) -> bool:
-        return not self.runs_not_terminal and not self.events_missing and self.runs_submitted > 0
+        feed_ok = not (self.feed_missing or self.feed_duplicates or self.feed_runs_out_of_order)
+        return not self.runs_not_terminal and not self.events_missing and self.runs_submitted > 0 and feed_ok
 
 
 class Proc:
@@ -208,6 +218,9 @@ async def run_chaos(cfg: ChaosConfig, logdir: Path | None = None) -> Ledger:
             chaos = asyncio.create_task(
                 _chaos(cfg, rng, workers, procs, redis, env, logdir, ledger, stop_chaos)
             )
+            fed: list[dict[str, Any]] = []
+            stop_feed = asyncio.Event()
+            feed = asyncio.create_task(_read_feed(client, fed, stop_feed)) if cfg.feed_reader else None
             run_ids = await _submit_all(client, cfg, ledger)
             ledger.runs_submitted = len(run_ids)
 
@@ -239,6 +252,11 @@ async def run_chaos(cfg: ChaosConfig, logdir: Path | None = None) -> Ledger:
             ledger.events_delivered = sum(1 for e in emitted if e in acked)
             ledger.events_missing = [e for e in emitted if e not in acked]
             ledger.duplicate_deliveries = sum(n - 1 for n in acked.values() if n > 1)
+            if feed is not None:
+                stop_feed.set()
+                await feed
+                by_run = await _emitted_by_run(client, run_ids)
+                _account_feed(ledger, fed, by_run)
             if ledger.events_missing:
                 await _explain(redis.url, sub["id"], ledger.events_missing[:10], logdir)
     finally:
@@ -349,6 +367,62 @@ async def _emitted(client: httpx.AsyncClient, run_ids: list[str]) -> list[str]:
     return [e for batch in await asyncio.gather(*(events(r) for r in run_ids)) for e in batch]
 
 
+async def _read_feed(client: httpx.AsyncClient, out: list[dict[str, Any]], stop: asyncio.Event) -> None:
+    """What an app without an endpoint does: long-poll the feed from its start, keeping the iterator,
+    through 503s and dropped connections (Redis restarting), until told to stop, then read to the end."""
+    iterator: str | None = None
+    draining = False
+    while True:
+        params: dict[str, Any] = {"limit": 200, "wait": 0 if draining else 2}
+        if iterator:
+            params["iterator"] = iterator
+        try:
+            response = await client.get("/v1/events", params=params)
+        except httpx.TransportError:
+            await asyncio.sleep(0.1)
+            continue
+        if response.status_code != 200:  # 503 while Redis restarts; anything else shows in the ledger
+            await asyncio.sleep(0.1)
+            continue
+        page = response.json()
+        out.extend(
+            {"id": e["id"], "event_id": e["event_id"], "run": e["data"]["run"]["id"]} for e in page["data"]
+        )
+        iterator = page["iterator"]
+        if draining and page["done"]:
+            return
+        draining = stop.is_set()
+
+
+async def _emitted_by_run(client: httpx.AsyncClient, run_ids: list[str]) -> dict[str, list[str]]:
+    sem = asyncio.Semaphore(16)
+
+    async def events(run_id: str) -> tuple[str, list[str]]:
+        async with sem:
+            data = (await _call(client, "GET", f"/v1/runs/{run_id}/events")).json()["data"]
+            return run_id, [e["id"] for e in data]
+
+    return dict(await asyncio.gather(*(events(r) for r in run_ids)))
+
+
+def _position(feed_id: str) -> tuple[int, int]:
+    ms, seq = feed_id.split("-")
+    return int(ms), int(seq)
+
+
+def _account_feed(ledger: Ledger, fed: list[dict[str, Any]], emitted: dict[str, list[str]]) -> None:
+    ledger.feed_read = len(fed)
+    counts = Counter(e["event_id"] for e in fed)
+    ledger.feed_duplicates = sum(n - 1 for n in counts.values() if n > 1)
+    ledger.feed_missing = [e for events in emitted.values() for e in events if e not in counts]
+    positions = [_position(e["id"]) for e in fed]
+    ledger.feed_positions_not_increasing = sum(1 for a, b in itertools.pairwise(positions) if b <= a)
+    read_by_run: dict[str, list[str]] = {}
+    for e in fed:
+        read_by_run.setdefault(e["run"], []).append(e["event_id"])
+    ledger.feed_runs_out_of_order = [r for r, events in emitted.items() if read_by_run.get(r, []) != events]
+
+
 async def _chaos(
     cfg: ChaosConfig,
     rng: random.Random,
@@ -399,6 +473,12 @@ def report(cfg: ChaosConfig, ledger: Ledger) -> str:
             "receiver requests / failures injected",
             f"{ledger.receiver_requests} / {ledger.receiver_failures_injected}",
         ),
+        ("feed: events read by a long-polling consumer", ledger.feed_read),
+        (
+            "feed: emitted events never read / read twice",
+            f"{len(ledger.feed_missing)} / {ledger.feed_duplicates}",
+        ),
+        ("feed: runs read out of emission order", len(ledger.feed_runs_out_of_order)),
         ("worker SIGKILLs", ledger.worker_kills),
         ("Redis SIGKILL + restarts", ledger.redis_restarts),
         ("elapsed", f"{ledger.elapsed_s} s"),

@@ -24,6 +24,7 @@ TITLES = {
     "scale": "10,000 runs in flight on one worker",
     "efficiency": "Requests per run and callback delay, hookbridge against a naive client",
     "api": "The API alone",
+    "feed": "The event feed: from emission to a waiting long-poll",
     "slowloris": "Slow clients against the API",
     "soak": "Soak: months in minutes",
 }

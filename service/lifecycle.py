@@ -86,16 +86,19 @@ def _next(run: Run, now_ms: int, **changes: Any) -> Run:
 def _event(
     run: Run, event_type: str, now_ms: int, *, result: Any = None, result_url: str | None = None
 ) -> Event:
-    body = {
-        "type": event_type,
-        "timestamp": domain.rfc3339(now_ms),
-        "data": {"run": public_run(run), "result": result, "result_url": result_url},
-    }
+    data = {"run": public_run(run), "result": result, "result_url": result_url}
+    body = {"type": event_type, "timestamp": domain.rfc3339(now_ms), "data": data}
+    feed = None
+    if run.zero_retention and result is not None:
+        # The feed keeps the event for RETENTION_S: without the result, which only the callback carries.
+        feed = json.dumps({**body, "data": {**data, "result": None}}, separators=(",", ":"))
     return Event(
         id=domain.new_id("evt"),
         type=event_type,
         created=now_ms,
         body=json.dumps(body, separators=(",", ":")),
+        vendor=run.vendor,
+        feed=feed,
     )
 
 

@@ -104,6 +104,11 @@ class Run(_Record):
     result_type: str | None = Field(default=None, validation_alias=_old("result_type"))  # a file result's
     # The API request's span (W3C traceparent) when tracing is on: the worker's spans join its trace.
     traceparent: str | None = Field(default=None, validation_alias=_old("traceparent"))
+    # The vendor trail (service/trail.py): compact entries, the first and the last ones, and how many of
+    # those in between were dropped; the vendor's 429s for this run.
+    trail: list[list[Any]] = Field(default=[], validation_alias=_old("trail", "_trail"))
+    trail_dropped: int = Field(default=0, validation_alias=_old("trail_dropped", "_trail_dropped"))
+    rate_limited: int = Field(default=0, validation_alias=_old("rate_limited", "_rate_limited"))
 
     @property
     def terminal(self) -> bool:
@@ -148,6 +153,9 @@ class Event(_Record):
     type: str  # domain.EVENT_TYPES
     created: int  # ms since the epoch
     body: str  # {"type", "timestamp", "data"} as JSON; stored as is (hb:evt:{id})
+    vendor: str | None = None  # the run's vendor: the feed's filter
+    # Zero retention: the body the feed keeps (without the result, which only the callback carries).
+    feed: str | None = None
 
 
 # Subscriptions ---------------------------------------------------------------------------------------

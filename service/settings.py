@@ -143,6 +143,9 @@ class Settings:
     api_body_idle_timeout_s: float = 30.0
     api_keepalive_timeout_s: float = 5.0
     api_max_connections: int = 0  # 0: from the process's file-descriptor limit
+    # The event feed's server-sent event streams and long-polls (service/api/events.py, streams.py).
+    sse_heartbeat_s: float = 15.0
+    max_streams_per_client: int = 10
 
     def vendor(self, name: str) -> VendorSettings:
         return self.vendors[name]
@@ -404,6 +407,8 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "API_BODY_IDLE_TIMEOUT_S": ("api_body_idle_timeout_s", _DURATION_S),
     "API_KEEPALIVE_TIMEOUT_S": ("api_keepalive_timeout_s", _DURATION_S),
     "API_MAX_CONNECTIONS": ("api_max_connections", _non_negative_int),
+    "SSE_HEARTBEAT_S": ("sse_heartbeat_s", _DURATION_S),
+    "MAX_STREAMS_PER_CLIENT": ("max_streams_per_client", _positive(int)),
 }
 
 # The settings every vendor has (HOOKBRIDGE_{VENDOR}_{suffix}); their defaults come from the vendor's

@@ -20,7 +20,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import console, domain, logs, metrics, tracing
-from service.api import models, problems, runs, subscriptions
+from service.api import events, models, problems, runs, streams, subscriptions
 from service.api.auth import KeyRing
 from service.api.context import Context
 from service.api.openapi import document as openapi_document
@@ -36,6 +36,7 @@ from service.api.problems import (
 from service.delivery.urlsafety import Policy
 from service.settings import Settings
 from service.store import Store, connect
+from service.store.feed import Feed
 
 log = logs.get("hookbridge.api")
 MAX_HEADER_BYTES = 16 * 1024
@@ -147,6 +148,8 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
         metrics.set_clients(client for client, _ in settings.api_keys)
         own = store is None
         s = store or Store(connect(settings, url=redis_url), settings)
+        # Waiting feed readers block on a Redis client of their own, never on the shared pool.
+        feed = Feed(s.redis, connect(settings, url=redis_url), settings.retention_s)
         ctx = Context(
             settings=settings,
             store=s,
@@ -155,10 +158,12 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
             models=api_models,
             openapi=openapi_body,
             log=log,
+            feed=feed,
         )
         try:
             yield {"ctx": ctx}
         finally:
+            await feed.close()
             if own:
                 await s.close()
 
@@ -169,6 +174,8 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
         Route("/openapi.json", openapi),
         *runs.routes,
         *subscriptions.routes,
+        *events.routes,
+        *streams.routes,
         *console.routes,  # the browser console over this API; not part of the OpenAPI document
     ]
     return Starlette(

@@ -72,10 +72,15 @@ def validated(model: type[M], raw: bytes | str | dict[str, Any], *, prefix: tupl
         raise ValidationFailed("The request has invalid fields.", field_errors(exc, prefix)) from None
 
 
-def query(request: Request, model: type[M]) -> M:
-    """The query parameters, validated (an unknown one is refused)."""
+def query(request: Request, model: type[M], *, lists: tuple[str, ...] = ()) -> M:
+    """The query parameters, validated (an unknown one is refused); those in ``lists`` may be repeated
+    and are joined with commas."""
+    raw = dict(request.query_params)
+    for name in lists:
+        if name in raw:
+            raw[name] = ",".join(request.query_params.getlist(name))
     try:
-        return model.model_validate(dict(request.query_params))
+        return model.model_validate(raw)
     except ValidationError as exc:
         raise ValidationFailed("The query has invalid parameters.", field_errors(exc, body=False)) from None
 

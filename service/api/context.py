@@ -16,6 +16,7 @@ from service.delivery.urlsafety import Policy
 from service.records import Delivery, Run, Subscription
 from service.settings import Settings
 from service.store import Store
+from service.store.feed import Feed
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Context:
     models: Models
     openapi: bytes  # the document, encoded once
     log: Any
+    feed: Feed | None = None  # the event feed (GET /v1/events, the SSE streams)
 
     @staticmethod
     def of(request: Request) -> Context:

@@ -369,6 +369,84 @@ class Recover(In):
     since: AwareDatetime = Field(description="RFC 3339 with an offset.")
 
 
+# The event feed (GET /v1/events) and its streams ------------------------------------------------------
+
+
+class TrailEntry(Out):
+    """One step at the vendor."""
+
+    at: datetime
+    kind: Literal["submitted", "poll", "rate_limited", "progress", "result", "error", "timeout"]
+    vendor_status: str | None = Field(description="The vendor's own status word, as it said it.")
+    latency_ms: int | None = Field(description="How long the call to the vendor took.")
+    detail: str | None
+
+
+class RunDetail(Run):
+    """A run with its vendor trail (only `GET /v1/runs/{id}` shows the trail)."""
+
+    trail: list[TrailEntry] = Field(
+        description="The first 2 and the last 8 steps at the vendor, oldest first."
+    )
+    trail_dropped: int = Field(ge=0, description="Steps left out between those.")
+    rate_limited: int = Field(ge=0, description="The vendor's 429s for this run.")
+
+
+class FeedEvent(Out):
+    """An event in the client's feed: the callback's body, with its place in the feed."""
+
+    id: str = Field(description="Its position in the feed: pass it as `iterator` or `Last-Event-ID`.")
+    event_id: EventId = Field(description="The callbacks' `webhook-id`: deduplicate on it.")
+    type: EventType
+    timestamp: datetime
+    data: RunEventData | TestEventData
+
+
+class FeedPage(Out):
+    data: list[FeedEvent]
+    iterator: str = Field(description="Pass it back as `iterator` for what comes next.")
+    done: bool = Field(description="The page reached the feed's end (for now).")
+
+
+class FeedQuery(In):
+    """What a feed reader asks for; unknown parameters are refused."""
+
+    model_config = ConfigDict(strict=False)
+
+    type: Annotated[str, Field(max_length=200)] | NoNull = Field(
+        None, description="Event types, comma-separated or repeated: exact types or `run.*`."
+    )
+    run_id: RunId | NoNull = Field(None, description="Only this run's events.")
+    vendor: Annotated[str, Field(max_length=64)] | NoNull = Field(
+        None, description="Only runs at this vendor."
+    )
+
+
+Position = Annotated[str, Field(max_length=64)]
+
+
+class EventQuery(FeedQuery):
+    iterator: Position | NoNull = Field(
+        None, description="`iterator` of the last page; none: the oldest kept."
+    )
+    limit: int = Field(50, ge=1, le=200, description="Page size.")
+    wait: float = Field(0, ge=0, le=30, description="Seconds to hold the request until a matching event.")
+
+
+class StreamQuery(FeedQuery):
+    last_event_id: Position | NoNull = Field(
+        None, description="Resume after it (as the `Last-Event-ID` header)."
+    )
+
+
+class RunStreamQuery(In):
+    model_config = ConfigDict(strict=False)
+
+    last_event_id: Position | NoNull = Field(
+        None, description="Resume after it (as the `Last-Event-ID` header)."
+    )
+
+
 class Page(In):
     """Query parameters of a list: unknown ones are refused."""
 

@@ -53,10 +53,13 @@ get     /metrics                                  metrics                   200 
 get     /openapi.json                             openapi                   200  -                       -              This document
 post    /v1/runs                                  createRun                 202  Run                     b,409,410,429  Submit a document to a vendor
 get     /v1/runs                                  listRuns                  200  RunList                 422            List runs, newest first
-get     /v1/runs/{run_id}                         getRun                    200  Run                     404            Get a run
+get     /v1/runs/{run_id}                         getRun                    200  RunDetail               404            Get a run, with its vendor trail
 post    /v1/runs/{run_id}/cancel                  cancelRun                 200  Run                     404,409        Cancel a run
 get     /v1/runs/{run_id}/result                  getRunResult              200  -                       404,409,410    Get the vendor's result of a succeeded run
 get     /v1/runs/{run_id}/events                  listRunEvents             200  EventList               404            List the events emitted for a run, oldest first
+get     /v1/runs/{run_id}/stream                  streamRun                 200  -                       404,422,429    Server-sent events: the run's events from the first, closed after its end
+get     /v1/events                                listEvents                200  FeedPage                410,422,429    The client's event feed, in order; wait= holds the request until an event
+get     /v1/events/stream                         streamEvents              200  -                       410,422,429    Server-sent events: the client's events as they happen
 post    /v1/subscriptions                         createSubscription        201  SubscriptionWithSecret  b,409          Register a callback URL; the answer holds its signing secret
 get     /v1/subscriptions                         listSubscriptions         200  SubscriptionList        422            List subscriptions, newest first
 get     /v1/subscriptions/{sub_id}                getSubscription           200  Subscription            404            Get a subscription
@@ -98,6 +101,14 @@ RUN_EXAMPLES: list[Any] = [
         "zero_retention": True,
     },
 ]
+# A stream's answer: `id: <feed id>`, `event: <type>`, `data: <FeedEvent JSON>` per event.
+_SSE = {"text/event-stream": {"schema": {"type": "string", "description": "Server-sent events (FeedEvent)"}}}
+_LAST_EVENT_ID = {
+    "name": "Last-Event-ID",
+    "in": "header",
+    "description": "Resume after this event: nothing lost, nothing repeated.",
+    "schema": {"type": "string", "maxLength": 64},
+}
 _SUB = ("getSubscription", "updateSubscription", "deleteSubscription", "getSubscriptionSecret")
 _EXTRA: dict[str, Schema] = {
     "readyz": {"503": ("Redis is unreachable.", "Health", {"Retry-After": "RetryAfter"})},
@@ -136,6 +147,9 @@ _EXTRA: dict[str, Schema] = {
         "links": _links("delivery_id", "$response.body#/data/0/id", "getDelivery", "retryDelivery"),
     },
     "recoverDeliveries": {"body": ("Recover", {"since": "2026-01-01T00:00:00Z"})},
+    "listEvents": {"query": models.EventQuery},
+    "streamEvents": {"query": models.StreamQuery, "content": _SSE, "parameters": [_LAST_EVENT_ID]},
+    "streamRun": {"query": models.RunStreamQuery, "content": _SSE, "parameters": [_LAST_EVENT_ID]},
 }
 OPERATIONS: list[Op] = [
     Op(row[0], row[1], row[2], row[3], row[4], _errors(row[5]), " ".join(row[6:]), _EXTRA.get(row[2], {}))

@@ -9,11 +9,12 @@ The OpenAPI document lists the codes of each status from these classes (:func:`c
     ├── MethodNotAllowed                         405
     ├── Conflict, IdempotencyKeyReused, RunNotCancelable, RunNotSucceeded,
     │   SubscriptionDisabled, DeliveryPending, QuotaExceeded               409
-    ├── ResultGone                               410
+    ├── ResultGone, IteratorExpired              410
     ├── DocumentTooLarge                         413
     ├── UnsupportedMediaType                     415
-    ├── ValidationFailed, UnknownVendor, CallbackURLNotAllowed, OptionsTooLarge   422
-    ├── RateLimited                              429 (with Retry-After)
+    ├── ValidationFailed, UnknownVendor, CallbackURLNotAllowed, OptionsTooLarge,
+    │   InvalidIterator                          422
+    ├── RateLimited, TooManyStreams              429 (with Retry-After)
     ├── HeadersTooLarge                          431
     ├── Unavailable                              503 (with Retry-After)
     └── InternalError                            500 (never from input)
@@ -96,6 +97,10 @@ class QuotaExceeded(Problem, status=409, code="quota_exceeded", title="Quota exc
 class ResultGone(Problem, status=410, code="result_gone", title="Gone"): ...
 
 
+class IteratorExpired(Problem, status=410, code="iterator_expired", title="Gone"):
+    """The feed iterator is older than the retention window: events after it may be gone."""
+
+
 class DocumentTooLarge(Problem, status=413, code="document_too_large", title="Too large"): ...
 
 
@@ -120,10 +125,16 @@ class CallbackURLNotAllowed(
 ): ...
 
 
+class InvalidIterator(Problem, status=422, code="invalid_iterator", title="Invalid request"): ...
+
+
 class OptionsTooLarge(Problem, status=422, code="options_too_large", title="Invalid request"): ...
 
 
 class RateLimited(Problem, status=429, code="rate_limited", title="Too many requests"): ...
+
+
+class TooManyStreams(Problem, status=429, code="too_many_streams", title="Too many requests"): ...
 
 
 class HeadersTooLarge(

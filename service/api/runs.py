@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from service import domain, lifecycle, tracing
+from service import domain, lifecycle, tracing, trail
 from service.api import views
 from service.api.body import Submission, bad_cursor, idempotency_key, query, submission
 from service.api.context import Context
@@ -110,7 +110,7 @@ async def _replay(ctx: Context, record: str, fingerprint: str) -> Response:
 class RunOne(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
         _, _, run = await Context.owned(request, Run)
-        return JSONResponse(views.run(run))
+        return JSONResponse({**views.run(run), **trail.public(run)})  # the trail only here
 
 
 class CancelRun(HTTPEndpoint):

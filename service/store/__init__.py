@@ -166,7 +166,7 @@ class Store:
             "retention_ms": self._retention_ms,
             "zr": "1" if run.zero_retention else "0",
             "due_key": keys.due_runs(run.vendor),
-            "events": [e.model_dump() for e in change.events],
+            "events": [e.model_dump(exclude_none=True) for e in change.events],  # Lua: null is truthy
             "sub_filter": run.subscription_ids,
             "del_doc": change.delete_document,
         }
@@ -345,7 +345,7 @@ class Store:
             "client": client,
             "now": now_ms,
             "retention_ms": self._retention_ms,
-            "event": event.model_dump(),
+            "event": event.model_dump(exclude_none=True),
             "sub_filter": [sub_id],
         }
         return int(await self.scripts.emit(keys=[keys.event(event.id)], args=[json.dumps(ops)]))

@@ -13,6 +13,11 @@ hb:evt:{evt}                      string  the event's body, the exact bytes sent
 hb:evt:{evt}:pending              string  zero retention only: deliveries of the event not yet final
 hb:client:{client}:runs           zset    run ids by creation time (listing)
 hb:client:{client}:subs           zset    subscription ids by creation time
+hb:client:{client}:feed           stream  the client's events in emission order (GET /v1/events, SSE):
+                                          event id, type, run, vendor, and the body when hb:evt does
+                                          not keep it; trimmed to RETENTION_S (MINID) at each append
+hb:client:{client}:streams        zset    the client's open event streams and waiting long-polls,
+                                          by lease expiry (the per-client cap)
 hb:sub:{sub}                      hash    the subscription (lists as JSON strings), health counters
 hb:sub:{sub}:deliveries           zset    delivery ids by creation time (the delivery log)
 hb:sub:{sub}:inflight             zset    delivery ids being attempted, by lease expiry
@@ -82,6 +87,14 @@ def client_runs(client: str) -> str:
 
 def client_subs(client: str) -> str:
     return f"{PREFIX}client:{client}:subs"
+
+
+def client_feed(client: str) -> str:
+    return f"{PREFIX}client:{client}:feed"
+
+
+def client_streams(client: str) -> str:
+    return f"{PREFIX}client:{client}:streams"
 
 
 def subscription(sub_id: str) -> str:
@@ -160,6 +173,7 @@ _LUA_BUILDERS: dict[str, Callable[..., str]] = {
     "k_event_pending": event_pending,
     "k_client_runs": client_runs,
     "k_client_subs": client_subs,
+    "k_client_feed": client_feed,
     "k_sub": subscription,
     "k_sub_deliveries": sub_deliveries,
     "k_sub_inflight": sub_inflight,

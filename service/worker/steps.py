@@ -12,13 +12,14 @@ import asyncio
 import base64
 import json
 import random
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 from redis.exceptions import RedisError
 
-from service import domain, lifecycle, logs, tracing
+from service import domain, lifecycle, logs, tracing, trail
 from service.clock import SYSTEM, Clock
 from service.domain import QUEUED, TERMINAL
 from service.lifecycle import Transition
@@ -123,7 +124,11 @@ class RunStepper:
         except VendorRateLimited as exc:
             # The transport already paused the whole vendor; this run waits its turn, it does not fail.
             delay = exc.retry_after if exc.retry_after is not None else policy.poll_initial_s
-            await self.store.schedule_run(run.vendor, run.id, self._now() + delay * 1000)
+            now = self._now()
+            change = lifecycle.touched(latest[0], now, due_ms=now + delay * 1000)
+            await self._apply(
+                trail.record(change, "rate_limited", at_ms=now, detail=f"retry after {delay:g}s")
+            )
         except (VendorTransient, TimeoutError) as exc:
             await self._transient(latest[0], policy, exc)
         except VendorResultTooLarge as exc:
@@ -189,14 +194,17 @@ class RunStepper:
             state=state,
             checkpoint=checkpoint,
         )
+        started = time.perf_counter()
         try:
             with tracing.vendor_call("submit", run):
                 accepted = await adapter.submit(request)
         except VendorRejected as exc:
+            now = self._now()
+            refused = lifecycle.failed(
+                run, now, code=domain.VENDOR_REJECTED, message=exc.message, settings=self.settings
+            )
             await self._apply(
-                lifecycle.failed(
-                    run, self._now(), code=domain.VENDOR_REJECTED, message=exc.message, settings=self.settings
-                )
+                trail.record(refused, "error", at_ms=now, latency_ms=_ms(started), detail=exc.message)
             )
             return
         shown, delay = next_delay(policy, None, self._rng)
@@ -208,6 +216,13 @@ class RunStepper:
             state={**state, **accepted.state},
             due_ms=self._now() + delay * 1000,
             delay_s=shown,
+        )
+        change = trail.record(
+            change,
+            "submitted",
+            at_ms=self._now(),
+            vendor_status=accepted.vendor_status,
+            latency_ms=_ms(started),
         )
         outcome, current = await self._apply(change)
         if outcome == "conflict" and current is not None and current.status in TERMINAL:
@@ -226,6 +241,7 @@ class RunStepper:
         state = run.state
         # Past the submit a run has a vendor id; a record without one fails its polls (a bounded outcome).
         vendor_run_id = run.vendor_run_id or ""
+        started = time.perf_counter()
         with tracing.vendor_call("poll", run):
             result = await adapter.poll(vendor_run_id, state)
         now = self._now()
@@ -237,50 +253,62 @@ class RunStepper:
             result_file = None
             if isinstance(payload, FileResult):
                 payload, result_file = _file_result(run, payload)
-            await self._finish(
+            done = lifecycle.finished(
                 run,
-                lifecycle.finished(
-                    run,
-                    self._now(),
-                    status=domain.SUCCEEDED,
-                    settings=self.settings,
-                    vendor_status=result.vendor_status,
-                    result=payload,
-                    usage=_bounded_usage(result.usage),
-                    result_file=result_file,
-                ),
+                self._now(),
+                status=domain.SUCCEEDED,
+                settings=self.settings,
+                vendor_status=result.vendor_status,
+                result=payload,
+                usage=_bounded_usage(result.usage),
+                result_file=result_file,
+            )
+            status, latency = result.vendor_status, _ms(started)
+            await self._finish(
+                run, trail.record(done, "result", at_ms=now, vendor_status=status, latency_ms=latency)
             )
         elif result.status in (base.FAILED, base.CANCELED):
             # Canceled at the vendor by someone else than us: for our client the run failed there.
             message = result.error or "the vendor reported a failure"
             if result.status == base.CANCELED:
                 message = "the run was canceled at the vendor"
-            await self._finish(
+            change = lifecycle.failed(
                 run,
-                lifecycle.failed(
-                    run,
-                    now,
-                    code=domain.VENDOR_FAILED,
-                    message=message,
-                    details=result.error_details,
-                    settings=self.settings,
-                    vendor_status=result.vendor_status,
-                ),
+                now,
+                code=domain.VENDOR_FAILED,
+                message=message,
+                details=result.error_details,
+                settings=self.settings,
+                vendor_status=result.vendor_status,
             )
+            status, latency = result.vendor_status, _ms(started)
+            change = trail.record(
+                change, "error", at_ms=now, vendor_status=status, latency_ms=latency, detail=message
+            )
+            await self._finish(run, change)
         else:
             shown, delay = next_delay(policy, run.delay_s, self._rng)
-            await self._apply(
-                lifecycle.polled(
-                    run,
-                    now,
-                    running=result.status == base.RUNNING,
-                    vendor_status=result.vendor_status,
-                    progress=_progress(result),
-                    delay_s=shown,
-                    due_ms=now + delay * 1000,
-                    settings=self.settings,
-                )
+            progress = _progress(result)
+            change = lifecycle.polled(
+                run,
+                now,
+                running=result.status == base.RUNNING,
+                vendor_status=result.vendor_status,
+                progress=progress,
+                delay_s=shown,
+                due_ms=now + delay * 1000,
+                settings=self.settings,
             )
+            moved = progress is not None and progress != run.progress
+            change = trail.record(
+                change,
+                "progress" if moved else "poll",
+                at_ms=now,
+                vendor_status=result.vendor_status,
+                latency_ms=_ms(started),
+                detail=_progress_text(progress) if moved else None,
+            )
+            await self._apply(change)
 
     async def _time_out(self, run: Run, adapter: VendorAdapter, policy: VendorSettings) -> None:
         message = f"no result after {policy.max_run_s:g}s (HOOKBRIDGE_{run.vendor.upper()}_MAX_RUN_S)"
@@ -290,18 +318,17 @@ class RunStepper:
             message += f"; the vendor last said: {progress['message']}"
         if run.vendor_run_id and adapter.supports_cancel:
             await self._cancel_quietly(adapter, run.vendor_run_id, run.state)
-        await self._finish(
+        now = self._now()
+        change = lifecycle.failed(
             run,
-            lifecycle.failed(
-                run,
-                self._now(),
-                code=domain.TIMED_OUT,
-                message=message,
-                details={"last_progress": progress} if progress else None,
-                settings=self.settings,
-                count_poll=False,
-            ),
+            now,
+            code=domain.TIMED_OUT,
+            message=message,
+            details={"last_progress": progress} if progress else None,
+            settings=self.settings,
+            count_poll=False,
         )
+        await self._finish(run, trail.record(change, "timeout", at_ms=now, detail=message))
 
     async def _tell_vendor(
         self, run: Run, adapter: VendorAdapter, policy: VendorSettings, timeout: float
@@ -355,26 +382,24 @@ class RunStepper:
     async def _transient(self, run: Run, policy: VendorSettings, exc: Exception) -> None:
         count = run.transient + 1
         message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}" or type(exc).__name__
+        now = self._now()
         if count >= self.settings.vendor_max_transient_failures:
-            await self._finish(
+            change = lifecycle.failed(
                 run,
-                lifecycle.failed(
-                    run,
-                    self._now(),
-                    code=domain.VENDOR_UNREACHABLE,
-                    message=f"{count} transient faults in a row; the last: {message}",
-                    settings=self.settings,
-                    count_poll=False,
-                ),
+                now,
+                code=domain.VENDOR_UNREACHABLE,
+                message=f"{count} transient faults in a row; the last: {message}",
+                settings=self.settings,
+                count_poll=False,
             )
+            await self._finish(run, trail.record(change, "error", at_ms=now, detail=message))
             return
         retry_after = getattr(exc, "retry_after", None)
         backoff = min(policy.poll_max_s, policy.poll_initial_s * 2 ** (count - 1))
         delay = max(backoff, retry_after or 0.0) * self._rng.uniform(1.0, 1.2)
         log.warning("vendor fault", run_id=run.id, vendor=run.vendor, error=message, attempt=count)
-        await self._apply(
-            lifecycle.touched(run, self._now(), due_ms=self._now() + delay * 1000, transient=count)
-        )
+        change = lifecycle.touched(run, now, due_ms=now + delay * 1000, transient=count)
+        await self._apply(trail.record(change, "error", at_ms=now, detail=message))
 
     # Helpers ------------------------------------------------------------------------------------
 
@@ -469,3 +494,15 @@ def _progress(result: PollResult) -> dict[str, Any] | None:
         return None
     p = result.progress
     return {"percent": p.percent, "phase": p.phase, "message": p.message}
+
+
+def _progress_text(progress: dict[str, Any] | None) -> str | None:
+    if not progress:
+        return None
+    parts = [f"{progress['percent']:g}%" if progress.get("percent") is not None else None]
+    parts += [progress.get("phase"), progress.get("message")]
+    return " ".join(str(p) for p in parts if p) or None
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000

@@ -35,3 +35,11 @@ async def test_the_api_benchmark_produces_its_figures_and_the_page(tmp_path: Pat
     updated = (tmp_path / "performance.md").read_text()
     assert updated.count("## The API alone") == 1 and updated.count("| api | ") == 1
     assert "- **Updated**: " in updated and "floor: bare starlette" in updated
+
+
+async def test_the_feed_benchmark_measures_every_event_for_every_reader() -> None:
+    from bench import feed
+
+    result = await feed.run(quick=True, events=5, interval_ms=20)
+    assert [p["samples"] for p in result.data["phases"]] == [5, 80]  # 1 reader, then 16, each sees all
+    assert all(f.value is not None and f.value >= 0 for f in result.figures)

@@ -226,7 +226,7 @@ def test_every_fenced_block_is_run_or_listed_with_a_reason() -> None:
         if not_run(b) is None and (b.lang not in RUNNABLE or b.doc not in RUN_HERE)
     ]
     assert unaccounted == [], "a block that neither runs here nor says why it cannot"
-    assert len(runnable("README.md")) == 1 and len(runnable("docs/receiving-callbacks.md")) == 6
+    assert len(runnable("README.md")) == 2 and len(runnable("docs/receiving-callbacks.md")) == 8
 
 
 async def _accepts(port: int) -> bool:
@@ -249,7 +249,7 @@ async def test_readme_examples(make_stack: StackFactory, servers: Any, reader: A
     shell: Reader = reader({"api_url": stack.api_url, "api_key": ALICE, "receiver_port": str(port)})
     (shell.workdir / "invoice.pdf").write_bytes(b"%PDF-1.4\n% INV-1001\n%%EOF\n")  # the reader's own file
 
-    [block] = runnable("README.md")
+    block, feed_block = runnable("README.md")
     subscription, run = answers(await shell.run(block))
     assert subscription["secret"].startswith("whsec_")
     assert subscription["url"] == f"http://127.0.0.1:{port}/hooks/extraction"
@@ -267,6 +267,13 @@ async def test_readme_examples(make_stack: StackFactory, servers: Any, reader: A
     await eventually(check, what="the run's run.succeeded callback")
     for headers, body in received:
         Webhook(subscription["secret"]).verify(body, headers)  # raises if not signed with that secret
+
+    # "No endpoint? Read the feed": the page, the long-poll, the stream, all with the run's events.
+    page, polled, *streamed = answers(await shell.run(feed_block))
+    assert page["data"][0]["type"] == "run.submitted"
+    assert {e["event_id"] for e in streamed} >= {h["webhook-id"] for h, _ in received}
+    assert [e["type"] for e in polled["data"]] == ["run.succeeded"]
+    assert [e["id"] for e in streamed][: len(page["data"])] == [e["id"] for e in page["data"]]
 
 
 async def test_callbacks_quickstart(make_stack: StackFactory, reader: Any) -> None:
@@ -299,6 +306,12 @@ async def test_callbacks_quickstart(make_stack: StackFactory, reader: Any) -> No
     grep = next(out for out in outputs if out.startswith("verified "))
     assert "verified run.succeeded" in grep
     assert {"retried": 0} in [v for out in outputs for v in answers(out)]  # the recover example
+    # "No endpoint? Read the feed": the reader prints the events the receiver verified, the same ids.
+    fed = [line.split() for out in outputs for line in out.splitlines() if line.startswith(("run.", "sub"))]
+    verified = [line.split()[1:] for line in log.read_text().splitlines() if line.startswith("verified ")]
+    assert fed and {tuple(f) for f in fed} == {tuple(v) for v in verified}
+    test = "subscription.test"  # a chain of its own: its callback may overtake or trail the run's
+    assert [f for f in fed if f[0] != test] == [v for v in verified if v[0] != test]
     exported = (shell.workdir / ".exported").read_text()
     assert "SUB_ID=" in exported and "HOOKBRIDGE_SECRET=" in exported
 

@@ -35,8 +35,26 @@ local function create_delivery(ev, sid, run_id, client, now, retention_ms)
   return 1
 end
 
--- Emits one event: fans it out, stores its body (the exact bytes sent) and appends it to the run.
--- A run.progress event that no subscription asked for is not kept. Returns deliveries created.
+-- Appends the event to the client's feed (GET /v1/events, the SSE streams), trimmed to the retention
+-- window. The body goes into the entry only where k_event does not keep it for as long: an event kept
+-- nowhere else, and zero retention (whose body goes once delivered; ev.feed is then the body without
+-- the result, which is never kept).
+local function append_feed(ev, run_id, client, own_body, retention_ms)
+  local fkey = k_client_feed(client)
+  local fields = {'e', ev['id'], 't', ev['type']}
+  if run_id ~= '' then table.insert(fields, 'r'); table.insert(fields, run_id) end
+  if ev['vendor'] then table.insert(fields, 'v'); table.insert(fields, ev['vendor']) end
+  if own_body then table.insert(fields, 'b'); table.insert(fields, ev['feed'] or ev['body']) end
+  -- Trimmed by Redis's clock, which also makes the entry ids: a worker's clock never trims early.
+  local t = redis.call('TIME')
+  local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(retention_ms)
+  redis.call('XADD', fkey, 'MINID', tostring(cutoff), '*', unpack(fields))
+  redis.call('PEXPIRE', fkey, retention_ms)
+end
+
+-- Emits one event: fans it out, appends it to the client's feed, stores its body (the exact bytes
+-- sent) and appends it to the run. A run.progress event that no subscription asked for is kept in the
+-- feed only. Returns deliveries created.
 local function emit(ev, run_id, client, subs, filter, zr, now, retention_ms)
   local ekey = k_event(ev['id'])
   if redis.call('EXISTS', ekey) == 1 then return 0 end
@@ -49,7 +67,9 @@ local function emit(ev, run_id, client, subs, filter, zr, now, retention_ms)
       end
     end
   end
-  if n == 0 and ev['type'] == 'run.progress' then return 0 end
+  local dropped = n == 0 and ev['type'] == 'run.progress'
+  append_feed(ev, run_id, client, dropped or zr == '1', retention_ms)
+  if dropped then return 0 end
   redis.call('SET', ekey, ev['body'], 'PX', retention_ms)
   if run_id ~= '' then redis.call('RPUSH', k_run_events(run_id), ev['id']) end
   if zr == '1' and n > 0 then

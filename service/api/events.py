@@ -1,0 +1,137 @@
+"""``GET /v1/events``: the client's event feed, for apps that cannot take callbacks.
+
+A page of events after an opaque ``iterator`` (a position in the client's Redis Stream), filtered by
+``type``, ``run_id`` and ``vendor``; with ``wait`` (up to 30 s) the request is held until a matching
+event arrives. The parameter parsing here is shared with the server-sent event streams (streams.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+from starlette.endpoints import HTTPEndpoint
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from service import domain
+from service.api.body import query
+from service.api.context import Context
+from service.api.models import EventQuery, FeedQuery
+from service.api.problems import InvalidIterator, IteratorExpired, TooManyStreams, ValidationFailed
+from service.store import feed as feeds
+from service.store.feed import Feed, FeedFilter, FeedPage, valid_iterator
+
+# A waiting reader blocks in slices this long: the blocking client's socket timeout (10 s) stays far.
+WAIT_SLICE_S = 5.0
+# A slot's lease, renewed after every slice: a pod that dies frees its slots this long after.
+SLOT_LEASE_S = 4 * WAIT_SLICE_S
+_TYPE_CHOICES = (*domain.EVENT_TYPES, "run.*")
+
+
+def feed_of(ctx: Context) -> Feed:
+    assert ctx.feed is not None, "the app's lifespan makes the feed"
+    return ctx.feed
+
+
+def _invalid(name: str, message: str) -> ValidationFailed:
+    return ValidationFailed(f"{name}: {message}.", [{"field": name, "message": message}])
+
+
+def filters(q: FeedQuery, ctx: Context) -> FeedFilter:
+    """``type`` (exact types or ``run.*``), ``run_id``, ``vendor``, as the feed filters them."""
+    types = [t for t in (q.type or "").split(",") if t]
+    bad = [t for t in types if t not in _TYPE_CHOICES]
+    if bad:
+        raise _invalid("type", f"{bad[0]!r} is none of {', '.join(_TYPE_CHOICES)}")
+    if q.vendor is not None and q.vendor not in ctx.settings.vendors:
+        raise _invalid("vendor", f"{q.vendor!r} is none of {', '.join(ctx.settings.vendors)}")
+    return FeedFilter(tuple(dict.fromkeys(types)), q.run_id or "", q.vendor or "")
+
+
+def position(value: str | None, name: str) -> str:
+    """An iterator or a Last-Event-ID: "" when absent."""
+    if value is None or value == "":
+        return ""
+    if not valid_iterator(value):
+        raise InvalidIterator(f"{name}: not an iterator this API gave out.")
+    return value
+
+
+async def read(feed: Feed, client: str, after: str, *, limit: int, only: FeedFilter) -> FeedPage:
+    """One page, with the feed's refusals as problems."""
+    try:
+        return await feed.read(client, after, limit=limit, now_ms=domain.now_ms(), only=only)
+    except feeds.IteratorExpired:
+        raise IteratorExpired(
+            "The iterator is older than the retention window (HOOKBRIDGE_RETENTION_S): events after it may "
+            "be gone. Start again without an iterator, from the oldest event kept."
+        ) from None
+    except feeds.IteratorInvalid:
+        raise InvalidIterator("iterator: not an iterator this API gave out.") from None
+
+
+async def take_slot(ctx: Context, client: str) -> str:
+    """One of the client's ``MAX_STREAMS_PER_CLIENT`` slots (streams and waiting long-polls, across every
+    API pod), as a token to renew and drop; 429 ``too_many_streams`` when none is free."""
+    token, cap = domain.new_id("slot"), ctx.settings.max_streams_per_client
+    if not await feed_of(ctx).take_slot(client, token, now_ms=domain.now_ms(), lease_s=SLOT_LEASE_S, cap=cap):
+        raise TooManyStreams(
+            f"This client already has {cap} open event streams or waiting long-polls "
+            "(HOOKBRIDGE_MAX_STREAMS_PER_CLIENT); close one, or retry after the time in Retry-After.",
+            retry_after=math.ceil(WAIT_SLICE_S),
+        )
+    return token
+
+
+async def drop_slot(ctx: Context, client: str, token: str) -> None:
+    with anyio.CancelScope(shield=True):  # a stream ends by cancellation when its client hangs up
+        await feed_of(ctx).drop_slot(client, token)
+
+
+@asynccontextmanager
+async def stream_slot(ctx: Context, client: str) -> AsyncIterator[str]:
+    token = await take_slot(ctx, client)
+    try:
+        yield token
+    finally:
+        await drop_slot(ctx, client, token)
+
+
+async def _long_poll(
+    request: Request, client: str, page: FeedPage, *, limit: int, only: FeedFilter, wait: float
+) -> FeedPage:
+    ctx = Context.of(request)
+    feed = feed_of(ctx)
+    deadline = time.monotonic() + wait
+    async with stream_slot(ctx, client) as token:
+        while not page.events:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or await request.is_disconnected():  # nobody left to answer
+                break
+            if page.done:
+                await feed.wait(client, page.iterator, min(remaining, WAIT_SLICE_S))
+                await feed.renew_slot(client, token, now_ms=domain.now_ms(), lease_s=SLOT_LEASE_S)
+            page = await read(feed, client, page.iterator, limit=limit, only=only)
+    return page
+
+
+class Events(HTTPEndpoint):
+    async def get(self, request: Request) -> Response:
+        ctx, client = Context.authenticated(request)
+        q = query(request, EventQuery, lists=("type",))
+        only = filters(q, ctx)
+        after = position(q.iterator, "iterator")
+        page = await read(feed_of(ctx), client, after, limit=q.limit, only=only)
+        if not page.events and q.wait > 0:
+            page = await _long_poll(request, client, page, limit=q.limit, only=only, wait=q.wait)
+        return JSONResponse(
+            {"data": [e.envelope() for e in page.events], "iterator": page.iterator, "done": page.done}
+        )
+
+
+routes = [Route("/v1/events", Events)]

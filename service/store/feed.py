@@ -1,0 +1,138 @@
+"""A client's event feed: one Redis Stream per client (``keys.client_feed``), appended by the same Lua step
+that emits each event (``lua/_fanout.lua``), so the feed holds exactly the events that callbacks get.
+
+Read a page at a time by ``lua/read_feed.lua`` (filter, bodies and the retention check in one round
+trip). A reader that waits for the next event blocks in ``XREAD BLOCK`` on a Redis client of its own,
+in short slices: a waiting reader holds one of that client's connections, never one of the pool that
+every other request shares. The number of waiting readers and open streams per client is bounded by
+slots (``lua/stream_slot.lua``) held across every API pod.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from service.store import keys
+from service.store.scripts import source
+
+# An iterator is a stream entry id: milliseconds and a sequence number, both unsigned 64-bit.
+_ID = re.compile(r"^(\d{1,20})-(\d{1,20})$")
+_U64 = 2**64 - 1
+# How far past Redis's clock an iterator may point before it is refused as none of ours.
+FUTURE_MS = 60_000
+# Entries one read scans at most: a rare filter costs bounded work per request.
+SCAN = 1000
+
+
+class IteratorExpired(Exception):
+    """The iterator is older than the retention window: events after it may be gone."""
+
+
+class IteratorInvalid(Exception):
+    """The iterator is not a position in this feed."""
+
+
+def valid_iterator(value: str) -> bool:
+    """Whether ``value`` has the shape of a stream entry id (``<ms>-<seq>``)."""
+    match = _ID.fullmatch(value)
+    return match is not None and all(int(part) <= _U64 for part in match.groups())
+
+
+@dataclass(frozen=True)
+class FeedEvent:
+    id: str  # the stream entry id: the iterator after this event, the SSE id
+    event_id: str  # evt_...: the callbacks' webhook-id
+    body: bytes  # the callback body (type, timestamp, data)
+
+    def envelope(self) -> dict[str, Any]:
+        """The callback's body with the feed's ``id`` and the ``event_id`` (what receivers deduplicate on)."""
+        body = json.loads(self.body)
+        return {
+            "id": self.id,
+            "event_id": self.event_id,
+            "type": body["type"],
+            "timestamp": body["timestamp"],
+            "data": body["data"],
+        }
+
+
+@dataclass(frozen=True)
+class FeedPage:
+    events: list[FeedEvent]
+    iterator: str  # pass it back for what comes next
+    done: bool  # the page reached the feed's end: nothing more right now
+
+
+@dataclass(frozen=True)
+class FeedFilter:
+    types: tuple[str, ...] = ()  # exact types or "run.*"; empty = all
+    run_id: str = ""
+    vendor: str = ""
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Feed:
+    def __init__(self, redis: Redis, blocking: Redis, retention_s: float) -> None:
+        self.redis = redis
+        self.blocking = blocking
+        self._retention_ms = int(retention_s * 1000)
+        self._read = redis.register_script(source("read_feed"))
+        self._slot = redis.register_script(source("stream_slot"))
+
+    async def close(self) -> None:
+        await self.blocking.aclose()
+
+    async def read(
+        self, client: str, after: str, *, limit: int, now_ms: int, only: FeedFilter = FeedFilter()
+    ) -> FeedPage:
+        """Events after ``after`` ("" = from the oldest kept), up to ``limit`` of those that match.
+
+        Raises IteratorExpired or IteratorInvalid."""
+        reply = await self._read(
+            keys=[keys.client_feed(client)],
+            args=[
+                after,
+                limit,
+                SCAN,
+                now_ms - self._retention_ms,
+                json.dumps(list(only.types)),
+                only.run_id,
+                only.vendor,
+                FUTURE_MS,
+            ],
+        )
+        outcome = _s(reply[0])
+        if outcome == "expired":
+            raise IteratorExpired(after)
+        if outcome == "invalid":
+            raise IteratorInvalid(after)
+        rows = reply[3:]
+        events = [FeedEvent(_s(rows[i]), _s(rows[i + 1]), bytes(rows[i + 2])) for i in range(0, len(rows), 3)]
+        return FeedPage(events, _s(reply[1]), bool(int(reply[2])))
+
+    async def wait(self, client: str, after: str, timeout_s: float) -> bool:
+        """Blocks until an entry past ``after`` is in the client's feed (True) or ``timeout_s`` passed."""
+        block_ms = max(1, int(timeout_s * 1000))
+        got = await self.blocking.xread({keys.client_feed(client): after or "0-0"}, count=1, block=block_ms)
+        return bool(got)
+
+    async def take_slot(self, client: str, token: str, *, now_ms: int, lease_s: float, cap: int) -> bool:
+        """One of the client's ``cap`` stream slots for ``lease_s`` (renew it before then), or False."""
+        args: list[str | int] = ["take", token, now_ms, int(lease_s * 1000), cap]
+        return bool(await self._slot(keys=[keys.client_streams(client)], args=args))
+
+    async def renew_slot(self, client: str, token: str, *, now_ms: int, lease_s: float) -> bool:
+        """False when the lease had run out and the slot may have gone to another stream."""
+        args: list[str | int] = ["renew", token, now_ms, int(lease_s * 1000), 0]
+        return bool(await self._slot(keys=[keys.client_streams(client)], args=args))
+
+    async def drop_slot(self, client: str, token: str) -> None:
+        await self._slot(keys=[keys.client_streams(client)], args=["drop", token, 0, 0, 0])

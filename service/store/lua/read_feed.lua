@@ -1,0 +1,63 @@
+-- Reads a client's feed after an iterator (GET /v1/events, the SSE streams): one page, filtered, with
+-- the bodies, in one round trip.
+-- KEYS[1] the client's feed. ARGV: after (a stream id; '' = from the oldest kept), limit (matches at
+--   most), scan (entries read at most), cutoff_ms (now - retention), types (JSON list; [] = every type;
+--   'run.*' matches every run event), run_id ('' = any), vendor ('' = any), future_ms (how far past
+--   Redis's clock an iterator may point).
+-- Returns {'expired'} (entries after the iterator may be gone: it is older than the retention window and
+-- nothing at or before it is kept) | {'invalid'} (it points into the future) |
+-- {'ok', iterator, done, id1, event_id1, body1, id2, ...}: done = 1 when the page reached the feed's
+-- end. The iterator at the end is pushed to the current millisecond, so that a consumer of a quiet feed
+-- keeps an iterator inside the retention window: entries added later get ids past it.
+local key = KEYS[1]
+local after, limit, scan, cutoff = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local types = cjson.decode(ARGV[5])
+local run_id, vendor, future = ARGV[6], ARGV[7], tonumber(ARGV[8])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local function ms_of(id) return tonumber(string.match(id, '^(%d+)')) end
+
+if after ~= '' then
+  local ms = ms_of(after)
+  if ms > now + future then return {'invalid'} end
+  if ms < cutoff and #redis.call('XRANGE', key, '-', after, 'COUNT', 1) == 0 then return {'expired'} end
+end
+
+local function wanted(h)
+  if run_id ~= '' and h['r'] ~= run_id then return false end
+  if vendor ~= '' and h['v'] ~= vendor then return false end
+  if #types == 0 then return true end
+  for _, ty in ipairs(types) do
+    if ty == h['t'] or (ty == 'run.*' and string.sub(h['t'], 1, 4) == 'run.') then return true end
+  end
+  return false
+end
+
+local rows = redis.call('XRANGE', key, after == '' and '-' or ('(' .. after), '+', 'COUNT', scan)
+local out = {'ok', '', 0}
+local last, matched, full = after, 0, false
+for i, row in ipairs(rows) do
+  last = row[1]
+  local f, h = row[2], {}
+  for j = 1, #f, 2 do h[f[j]] = f[j + 1] end
+  if wanted(h) then
+    -- An event whose body expired with it (k_event) is past retention: skipped.
+    local body = h['b'] or redis.call('GET', k_event(h['e']))
+    if body then
+      table.insert(out, row[1]); table.insert(out, h['e']); table.insert(out, body)
+      matched = matched + 1
+      if matched >= limit then
+        full = i < #rows or #rows >= scan
+        break
+      end
+    end
+  end
+end
+if not full and #rows < scan then
+  out[3] = 1
+  -- The feed's end: every entry added from now on gets an id past (now - 1 ms, any sequence).
+  if last == '' or ms_of(last) < now then last = tostring(now - 1) .. '-18446744073709551615' end
+end
+out[2] = last
+return out

@@ -1,0 +1,261 @@
+"""The event feed where it lives: ``_fanout.lua`` appends every event to the client's stream in the step
+that emits it, ``read_feed.lua`` reads it a page at a time, ``stream_slot.lua`` bounds the streams;
+against a real redis-server, through the Store and the Feed, no API and no worker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from service import domain
+from service import settings as settings_mod
+from service.lifecycle import Transition, finished, new_run, polled
+from service.records import Event, Run, Subscription, replace
+from service.store import Store, connect, keys
+from service.store.feed import Feed, FeedFilter, IteratorExpired, IteratorInvalid, valid_iterator
+from tests.conftest import base_env, eventually
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[Store]:
+    settings = settings_mod.load(base_env(redis_url, HOOKBRIDGE_RETENTION_S="3600"))
+    s = Store(connect(settings), settings)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+async def feed(store: Store) -> AsyncIterator[Feed]:
+    f = Feed(store.redis, connect(store.settings), store.settings.retention_s)
+    try:
+        yield f
+    finally:
+        await f.close()
+
+
+async def _sub(store: Store, sub_id: str, client: str = "alice", types: list[str] | None = None) -> None:
+    sub = {
+        "id": sub_id,
+        "client": client,
+        "event_types": json.dumps(types) if types else "",
+        "disabled": "0",
+        "created": str(domain.now_ms()),
+        "secrets": "[]",
+    }
+    assert await store.create_subscription(Subscription.from_hash(sub), max_count=10)
+
+
+async def _run(store: Store, run_id: str, client: str = "alice", **extra: Any) -> Run:
+    run = new_run(
+        run_id=run_id,
+        client=client,
+        vendor=extra.pop("vendor", "nutrient"),
+        operation="extract",
+        document={"url": "https://example.com/a.pdf"},
+        options={},
+        metadata={},
+        subscription_ids=[],
+        zero_retention=extra.pop("zero_retention", False),
+        now_ms=domain.now_ms(),
+    )
+    assert await store.create_run(run, None, None) is None
+    return run
+
+
+async def _apply(store: Store, change: Transition) -> Run:
+    outcome, _, _ = await store.transition(change)
+    assert outcome == "ok"
+    return change.run
+
+
+def _event(run: Run, etype: str, n: int) -> Event:
+    body = {"type": etype, "timestamp": "t", "data": {"run": {"id": run.id}, "n": n}}
+    return Event(id=f"evt_{run.id}_{n}", type=etype, created=0, vendor=run.vendor, body=json.dumps(body))
+
+
+async def _emit(store: Store, run: Run, *events: Event) -> Run:
+    new = replace(run, version=run.version + 1, status="running", updated_at=domain.now_ms())
+    return await _apply(store, Transition(new, run.version, events=list(events)))
+
+
+async def _read(feed: Feed, after: str = "", client: str = "alice", **kw: Any) -> Any:
+    return await feed.read(client, after, limit=kw.pop("limit", 50), now_ms=domain.now_ms(), **kw)
+
+
+def _pos(stream_id: str) -> tuple[int, int]:
+    ms, seq = stream_id.split("-")
+    return int(ms), int(seq)
+
+
+async def test_every_emitted_event_is_in_its_clients_feed_in_order(store: Store, feed: Feed) -> None:
+    await _sub(store, "sub_1", types=["run.*"])
+    a, b = await _run(store, "run_a"), await _run(store, "run_b")
+    a = await _emit(store, a, _event(a, "run.submitted", 1))
+    b = await _emit(store, b, _event(b, "run.submitted", 2))
+    a = await _emit(store, a, _event(a, "run.progress", 3), _event(a, "run.succeeded", 4))
+    other = await _run(store, "run_c", client="bob")
+    await _emit(store, other, _event(other, "run.submitted", 5))
+
+    page = await _read(feed)
+    assert [e.event_id for e in page.events] == ["evt_run_a_1", "evt_run_b_2", "evt_run_a_3", "evt_run_a_4"]
+    assert page.done and valid_iterator(page.iterator)
+    ids = [e.id for e in page.events]
+    assert ids == sorted(ids, key=_pos)
+    # The entry refers to the body hb:evt keeps (the exact bytes sent) instead of copying it.
+    raw = await store.redis.xrange(keys.client_feed("alice"))
+    assert b"b" not in raw[0][1] and raw[0][1][b"r"] == b"run_a" and raw[0][1][b"v"] == b"nutrient"
+    assert page.events[0].envelope() == {
+        "id": ids[0],
+        "event_id": "evt_run_a_1",
+        "type": "run.submitted",
+        "timestamp": "t",
+        "data": {"run": {"id": "run_a"}, "n": 1},
+    }
+    assert [e.event_id for e in (await _read(feed, client="bob")).events] == ["evt_run_c_5"]
+    assert (await _read(feed, page.iterator)).events == []
+
+
+async def test_pages_filters_and_the_iterator(store: Store, feed: Feed) -> None:
+    run = await _run(store, "run_a")
+    run = await _emit(store, run, *[_event(run, "run.progress", n) for n in range(5)])
+    run = await _emit(store, run, _event(run, "run.failed", 5))
+    other = await _run(store, "run_b", vendor="uptiq")
+    await _emit(store, other, _event(other, "run.submitted", 6))
+
+    first = await _read(feed, limit=2)
+    assert [e.event_id for e in first.events] == ["evt_run_a_0", "evt_run_a_1"] and not first.done
+    rest = await _read(feed, first.iterator, limit=50)
+    assert [e.event_id for e in rest.events][-1] == "evt_run_b_6" and rest.done
+    assert len(first.events) + len(rest.events) == 7
+    assert [e.event_id for e in (await _read(feed, only=FeedFilter(types=("run.failed",)))).events] == [
+        "evt_run_a_5"
+    ]
+    assert len((await _read(feed, only=FeedFilter(types=("run.*",)))).events) == 7
+    assert [e.event_id for e in (await _read(feed, only=FeedFilter(run_id="run_b"))).events] == [
+        "evt_run_b_6"
+    ]
+    assert [e.event_id for e in (await _read(feed, only=FeedFilter(vendor="uptiq"))).events] == [
+        "evt_run_b_6"
+    ]
+    # A filter that matches nothing still moves the iterator past what it read.
+    none = await _read(feed, only=FeedFilter(run_id="run_zzz"))
+    assert none.events == [] and none.done and _pos(none.iterator) >= _pos(rest.events[-1].id)
+
+
+async def test_progress_nobody_wants_and_zero_retention_carry_their_own_body(
+    store: Store, feed: Feed
+) -> None:
+    settings = store.settings
+    run = await _run(store, "run_a", zero_retention=True)
+    run = await _apply(
+        store,
+        polled(
+            run,
+            domain.now_ms(),
+            running=True,
+            vendor_status="processing",
+            progress={"percent": 10, "phase": None, "message": None},
+            delay_s=1,
+            due_ms=domain.now_ms(),
+            settings=settings,
+        ),
+    )
+    # No subscription wants run.progress: the event is not kept (hb:evt) but the feed has it, whole.
+    assert await store.run_events("run_a") == []
+    change = finished(run, domain.now_ms(), status="succeeded", settings=settings, result={"secret": 42})
+    await _apply(store, change)
+    callback_body = json.loads(change.events[0].body)
+    assert callback_body["data"]["result"] == {"secret": 42}
+    page = await _read(feed)
+    progress, done = (e.envelope() for e in page.events)
+    assert progress["type"] == "run.progress" and progress["data"]["run"]["progress"]["percent"] == 10
+    # Zero retention: the feed keeps the event, never the result.
+    assert done["type"] == "run.succeeded" and done["data"]["result"] is None
+    assert done["data"]["run"]["status"] == "succeeded"
+
+
+async def test_the_test_event_goes_to_the_feed_too(store: Store, feed: Feed) -> None:
+    await _sub(store, "sub_1")
+    body = json.dumps({"type": domain.EVENT_TEST, "timestamp": "t", "data": {"subscription_id": "sub_1"}})
+    ev = Event(id="evt_test", type=domain.EVENT_TEST, created=0, body=body)
+    assert await store.emit_test_event("alice", "sub_1", ev, domain.now_ms()) == 1
+    assert await store.emit_test_event("alice", "sub_1", ev, domain.now_ms()) == 0  # once
+    page = await _read(feed)
+    assert [(e.event_id, e.envelope()["type"]) for e in page.events] == [("evt_test", domain.EVENT_TEST)]
+
+
+async def test_old_entries_are_trimmed_and_an_iterator_past_retention_is_expired(
+    redis_url: str,
+) -> None:
+    settings = settings_mod.load(base_env(redis_url, HOOKBRIDGE_RETENTION_S="1"))
+    store = Store(connect(settings), settings)
+    feed = Feed(store.redis, connect(settings), settings.retention_s)
+    try:
+        run = await _run(store, "run_a")
+        run = await _emit(store, run, _event(run, "run.submitted", 1))
+        first = await _read(feed)
+        assert [e.event_id for e in first.events] == ["evt_run_a_1"]
+        before = f"{int(first.events[0].id.split('-')[0]) - 1}-0"
+
+        # An append trims every entry older than the retention window.
+        async def trimmed() -> bool:
+            nonlocal run
+            run = await _emit(store, run, _event(run, "run.progress", run.version + 10))
+            oldest = await store.redis.xrange(keys.client_feed("alice"), count=1)
+            return bool(oldest[0][0].decode() != first.events[0].id)
+
+        await eventually(trimmed, timeout=10, interval=0.2, what="the first entry trimmed")
+        with pytest.raises(IteratorExpired):
+            await _read(feed, before)
+        with pytest.raises(IteratorExpired):
+            await _read(feed, first.iterator)
+        # The iterator of the latest read is inside the window; no iterator reads from the oldest kept.
+        latest = await _read(feed)
+        assert latest.events and "evt_run_a_1" not in [e.event_id for e in latest.events]
+        assert (await _read(feed, latest.iterator)).events == []
+    finally:
+        await feed.close()
+        await store.close()
+
+
+async def test_a_quiet_feed_keeps_its_readers_iterator_inside_the_window(store: Store, feed: Feed) -> None:
+    empty = await _read(feed)
+    assert empty.events == [] and empty.done
+    ms = int(empty.iterator.split("-")[0])
+    assert abs(ms - domain.now_ms()) < 5_000  # now, not the start of time
+    run = await _run(store, "run_a")
+    await _emit(store, run, _event(run, "run.submitted", 1))
+    assert [e.event_id for e in (await _read(feed, empty.iterator)).events] == ["evt_run_a_1"]
+
+
+async def test_an_iterator_in_the_future_is_invalid(feed: Feed) -> None:
+    with pytest.raises(IteratorInvalid):
+        await _read(feed, f"{domain.now_ms() + 3_600_000}-0")
+
+
+async def test_wait_returns_when_an_entry_arrives_or_after_its_timeout(store: Store, feed: Feed) -> None:
+    empty = await _read(feed)
+    assert not await feed.wait("alice", empty.iterator, 0.05)
+    run = await _run(store, "run_a")
+    await _emit(store, run, _event(run, "run.submitted", 1))
+    assert await feed.wait("alice", empty.iterator, 5)
+
+
+async def test_stream_slots_are_capped_renewed_dropped_and_expire(feed: Feed) -> None:
+    now = domain.now_ms()
+    assert await feed.take_slot("alice", "s1", now_ms=now, lease_s=10, cap=2)
+    assert await feed.take_slot("alice", "s2", now_ms=now, lease_s=10, cap=2)
+    assert not await feed.take_slot("alice", "s3", now_ms=now, lease_s=10, cap=2)
+    assert await feed.take_slot("bob", "s4", now_ms=now, lease_s=10, cap=2)  # per client
+    await feed.drop_slot("alice", "s1")
+    assert await feed.take_slot("alice", "s3", now_ms=now, lease_s=10, cap=2)
+    assert await feed.renew_slot("alice", "s2", now_ms=now + 5_000, lease_s=10)
+    # A slot whose lease ran out goes to the next stream; renewing it then fails.
+    later = now + 12_000
+    assert await feed.take_slot("alice", "s5", now_ms=later, lease_s=10, cap=2)
+    assert not await feed.renew_slot("alice", "s3", now_ms=later, lease_s=10)
