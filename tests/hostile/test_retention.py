@@ -101,7 +101,8 @@ async def test_after_retention_only_subscriptions_and_live_keys_remain(
     )
     runs.append(replayed.json())
     for run in runs:
-        await stack.wait_status(run["id"], "succeeded", "failed")
+        # The terminal callback, not GET /v1/runs/{id}: with RETENTION_S=1 an ended run's record may
+        # expire between two reads of it, and the callback stays with the receiver.
         await eventually(lambda run=run: _called_back(receiver, run["id"]), what="callback")
     client = aioredis.from_url(stack.redis_url)
     try:

@@ -37,8 +37,7 @@ async def test_fifty_runs_finish_within_five_requests_per_second(make_stack: Sta
     per_second = Counter(int(entry["t"]) for entry in log)
     # Six requests in a row span a second at 5 per second. Their send slots are exactly 200 ms apart; what the
     # simulator sees is each slot plus the worker's scheduling delay, so one late request followed by five on
-    # time shortens a window by that delay: up to 250 ms is allowed (a loaded 2-core CI machine). Without the
-    # budget, six requests land within a few milliseconds.
+    # time shortens a window by that delay (seen: 360 ms on a loaded 2-core machine).
     times = sorted(entry["t"] for entry in log)
     tightest = min(times[i + 5] - times[i] for i in range(len(times) - 5))
     rate_limited = sum(1 for entry in log if entry["status"] == 429)
@@ -50,4 +49,8 @@ async def test_fifty_runs_finish_within_five_requests_per_second(make_stack: Sta
     )
     assert set(statuses.values()) == {"succeeded"}
     assert rate_limited > 0
-    assert tightest >= 0.75
+    # Scheduling delays on a loaded machine shift single requests but cannot raise the average rate, and
+    # without the budget six requests land within milliseconds: the rate over the whole run is the
+    # budget's, and no six requests come in a burst.
+    assert (len(times) - 1) / (times[-1] - times[0]) <= 5 * 1.05
+    assert tightest >= 0.25
