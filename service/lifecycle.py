@@ -42,36 +42,10 @@ class Transition:
     ttl_ms: int | None = None  # set on the run's end: it is kept for the retention from then
 
 
-def new_run(
-    *,
-    run_id: str,
-    client: str,
-    vendor: str,
-    operation: str,
-    document: dict[str, Any],
-    options: dict[str, Any],
-    metadata: dict[str, str],
-    subscription_ids: list[str],
-    zero_retention: bool,
-    now_ms: int,
-    traceparent: str | None = None,
-) -> Run:
-    return Run(
-        id=run_id,
-        client=client,
-        vendor=vendor,
-        operation=operation,
-        created_at=now_ms,
-        updated_at=now_ms,
-        status=domain.QUEUED,
-        version=0,
-        metadata=metadata,
-        zero_retention=zero_retention,
-        document=document,
-        options=options,
-        subscription_ids=subscription_ids,
-        traceparent=traceparent,
-    )
+def new_run(*, run_id: str, now_ms: int, **fields: Any) -> Run:
+    """A run just accepted: queued, at version 0. ``fields`` are the record's own (client, vendor,
+    operation, document, options, metadata, subscription_ids, zero_retention, traceparent), checked by it."""
+    return Run(id=run_id, created_at=now_ms, updated_at=now_ms, status=domain.QUEUED, version=0, **fields)
 
 
 # The run as the API and the events show it (records.public_run).

@@ -123,27 +123,33 @@ class Run(_Record):
         return cls.model_validate_json(raw)
 
 
+# What the API and the events show of each record, in this order (the API models declare the same names).
+_TIMES = frozenset({"created_at", "updated_at", "completed_at", "next_attempt_at"})
+PUBLIC_RUN = (
+    "id", "status", "vendor", "operation", "vendor_run_id", "vendor_status", "progress", "metadata",
+    "zero_retention", "created_at", "updated_at", "completed_at", "polls", "error", "usage",
+    "vendor_deleted", "vendor_delete_error",
+)  # fmt: skip
+PUBLIC_SUBSCRIPTION = (
+    "id", "url", "event_types", "description", "metadata", "disabled", "disabled_reason", "max_in_flight",
+    "rate_limit_per_s", "consecutive_failures", "created_at", "updated_at",
+)  # fmt: skip
+PUBLIC_DELIVERY = (
+    "id", "event_id", "event_type", "subscription_id", "run_id", "status", "attempts", "last_status_code",
+    "next_attempt_at", "created_at", "updated_at",
+)  # fmt: skip
+
+
+def _public(record: _Record, names: tuple[str, ...]) -> Json:
+    out = {name: getattr(record, name) for name in names}
+    for name in _TIMES.intersection(out):
+        out[name] = domain.rfc3339(out[name])
+    return out
+
+
 def public_run(run: Run) -> Json:
     """The run as the API and the events show it."""
-    return {
-        "id": run.id,
-        "status": run.status,
-        "vendor": run.vendor,
-        "operation": run.operation,
-        "vendor_run_id": run.vendor_run_id,
-        "vendor_status": run.vendor_status,
-        "progress": run.progress,
-        "metadata": run.metadata,
-        "zero_retention": run.zero_retention,
-        "created_at": domain.rfc3339(run.created_at),
-        "updated_at": domain.rfc3339(run.updated_at),
-        "completed_at": domain.rfc3339(run.completed_at),
-        "polls": run.polls,
-        "error": run.error,
-        "usage": run.usage,
-        "vendor_deleted": run.vendor_deleted,
-        "vendor_delete_error": run.vendor_delete_error,
-    }
+    return _public(run, PUBLIC_RUN)
 
 
 class Event(_Record):
@@ -238,20 +244,9 @@ _SUB_ENCODE: dict[str, Any] = {
 
 
 def public_subscription(sub: Subscription) -> Json:
-    return {
-        "id": sub.id,
-        "url": sub.url,
-        "event_types": list(sub.event_types) if sub.event_types else None,
-        "description": sub.description,
-        "metadata": sub.metadata,
-        "disabled": sub.disabled,
-        "disabled_reason": sub.disabled_reason,
-        "max_in_flight": sub.max_in_flight,
-        "rate_limit_per_s": sub.rate_limit_per_s,
-        "consecutive_failures": sub.consecutive_failures,
-        "created_at": domain.rfc3339(sub.created_at),
-        "updated_at": domain.rfc3339(sub.updated_at),
-    }
+    view = _public(sub, PUBLIC_SUBSCRIPTION)
+    view["event_types"] = list(sub.event_types) if sub.event_types else None
+    return view
 
 
 # Deliveries ------------------------------------------------------------------------------------------
@@ -316,19 +311,7 @@ DELIVERY_HASH = {
 
 
 def public_delivery(d: Delivery) -> Json:
-    return {
-        "id": d.id,
-        "event_id": d.event_id,
-        "event_type": d.event_type,
-        "subscription_id": d.subscription_id,
-        "run_id": d.run_id,
-        "status": d.status,
-        "attempts": d.attempts,
-        "last_status_code": d.last_status_code,
-        "next_attempt_at": domain.rfc3339(d.next_attempt_at),
-        "created_at": domain.rfc3339(d.created_at),
-        "updated_at": domain.rfc3339(d.updated_at),
-    }
+    return _public(d, PUBLIC_DELIVERY)
 
 
 class Attempt(_Record):

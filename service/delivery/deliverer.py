@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,22 +45,19 @@ def redact(text: str, url: str) -> str:
     return logs.redact_urls(text)
 
 
+@dataclass
 class Deliverer:
-    def __init__(
-        self,
-        store: Store,
-        settings: Settings,
-        client: CallbackClient,
-        *,
-        rng: random.Random | None = None,
-        clock: Clock = SYSTEM,
-    ) -> None:
-        self.clock = clock
-        self.store = store
-        self.settings = settings
-        self.client = client
-        self.policy = Policy(settings.callback_allowed_networks, settings.callback_blocked_networks)
-        self._rng = rng or random.Random()
+    """Makes one delivery attempt at a time: signs, sends, and records what came of it."""
+
+    store: Store
+    settings: Settings
+    client: CallbackClient
+    _: KW_ONLY
+    rng: random.Random = field(default_factory=random.Random)
+    clock: Clock = SYSTEM
+
+    def __post_init__(self) -> None:
+        self.policy = Policy(self.settings.callback_allowed_networks, self.settings.callback_blocked_networks)
 
     async def attempt(self, claimed: ClaimedDelivery) -> str:
         """Returns the outcome: succeeded, retry, failed, gone or skipped."""
@@ -125,7 +123,7 @@ class Deliverer:
             outcome, next_at = "gone", None
         else:
             failures = dlv.attempts - dlv.series + 1
-            wait = schedule.next_wait(self.settings.retry_schedule, failures, retry_after, self._rng)
+            wait = schedule.next_wait(self.settings.retry_schedule, failures, retry_after, self.rng)
             outcome = "failed" if wait is None else "retry"
             next_at = None if wait is None else done_ms + int(wait * 1000)
         await self.store.record_attempt(

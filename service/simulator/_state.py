@@ -15,11 +15,11 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, Self
 
 from starlette.requests import Request
 
-from ._documents import SLOW_FACTOR
+from ._documents import SLOW_FACTOR, decode_base64
 from .config import SimulatorConfig
 
 QUEUED_SHARE = 0.2
@@ -203,16 +203,6 @@ class BadRequest(Exception):
     """A request the vendor's document refuses with 400; the message goes into the error body."""
 
 
-_T = TypeVar("_T")
-
-
-def vendor_store(request: Request, vendor: str, kind: type[_T]) -> _T:
-    """The vendor's run store, kept on the app's state under the vendor's name."""
-    store = getattr(request.app.state, vendor)
-    assert isinstance(store, kind)
-    return store
-
-
 class SimRun(Protocol):
     """What every vendor's run record offers to the simulator's own endpoints."""
 
@@ -224,7 +214,16 @@ class SimRun(Protocol):
 
 
 class VendorStore:
-    """A vendor's runs, as the simulator's own endpoints (``/_sim/stats``, ``/_sim/runs``) read them."""
+    """A vendor's runs, kept on the app's state under the vendor's name; the simulator's own endpoints
+    (``/_sim/stats``, ``/_sim/runs``) read them."""
+
+    vendor: ClassVar[str]
+
+    @classmethod
+    def of(cls, request: Request) -> Self:
+        store = getattr(request.app.state, cls.vendor)
+        assert isinstance(store, cls)
+        return store
 
     def all_runs(self) -> Iterable[SimRun]:
         raise NotImplementedError
@@ -234,6 +233,20 @@ class VendorStore:
 
     def summaries(self, now: float) -> list[tuple[str, str, float, float | None]]:
         return summarize(self.all_runs(), now)
+
+
+def base64_field(value: Any, name: str, when: str = "") -> bytes:
+    """The bytes of a base64 request field; a :class:`BadRequest` naming it when it is not a non-empty
+    base64 string (``when`` says in which case the field has to be one)."""
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"{name} must be a base64 string{when}")
+    try:
+        content = decode_base64(value)
+    except ValueError:
+        raise BadRequest(f"{name} is not valid base64") from None
+    if not content:
+        raise BadRequest(f"{name} is empty")
+    return content
 
 
 async def json_object(request: Request, what: str) -> dict[str, Any]:

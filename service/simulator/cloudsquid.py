@@ -32,8 +32,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending, decode_base64
-from ._state import BadRequest, Phase, SimState, Timeline, VendorStore, json_object, sim_state, vendor_store
+from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending
+from ._state import BadRequest, Phase, SimState, Timeline, VendorStore, base64_field, json_object, sim_state
 
 MIMETYPES = frozenset(
     {
@@ -86,15 +86,12 @@ class CloudsquidRun:
 
 @dataclass
 class CloudsquidStore(VendorStore):
+    vendor = "cloudsquid"
     rows: dict[str, Row] = field(default_factory=dict)
     runs: dict[str, CloudsquidRun] = field(default_factory=dict)
 
     def all_runs(self) -> Iterable[CloudsquidRun]:
         return self.runs.values()
-
-
-def _store(request: Request) -> CloudsquidStore:
-    return vendor_store(request, "cloudsquid", CloudsquidStore)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -129,14 +126,7 @@ def _document(body: dict[str, Any]) -> Document:
     if file_type not in FILE_TYPES:
         raise BadRequest(f"file_type must be one of: {', '.join(FILE_TYPES)}")
     if file_type == "binary":
-        if not isinstance(file, str) or not file:
-            raise BadRequest("file must be a base64 string when file_type is binary")
-        try:
-            content = decode_base64(file)
-        except ValueError:
-            raise BadRequest("file is not valid base64") from None
-        if not content:
-            raise BadRequest("file is empty")
+        content = base64_field(file, "file", " when file_type is binary")
         return Document(content=content, filename=filename, media_type=mimetype)
     if file_type == "uri":
         if not isinstance(file, str) or not file:
@@ -156,7 +146,7 @@ def _new_row(request: Request, state: SimState, document: Document) -> Row:
         document=document,
         created_at=state.now(),
     )
-    _store(request).rows[row.id] = row
+    CloudsquidStore.of(request).rows[row.id] = row
     return row
 
 
@@ -168,7 +158,7 @@ def _new_run(request: Request, state: SimState, row: Row, zero_retention: bool) 
         timeline=state.new_timeline(slow=outcome.slow, never_finishes=outcome.ending is Ending.STUCK),
         zero_retention=zero_retention,
     )
-    _store(request).runs[run.id] = run
+    CloudsquidStore.of(request).runs[run.id] = run
     return run
 
 
@@ -234,7 +224,7 @@ async def start_run(request: Request) -> Response:
         return _error(400, "row_id is required and must be a UUID")
     if not isinstance(zero_retention, bool):
         return _error(400, "zero_retention must be a boolean")
-    row = _store(request).rows.get(row_id)
+    row = CloudsquidStore.of(request).rows.get(row_id)
     params = request.path_params
     if row is None or (row.project, row.table_id) != (params["project"], params["table_id"]):
         return _error(400, f"row {row_id} not found in this table")
@@ -245,7 +235,7 @@ async def get_run(request: Request) -> Response:
     state = sim_state(request)
     if (refused := _check_request(request, state, "table_id", "run_id")) is not None:
         return refused
-    run = _store(request).runs.get(request.path_params["run_id"])
+    run = CloudsquidStore.of(request).runs.get(request.path_params["run_id"])
     params = request.path_params
     if run is None or (run.row.project, run.row.table_id) != (params["project"], params["table_id"]):
         return _error(404, "run not found")

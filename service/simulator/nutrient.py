@@ -49,7 +49,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending
-from ._state import BadRequest, Phase, SimState, Timeline, VendorStore, json_object, sim_state, vendor_store
+from ._state import BadRequest, Phase, SimState, Timeline, VendorStore, json_object, sim_state
 
 OPERATIONS = ("parse", "extract", "classify", "split")
 # Credits per page by parse mode (NU-price); parse defaults to "understand" (NU-parse).
@@ -96,6 +96,7 @@ class NutrientRun:
 
 @dataclass
 class NutrientStore(VendorStore):
+    vendor = "nutrient"
     runs: dict[str, NutrientRun] = field(default_factory=dict)
     # (api key, operation, Idempotency-Key) -> (request fingerprint, run id)
     idempotency: dict[tuple[str, str, str], tuple[str, str]] = field(default_factory=dict)
@@ -134,10 +135,6 @@ class NutrientStore(VendorStore):
 
     def all_runs(self) -> Iterable[NutrientRun]:
         return self.runs.values()
-
-
-def _store(request: Request) -> NutrientStore:
-    return vendor_store(request, "nutrient", NutrientStore)
 
 
 def _error(
@@ -363,7 +360,7 @@ def _accepted(run: NutrientRun, state: SimState, *, replayed: bool) -> JSONRespo
 
 
 async def submit(request: Request) -> Response:
-    state, store = sim_state(request), _store(request)
+    state, store = sim_state(request), NutrientStore.of(request)
     config = state.config
     operation = request.path_params["operation"]
     if operation not in OPERATIONS:
@@ -430,7 +427,7 @@ async def submit(request: Request) -> Response:
 
 
 def _lookup(request: Request, *, allow_expired: bool = False) -> NutrientRun | JSONResponse:
-    state, store = sim_state(request), _store(request)
+    state, store = sim_state(request), NutrientStore.of(request)
     if not _authorized(request, state):
         return _error(state, 401, "missing, invalid or expired API token")
     now = state.now()
@@ -453,7 +450,7 @@ async def run_resource(request: Request) -> Response:
         return _run_response(run, state)
     if run.status(state.now()) in ("queued", "running"):
         return _error(state, 409, "the run is still queued or running: cancel it first", "run_in_flight")
-    store = _store(request)
+    store = NutrientStore.of(request)
     del store.runs[run.id]
     # Deleting a run releases its idempotency key (S003).
     if run.idempotency_scope is not None:
@@ -483,7 +480,9 @@ async def result_asset(request: Request) -> Response:
         return _error(state, 404, f"the run ended {status} and has no result asset")
     credits: dict[str, Any] = {"cost": run.cost}
     if state.config.nutrient_credits is not None:
-        credits["remainingCredits"] = max(0.0, state.config.nutrient_credits - _store(request).spent)
+        credits["remainingCredits"] = max(
+            0.0, state.config.nutrient_credits - NutrientStore.of(request).spent
+        )
     output = _output(run.operation, run.document, run.split_output)
     if run.split_output in ("zip", "both"):
         output["downloadUrl"] = str(request.url_for("nutrient_zip", run_id=run.id))

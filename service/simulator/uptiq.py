@@ -31,8 +31,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending, decode_base64
-from ._state import BadRequest, Phase, SimState, Timeline, VendorStore, sim_state, vendor_store
+from ._documents import FAILURE_MESSAGE, REJECT_MESSAGE, Document, Ending
+from ._state import BadRequest, Phase, SimState, Timeline, VendorStore, base64_field, sim_state
 
 _CREDITS_PER_PAGE = 10  # a GUESS: Uptiq publishes no prices
 _ECHOED_KEYS = ("model", "enableCaching", "processorId")
@@ -60,14 +60,11 @@ class Extraction:
 
 @dataclass
 class UptiqStore(VendorStore):
+    vendor = "uptiq"
     extractions: dict[str, Extraction] = field(default_factory=dict)
 
     def all_runs(self) -> Iterable[Extraction]:
         return self.extractions.values()
-
-
-def _store(request: Request) -> UptiqStore:
-    return vendor_store(request, "uptiq", UptiqStore)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -86,15 +83,7 @@ def _document(body: dict[str, Any]) -> Document:
             raise BadRequest("fileUrl must be an http(s) URL")
         return Document(content=url.encode(), url=url, filename=name or url.rstrip("/").rsplit("/", 1)[-1])
     if content is not None:
-        if not isinstance(content, str):
-            raise BadRequest("fileBase64 must be a base64 string")
-        try:
-            data = decode_base64(content)
-        except ValueError:
-            raise BadRequest("fileBase64 is not valid base64") from None
-        if not data:
-            raise BadRequest("fileBase64 is empty")
-        return Document(content=data, filename=name)
+        return Document(content=base64_field(content, "fileBase64"), filename=name)
     raise BadRequest("no document: send fileUrl or fileBase64")
 
 
@@ -205,7 +194,7 @@ async def submit(request: Request) -> Response:
         nominal_finish=timeline.finishes_at or timeline.created_at + state.nominal_duration(timeline),
         echoed={k: body.get(k) for k in _ECHOED_KEYS},
     )
-    _store(request).extractions[extraction.id] = extraction
+    UptiqStore.of(request).extractions[extraction.id] = extraction
     data: dict[str, Any] = {
         "_id": extraction.id,
         "documentStatus": "Pending",
@@ -225,7 +214,7 @@ async def get_extraction(request: Request) -> Response:
     state = sim_state(request)
     if request.headers.get("x-api-key") != state.config.uptiq_api_key:
         return _error(401, "Unauthorized: missing or invalid X-Api-Key")
-    extraction = _store(request).extractions.get(request.path_params["extraction_id"])
+    extraction = UptiqStore.of(request).extractions.get(request.path_params["extraction_id"])
     if extraction is None:
         return _error(404, "Extraction not found")
     now = state.now()

@@ -14,6 +14,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import structlog
@@ -63,25 +64,22 @@ def next_delay(policy: VendorSettings, current: float | None, rng: random.Random
     return planned, planned * rng.uniform(1.0, 1.15)
 
 
+@dataclass
 class RunStepper:
-    def __init__(
-        self,
-        store: Store,
-        settings: Settings,
-        adapters: Mapping[str, VendorAdapter],
-        *,
-        on_delivery_due: Callable[[], None] = lambda: None,
-        rng: random.Random | None = None,
-        clock: Clock = SYSTEM,
-    ) -> None:
-        self.store = store
-        self.clock = clock
-        self.settings = settings
-        self.adapters = adapters
-        self._on_delivery_due = on_delivery_due
-        self._rng = rng or random.Random()
+    """One step of a run: submit, poll, fetch the result, time out, tell the vendor; each ends in one
+    transition."""
+
+    store: Store
+    settings: Settings
+    adapters: Mapping[str, VendorAdapter]
+    _: KW_ONLY
+    on_delivery_due: Callable[[], None] = lambda: None
+    rng: random.Random = field(default_factory=random.Random)
+    clock: Clock = SYSTEM
+
+    def __post_init__(self) -> None:
         # The changes of steps that finish together share one round trip to Redis.
-        self._transitions = TransitionBatcher(store)
+        self._transitions = TransitionBatcher(self.store)
 
     async def step(self, claimed: ClaimedRun) -> None:
         prepaid.set((claimed.slot_ms, claimed.due_ms))
@@ -207,7 +205,7 @@ class RunStepper:
                 trail.record(refused, "error", at_ms=now, latency_ms=_ms(started), detail=exc.message)
             )
             return
-        shown, delay = next_delay(policy, None, self._rng)
+        shown, delay = next_delay(policy, None, self.rng)
         change = lifecycle.submitted(
             run,
             self._now(),
@@ -287,7 +285,7 @@ class RunStepper:
             )
             await self._finish(run, change)
         else:
-            shown, delay = next_delay(policy, run.delay_s, self._rng)
+            shown, delay = next_delay(policy, run.delay_s, self.rng)
             progress = _progress(result)
             change = lifecycle.polled(
                 run,
@@ -365,7 +363,7 @@ class RunStepper:
             )
             if not final:
                 backoff = min(policy.poll_max_s, policy.poll_initial_s * 2 ** (attempts - 1))
-                delay = max(backoff, getattr(exc, "retry_after", None) or 0.0) * self._rng.uniform(1.0, 1.2)
+                delay = max(backoff, getattr(exc, "retry_after", None) or 0.0) * self.rng.uniform(1.0, 1.2)
                 await self._apply(
                     lifecycle.vendor_retry(run, due_ms=self._now() + delay * 1000, attempts=attempts)
                 )
@@ -396,7 +394,7 @@ class RunStepper:
             return
         retry_after = getattr(exc, "retry_after", None)
         backoff = min(policy.poll_max_s, policy.poll_initial_s * 2 ** (count - 1))
-        delay = max(backoff, retry_after or 0.0) * self._rng.uniform(1.0, 1.2)
+        delay = max(backoff, retry_after or 0.0) * self.rng.uniform(1.0, 1.2)
         log.warning("vendor fault", run_id=run.id, vendor=run.vendor, error=message, attempt=count)
         change = lifecycle.touched(run, now, due_ms=now + delay * 1000, transient=count)
         await self._apply(trail.record(change, "error", at_ms=now, detail=message))
@@ -430,9 +428,9 @@ class RunStepper:
                 error=(new.error or {}).get("code"),
             )
             # The delivery pump learns that work is due now without waiting for its next tick.
-            self._on_delivery_due()
+            self.on_delivery_due()
         elif created:
-            self._on_delivery_due()
+            self.on_delivery_due()
         return outcome, current
 
     async def _document(self, run: Run) -> Document | None:
