@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, Protocol
 
 import aiohttp
 import httpx
@@ -127,7 +126,7 @@ class VendorClient(httpx.AsyncClient):
             self._session_of.client = self._session_of.get_client()
         session = self._session_of.client
         target = yarl.URL(f"{self._plain_base}/{path.lstrip('/')}", encoded=True)
-        with map_aiohttp_exceptions():
+        try:
             async with session.get(
                 target,
                 headers=self._plain_headers,
@@ -136,6 +135,9 @@ class VendorClient(httpx.AsyncClient):
                 timeout=self._plain_timeout,
             ) as answer:
                 body = await answer.read()
+        except Exception:
+            with map_aiohttp_exceptions():  # httpx's TransportError for aiohttp's, as on httpx's own path
+                raise
         encoded = answer.headers.get("Content-Encoding", "identity").strip().lower() != "identity"
         return _FastResponse(answer.status, answer.raw_headers, body, str(target), encoded)
 
@@ -254,22 +256,40 @@ def raise_for_transient(response: httpx.Response) -> None:
         )
 
 
-@contextlib.contextmanager
-def _decoding_errors() -> Iterator[None]:
+class _Mapped:
+    """A context manager that turns one exception type into a :class:`VendorTransient`. A class, not
+    ``@contextlib.contextmanager``: it wraps every poll, and a generator-based one costs several times
+    more to enter and leave."""
+
+    __slots__ = ("_describe", "_kind")
+
+    def __init__(self, kind: type[Exception], describe: Callable[[Exception], str]) -> None:
+        self._kind = kind
+        self._describe = describe
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> Literal[False]:
+        if exc is not None and isinstance(exc, self._kind):
+            raise VendorTransient(self._describe(exc)) from exc
+        return False
+
+
+def _decoding_errors() -> _Mapped:
     """A body that does not decode (a broken gzip stream) is a vendor fault worth retrying."""
-    try:
-        yield
-    except httpx.DecodingError as exc:
-        raise VendorTransient(f"the answer does not decode: {exc}") from exc
+    return _Mapped(httpx.DecodingError, lambda exc: f"the answer does not decode: {exc}")
 
 
-@contextlib.contextmanager
-def transport_errors() -> Iterator[None]:
+def transport_errors() -> _Mapped:
     """Connection faults, timeouts and dropped connections become :class:`VendorTransient`."""
-    try:
-        yield
-    except httpx.TransportError as exc:
-        raise VendorTransient(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from exc
+    return _Mapped(httpx.TransportError, _transport_fault)
+
+
+def _transport_fault(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 async def get_bounded(
