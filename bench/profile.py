@@ -25,7 +25,11 @@ from bench._common import Cluster, metric_sum, run_main, submit_runs, until
 # what they call, so that a Redis reply read inside a transition counts as the transition's.
 PARTS = [
     ("Prometheus scrape of the worker (the benchmark's own reads)", r"metrics_endpoint"),
-    ("the state transition (Store.transition(s): EVALSHA, its JSON arguments)", r"Store\.transition"),
+    # py-spy names a frame by its function and file, not its class: "transitions (service/store/...)".
+    (
+        "the state transition (Store.transition(s): EVALSHA, its JSON arguments)",
+        r"\btransitions? \(service/store/|service/worker/transitions\.py",
+    ),
     ("the claim (claim_runs Lua, load_run of each run)", r"claim_runs|RunPump\.claim\b"),
     ("building the change (lifecycle)", r"service/lifecycle\.py"),
     ("aiohttp: the HTTP request and response", r"aiohttp/|httpx_aiohttp"),
@@ -52,7 +56,9 @@ def tabulate(raw: str) -> list[tuple[str, float]]:
         if not stack or "cmd_worker" not in stack or "_submit" in stack:
             continue
         part = next((name for name, pattern in PARTS if re.search(pattern, stack)), None)
-        counts[part or (EVENT_LOOP if "Runner.run" in stack.split(";")[-1] else "other")] += int(n)
+        # py-spy names the loop's own frame "run (asyncio/runners.py:118)": nothing of ours above it.
+        on_loop = re.match(r"(Runner\.)?run \(asyncio/runners", stack.split(";")[-1]) is not None
+        counts[part or (EVENT_LOOP if on_loop else "other")] += int(n)
     total = sum(counts.values()) or 1
     return [(name, count / total) for name, count in counts.most_common()]
 

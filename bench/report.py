@@ -334,7 +334,11 @@ def _lateness(results: Mapping[str, BenchResult]) -> Any:
     series = [
         ("every step (the submits of the burst too)", s.data["lateness_all"], GREY),
         ("polls after all runs reached the vendor", s.data["lateness_polls"], BLUE),
-        ("polls once the backlog had cleared", s.data.get("lateness_steady") or [], GREEN),
+        (
+            "steady state: polls once the backlog had cleared, ≥ 90 % in flight",
+            s.data.get("lateness_steady") or [],
+            GREEN,
+        ),
     ]
     series = [x for x in series if x[1]]
     labels, _ = _bucket_labels(s.data["lateness_all"])

@@ -10,8 +10,11 @@ at a receiver in this process. Measured:
 
 - poll lateness (actual minus planned time of a run's step) from the worker's histogram
   ``hookbridge_poll_lateness_seconds``, interpolated linearly within its buckets (the share later than
-  1 s is exact: 1 s is a bucket bound): for every poll after all runs reached the vendor, for those after
-  the backlog of due steps left by the burst had cleared, and for every step including the submits;
+  1 s is exact: 1 s is a bucket bound), in two windows: the ramp (from the first submit until the backlog
+  of due steps left by the burst has cleared: the submits and the polls made while they drain) and the
+  steady state (from then on, while at least 90 % of the runs are still in flight: every run submitted,
+  none late from the burst), which is the one the target of 1 s is about; and, for comparison, over
+  every poll after all runs reached the vendor and over every step including the submits;
 - the worker's memory (``VmRSS`` sampled every second, ``VmHWM`` as its peak);
 - Redis ``used_memory`` before the runs and with every run in flight, per run; and what stays per finished
   run (kept ``RETENTION_S``, 7 days by default);
@@ -117,23 +120,30 @@ async def run(
         worker_mem = memory_kib(worker_pid)
         sweep = await _sweep_cost(cluster)
 
-    # Lateness in three windows: the ramp (submits and first polls of the burst), the drain (until the
-    # backlog of due steps is gone), and the steady part after it.
+    # Lateness in two windows: the ramp (the submits, and the polls made while their backlog of due steps
+    # drains) and the steady state after it, while at least 90 % of the runs are still in flight.
     cleared = next(
         (r for r in timeline if r["t"] + t_start > at_vendor and r["due_now"] <= max(10, n // 200)),
         timeline[-1],
     )
     cleared_t = cleared["t"] + t_start
+    later = [r for r in timeline if r["t"] >= cleared["t"]]
+    full = [r for r in later if r["in_flight"] >= 0.9 * n]
+    steady_end = full[-1] if len(full) > 1 else later[-1]
     hist_end = histogram(m_end, LATENESS)
     hist_at_vendor = histogram(m_at_vendor, LATENESS)
     after_vendor = histogram_delta(hist_end, hist_at_vendor)
-    steady = histogram_delta(hist_end, cleared["lateness"])
+    ramp_hist = cleared["lateness"]
+    steady = histogram_delta(steady_end["lateness"], cleared["lateness"])
     p50, _ = quantile(after_vendor, 0.5)
     p99, beyond = quantile(after_vendor, 0.99)
     all50, _ = quantile(hist_end, 0.5)
     all99, all_beyond = quantile(hist_end, 0.99)
+    ramp50, _ = quantile(ramp_hist, 0.5)
+    ramp99, ramp_beyond = quantile(ramp_hist, 0.99)
     st50, _ = quantile(steady, 0.5)
     st99, st_beyond = quantile(steady, 0.99)
+    steady_polls = steady[-1][1] if steady else 0
     per_run = (in_flight_memory - baseline) / in_flight_count if in_flight_count else None
     per_finished = (after - baseline) / n
     peak_rss = max([worker_mem.get("VmHWM", 0), *(r["worker_rss_kib"] for r in timeline)])
@@ -143,26 +153,35 @@ async def run(
 
     result.add(
         Figure(
-            "poll lateness p50, every poll after all runs reached the vendor",
-            p50,
-            "s",
-            note=f"{share_over(after_vendor, 1.0):.1f} % later than 1 s",
-        ),
-        Figure(
-            "poll lateness p99, every poll after all runs reached the vendor",
-            p99,
+            "poll lateness p99, steady state: every run in flight and submitted, the backlog cleared",
+            st99,
             "s",
             target="< 1 s",
             goal=LATENESS_TARGET_S,
             higher_is_better=False,
-            note=("≥ " if beyond else "") + "linear within the histogram's buckets",
+            note=("≥ " if st_beyond else "")
+            + f"p50 {number(st50 or 0)} s, {share_over(steady, 1.0):.1f} % later than 1 s; "
+            f"{cleared['t']:.0f}-{steady_end['t']:.0f} s after the first submit, {steady_polls:,.0f} polls, "
+            f"{steady_end['in_flight']:,}-{cleared['in_flight']:,} runs in flight",
         ),
         Figure(
-            "poll lateness p50 / p99 once the backlog had cleared",
-            st50,
+            "step lateness p99, ramp: the submits and the polls made while their backlog drains",
+            ramp99,
             "s",
-            note=f"p99 {'≥ ' if st_beyond else ''}{number(st99 or 0)} s; "
-            f"{cleared['t']:.0f} s after the first submit, {cleared['in_flight']:,} runs still in flight",
+            # Shown against 1 s too, so that the summary tells both; the goal is the steady state.
+            target="< 1 s (the burst, not runs in flight)",
+            goal=LATENESS_TARGET_S,
+            higher_is_better=False,
+            note=("≥ " if ramp_beyond else "")
+            + f"p50 {number(ramp50 or 0)} s, {share_over(ramp_hist, 1.0):.1f} % later than 1 s; "
+            f"0-{cleared['t']:.0f} s after the first submit",
+        ),
+        Figure(
+            "poll lateness p99, every poll after all runs reached the vendor (drain and steady state)",
+            p99,
+            "s",
+            note=("≥ " if beyond else "")
+            + f"p50 {number(p50 or 0)} s, {share_over(after_vendor, 1.0):.1f} % later than 1 s",
         ),
         Figure(
             "step lateness p50 / p99 over the whole run, submits of the burst included",
@@ -231,6 +250,7 @@ async def run(
         duration=duration,
         lateness_polls=after_vendor,
         lateness_steady=steady,
+        lateness_ramp=ramp_hist,
         lateness_all=hist_end,
         timeline=[{k: v for k, v in r.items() if k != "lateness"} for r in timeline],
         baseline_bytes=baseline,
@@ -241,6 +261,7 @@ async def run(
         sweep=sweep,
         at_vendor_s=at_vendor - t_start,
         cleared_s=cleared["t"],
+        steady_end_s=steady_end["t"],
         finished_s=finished - t_start,
     )
     result.elapsed_s = time.monotonic() - started_mono

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -42,7 +42,7 @@ class Pump:
     def wake(self) -> None:
         self._wake.set()
 
-    async def claim(self, free: int) -> tuple[list[Awaitable[Any]], float | None]:
+    async def claim(self, free: int) -> tuple[list[Coroutine[Any, Any, None]], float | None]:
         raise NotImplementedError
 
     async def release(self, leases: list[Any]) -> int:
@@ -50,15 +50,24 @@ class Pump:
         raise NotImplementedError
 
     async def _held(self, key: str, lease: Any, work: Awaitable[Any]) -> None:
+        """Works one item under its lease. A failure is logged and the item left to its lease, which hands
+        it back; one coroutine does both, since every await of a step passes through each layer above it."""
         self.held[key] = lease
         try:
             await work
         except asyncio.CancelledError:
             raise  # stays held: drain() releases it
+        except (RedisError, OSError) as exc:
+            self.held.pop(key, None)
+            log.warning("step interrupted; its lease will hand it back", pump=self.name, error=str(exc))
+        except Exception:
+            self.held.pop(key, None)
+            log.exception("step failed; its lease will hand it back", pump=self.name)
         except BaseException:
             self.held.pop(key, None)
             raise
-        self.held.pop(key, None)
+        else:
+            self.held.pop(key, None)
 
     async def run(self, stop: asyncio.Event) -> None:
         backoff = 0.1
@@ -75,7 +84,7 @@ class Pump:
                 backoff = min(backoff * 2, 5.0)
                 continue
             for coro in work:
-                task = asyncio.create_task(self._guard(coro))
+                task = asyncio.create_task(coro)
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
             if work and len(work) >= free:
@@ -98,7 +107,7 @@ class Pump:
             work, _ = await self.claim(self.concurrency)
             if not work:
                 return done
-            await asyncio.gather(*(self._guard(coro) for coro in work))
+            await asyncio.gather(*work)
             done += len(work)
 
     async def drain(self, timeout_s: float) -> int:
@@ -120,16 +129,6 @@ class Pump:
             return len(pending)
         return 0
 
-    async def _guard(self, coro: Awaitable[Any]) -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except (RedisError, OSError) as exc:
-            log.warning("step interrupted; its lease will hand it back", pump=self.name, error=str(exc))
-        except Exception:
-            log.exception("step failed; its lease will hand it back", pump=self.name)
-
 
 class RunPump(Pump):
     def __init__(
@@ -149,9 +148,9 @@ class RunPump(Pump):
         self.intervals = intervals
         self._turn = 0
 
-    async def claim(self, free: int) -> tuple[list[Awaitable[Any]], float | None]:
+    async def claim(self, free: int) -> tuple[list[Coroutine[Any, Any, None]], float | None]:
         now = self.clock.now_ms()
-        work: list[Awaitable[Any]] = []
+        work: list[Coroutine[Any, Any, None]] = []
         next_due: float | None = None
         lease_ms = int(self.settings.lease_s * 1000)
         # A probe that never answers (its worker died) lets another run probe after the longest step.
@@ -167,7 +166,11 @@ class RunPump(Pump):
                 vendor, now, limit, lease_ms, self.intervals.get(vendor, 0.0), LOOKAHEAD_MS, probe_lease_ms
             )
             work.extend(
-                self._held(c.run.id, (vendor, c.run.id, c.slot_ms + lease_ms), self._step(vendor, c))
+                self._held(
+                    c.run.id,
+                    (vendor, c.run.id, c.slot_ms + lease_ms),
+                    self.step(c) if c.probe is None else self._probe(vendor, c),
+                )
                 for c in claimed
             )
             if nxt is not None:
@@ -181,10 +184,8 @@ class RunPump(Pump):
             released += await self.store.release_runs(vendor, mine, now)
         return released
 
-    async def _step(self, vendor: str, claimed: ClaimedRun) -> None:
-        if claimed.probe is None:
-            await self.step(claimed)
-            return
+    async def _probe(self, vendor: str, claimed: ClaimedRun) -> None:
+        assert claimed.probe is not None
         # The vendor is paused after a 429 and this step is its one probe (budget.py).
         ticket = ProbeTicket(vendor, claimed.probe)
         probe.set(ticket)
@@ -210,7 +211,7 @@ class DeliveryPump(Pump):
         self.settings = settings
         self.attempt = attempt
 
-    async def claim(self, free: int) -> tuple[list[Awaitable[Any]], float | None]:
+    async def claim(self, free: int) -> tuple[list[Coroutine[Any, Any, None]], float | None]:
         now = self.clock.now_ms()
         lease_ms = int(self.settings.lease_s * 1000)
         claimed, nxt = await self.store.claim_deliveries(now, min(self.settings.worker_batch, free), lease_ms)

@@ -19,6 +19,12 @@ from service.dev.stack import Servers
 from service.vendors.http import VendorClient, make_client
 
 BODY = {"id": "run-1", "status": "running"}
+# Bodies the fast answer's orjson refuses, where it must read as httpx's own json() does (or fail as it does).
+ODD_BODIES = {
+    "bom": b'\xef\xbb\xbf{"a": 1}',
+    "nan": b'{"a": NaN, "big": 123456789012345678901234567890}',
+    "not-json": b"<html>busy</html>",
+}
 
 
 async def _runs(request: Request) -> Response:
@@ -27,6 +33,8 @@ async def _runs(request: Request) -> Response:
         return Response(b"not gzip at all", headers={"content-encoding": "gzip"})
     if request.path_params["rid"] == "gzipped":
         return Response(gzip.compress(body.encode()), headers={"content-encoding": "gzip"})
+    if request.path_params["rid"] in ODD_BODIES:
+        return Response(ODD_BODIES[request.path_params["rid"]], media_type="application/json")
     if request.path_params["rid"] == "limited":
         return Response(b'{"error":"slow down"}', status_code=429, headers={"retry-after": "3"})
     return Response(body, media_type="application/json", headers={"x-run": request.path_params["rid"]})
@@ -130,3 +138,22 @@ async def test_a_refused_connection_is_an_httpx_transport_error_and_observed() -
             await client.get("/runs/x", extensions={"kind": "poll"})
     assert recorder.settled == [(None, None)]
     assert recorder.observed == [("v", "poll", "error")]
+
+
+async def test_the_fast_answer_reads_like_httpx_own_read_closed_and_parsed_alike(vendor: str) -> None:
+    async with _client(vendor, Recorder()) as client:
+        for rid in ["abc-2", "gzipped", *ODD_BODIES]:
+            fast = await client.get(f"/runs/{rid}")
+            slow = await client.get(f"/runs/{rid}", params={"x": "1"})
+            assert (fast.content, fast.text) == (slow.content, slow.text), rid
+            assert fast.is_closed and fast.is_stream_consumed, rid
+            if rid == "not-json":
+                for response in (fast, slow):
+                    with pytest.raises(ValueError):
+                        response.json()
+            elif rid == "nan":
+                assert fast.json()["big"] == slow.json()["big"] == 123456789012345678901234567890
+            else:
+                assert {k: v for k, v in fast.json().items() if k != "path"} == {
+                    k: v for k, v in slow.json().items() if k != "path"
+                }, rid
