@@ -109,7 +109,7 @@ class Run(_Record):
     traceparent: str | None = Field(default=None, validation_alias=_old("traceparent"))
     # The vendor trail (service/trail.py): compact entries, the first and the last ones, and how many of
     # those in between were dropped; the vendor's 429s for this run.
-    trail: list[list[Any]] = Field(default=[], validation_alias=_old("trail", "_trail"))
+    trail: list[list[Any]] = Field(default_factory=list, validation_alias=_old("trail", "_trail"))
     trail_dropped: int = Field(default=0, validation_alias=_old("trail_dropped", "_trail_dropped"))
     rate_limited: int = Field(default=0, validation_alias=_old("rate_limited", "_rate_limited"))
 
