@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from redis.asyncio import Redis
 
 from service.store import keys
@@ -121,8 +122,22 @@ class Feed:
     async def wait(self, client: str, after: str, timeout_s: float) -> bool:
         """Blocks until an entry past ``after`` is in the client's feed (True) or ``timeout_s`` passed."""
         block_ms = max(1, int(timeout_s * 1000))
-        got = await self.blocking.xread({keys.client_feed(client): after or "0-0"}, count=1, block=block_ms)
-        return bool(got)
+        pool = self.blocking.connection_pool
+        conn = await pool.get_connection()
+        try:
+            await conn.send_command(
+                "XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", keys.client_feed(client), after or "0-0"
+            )
+            return bool(await conn.read_response())
+        except BaseException:
+            # A reader that hung up cancels the XREAD mid-read: its connection is in no known state, so it
+            # is closed now, shielded from that cancellation, not left open for the garbage collector.
+            with anyio.CancelScope(shield=True):
+                await conn.disconnect()
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await pool.release(conn)
 
     async def take_slot(self, client: str, token: str, *, now_ms: int, lease_s: float, cap: int) -> bool:
         """One of the client's ``cap`` stream slots for ``lease_s`` (renew it before then), or False."""
