@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from redis.asyncio import Redis
 
 from service.store import keys
 from service.store.scripts import source
+
+T = TypeVar("T")
 
 # An iterator is a stream entry id: milliseconds and a sequence number, both unsigned 64-bit.
 _ID = re.compile(r"^(\d{1,20})-(\d{1,20})$")
@@ -97,18 +100,20 @@ class Feed:
         """Events after ``after`` ("" = from the oldest kept), up to ``limit`` of those that match.
 
         Raises IteratorExpired or IteratorInvalid."""
-        reply = await self._read(
-            keys=[keys.client_feed(client)],
-            args=[
-                after,
-                limit,
-                SCAN,
-                now_ms - self._retention_ms,
-                json.dumps(list(only.types)),
-                only.run_id,
-                only.vendor,
-                FUTURE_MS,
-            ],
+        reply = await _whole(
+            self._read(
+                keys=[keys.client_feed(client)],
+                args=[
+                    after,
+                    limit,
+                    SCAN,
+                    now_ms - self._retention_ms,
+                    json.dumps(list(only.types)),
+                    only.run_id,
+                    only.vendor,
+                    FUTURE_MS,
+                ],
+            )
         )
         outcome = _s(reply[0])
         if outcome == "expired":
@@ -142,12 +147,21 @@ class Feed:
     async def take_slot(self, client: str, token: str, *, now_ms: int, lease_s: float, cap: int) -> bool:
         """One of the client's ``cap`` stream slots for ``lease_s`` (renew it before then), or False."""
         args: list[str | int] = ["take", token, now_ms, int(lease_s * 1000), cap]
-        return bool(await self._slot(keys=[keys.client_streams(client)], args=args))
+        return bool(await _whole(self._slot(keys=[keys.client_streams(client)], args=args)))
 
     async def renew_slot(self, client: str, token: str, *, now_ms: int, lease_s: float) -> bool:
         """False when the lease had run out and the slot may have gone to another stream."""
         args: list[str | int] = ["renew", token, now_ms, int(lease_s * 1000), 0]
-        return bool(await self._slot(keys=[keys.client_streams(client)], args=args))
+        return bool(await _whole(self._slot(keys=[keys.client_streams(client)], args=args)))
 
     async def drop_slot(self, client: str, token: str) -> None:
-        await self._slot(keys=[keys.client_streams(client)], args=["drop", token, 0, 0, 0])
+        await _whole(self._slot(keys=[keys.client_streams(client)], args=["drop", token, 0, 0, 0]))
+
+
+async def _whole(command: Awaitable[T]) -> T:
+    """Runs a short command to the end of its reply even when the caller is cancelled meanwhile (a reader
+    hung up; the cancellation takes effect right after): a reply cut off mid-read would leave its
+    connection open for the garbage collector."""
+    with anyio.CancelScope(shield=True):
+        result = await command
+    return result
