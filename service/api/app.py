@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -33,6 +33,7 @@ from service.api.problems import (
     Problem,
     Unavailable,
 )
+from service.api.views import JSONResponse
 from service.delivery.urlsafety import Policy
 from service.settings import Settings
 from service.store import Store, connect

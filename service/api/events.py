@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import anyio
 from starlette.endpoints import HTTPEndpoint
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from service import domain
@@ -23,6 +23,7 @@ from service.api.body import query
 from service.api.context import Context
 from service.api.models import EventQuery, FeedQuery
 from service.api.problems import InvalidIterator, IteratorExpired, TooManyStreams, ValidationFailed
+from service.api.views import JSONResponse
 from service.store import feed as feeds
 from service.store.feed import Feed, FeedFilter, FeedPage, valid_iterator
 

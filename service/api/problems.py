@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from starlette.responses import JSONResponse
+from service.api.views import JSONResponse
 
 MEDIA_TYPE = "application/problem+json"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.endpoints import HTTPEndpoint
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from service import domain, lifecycle, tracing, trail
@@ -20,6 +20,7 @@ from service.api.problems import (
     RunNotSucceeded,
     ValidationFailed,
 )
+from service.api.views import JSONResponse
 from service.domain import TERMINAL
 from service.records import Run
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from starlette.endpoints import HTTPEndpoint
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from service import domain
@@ -23,6 +23,7 @@ from service.api.problems import (
     SubscriptionDisabled,
     Unavailable,
 )
+from service.api.views import JSONResponse
 from service.delivery.signing import new_secret
 from service.delivery.urlsafety import UnsafeURL
 from service.records import Delivery, Event, Subscription, replace

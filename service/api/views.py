@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from starlette.responses import JSONResponse as _StarletteJSON
+
 from service.records import (
     Attempt,
     Delivery,
@@ -14,6 +16,7 @@ from service.records import (
     public_run,
     public_subscription,
 )
+from service.store import jsoncodec
 
 
 def run(record: Run) -> dict[str, Any]:
@@ -34,3 +37,11 @@ def delivery(d: Delivery, attempts: list[Attempt] | None = None) -> dict[str, An
 
 def page(items: list[Any], next_cursor: str | None) -> dict[str, Any]:
     return {"data": items, "next_cursor": next_cursor}
+
+
+class JSONResponse(_StarletteJSON):
+    """Starlette's, encoded by orjson (``jsoncodec``: about four times the standard library; the same
+    compact UTF-8), which every answer of the API goes through."""
+
+    def render(self, content: Any) -> bytes:
+        return jsoncodec.dumps(content).encode()
