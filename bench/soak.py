@@ -106,6 +106,7 @@ LASTING = {
     "hb:worker",
     "hb:budget",
     "arq:in-progress",
+    "arq:job",  # the worker's own periodic jobs (sweep, purge) while they run, as arq:in-progress
     "hookbridge:arq",
 }
 
