@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 
 from service.simulator import SimulatorConfig, create_app
 from service.simulator._state import ManualClock
+from tests.conftest import eventually
 
 NUTRIENT_AUTH = {"Authorization": "Bearer sim-nutrient-key"}
 UPTIQ_AUTH = {"X-Api-Key": "sim-uptiq-key"}
@@ -112,10 +113,11 @@ class TestControlRoutes:
             "cloudsquid": {},
             "uptiq": {"Processed": 1},
         }
-        deadline = time.monotonic() + 5.0
-        while (stats := (await client.get("/_sim/stats")).json()) != expected and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        assert stats == expected
+
+        async def counted() -> bool:
+            return bool((await client.get("/_sim/stats")).json() == expected)
+
+        await eventually(counted, timeout=5, interval=0.01, what=f"stats {expected}")
 
 
 class TestFaults:
