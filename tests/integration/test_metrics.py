@@ -53,9 +53,11 @@ async def test_metrics_after_a_run(make_stack: StackFactory, receiver: Receiver)
         assert health.status_code == 200 and health.json()["status"] == "ok"
 
         async def scraped() -> dict[tuple[str, frozenset[tuple[str, str]]], float] | None:
+            # The registry outlives tests, so wait for this test's own delivery observation: the
+            # receiver has the callback a moment before the worker records the attempt.
             found = samples((await worker.get("/metrics")).text)
-            has_delivery = any(n == "hookbridge_delivery_attempts_total" for n, _ in found)
-            return found if has_delivery else None
+            latency = [v for (n, _), v in found.items() if n == "hookbridge_delivery_latency_seconds_count"]
+            return found if sum(latency) > before["hookbridge_delivery_latency_seconds_count"] else None
 
         found = await eventually(scraped, what="delivery metrics")
 
