@@ -3,11 +3,13 @@ go through the same processors so that every line has one shape."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
 from typing import Any
 
+import orjson
 import structlog
 
 from service import tracing
@@ -64,30 +66,42 @@ def _trace_ids(_: object, __: str, event: structlog.typing.EventDict) -> structl
     return event
 
 
+def _render_json(event: structlog.typing.EventDict, **_: Any) -> str:
+    try:
+        return orjson.dumps(event, default=repr).decode()
+    except TypeError:  # what orjson refuses (a 65-bit integer, a key that is not a string)
+        return json.dumps(event, default=repr)
+
+
 def configure(log_format: str = "console", level: str = "INFO") -> None:
+    """Our own lines go through structlog alone (a level filter compiled into the logger, written straight
+    to stderr: about a tenth of the cost of a line through the stdlib ``logging`` machinery); the stdlib
+    lines of libraries (uvicorn, arq) go through a handler on the root logger with the same processors, so
+    every line has one shape."""
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name,
+        structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         _drop_secrets,
         _trace_ids,
     ]
     renderer: structlog.typing.Processor
     if log_format == "json":
-        renderer = structlog.processors.JSONRenderer()
+        renderer = structlog.processors.JSONRenderer(serializer=_render_json)
         shared.append(structlog.processors.format_exc_info)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     shared.append(_redact_urls)
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
+        processors=[_logger_name, *shared, renderer],
+        logger_factory=structlog.WriteLoggerFactory(sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
+        # A logger made at import assembles itself at each call (~2 us), so that it follows a configure()
+        # made later (the tests reconfigure) instead of keeping the output of its first call.
+        cache_logger_on_first_use=False,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared,
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
     )
     handler = logging.StreamHandler(sys.stderr)
@@ -103,6 +117,14 @@ def configure(log_format: str = "console", level: str = "INFO") -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
-def get(name: str = "hookbridge") -> structlog.stdlib.BoundLogger:
-    logger: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger(name)
+def _logger_name(_: object, __: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    # get() binds the name as ``logger_name`` (``logger`` is a parameter of structlog's own), and stdlib
+    # lines name theirs ``logger``: one key for both.
+    event["logger"] = event.pop("logger_name", None)
+    return event
+
+
+def get(name: str = "hookbridge") -> structlog.typing.FilteringBoundLogger:
+    """A logger whose lines carry ``logger=name``."""
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(logger_name=name)
     return logger

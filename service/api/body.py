@@ -85,6 +85,13 @@ def query(request: Request, model: type[M], *, lists: tuple[str, ...] = ()) -> M
         raise ValidationFailed("The query has invalid parameters.", field_errors(exc, body=False)) from None
 
 
+def small_body(request: Request) -> bool:
+    """Whether the request declares a body of at most ``JSON_OVERHEAD`` bytes (a run with a URL
+    document); a streamed body (no Content-Length) may be of any size."""
+    declared = request.headers.get("content-length", "")
+    return declared.isdigit() and int(declared) <= JSON_OVERHEAD
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it passes ``limit`` (declared or streamed)."""
     declared = request.headers.get("content-length")

@@ -60,15 +60,23 @@ class Context:
 
     async def rate(self, limiter: str, client: str, what: str, *, take: bool = True) -> None:
         """429 past the client's rate (``SUBMIT_RATE_PER_S``, ``SUBMIT_BURST``) on ``limiter``: submits
-        on one, sends on demand (test, retry, recover: requests to a URL the tenant chose) on another."""
-        rate, burst = self.settings.submit_rate_per_s, self.settings.submit_burst
-        wait_s = await self.store.rate_limit(limiter, client, rate, burst, take=take)
+        on one (taken by the run's creation itself, :meth:`Store.create_run`), sends on demand (test, retry,
+        recover: requests to a URL the tenant chose) on another."""
+        wait_s = await self.store.rate_limit(limiter, client, *self.submit_rate, take=take)
         if wait_s > 0:
-            raise RateLimited(
-                f"More than {rate:g} {what} per second (burst {burst}) for this client "
-                "(HOOKBRIDGE_SUBMIT_RATE_PER_S); retry after the time in Retry-After.",
-                retry_after=max(1, math.ceil(wait_s)),
-            )
+            raise self.over_rate(wait_s, what)
+
+    @property
+    def submit_rate(self) -> tuple[float, int]:
+        return self.settings.submit_rate_per_s, self.settings.submit_burst
+
+    def over_rate(self, wait_s: float, what: str) -> RateLimited:
+        rate, burst = self.submit_rate
+        return RateLimited(
+            f"More than {rate:g} {what} per second (burst {burst}) for this client "
+            "(HOOKBRIDGE_SUBMIT_RATE_PER_S); retry after the time in Retry-After.",
+            retry_after=max(1, math.ceil(wait_s)),
+        )
 
 
 R = TypeVar("R", Run, Subscription, Delivery)

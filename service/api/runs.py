@@ -9,7 +9,7 @@ from starlette.routing import Route
 
 from service import domain, lifecycle, tracing, trail
 from service.api import views
-from service.api.body import Submission, bad_cursor, idempotency_key, query, submission
+from service.api.body import Submission, bad_cursor, idempotency_key, query, small_body, submission
 from service.api.context import Context
 from service.api.problems import (
     Conflict,
@@ -23,6 +23,7 @@ from service.api.problems import (
 from service.api.views import JSONResponse
 from service.domain import TERMINAL
 from service.records import Run
+from service.store import OverRate
 
 
 def _accepted(run: Run, *, replayed: bool = False) -> Response:
@@ -46,9 +47,11 @@ class Runs(HTTPEndpoint):
 
     async def post(self, request: Request) -> Response:
         ctx, client = Context.authenticated(request)
-        # A client over its rate costs one Redis call, not a 50 MB upload; a submit is counted only once
+        # A client over its rate costs one Redis call, not a 50 MB upload: a body that may be large is
+        # refused before it is read. The submit is counted by the run's creation, in the same step, once
         # it has passed validation and is not a replay (bad input and replays change nothing).
-        await ctx.rate("submit", client, "submits", take=False)
+        if not small_body(request):
+            await ctx.rate("submit", client, "submits", take=False)
         key = idempotency_key(request)
         # Answer a replay before reading a possibly large body a second time into Redis.
         record = await ctx.store.idempotency_record(client, key) if key is not None else None
@@ -57,9 +60,13 @@ class Runs(HTTPEndpoint):
         fingerprint = sub.fingerprint()
         if record is not None:
             return await _replay(ctx, record, fingerprint)
-        await ctx.rate("submit", client, "submits")  # a replay is not a new submit
         run = _new_run(client, sub)
-        existing = await ctx.store.create_run(run, sub.content, (key, fingerprint) if key else None)
+        try:
+            existing = await ctx.store.create_run(
+                run, sub.content, (key, fingerprint) if key else None, rate=ctx.submit_rate
+            )
+        except OverRate as over:
+            raise ctx.over_rate(over.wait_s, "submits") from None
         if existing is not None:
             return await _replay(ctx, existing, fingerprint)
         ctx.log.info("run accepted", run_id=run.id, vendor=run.vendor)

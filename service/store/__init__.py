@@ -44,12 +44,22 @@ __all__ = [
     "ClaimedDelivery",
     "ClaimedRun",
     "Observation",
+    "OverRate",
     "Page",
     "SecretUnavailable",
     "Store",
     "connect",
     "keys",
 ]
+
+
+class OverRate(Exception):
+    """The client is over its rate; ``wait_s`` until it may go again."""
+
+    def __init__(self, wait_s: float) -> None:
+        super().__init__(f"over the rate for {wait_s:g} s")
+        self.wait_s = wait_s
+
 
 _TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 
@@ -70,21 +80,35 @@ class Store:
 
     # Runs ---------------------------------------------------------------------------------------
 
-    async def create_run(self, run: Run, document: bytes | None, idem: tuple[str, str] | None) -> str | None:
+    async def create_run(
+        self,
+        run: Run,
+        document: bytes | None,
+        idem: tuple[str, str] | None,
+        *,
+        rate: tuple[float, int] | None = None,
+    ) -> str | None:
         """Writes a new run. With ``idem=(key, fingerprint)`` returns the stored ``"fingerprint run_id"``
-        instead when the key was used before (and writes nothing)."""
+        instead when the key was used before (and writes nothing). With ``rate=(per_s, burst)`` the
+        submit takes one request from the client's ``submit`` limiter in the same step, and raises
+        :class:`OverRate` (nothing written) when the client is over it; a replay takes nothing."""
         ks = [
             keys.run(run.id),
             keys.document(run.id),
             keys.client_runs(run.client),
             keys.due_runs(run.vendor),
+            keys.client_rate("submit", run.client),
         ]
-        args: list[Any] = [run.to_json(), document or b"", run.created_at, run.id]
+        interval, burst = (1000.0 / rate[0], rate[1]) if rate else ("", 0)
+        args: list[Any] = [run.to_json(), document or b"", run.created_at, run.id, interval, burst]
         if idem:
             ks.append(keys.idempotency(run.client, idem[0]))
             args += [f"{idem[1]} {run.id}", int(self.settings.idempotency_ttl_s * 1000)]
         reply = await self.scripts.create_run(keys=ks, args=args)
-        return text(reply[1]) if text(reply[0]) == "exists" else None
+        outcome = text(reply[0])
+        if outcome == "rate_limited":
+            raise OverRate(int(text(reply[1])) / 1000)
+        return text(reply[1]) if outcome == "exists" else None
 
     async def idempotency_record(self, client: str, key: str) -> str | None:
         value = await self.redis.get(keys.idempotency(client, key))

@@ -1,7 +1,8 @@
 """The Lua scripts behind every atomic state change, loaded once per Redis client.
 
 Each script is sent as ``keys.lua_prelude()`` (the key builders, generated from keys.py), then, for
-the scripts that emit events, the event defaults from domain.py and ``_fanout.lua``, then its own file:
+the scripts that emit events, the event defaults from domain.py and ``_fanout.lua``, for those that apply
+a client's rate ``_gcra.lua``, then its own file:
 no script spells a key name."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from service.store import keys
 
 _LUA = files("service.store") / "lua"
 _SHARED = ("transition", "emit")
+_LIMITED = ("create_run", "rate_limit")  # the scripts that apply a client's rate (_gcra.lua)
 
 
 def source(name: str) -> str:
@@ -25,6 +27,8 @@ def source(name: str) -> str:
         defaults = ", ".join(f"'{t}'" for t in domain.DEFAULT_EVENT_TYPES)
         parts.append(f"local DEFAULT_TYPES = {{{defaults}}}\nlocal EVENT_TEST = '{domain.EVENT_TEST}'")
         parts.append((_LUA / "_fanout.lua").read_text())
+    if name in _LIMITED:
+        parts.append((_LUA / "_gcra.lua").read_text())
     parts.append((_LUA / f"{name}.lua").read_text())
     return "\n".join(parts)
 

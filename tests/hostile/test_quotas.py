@@ -65,6 +65,20 @@ async def test_submits_past_the_rate_are_429_with_retry_after_shared_by_every_ap
     assert bad.status_code == 422
 
 
+async def test_an_over_rate_client_is_refused_before_a_large_body_is_read(make_stack: StackFactory) -> None:
+    stack = await make_stack(worker=False, HOOKBRIDGE_SUBMIT_RATE_PER_S="0.1", HOOKBRIDGE_SUBMIT_BURST="1")
+    assert (await stack.api.post("/v1/runs", json=_run_body())).status_code == 202
+    # Past 256 KiB the rate is looked at first: 429 for a body that would be 422 once read.
+    large = await stack.api.post("/v1/runs", json={"vendor": "nope", "pad": "x" * 300_000})
+    assert large.status_code == 429 and large.json()["code"] == "rate_limited", large.text
+    # A small body is read and validated first: bad input is refused for what it is.
+    small = await stack.api.post("/v1/runs", json={"vendor": "nope"})
+    assert small.status_code == 422 and small.json()["code"] == "unknown_vendor"
+    refused = await stack.api.post("/v1/runs", json=_run_body())
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    assert len((await stack.api.get("/v1/runs")).json()["data"]) == 1
+
+
 async def test_a_flood_of_submits_gets_exactly_the_burst(make_stack: StackFactory) -> None:
     stack = await make_stack(worker=False, HOOKBRIDGE_SUBMIT_RATE_PER_S="0.1", HOOKBRIDGE_SUBMIT_BURST="5")
     answers = await asyncio.gather(*(stack.api.post("/v1/runs", json=_run_body()) for _ in range(40)))

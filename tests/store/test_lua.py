@@ -17,7 +17,7 @@ from service import domain
 from service import settings as settings_mod
 from service.lifecycle import Transition, new_run
 from service.records import Attempt, Delivery, Event, Run, Subscription, replace
-from service.store import Store, connect, keys
+from service.store import OverRate, Store, connect, keys
 from service.store.scripts import _LUA, source
 from tests.conftest import base_env
 
@@ -152,6 +152,26 @@ async def test_create_run_writes_everything_and_an_idempotency_key_writes_nothin
     assert await store.get_run("run_b") is None and await r.get(keys.document("run_b")) is None
     assert not await r.sismember(keys.ACTIVE_RUNS, "run_b")
     assert await store.create_run(again, None, ("key-1", "fp2")) == "fp1 run_a"  # the same answer each time
+
+
+async def test_create_run_takes_the_submit_rate_in_the_same_step_and_a_refusal_writes_nothing(
+    store: Store,
+) -> None:
+    # 1 per 100 s, no burst: Redis's own clock cannot move 100 s within this test.
+    rate = (0.01, 1)
+    first = await _run(store, "run_a")
+    assert await store.create_run(replace(first, id="run_b"), None, ("key-b", "fp"), rate=rate) is None
+    before = sorted(await store.redis.keys("*"))
+    with pytest.raises(OverRate) as refused:
+        await store.create_run(replace(first, id="run_c"), b"%PDF", ("key-c", "fp"), rate=rate)
+    assert 99 < refused.value.wait_s <= 100
+    assert sorted(await store.redis.keys("*")) == before  # no run, document, listing or idempotency key
+    # A replay is answered from its record and takes nothing, even over the rate.
+    replay = replace(first, id="run_d")
+    assert await store.create_run(replay, None, ("key-b", "fp"), rate=rate) == "fp run_b"
+    # Without a rate nothing is taken or written for it.
+    await store.create_run(replace(first, id="run_e", client="bob"), None, None)
+    assert not await store.redis.exists(keys.client_rate("submit", "bob"))
 
 
 # transition.lua -------------------------------------------------------------------------------------

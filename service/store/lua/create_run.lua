@@ -1,13 +1,19 @@
--- Accepts a run: the run, its document, its listing entry, its first due step and its idempotency
--- record, all or nothing.
--- KEYS: run, doc, client_runs, due_runs[, idem]
--- ARGV: run_json, doc_bytes ('' when the document is a URL), created_ms, run_id, idem_value, idem_ttl_ms
--- Returns {'created'} or {'exists', idem_value} (nothing written).
-if #KEYS >= 5 then
-  local existing = redis.call('GET', KEYS[5])
+-- Accepts a run: the client's submit rate, the run, its document, its listing entry, its first due step
+-- and its idempotency record, all or nothing.
+-- KEYS: run, doc, client_runs, due_runs, rate[, idem]
+-- ARGV: run_json, doc_bytes ('' when the document is a URL), created_ms, run_id, interval_ms ('': no
+--       rate), burst, idem_value, idem_ttl_ms
+-- Returns {'created'}, {'exists', idem_value} (a replay: nothing written, the rate untouched) or
+-- {'rate_limited', wait_ms} (nothing written).
+if #KEYS >= 6 then
+  local existing = redis.call('GET', KEYS[6])
   if existing then return {'exists', existing} end
-  redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[6])
 end
+if ARGV[5] ~= '' then
+  local wait = gcra(KEYS[5], tonumber(ARGV[5]), tonumber(ARGV[6]), true)
+  if wait > 0 then return {'rate_limited', tostring(wait)} end
+end
+if #KEYS >= 6 then redis.call('SET', KEYS[6], ARGV[7], 'PX', ARGV[8]) end
 redis.call('SET', KEYS[1], ARGV[1])
 if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2]) end
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])

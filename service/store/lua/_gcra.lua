@@ -1,0 +1,14 @@
+-- A per-client rate (GCRA) shared by every API pod, on Redis's clock so that pods' clocks do not matter.
+-- gcra(key, interval_ms (1000 / rate), burst (requests allowed at once), take): 0 when the request may go
+-- (counted when ``take``; a peek writes nothing), else how many ms until it may.
+local function gcra(key, interval, burst, take)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local tat = math.max(tonumber(redis.call('GET', key) or '0'), now)
+  local allow_at = tat - (burst - 1) * interval
+  if allow_at > now then return math.ceil(allow_at - now) end
+  if take then
+    redis.call('SET', key, tostring(tat + interval), 'PX', math.ceil(tat + interval - now) + 1000)
+  end
+  return 0
+end
