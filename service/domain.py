@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from datetime import UTC, datetime
 
@@ -35,6 +36,14 @@ VENDOR_EXPIRED = "vendor_expired"
 RESULT_TOO_LARGE = "result_too_large"  # the vendor's result asset is past MAX_DOCUMENT_BYTES
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+ID_BODY = "[0-9A-HJKMNP-TV-Z]{26}"  # what new_id puts after the prefix
+# The exact shapes of the ids we hand out (deliveries: a digest made by store/lua/_fanout.lua). An id from
+# a request is checked before it becomes part of a key, so that "sub_X:deliveries" never names another key.
+_IDS = {
+    "run": re.compile(f"run_{ID_BODY}"),
+    "sub": re.compile(f"sub_{ID_BODY}"),
+    "dlv": re.compile(r"dlv_[0-9a-f]{26}"),
+}
 
 
 def new_id(prefix: str) -> str:
@@ -45,6 +54,11 @@ def new_id(prefix: str) -> str:
         chars.append(_CROCKFORD[value & 31])
         value >>= 5
     return f"{prefix}_{''.join(reversed(chars))}"
+
+
+def is_id(kind: str, value: str) -> bool:
+    """Whether ``value`` has the shape of an id of ``kind`` (``run``, ``sub``, ``dlv``) that we issue."""
+    return _IDS[kind].fullmatch(value) is not None
 
 
 def now_ms() -> int:

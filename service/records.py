@@ -8,7 +8,8 @@ Each record has one name per field, from the store to the API, and one codec eac
   Their storage names are the scripts' (short, and shared with every ``HSET`` in ``store/lua``), so
   :data:`SUBSCRIPTION_HASH` and :data:`DELIVERY_HASH` map each record field to its hash field: the only
   place the two spellings meet;
-- ``public_*`` give the shape the API answers and the events carry (times in RFC 3339, internals left out).
+- ``public_*`` give the shape the API answers and the events carry, the fields of its model in
+  :mod:`service.shapes` (times in RFC 3339, internals left out).
 
 Records are frozen: a change is a new record (:func:`replace`), so a run read by one step is never edited
 under another. They are pydantic v2 models: on a stored run pydantic-core is faster than a frozen, slotted
@@ -21,11 +22,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from service import domain
+from service import domain, shapes
 
 __all__ = [
     "DELIVERY_HASH",
@@ -126,21 +128,17 @@ class Run(_Record):
         return cls.model_validate_json(raw)
 
 
-# What the API and the events show of each record, in this order (the API models declare the same names).
-_TIMES = frozenset({"created_at", "updated_at", "completed_at", "next_attempt_at"})
-PUBLIC_RUN = (
-    "id", "status", "vendor", "operation", "vendor_run_id", "vendor_status", "progress", "metadata",
-    "zero_retention", "created_at", "updated_at", "completed_at", "polls", "error", "usage",
-    "vendor_deleted", "vendor_delete_error",
-)  # fmt: skip
-PUBLIC_SUBSCRIPTION = (
-    "id", "url", "event_types", "description", "metadata", "disabled", "disabled_reason", "max_in_flight",
-    "rate_limit_per_s", "consecutive_failures", "created_at", "updated_at",
-)  # fmt: skip
-PUBLIC_DELIVERY = (
-    "id", "event_id", "event_type", "subscription_id", "run_id", "status", "attempts", "last_status_code",
-    "next_attempt_at", "created_at", "updated_at",
-)  # fmt: skip
+# What the API and the events show of each record: the fields of its public shape (service/shapes.py),
+# in their order, under the same names; the times among them are shown in RFC 3339.
+PUBLIC_RUN = tuple(shapes.Run.model_fields)
+PUBLIC_SUBSCRIPTION = tuple(shapes.Subscription.model_fields)
+PUBLIC_DELIVERY = tuple(shapes.Delivery.model_fields)
+_TIMES = frozenset(
+    name
+    for shape in (shapes.Run, shapes.Subscription, shapes.Delivery)
+    for name, field in shape.model_fields.items()
+    if field.annotation in (datetime, datetime | None)
+)
 
 
 def _public(record: _Record, names: tuple[str, ...]) -> Json:

@@ -11,13 +11,13 @@ last ``TAIL`` are kept, and ``Run.trail_dropped`` counts those in between. ``GET
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, get_args
 
-from service import domain
+from service import domain, shapes
 from service.lifecycle import Transition
 from service.records import Run, replace
 
-KINDS = ("submitted", "poll", "rate_limited", "progress", "result", "error", "timeout")
+KINDS: tuple[str, ...] = get_args(shapes.TrailKind)
 HEAD = 2  # the submit and the first poll: what the start looked like
 TAIL = 8  # the latest: what it looks like now
 MAX_TEXT = 80  # vendor status words and details are cut to this many characters

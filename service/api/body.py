@@ -32,18 +32,6 @@ JSON_OVERHEAD = 256 * 1024  # what a JSON or multipart body may hold besides the
 _PRINTABLE = re.compile(r"^[\x20-\x7e]{1,255}$")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 M = TypeVar("M", bound=BaseModel)
-# The exact shapes of the ids we hand out (domain.new_id; deliveries: a digest in _fanout.lua). An id is
-# checked before it becomes part of a key, so that "sub_X:deliveries" can never name another key.
-_IDS = {
-    "run": re.compile(r"run_[0-9A-HJKMNP-TV-Z]{26}"),
-    "sub": re.compile(r"sub_[0-9A-HJKMNP-TV-Z]{26}"),
-    "dlv": re.compile(r"dlv_[0-9a-f]{26}"),
-}
-
-
-def is_id(kind: str, value: str) -> bool:
-    """Whether ``value`` has the shape of an id of ``kind`` (``run``, ``sub``, ``dlv``) that we issue."""
-    return _IDS[kind].fullmatch(value) is not None
 
 
 def field_errors(exc: ValidationError, prefix: tuple[str | int, ...] = (), *, body: bool = True) -> list[Any]:

@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 
+from service import domain
 from service.api.auth import KeyRing
-from service.api.body import is_id
 from service.api.models import Models
 from service.api.problems import NotFound, RateLimited
 from service.delivery.urlsafety import Policy
@@ -53,7 +53,7 @@ class Context:
             Subscription: ctx.store.get_subscription,
             Delivery: ctx.store.get_delivery,
         }
-        record = await get[kind](record_id) if is_id(prefix, record_id) else None
+        record = await get[kind](record_id) if domain.is_id(prefix, record_id) else None
         if not isinstance(record, kind) or record.client != client:
             raise NotFound(f"No {what} {record_id[:40]}.")
         return ctx, client, record

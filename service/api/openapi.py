@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from service import __version__, domain
+from service import __version__, domain, shapes
 from service.api import models
 from service.api.models import REF, DeliveryPage, Models, Page
 from service.api.problems import codes_by_status
@@ -333,7 +333,7 @@ def webhooks() -> Schema:
                 "security": [],
             }
         }
-        for event_type, model in models.CALLBACKS.items()
+        for event_type, model in shapes.CALLBACKS.items()
     }
 
 
@@ -373,4 +373,4 @@ def document(m: Models) -> Schema:
     }
 
 
-assert set(domain.EVENT_TYPES) == set(models.CALLBACKS)
+assert set(domain.EVENT_TYPES) == set(shapes.CALLBACKS)
