@@ -100,12 +100,13 @@ class _Deadline:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        task, self._task = self._task, None  # what stays in the heap until it is due holds no task
         if self.state == _ENTERED:
             self.state = _LEFT
             self._owner._left()
             return
         self.state = _LEFT
-        assert self._task is not None
-        if self._task.uncancel() == 0 and exc_type is asyncio.CancelledError:
+        assert task is not None
+        if task.uncancel() == 0 and exc_type is asyncio.CancelledError:
             # No other cancellation is pending: this one was ours.
             raise TimeoutError from exc
