@@ -34,15 +34,20 @@ class Deadlines:
         """``async with deadlines.timeout(delay):`` as ``async with asyncio.timeout(delay):``."""
         return _Deadline(self, delay)
 
-    def _add(self, entry: _Deadline, delay: float) -> None:
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # a new loop (tests run one per test): nothing of the old one is left
-            self._heap, self._live, self._loop, self._timer, self._armed = [], 0, loop, None, math.inf
+    def _add(self, entry: _Deadline, delay: float) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        # The loop of the last step while it runs: asyncio.get_running_loop() (which asks the OS for the
+        # process id, each time) only when it does not, that is once per loop.
+        if loop is None or not loop.is_running():
+            loop = asyncio.get_running_loop()
+            if loop is not self._loop:  # a new loop (tests run one per test): nothing of the old one is left
+                self._heap, self._live, self._loop, self._timer, self._armed = [], 0, loop, None, math.inf
         when = loop.time() + delay
         heapq.heappush(self._heap, (when, next(self._seq), entry))
         self._live += 1
         if when < self._armed:
             self._arm(loop, when)
+        return loop
 
     def _left(self) -> None:
         self._live -= 1
@@ -83,11 +88,13 @@ class _Deadline:
         self.state = _ENTERED
 
     async def __aenter__(self) -> None:
-        task = asyncio.current_task()
+        loop = self._owner._add(self, self._delay)
+        task = asyncio.current_task(loop)
         if task is None:
+            self.state = _LEFT
+            self._owner._left()
             raise RuntimeError("a timeout should be used inside a task")
         self._task = task
-        self._owner._add(self, self._delay)
 
     def expire(self) -> None:
         assert self._task is not None
