@@ -1,5 +1,6 @@
-"""Where one vendor poll's CPU goes in the worker: py-spy samples of a worker polling 5,000 runs every
-second (the polls phase of ``bench.throughput``), grouped into the parts of a poll.
+"""Where one vendor poll's CPU goes in the worker: py-spy samples of a worker polling 5,000 runs as the
+polls phase of ``bench.throughput`` does (every ~0.27 s: more than it can, so it is saturated), grouped
+into the parts of a poll.
 
     python -m bench.profile --py-spy /path/to/py-spy            # record 15 s at 200 Hz, print the table
     python -m bench.profile --raw samples.txt                    # only tabulate a recording
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 from bench._common import Cluster, metric_sum, run_main, submit_runs, until
+from bench.throughput import polls_overrides
 
 # (part of a poll, pattern a sample's stack matches), first match wins; the order puts callers before
 # what they call, so that a Redis reply read inside a transition counts as the transition's.
@@ -70,7 +72,7 @@ def table(shares: list[tuple[str, float]]) -> str:
 
 
 async def record(py_spy: str, seconds: float, out: Path, inflight: int) -> None:
-    overrides = {"SIM_DURATION_S": "600,600", "NUTRIENT_POLL_INITIAL_S": "1s", "NUTRIENT_POLL_MAX_S": "1s"}
+    overrides = {**polls_overrides(), "SIM_DURATION_S": "600,600"}
     async with Cluster("profile", overrides) as cluster:
         await cluster.subscribe()
         await submit_runs(cluster, inflight, 32)

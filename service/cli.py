@@ -89,7 +89,7 @@ def _run(main: Coroutine[Any, Any, T]) -> T:
 
 def cmd_worker(args: argparse.Namespace) -> None:
     from service.vendors.registry import PluginError as VendorPluginError
-    from service.worker.runtime import WorkerRuntime
+    from service.worker.runtime import WorkerRuntime, tune_gc
 
     settings = _settings()
     _require_redis(settings, "worker")
@@ -109,6 +109,7 @@ def cmd_worker(args: argparse.Namespace) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.request_stop)
+        tune_gc()  # the process's own: not in WorkerRuntime, which tests run inside theirs
         await worker.run()
 
     _run(main())

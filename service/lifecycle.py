@@ -117,10 +117,13 @@ def polled(
     delay_s: float,
     due_ms: float,
     settings: Settings,
+    also: dict[str, Any] | None = None,
 ) -> Transition:
     """A poll that found the vendor still working. Emits ``run.progress`` when progress moved, at most once
-    every ``PROGRESS_MIN_INTERVAL_S``."""
+    every ``PROGRESS_MIN_INTERVAL_S``. ``also``: fields this change leaves alone, written with it (the
+    trail's entry for the poll, ``trail.appended``), so that the run is copied once."""
     changes: dict[str, Any] = {
+        **(also or {}),
         "vendor_status": vendor_status,
         "polls": run.polls + 1,
         "delay_s": delay_s,

@@ -37,7 +37,25 @@ def record(
     detail: str | None = None,
 ) -> Transition:
     """``change`` with an entry appended to the trail of the run it writes."""
-    run = change.run
+    fields = appended(
+        change.run, kind, at_ms=at_ms, vendor_status=vendor_status, latency_ms=latency_ms, detail=detail
+    )
+    return dataclasses.replace(change, run=replace(change.run, **fields))
+
+
+def appended(
+    run: Run,
+    kind: str,
+    *,
+    at_ms: int,
+    vendor_status: str | None = None,
+    latency_ms: float | None = None,
+    detail: str | None = None,
+) -> dict[str, Any]:
+    """The fields (``trail``, ``trail_dropped``, ``rate_limited``) of ``run`` with an entry appended: what
+    :func:`record` writes, for a change that sets them along with its own (one copy of the run, not two:
+    the worker's poll, ``lifecycle.polled(..., also=...)``). A change leaves these fields alone, so they
+    may be taken from the run before it."""
     entry: list[Any] = [
         at_ms - run.created_at,  # fewer digits than the time itself
         kind,
@@ -53,8 +71,7 @@ def record(
         dropped += 1
     trail.append(entry)
     limited = run.rate_limited + (kind == "rate_limited")
-    new = replace(run, trail=trail, trail_dropped=dropped, rate_limited=limited)
-    return dataclasses.replace(change, run=new)
+    return {"trail": trail, "trail_dropped": dropped, "rate_limited": limited}
 
 
 def public(run: Run) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import orjson
 import yarl
 from httpx_aiohttp import AiohttpTransport
 from httpx_aiohttp.transport import map_aiohttp_exceptions
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from service.vendors.base import VendorRateLimited, VendorResultTooLarge, VendorTransient
 
@@ -100,7 +101,9 @@ class VendorClient(httpx.AsyncClient):
         self._metered = transport
         self._session_of = transport.inner if isinstance(transport.inner, AiohttpTransport) else None
         self._plain_base = str(self.base_url).rstrip("/")
-        self._plain_headers = dict(self.headers.items())  # httpx's defaults (User-Agent, Accept...) and auth
+        # httpx's defaults (User-Agent, Accept...) and auth, in the form aiohttp would turn them into on every
+        # request (read-only: a proxy, which aiohttp copies from as it would from a dict).
+        self._plain_headers = CIMultiDictProxy(CIMultiDict(self.headers.items()))
         self._plain_timeout = aiohttp.ClientTimeout(
             sock_connect=timeout_s, sock_read=timeout_s, connect=timeout_s
         )
@@ -113,7 +116,7 @@ class VendorClient(httpx.AsyncClient):
             and not options
             and isinstance(url, str)
             and _PLAIN_PATH.fullmatch(url) is not None
-            and set(extensions or {}) <= {"kind"}
+            and (extensions is None or extensions.keys() <= _KIND_ONLY)
         )
         if not plain:
             return await super().get(url, extensions=extensions, **options)
@@ -149,7 +152,8 @@ class _FastResponse(httpx.Response):
     ``.url``) a plugin adapter may still ask for: built on first use, since no poll of ours does."""
 
     def __init__(self, status_code: int, headers: Any, body: bytes, url: str, encoded: bool) -> None:
-        super().__init__(status_code, headers=headers, stream=httpx.ByteStream(body))
+        super().__init__(status_code, stream=httpx.ByteStream(body))
+        self._fast_raw_headers = headers  # made httpx.Headers on first use: a poll that succeeds reads none
         self._fast_url = url
         if encoded:
             self.read()  # httpx decodes it (gzip, deflate, br, zstd) and raises DecodingError if it cannot
@@ -157,6 +161,19 @@ class _FastResponse(httpx.Response):
             self._content = body
             self.is_stream_consumed = True
             self.is_closed = True
+
+    @property
+    def headers(self) -> httpx.Headers:
+        raw = self._fast_raw_headers
+        if raw is not None:
+            self._fast_raw_headers = None
+            self._fast_headers = httpx.Headers(raw)
+        return self._fast_headers
+
+    @headers.setter
+    def headers(self, value: httpx.Headers) -> None:
+        self._fast_raw_headers = None
+        self._fast_headers = value
 
     @property
     def request(self) -> httpx.Request:
@@ -180,6 +197,7 @@ class _FastResponse(httpx.Response):
         return super().json(**kwargs)
 
 
+_KIND_ONLY = frozenset({"kind"})
 # Paths the fast GET takes: nothing that httpx and yarl would quote or split differently.
 _PLAIN_PATH = re.compile(r"/?[A-Za-z0-9._~/-]+")
 

@@ -71,6 +71,7 @@ class Pump:
 
     async def run(self, stop: asyncio.Event) -> None:
         backoff = 0.1
+        loop = asyncio.get_running_loop()  # once: asyncio.create_task() looks it up for every task
         while not stop.is_set():
             self.last_tick = time.monotonic()
             free = self.concurrency - len(self.tasks)
@@ -84,7 +85,7 @@ class Pump:
                 backoff = min(backoff * 2, 5.0)
                 continue
             for coro in work:
-                task = asyncio.create_task(coro)
+                task = loop.create_task(coro)
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
             if work and len(work) >= free:

@@ -43,6 +43,7 @@ from service.vendors.base import (
     VendorTransient,
 )
 from service.worker.budget import prepaid
+from service.worker.deadlines import Deadlines
 from service.worker.transitions import TransitionBatcher
 
 log = logs.get("hookbridge.worker")
@@ -80,6 +81,8 @@ class RunStepper:
     def __post_init__(self) -> None:
         # The changes of steps that finish together share one round trip to Redis.
         self._transitions = TransitionBatcher(self.store)
+        # The steps' timeouts, on one loop timer (asyncio.timeout arms one per step).
+        self._deadlines = Deadlines()
 
     async def step(self, claimed: ClaimedRun) -> None:
         prepaid.set((claimed.slot_ms, claimed.due_ms))
@@ -112,7 +115,7 @@ class RunStepper:
             await self._tell_vendor(run, adapter, policy, timeout * 2)
             return
         try:
-            async with asyncio.timeout(timeout):
+            async with self._deadlines.timeout(timeout):
                 if self._now() - run.created_at > policy.max_run_s * 1000:
                     await self._time_out(run, adapter, policy)
                 elif run.status == QUEUED:
@@ -287,6 +290,16 @@ class RunStepper:
         else:
             shown, delay = next_delay(policy, run.delay_s, self.rng)
             progress = _progress(result)
+            moved = progress is not None and progress != run.progress
+            # The trail's entry goes in the same copy of the run as the poll's own fields.
+            entry = trail.appended(
+                run,
+                "progress" if moved else "poll",
+                at_ms=now,
+                vendor_status=result.vendor_status,
+                latency_ms=_ms(started),
+                detail=_progress_text(progress) if moved else None,
+            )
             change = lifecycle.polled(
                 run,
                 now,
@@ -296,15 +309,7 @@ class RunStepper:
                 delay_s=shown,
                 due_ms=now + delay * 1000,
                 settings=self.settings,
-            )
-            moved = progress is not None and progress != run.progress
-            change = trail.record(
-                change,
-                "progress" if moved else "poll",
-                at_ms=now,
-                vendor_status=result.vendor_status,
-                latency_ms=_ms(started),
-                detail=_progress_text(progress) if moved else None,
+                also=entry,
             )
             await self._apply(change)
 

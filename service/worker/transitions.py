@@ -26,10 +26,13 @@ class TransitionBatcher:
         self._store = store
         self._queued: list[tuple[Transition, asyncio.Future[Outcome]]] = []
         self._sending: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def apply(self, change: Transition) -> Outcome:
         """:meth:`Store.transition`, sent with the other changes of this turn of the event loop."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None or not loop.is_running():  # get_running_loop() asks the OS for the process id
+            loop = self._loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()
         if not self._queued:
             loop.call_soon(self._flush)  # runs after every step that is ready in this turn has queued

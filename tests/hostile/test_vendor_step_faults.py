@@ -8,6 +8,7 @@ leases and the API are real. At 9efe3c0 each of these cases left the run in its 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from typing import Any
@@ -140,3 +141,27 @@ async def test_a_submit_that_raises_something_unexpected_ends_bounded(make_stack
         run = await stack.submit("nutrient")
         ended = await stack.wait_status(run["id"], "failed", timeout=15)
     assert ended["error"]["code"] == "vendor_unreachable"
+
+
+async def test_a_poll_that_never_answers_is_cut_by_the_step_timeout(make_clocked: ClockedFactory) -> None:
+    """The step's own timeout (twice VENDOR_TIMEOUT_S; service/worker/deadlines.py) ends a poll that the
+    transport never times out (a MockTransport has no timeouts of its own): a transient fault each time."""
+    answered = Nutrient()
+    never = asyncio.Event()
+
+    async def vendor(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/async"):
+            return answered(request)
+        answered.calls["poll"] += 1
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    c = await make_clocked(httpx.MockTransport(vendor), **FAST, HOOKBRIDGE_VENDOR_TIMEOUT_S="100ms")
+    run = await _submitted(c)
+    for _ in range(3):
+        await c.advance(1)  # the next poll, or the backoff after a fault; each cut after 200 ms
+    ended = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert ended["status"] == "failed", json.dumps(ended)
+    assert ended["error"]["code"] == "vendor_unreachable"
+    assert "TimeoutError" in ended["error"]["message"]
+    assert answered.calls["poll"] == 3
