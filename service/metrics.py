@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import functools
-from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -118,45 +117,16 @@ API_REQUESTS = Counter(
 
 
 def observe_vendor_request(vendor: str, kind: str, code: str, seconds: float) -> None:
-    count, observe = _vendor_request_children(vendor, kind, code)
-    count()
-    observe(seconds)
+    requests, duration = _vendor_request_children(vendor, kind, code)
+    requests.inc()
+    duration.observe(seconds)
 
 
 @functools.cache
-def _vendor_request_children(
-    vendor: str, kind: str, code: str
-) -> tuple[Callable[[], None], Callable[[float], None]]:
+def _vendor_request_children(vendor: str, kind: str, code: str) -> tuple[Counter, Histogram]:
     # Resolved once per (vendor, kind, code), a bounded set: ``labels()`` validates and locks on every
     # call, a measurable part of a poll's cost at a thousand polls per second.
-    return counter_inc(VENDOR_REQUESTS.labels(vendor, kind, code)), histogram_observer(
-        VENDOR_REQUEST_SECONDS.labels(vendor)
-    )
-
-
-def counter_inc(child: Counter) -> Callable[[], None]:
-    """``child.inc()`` for a child resolved once (``labels(...)``), without the checks it repeats on every
-    call (that it is a child, the amount's sign, an exemplar): its value's own ``inc``."""
-    child._raise_if_not_observable()  # type: ignore[no-untyped-call]  # a parent with labels has no value
-    value = child._value
-    return functools.partial(value.inc, 1)
-
-
-def histogram_observer(child: Histogram) -> Callable[[float], None]:
-    """``child.observe`` for a child resolved once, without the checks it repeats on every call, and its
-    bucket found by bisection instead of a walk over the bounds (the same bucket: the first bound at or
-    above the amount; the last bound is +Inf). The same sum and buckets, so the same exposition."""
-    child._raise_if_not_observable()  # type: ignore[no-untyped-call]
-    bounds = list(child._upper_bounds)
-    buckets = child._buckets
-    total = child._sum
-
-    def observe(amount: float) -> None:
-        total.inc(amount)
-        if amount == amount:  # NaN lands in no bucket, as in Histogram.observe
-            buckets[bisect_left(bounds, amount)].inc(1)
-
-    return observe
+    return VENDOR_REQUESTS.labels(vendor, kind, code), VENDOR_REQUEST_SECONDS.labels(vendor)
 
 
 def render() -> bytes:

@@ -53,30 +53,23 @@ class BudgetedTransport(httpx.AsyncBaseTransport):
     async def metered(self, kind: str, send: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
         """Sends one request through ``send`` under the vendor's budget, observed: every request to the
         vendor goes through here, httpx's own way or :class:`VendorClient`'s fast one."""
-        budget = self._budget
-        if budget is not None:
-            await budget.acquire()
+        if self._budget is not None:
+            await self._budget.acquire()
         started = time.perf_counter()
         try:
             response = await send()
         except Exception:
             if self._observe:
                 self._observe(self._vendor, kind, "error", time.perf_counter() - started)
-            if budget is not None:
-                await budget.settle(None, None)
+            if self._budget is not None:
+                await self._budget.settle(None, None)
             raise
-        status = response.status_code
         if self._observe:
-            code = _CODES.get(status) or str(status)
-            self._observe(self._vendor, kind, code, time.perf_counter() - started)
-        if budget is not None:
-            # A budget that says it has nothing to settle (StoreBudget.quiet: no 429, not the probe) is
-            # not awaited: that is every poll.
-            quiet = getattr(budget, "quiet", None)
-            if quiet is None or not quiet(status):
-                limited = status == 429
-                retry_after = retry_after_seconds(response.headers.get("retry-after")) if limited else None
-                await budget.settle(status, retry_after)
+            self._observe(self._vendor, kind, str(response.status_code), time.perf_counter() - started)
+        if self._budget is not None:
+            limited = response.status_code == 429
+            retry_after = retry_after_seconds(response.headers.get("retry-after")) if limited else None
+            await self._budget.settle(response.status_code, retry_after)
         return response
 
     async def aclose(self) -> None:
@@ -205,8 +198,6 @@ class _FastResponse(httpx.Response):
 
 
 _KIND_ONLY = frozenset({"kind"})
-# The metrics' label of the usual status codes, made once.
-_CODES = {code: str(code) for code in range(100, 600)}
 # Paths the fast GET takes: nothing that httpx and yarl would quote or split differently.
 _PLAIN_PATH = re.compile(r"/?[A-Za-z0-9._~/-]+")
 

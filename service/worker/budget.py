@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from service import logs
 from service.clock import SYSTEM, Clock
-from service.metrics import POLL_LATENESS, VENDOR_PAUSES, histogram_observer
+from service.metrics import POLL_LATENESS, VENDOR_PAUSES
 from service.settings import VendorSettings
 from service.store import Store
 from service.vendors.base import VendorRateLimited
@@ -50,8 +50,7 @@ class StoreBudget:
         self.cap_ms = vendor.pause_max_s * 1000
         self._until_ms = 0.0  # the end of the last pause this process learned of (from its own 429s)
         VENDOR_PAUSES.labels(self._vendor)  # exported at 0 from the start, so that rate() sees the first
-        # Resolved once: observed on every step.
-        self._lateness = histogram_observer(POLL_LATENESS.labels(self._vendor))
+        self._lateness = POLL_LATENESS.labels(self._vendor)  # resolved once: observed on every step
 
     async def acquire(self) -> None:
         reserved = prepaid.get()
@@ -61,27 +60,18 @@ class StoreBudget:
             # pauses the vendor meanwhile (the "first round"): dropping it would waste the budget slot.
             prepaid.set(None)
             slot_ms, due_ms = reserved
-            now = self._clock.time()
-            wait = slot_ms / 1000 - now
-            if wait > 0:
-                await asyncio.sleep(wait)
-                now = self._clock.time()
-            # One reading of the clock when no wait came between (every poll on time or late).
-            self._lateness(max(0.0, now - due_ms / 1000))
-            return
-        # A later request of the same step: the vendor may have been paused since the claim.
-        self._unless_paused()
-        if self.interval_ms <= 0:
-            return
-        slot_ms = await self._store.budget_take(self._vendor, self._clock.now_ms(), self.interval_ms)
+        else:
+            # A later request of the same step: the vendor may have been paused since the claim.
+            self._unless_paused()
+            if self.interval_ms <= 0:
+                return
+            slot_ms = await self._store.budget_take(self._vendor, self._clock.now_ms(), self.interval_ms)
+            due_ms = slot_ms
         wait = slot_ms / 1000 - self._clock.time()
         if wait > 0:
             await asyncio.sleep(wait)
-
-    def quiet(self, status: int) -> bool:
-        """True when :meth:`settle` would do nothing for this answer (not a 429, and this step is not
-        the vendor's probe): the transport then skips it, a coroutine on every poll."""
-        return status != 429 and self._ticket() is None
+        if reserved is not None:
+            self._lateness.observe(max(0.0, self._clock.time() - due_ms / 1000))
 
     async def settle(self, status: int | None, retry_after: float | None) -> None:
         ticket = self._ticket()
