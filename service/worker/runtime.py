@@ -193,6 +193,7 @@ class WorkerRuntime:
         self.stop.set()
 
     async def close(self) -> None:
+        await self.stepper.close()
         for client in self.vendor_clients:
             await client.aclose()
         await self.callbacks.aclose()

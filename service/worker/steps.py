@@ -84,6 +84,10 @@ class RunStepper:
         # The steps' timeouts, on one loop timer (asyncio.timeout arms one per step).
         self._deadlines = Deadlines()
 
+    async def close(self) -> None:
+        """Waits for the changes of the steps that ended (before the store closes)."""
+        await self._transitions.settle()
+
     async def step(self, claimed: ClaimedRun) -> None:
         prepaid.set((claimed.slot_ms, claimed.due_ms))
         # A submit may checkpoint (a newer version of the run): the fault handlers must see that one.

@@ -39,6 +39,15 @@ class TransitionBatcher:
         self._queued.append((change, done))
         return await done
 
+    async def settle(self) -> None:
+        """Sends what is queued and waits for every change on its way (shutdown, before the store's
+        connections close: a change still sending would open a connection of a closed pool, and leave it
+        open)."""
+        while self._queued or self._sending:
+            if self._queued:
+                self._flush()
+            await asyncio.gather(*self._sending, return_exceptions=True)
+
     def _flush(self) -> None:
         queued, self._queued = self._queued, []
         for at in range(0, len(queued), MAX_BATCH):

@@ -76,3 +76,21 @@ async def test_a_lost_connection_fails_every_step_of_the_batch(store: Store) -> 
         *(batcher.apply(Transition(_next(r, "processing"), 0)) for r in runs), return_exceptions=True
     )
     assert [type(o) for o in outcomes] == [ConnectionError] * 3
+
+
+async def test_settle_waits_for_changes_whose_steps_were_cancelled(store: Store) -> None:
+    """Shutdown: a step cancelled while its change is on its way leaves the change sending; the worker
+    settles the batcher before it closes the store, so no send opens a connection of a closed pool."""
+    runs = [await _run(store, f"run_{i}") for i in range(3)]
+    batcher = TransitionBatcher(store)
+    steps = [asyncio.create_task(batcher.apply(Transition(_next(r, "processing"), 0))) for r in runs]
+    await asyncio.sleep(0)  # one turn of the loop (not a wait for work): the steps queue their changes
+    await asyncio.sleep(0)  # the flush creates the send
+    assert batcher._sending
+    for step in steps:
+        step.cancel()
+    await batcher.settle()
+    assert not batcher._sending and not batcher._queued
+    for i in range(3):  # the changes went in all the same
+        assert (await store.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
+    assert all(step.cancelled() for step in steps)
