@@ -38,6 +38,7 @@ class Pump:
         self._wake = asyncio.Event()
         # Leases of the items being worked on; an item cancelled by drain() stays here until released.
         self.held: dict[str, Any] = {}
+        self.looping = False  # run()'s claim loop is going
 
     def wake(self) -> None:
         self._wake.set()
@@ -70,6 +71,13 @@ class Pump:
             self.held.pop(key, None)
 
     async def run(self, stop: asyncio.Event) -> None:
+        self.looping = True
+        try:
+            await self._loop(stop)
+        finally:
+            self.looping = False
+
+    async def _loop(self, stop: asyncio.Event) -> None:
         backoff = 0.1
         loop = asyncio.get_running_loop()  # once: asyncio.create_task() looks it up for every task
         while not stop.is_set():
@@ -114,8 +122,17 @@ class Pump:
     async def drain(self, timeout_s: float) -> int:
         """Lets the work in flight finish; returns how many tasks were still running at the deadline
         (their leases hand them to another worker)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        # The claim loop ends at its next turn, and a claim it has in flight still starts its steps: those
+        # are waited for too, so that no step outlives the drain (and the store it writes to).
+        while (self.tasks or self.looping) and (left := deadline - loop.time()) > 0:
+            if self.tasks:
+                await asyncio.wait(set(self.tasks), timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            else:
+                await asyncio.sleep(min(left, 0.01))  # the loop's last claim, still on its way
         if self.tasks:
-            _, pending = await asyncio.wait(self.tasks, timeout=timeout_s)
+            pending = set(self.tasks)
             for task in pending:
                 task.cancel()
             if pending:  # bounded: a task that swallows its cancellation must not hold up the exit
