@@ -399,17 +399,17 @@ async def polls(
             ),
             Figure(
                 "worker CPU per poll",
-                worker_cpu / rate * 1000 if rate else None,
-                "ms",
+                worker_cpu / rate * 1e6 if rate else None,
+                "us",
                 note="on a loaded machine the robust figure: a process's share of a core moves, its cost "
                 "per request much less",
             ),
             Figure(
                 "raw client CPU per request (the floor's)",
-                floor_usage.get("bench (client, receiver)", 0) / floor["polls_per_s"] * 1000
+                floor_usage.get("bench (client, receiver)", 0) / floor["polls_per_s"] * 1e6
                 if floor["polls_per_s"]
                 else None,
-                "ms",
+                "us",
             ),
             Figure(
                 f"vendor polls per second, {workers}, as a share of the raw-client floor",

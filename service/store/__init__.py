@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import ResponseError
 
 from service.lifecycle import Transition
 from service.metrics import RUNS, client_label
@@ -160,21 +160,21 @@ class Store:
     async def transitions(
         self, changes: Sequence[Transition]
     ) -> list[tuple[str, Run | None, int] | Exception]:
-        """:meth:`transition` for many runs in one pipeline (one round trip, each still atomic on its own).
+        """:meth:`transition` for many runs in one call of ``transitions.lua`` (one round trip and one
+        reply, each change still applied on its own, as it would be alone).
 
-        Returns each change's outcome, or the exception its script raised; a lost connection raises.
+        Returns each change's outcome, or the error its step raised; a lost connection raises.
         """
-        pipe = self.redis.pipeline(transaction=False)
-        sha = self.scripts.transition.sha
+        argv: list[Any] = []
         for change in changes:
-            pipe.evalsha(sha, 1, keys.run(change.run.id), *self._transition_args(change))
-        replies = await pipe.execute(raise_on_error=False)
+            args = self._transition_args(change)
+            argv.append(len(args))
+            argv.extend(args)
+        replies = await self.scripts.transitions(keys=[keys.run(c.run.id) for c in changes], args=argv)
         out: list[tuple[str, Run | None, int] | Exception] = []
         for change, reply in zip(changes, replies, strict=True):
-            if isinstance(reply, NoScriptError):  # Redis restarted: the script object loads it again
-                out.append(await self.transition(change))
-            elif isinstance(reply, Exception):
-                out.append(reply)
+            if text(reply[0]) == "error":
+                out.append(ResponseError(text(reply[1])))
             else:
                 out.append(self._transition_outcome(change, reply))
         return out

@@ -2,8 +2,8 @@
 
 Each script is sent as ``keys.lua_prelude()`` (the key builders, generated from keys.py), then, for
 the scripts that emit events, the event defaults from domain.py and ``_fanout.lua``, for those that apply
-a client's rate ``_gcra.lua``, then its own file:
-no script spells a key name."""
+a client's rate ``_gcra.lua``, then its own file; ``transitions`` holds ``transition.lua`` as a function
+that it applies to each run of a batch. No script spells a key name."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from service import domain
 from service.store import keys
 
 _LUA = files("service.store") / "lua"
-_SHARED = ("transition", "emit")
+_SHARED = ("transition", "transitions", "emit")
 _LIMITED = ("create_run", "rate_limit")  # the scripts that apply a client's rate (_gcra.lua)
 
 
@@ -29,6 +29,10 @@ def source(name: str) -> str:
         parts.append((_LUA / "_fanout.lua").read_text())
     if name in _LIMITED:
         parts.append((_LUA / "_gcra.lua").read_text())
+    if name == "transitions":
+        # Its parameters shadow the script's own KEYS and ARGV; its top-level return ends the function.
+        one = (_LUA / "transition.lua").read_text()
+        parts.append(f"local function transition(KEYS, ARGV)\n{one}\nend")
     parts.append((_LUA / f"{name}.lua").read_text())
     return "\n".join(parts)
 
@@ -42,6 +46,7 @@ class Scripts:
 
         self.create_run = load("create_run")
         self.transition = load("transition")
+        self.transitions = load("transitions")
         self.emit = load("emit")
         self.claim_runs = load("claim_runs")
         self.budget = load("budget")

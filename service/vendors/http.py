@@ -100,7 +100,9 @@ class VendorClient(httpx.AsyncClient):
         )
         self._metered = transport
         self._session_of = transport.inner if isinstance(transport.inner, AiohttpTransport) else None
-        self._plain_base = str(self.base_url).rstrip("/")
+        # The poll's URL is the base's with another path: no string for yarl to parse on every poll.
+        self._plain_root = yarl.URL(str(self.base_url))
+        self._plain_prefix = self._plain_root.path.rstrip("/")
         # httpx's defaults (User-Agent, Accept...) and auth, in the form aiohttp would turn them into on every
         # request (read-only: a proxy, which aiohttp copies from as it would from a dict).
         self._plain_headers = CIMultiDictProxy(CIMultiDict(self.headers.items()))
@@ -128,7 +130,7 @@ class VendorClient(httpx.AsyncClient):
         if not isinstance(self._session_of.client, aiohttp.ClientSession):
             self._session_of.client = self._session_of.get_client()
         session = self._session_of.client
-        target = yarl.URL(f"{self._plain_base}/{path.lstrip('/')}", encoded=True)
+        target = self._plain_root.with_path(f"{self._plain_prefix}/{path.lstrip('/')}", encoded=True)
         try:
             async with session.get(
                 target,
@@ -142,7 +144,7 @@ class VendorClient(httpx.AsyncClient):
             with map_aiohttp_exceptions():  # httpx's TransportError for aiohttp's, as on httpx's own path
                 raise
         encoded = answer.headers.get("Content-Encoding", "identity").strip().lower() != "identity"
-        return _FastResponse(answer.status, answer.raw_headers, body, str(target), encoded)
+        return _FastResponse(answer.status, answer.raw_headers, body, target, encoded)
 
 
 class _FastResponse(httpx.Response):
@@ -151,7 +153,7 @@ class _FastResponse(httpx.Response):
     third of the response's cost), and parsed by orjson. Its ``request`` (for ``raise_for_status()``,
     ``.url``) a plugin adapter may still ask for: built on first use, since no poll of ours does."""
 
-    def __init__(self, status_code: int, headers: Any, body: bytes, url: str, encoded: bool) -> None:
+    def __init__(self, status_code: int, headers: Any, body: bytes, url: yarl.URL, encoded: bool) -> None:
         super().__init__(status_code, stream=httpx.ByteStream(body))
         self._fast_raw_headers = headers  # made httpx.Headers on first use: a poll that succeeds reads none
         self._fast_url = url
@@ -178,7 +180,7 @@ class _FastResponse(httpx.Response):
     @property
     def request(self) -> httpx.Request:
         if self._request is None:
-            self._request = httpx.Request("GET", self._fast_url)
+            self._request = httpx.Request("GET", str(self._fast_url))
         return self._request
 
     @request.setter

@@ -1,10 +1,12 @@
-"""Transitions of the run steps that finish together go to Redis in one pipeline.
+"""Transitions of the run steps that finish together go to Redis in one call.
 
 A worker polls hundreds of runs at once; their answers arrive in bursts, and each step ends in one state
 change (``Store.transition``, one EVALSHA). One round trip each cost the worker about a sixth of its CPU
 (the command's send and the reply's read, per step). Here a step's change waits for the end of the
-current turn of the event loop, and every change queued by then goes in one pipeline: each is still its
-own atomic script, with its own outcome, so a step cannot tell the difference but for the time it saves.
+current turn of the event loop, and every change queued by then goes in one call of
+``transitions.lua`` (``Store.transitions``): each is still applied on its own, with its own outcome, so
+a step cannot tell the difference but for the time it saves. (A pipeline of one EVALSHA each, the first
+version, still cost the worker a timer and a reply's parse per change.)
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from service.store import Store
 
 Outcome = tuple[str, Run | None, int]
 
-# More than this many changes in one turn go in several pipelines: a bound on one reply's size.
+# More than this many changes in one turn go in several calls: a bound on one reply's size.
 MAX_BATCH = 500
 
 
@@ -57,7 +59,7 @@ class TransitionBatcher:
 
     async def _send(self, batch: list[tuple[Transition, asyncio.Future[Outcome]]]) -> None:
         try:
-            if len(batch) == 1:  # alone in its turn: no pipeline to build
+            if len(batch) == 1:  # alone in its turn: no batch to build
                 outcomes: list[Outcome | Exception] = [await self._store.transition(batch[0][0])]
             else:
                 outcomes = await self._store.transitions([change for change, _ in batch])

@@ -1,6 +1,6 @@
 """Transitions applied together (``Store.transitions`` and the worker's ``TransitionBatcher``) against a
-real redis-server: one pipeline for the changes of one turn of the event loop, each with its own outcome,
-exactly as one ``Store.transition`` each would have had."""
+real redis-server: one call (transitions.lua) for the changes of one turn of the event loop, each with
+its own outcome, exactly as one ``Store.transition`` each would have had."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from redis.exceptions import ResponseError
 
 from service.lifecycle import Transition
 from service.records import replace
@@ -18,7 +19,7 @@ from tests.store.test_lua import T0, _next, _run, store
 __all__ = ["store"]  # the fixture, shared with test_lua.py
 
 
-async def test_one_pipeline_per_turn_each_change_with_its_own_outcome(
+async def test_one_call_per_turn_each_change_with_its_own_outcome(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runs = [await _run(store, f"run_{i}") for i in range(5)]
@@ -50,10 +51,10 @@ async def test_a_change_alone_in_its_turn_goes_as_one_script(
 ) -> None:
     run = await _run(store)
 
-    async def no_pipeline(changes: Any) -> Any:
-        raise AssertionError("a single change needs no pipeline")
+    async def no_batch(changes: Any) -> Any:
+        raise AssertionError("a single change needs no batch")
 
-    monkeypatch.setattr(store, "transitions", no_pipeline)
+    monkeypatch.setattr(store, "transitions", no_batch)
     assert await TransitionBatcher(store).apply(Transition(_next(run, "processing"), 0)) == ("ok", None, 0)
 
 
@@ -94,3 +95,16 @@ async def test_settle_waits_for_changes_whose_steps_were_cancelled(store: Store)
     for i in range(3):  # the changes went in all the same
         assert (await store.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
     assert all(step.cancelled() for step in steps)
+
+
+async def test_a_change_that_raises_fails_alone_in_its_batch(store: Store) -> None:
+    """One call applies the batch (transitions.lua); a step that raises there (here a record that is not
+    JSON, as a hand edit in Redis would leave it) is that change's error, and the others still apply."""
+    runs = [await _run(store, f"run_{i}") for i in range(3)]
+    await store.redis.set(keys.run("run_1"), b"{not json")
+    outcomes = await store.transitions([Transition(_next(r, "processing"), 0) for r in runs])
+    assert outcomes[0] == ("ok", None, 0) and outcomes[2] == ("ok", None, 0)
+    assert isinstance(outcomes[1], ResponseError) and "invalid token" in str(outcomes[1])
+    assert await store.redis.get(keys.run("run_1")) == b"{not json"  # nothing written for it
+    for i in (0, 2):
+        assert (await store.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
