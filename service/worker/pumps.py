@@ -38,7 +38,8 @@ class Pump:
         self._wake = asyncio.Event()
         # Leases of the items being worked on; an item cancelled by drain() stays here until released.
         self.held: dict[str, Any] = {}
-        self.looping = False  # run()'s claim loop is going
+        self._stopped = asyncio.Event()  # run()'s claim loop is not going (set until run() starts it)
+        self._stopped.set()
 
     def wake(self) -> None:
         self._wake.set()
@@ -71,11 +72,11 @@ class Pump:
             self.held.pop(key, None)
 
     async def run(self, stop: asyncio.Event) -> None:
-        self.looping = True
+        self._stopped.clear()
         try:
             await self._loop(stop)
         finally:
-            self.looping = False
+            self._stopped.set()
 
     async def _loop(self, stop: asyncio.Event) -> None:
         backoff = 0.1
@@ -126,11 +127,15 @@ class Pump:
         deadline = loop.time() + timeout_s
         # The claim loop ends at its next turn, and a claim it has in flight still starts its steps: those
         # are waited for too, so that no step outlives the drain (and the store it writes to).
-        while (self.tasks or self.looping) and (left := deadline - loop.time()) > 0:
-            if self.tasks:
-                await asyncio.wait(set(self.tasks), timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            else:
-                await asyncio.sleep(min(left, 0.01))  # the loop's last claim, still on its way
+        while (self.tasks or not self._stopped.is_set()) and (left := deadline - loop.time()) > 0:
+            waiting: set[asyncio.Future[Any]] = set(self.tasks)
+            stopped = None
+            if not self._stopped.is_set():  # the loop's last claim, still on its way
+                stopped = loop.create_task(self._stopped.wait())
+                waiting.add(stopped)
+            await asyncio.wait(waiting, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            if stopped is not None:
+                stopped.cancel()
         if self.tasks:
             pending = set(self.tasks)
             for task in pending:
