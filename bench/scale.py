@@ -50,6 +50,8 @@ from bench._common import (
     until,
     url_run,
 )
+from service import trail
+from service.records import Run, replace
 
 LATENESS_TARGET_S = 1.0
 REDIS_TARGET_BYTES = 2048
@@ -110,7 +112,9 @@ async def run(
             m_at_vendor = await cluster.metrics()
             in_flight_memory = await cluster.redis_memory()
             in_flight_count = await redis.zcard("hb:due:runs:nutrient")
-            in_flight_keys = await _breakdown(redis, await redis.zrange("hb:due:runs:nutrient", 0, 49))
+            sample = await redis.zrange("hb:due:runs:nutrient", 0, 49)
+            in_flight_keys = await _breakdown(redis, sample)
+            full_trail_extra = await _full_trail_extra(redis, sample)
             await asyncio.wait_for(cluster.receiver.terminal.wait(), timeout=900)
             finished = time.time()
             m_end = await cluster.metrics()
@@ -199,6 +203,17 @@ async def run(
             goal=REDIS_TARGET_BYTES,
             higher_is_better=False,
             note=f"{in_flight_count:,} in flight; used_memory less client and AOF buffers; URL documents",
+        ),
+        Figure(
+            "Redis memory per run in flight with a full vendor trail",
+            per_run + full_trail_extra if per_run is not None else None,
+            "bytes",
+            target="≤ 2 KiB",
+            goal=REDIS_TARGET_BYTES,
+            higher_is_better=False,
+            note=f"the figure above, plus {full_trail_extra:,.0f} B: the MEMORY USAGE of 50 of those runs' "
+            f"records with their trails filled as {_MORE_POLLS} more polls fill them "
+            f"({trail.HEAD} + {trail.TAIL} entries), against as they were",
         ),
         Figure(
             "Redis memory kept per finished run (for RETENTION_S, 7 days)",
@@ -309,6 +324,33 @@ def _pacer(rate: float) -> Callable[[int], Awaitable[None]] | None:
         await asyncio.sleep(max(0.0, started + i / rate - time.monotonic()))
 
     return pace
+
+
+_MORE_POLLS = 12  # more than HEAD + TAIL: the trail is full and counts dropped entries
+
+
+async def _full_trail_extra(redis: Any, run_ids: list[str]) -> float:
+    """What a full vendor trail adds to a run in flight: each sampled record, its trail filled by
+    ``trail.appended`` as the worker's polls fill it (30 s apart, the vendor's own status), written under a
+    scratch key and measured with ``MEMORY USAGE`` against the record as it is."""
+    extra = 0.0
+    for run_id in run_ids:
+        key = f"hb:run:{run_id}"
+        raw = await redis.get(key)
+        if raw is None:
+            continue
+        run = Run.from_json(raw)
+        for i in range(_MORE_POLLS):
+            at_ms = run.updated_at + 30_000 * (i + 1)
+            fields = trail.appended(
+                run, "poll", at_ms=at_ms, vendor_status=run.vendor_status or "processing", latency_ms=3
+            )
+            run = replace(run, **fields, polls=run.polls + 1, updated_at=at_ms, version=run.version + 1)
+        scratch = f"bench:full-trail:{run_id}"
+        await redis.set(scratch, run.to_json())
+        extra += (await redis.memory_usage(scratch) or 0) - (await redis.memory_usage(key) or 0)
+        await redis.delete(scratch)
+    return extra / max(1, len(run_ids))
 
 
 async def _breakdown(redis: Any, run_ids: list[str]) -> dict[str, float]:

@@ -19,8 +19,9 @@ from service.store import Store
 
 Outcome = tuple[str, Run | None, int]
 
-# More than this many changes in one turn go in several calls: a bound on one reply's size.
-MAX_BATCH = 500
+# More than this many changes in one turn go in several calls: one call holds Redis for its whole
+# batch (about 20-50 us a change), and its reply is one array. Saturated, a turn brings about 74.
+MAX_BATCH = 128
 
 
 class TransitionBatcher:

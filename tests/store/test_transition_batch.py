@@ -13,7 +13,7 @@ from redis.exceptions import ResponseError
 from service.lifecycle import Transition
 from service.records import replace
 from service.store import Store, keys
-from service.worker.transitions import TransitionBatcher
+from service.worker.transitions import MAX_BATCH, TransitionBatcher
 from tests.store.test_lua import T0, _next, _run, store
 
 __all__ = ["store"]  # the fixture, shared with test_lua.py
@@ -108,3 +108,22 @@ async def test_a_change_that_raises_fails_alone_in_its_batch(store: Store) -> No
     assert await store.redis.get(keys.run("run_1")) == b"{not json"  # nothing written for it
     for i in (0, 2):
         assert (await store.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
+
+
+async def test_a_turn_past_max_batch_goes_in_several_calls(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One call holds Redis for its whole batch: a turn with more changes than MAX_BATCH is split."""
+    runs = [await _run(store, f"run_{i}") for i in range(MAX_BATCH + 5)]
+    batches: list[int] = []
+    original = store.transitions
+
+    async def counted(changes: Any) -> Any:
+        batches.append(len(changes))
+        return await original(changes)
+
+    monkeypatch.setattr(store, "transitions", counted)
+    batcher = TransitionBatcher(store)
+    outcomes = await asyncio.gather(*(batcher.apply(Transition(_next(r, "processing"), 0)) for r in runs))
+    assert batches == [MAX_BATCH, 5]
+    assert outcomes == [("ok", None, 0)] * len(runs)
