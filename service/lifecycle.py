@@ -58,8 +58,15 @@ def _next(run: Run, now_ms: int, **changes: Any) -> Run:
 
 
 def _event(
-    run: Run, event_type: str, now_ms: int, *, result: Any = None, result_url: str | None = None
+    run: Run,
+    event_type: str,
+    now_ms: int,
+    *,
+    result: Any = None,
+    result_url: str | None = None,
+    event_id: str | None = None,
 ) -> Event:
+    """The event, with ``event_id`` when the run records it (``Run.event_ids``: every type but progress)."""
     data = {"run": public_run(run), "result": result, "result_url": result_url}
     body = {"type": event_type, "timestamp": domain.rfc3339(now_ms), "data": data}
     feed = None
@@ -67,7 +74,7 @@ def _event(
         # The feed keeps the event for RETENTION_S: without the result, which only the callback carries.
         feed = json.dumps({**body, "data": {**data, "result": None}}, separators=(",", ":"))
     return Event(
-        id=domain.new_id("evt"),
+        id=event_id or domain.new_id("evt"),
         type=event_type,
         created=now_ms,
         body=json.dumps(body, separators=(",", ":")),
@@ -101,10 +108,10 @@ def submitted(
         state={**run.state, **state},
         delay_s=delay_s,
         document=None,  # only the submit needed it
+        event_ids=[*run.event_ids, event_id := domain.new_id("evt")],
     )
-    return Transition(
-        new, run.version, events=[_event(new, EVENT_SUBMITTED, now_ms)], due_ms=due_ms, delete_document=True
-    )
+    event = _event(new, EVENT_SUBMITTED, now_ms, event_id=event_id)
+    return Transition(new, run.version, events=[event], due_ms=due_ms, delete_document=True)
 
 
 def polled(
@@ -185,8 +192,9 @@ def finished(
     if status == SUCCEEDED and run.progress:
         changes["progress"] = {**run.progress, "percent": 100}
     result_bytes, inline, url = _result(run, status, result, result_file, settings, changes)
-    new = _next(run, now_ms, **changes)
-    event = _event(new, TERMINAL_EVENT[status], now_ms, result=inline, result_url=url)
+    event_id = domain.new_id("evt")
+    new = _next(run, now_ms, event_ids=[*run.event_ids, event_id], **changes)
+    event = _event(new, TERMINAL_EVENT[status], now_ms, result=inline, result_url=url, event_id=event_id)
     tell_vendor = vendor_cancel or vendor_delete
     return Transition(
         new,

@@ -172,7 +172,7 @@ class RunEvents(HTTPEndpoint):
         ctx, _, run = await Context.owned(request, Run)
         events = [
             {"id": event_id, "type": body["type"], "created_at": body["timestamp"], "data": body["data"]}
-            for event_id, body in await ctx.store.run_events(run.id)
+            for event_id, body in await ctx.store.run_events(run)
         ]
         return JSONResponse(views.page(events, None))
 

@@ -130,13 +130,17 @@ class Store:
         raw = await self.redis.get(keys.result(run_id))
         return bytes(raw) if raw is not None else None
 
-    async def run_events(self, run_id: str) -> list[tuple[str, dict[str, Any]]]:
-        """The run's events that are still kept, oldest first, as (event id, body)."""
-        ids = [text(i) for i in await self.redis.lrange(keys.run_events(run_id), 0, -1)]  # type: ignore[misc]
+    async def run_events(self, run: Run) -> list[tuple[str, dict[str, Any]]]:
+        """The run's events that are still kept, oldest first, as (event id, body): those its record names
+        (``Run.event_ids``) and its progress events (a list; every event, for a run written before the
+        record named them)."""
+        listed = [text(i) for i in await self.redis.lrange(keys.run_events(run.id), 0, -1)]  # type: ignore[misc]
+        ids = list(dict.fromkeys([*run.event_ids, *listed]))
         if not ids:
             return []
         bodies = await self.redis.mget([keys.event(i) for i in ids])
-        return [(event_id, json.loads(body)) for event_id, body in zip(ids, bodies, strict=True) if body]
+        kept = [(event_id, json.loads(body)) for event_id, body in zip(ids, bodies, strict=True) if body]
+        return sorted(kept, key=lambda item: (str(item[1].get("timestamp", "")), item[0]))
 
     async def list_runs(
         self, client: str, *, limit: int, cursor: str | None, status: str | None, vendor: str | None

@@ -8,7 +8,7 @@ key                               type    holds
 hb:run:{run}                      string  the run as JSON (public fields and ``_``-prefixed internals)
 hb:doc:{run}                      string  the submitted document bytes, until the vendor accepted it
 hb:result:{run}                   string  the vendor's result as JSON (not kept with zero retention)
-hb:run:{run}:events               list    the run's event ids, oldest first
+hb:run:{run}:events               list    kept run.progress ids, oldest first (the rest: event_ids)
 hb:evt:{evt}                      string  the event's body, the exact bytes sent (type and time inside)
 hb:evt:{evt}:pending              string  zero retention only: deliveries of the event not yet final
 hb:client:{client}:runs           zset    run ids by creation time (listing)

@@ -166,7 +166,7 @@ async def test_progress_nobody_wants_and_zero_retention_carry_their_own_body(
         ),
     )
     # No subscription wants run.progress: the event is not kept (hb:evt) but the feed has it, whole.
-    assert await store.run_events("run_a") == []
+    assert await store.run_events(run) == []
     change = finished(run, domain.now_ms(), status="succeeded", settings=settings, result={"secret": 42})
     await _apply(store, change)
     callback_body = json.loads(change.events[0].body)

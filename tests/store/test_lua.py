@@ -89,10 +89,18 @@ def _attempt(code: int | None = None) -> Attempt:
 async def _emit(store: Store, run: Run, *events: Event, status: str = "processing") -> int:
     current = await store.get_run(run.id)  # the stored version: runs are values, the store has the latest
     assert current is not None
-    new = _next(current, status)
+    # As lifecycle does: the record names the run's events but progress (Run.event_ids).
+    recorded = [e.id for e in events if e.type != "run.progress"]
+    new = replace(_next(current, status), event_ids=[*current.event_ids, *recorded])
     outcome, _, created = await store.transition(Transition(new, current.version, events=list(events)))
     assert outcome == "ok"
     return created
+
+
+async def _stored(store: Store, run_id: str) -> Run:
+    run = await store.get_run(run_id)
+    assert run is not None
+    return run
 
 
 async def _deliveries_of(store: Store, sub_id: str) -> list[Delivery]:
@@ -251,8 +259,9 @@ async def test_events_fan_out_to_matching_active_subscriptions_only(store: Store
     assert [d.event_type for d in await _deliveries_of(store, "sub_default")] == ["run.succeeded"]
     for nobody in ("sub_failed", "sub_off", "sub_bob"):
         assert await _deliveries_of(store, nobody) == []
-    events = [_s(e) for e in await store.redis.lrange(keys.run_events("run_a"), 0, -1)]
+    events = [event_id for event_id, _ in await store.run_events(await _stored(store, "run_a"))]
     assert events == ["evt_run.submitted_0", "evt_run.succeeded_0"]
+    assert await store.redis.exists(keys.run_events("run_a")) == 0  # no list: the record names them
     d = (await _deliveries_of(store, "sub_default"))[0]
     assert d.status == "pending" and d.client == "alice" and d.run_id == "run_a"
     assert await store.redis.sismember(keys.ACTIVE_DELIVERIES, d.id)
@@ -321,9 +330,38 @@ async def test_a_progress_event_nobody_wants_is_not_kept(store: Store) -> None:
     assert await _emit(store, run, _event("run.progress")) == 0
     assert await store.redis.get(keys.event("evt_run.progress_0")) is None
     assert await store.redis.llen(keys.run_events("run_a")) == 0
+    assert await store.run_events(await _stored(store, "run_a")) == []
     # Other unwanted events are still kept on the run (its history), with no delivery.
     assert await _emit(store, run, _event("run.submitted")) == 0
-    assert await store.redis.llen(keys.run_events("run_a")) == 1
+    assert [i for i, _ in await store.run_events(await _stored(store, "run_a"))] == ["evt_run.submitted_0"]
+
+
+async def test_a_runs_events_are_its_records_and_its_progress_list_in_time_order(store: Store) -> None:
+    """The record names a run's events but progress (Run.event_ids); kept progress events go to a list
+    of their own, and a run written before the record named them has every event in that list."""
+    await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
+    run = await _run(store)
+
+    def stamped(etype: str, ms: int, n: int = 0) -> Event:
+        body = json.dumps({"type": etype, "timestamp": domain.rfc3339(T0 + ms), "data": {}})
+        return Event(id=f"evt_{etype}_{n}", type=etype, created=T0 + ms, body=body)
+
+    await _emit(store, run, stamped("run.submitted", 1))
+    await _emit(store, run, stamped("run.progress", 2), stamped("run.progress", 3, n=1))
+    await _emit(store, run, stamped("run.succeeded", 4), status="succeeded")
+    stored = await _stored(store, "run_a")
+    assert stored.event_ids == ["evt_run.submitted_0", "evt_run.succeeded_0"]
+    assert [_s(i) for i in await store.redis.lrange(keys.run_events("run_a"), 0, -1)] == [
+        "evt_run.progress_0",
+        "evt_run.progress_1",
+    ]
+    in_order = ["evt_run.submitted_0", "evt_run.progress_0", "evt_run.progress_1", "evt_run.succeeded_0"]
+    assert [i for i, _ in await store.run_events(stored)] == in_order
+    # Written before: the list holds every event and the record none; the same answer.
+    await store.redis.delete(keys.run_events("run_a"))
+    await store.redis.rpush(keys.run_events("run_a"), *in_order)
+    assert [i for i, _ in await store.run_events(replace(stored, event_ids=[]))] == in_order
+    assert [i for i, _ in await store.run_events(stored)] == in_order  # both: each once
 
 
 async def test_zero_retention_counts_pending_deliveries_and_the_last_end_drops_the_body(store: Store) -> None:

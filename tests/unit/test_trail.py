@@ -60,3 +60,56 @@ def test_recording_never_edits_the_previous_run() -> None:
     assert trail.public(_change().run) == {"trail": [], "trail_dropped": 0, "rate_limited": 0}
     # Stored, read back: the same trail (the record's codec keeps it).
     assert Run.from_json(new.run.to_json()).trail == new.run.trail
+
+
+def _naive(steps: list[tuple[str, int, str | None, int | None, str | None]]) -> list[dict[str, object]]:
+    """The trail as the first version kept it (every status spelled out), as the API shows it."""
+    kept: list[dict[str, object]] = []
+    for kind, at, status, latency, detail in steps:
+        if len(kept) >= trail.HEAD + trail.TAIL:
+            del kept[trail.HEAD]
+        kept.append(
+            {
+                "at": f"1970-01-01T00:00:{at // 1000:02d}.{at % 1000:03d}Z",
+                "kind": kind,
+                "vendor_status": status,
+                "latency_ms": latency,
+                "detail": detail,
+            }
+        )
+    return kept
+
+
+def test_a_repeated_status_is_stored_once_and_shown_as_it_was() -> None:
+    """Compaction (``SAME`` for a status that repeats the entry before it) never changes what is shown,
+    also across the entries dropped between the head and the tail: against the trail as first kept, on
+    random sequences of kinds and statuses."""
+    import random
+
+    rng = random.Random(16)
+    for _ in range(300):
+        steps: list[tuple[str, int, str | None, int | None, str | None]] = []
+        change = _change()
+        for n in range(rng.randint(0, 30)):
+            kind = rng.choice(["submitted", "poll", "poll", "progress", "rate_limited", "error"])
+            status = rng.choice(["queued", "processing", "processing", None])
+            latency = rng.choice([None, n])
+            detail = rng.choice([None, None, "x"])
+            steps.append((kind, 1_000 + n, status, latency, detail))
+            change = trail.record(
+                change, kind, at_ms=1_000 + n, vendor_status=status, latency_ms=latency, detail=detail
+            )
+        assert trail.public(change.run)["trail"] == _naive(steps)
+        assert Run.from_json(change.run.to_json()).trail == change.run.trail
+
+
+def test_a_full_trail_of_polls_that_find_the_same_status_is_small() -> None:
+    change = trail.record(_change(), "submitted", at_ms=1_000, vendor_status="queued", latency_ms=12)
+    for n in range(40):
+        at = 60_000 + 30_000 * n
+        change = trail.record(change, "poll", at_ms=at, vendor_status="processing", latency_ms=3)
+    stored = json.dumps(change.run.trail, separators=(",", ":"))
+    # The head's poll and the first entry of the tail spell it out; the other seven say 0.
+    assert stored.count('"processing"') == 2 and stored.count(",0,") == trail.TAIL - 1
+    assert len(stored) < 260, stored
+    assert {e["vendor_status"] for e in trail.public(change.run)["trail"][1:]} == {"processing"}
