@@ -366,7 +366,9 @@ async def _breakdown(redis: Any, run_ids: list[str]) -> dict[str, float]:
         await add("hb:run", f"hb:run:{run_id}")
         await add("hb:run:…:events", f"hb:run:{run_id}:events")
         await add("hb:result", f"hb:result:{run_id}")
-        for event_id in await _members(redis, f"hb:run:{run_id}:events"):
+        raw = await redis.get(f"hb:run:{run_id}")
+        named = Run.from_json(raw).event_ids if raw is not None else []  # the record names all but progress
+        for event_id in dict.fromkeys([*named, *await _members(redis, f"hb:run:{run_id}:events")]):
             await add(f"hb:evt {await _event_type(redis, f'hb:evt:{event_id}')}", f"hb:evt:{event_id}")
             events += 1
     deliveries = await redis.keys("hb:dlv:*")
