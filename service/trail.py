@@ -103,16 +103,18 @@ def _status_of(entry: list[Any]) -> Any:
 
 
 def _is_same(status: Any) -> bool:
-    # bool is an int too, and no status is one: only SAME itself (an int) stands for the one before.
-    return isinstance(status, int) and not isinstance(status, bool)
+    # Only SAME itself is an int (a status is a string or null; bool is no int here: its type is bool).
+    return type(status) is int
 
 
 def _status_at(trail: list[list[Any]], index: int) -> str | None:
-    """The vendor status of ``trail[index]``, ``SAME`` resolved by walking back (usually one step)."""
-    for entry in reversed(trail[: index + 1]):
-        status = _status_of(entry)
-        if not _is_same(status):
-            return status  # type: ignore[no-any-return]
+    """The vendor status of ``trail[index]``, ``SAME`` resolved by walking back to a spelled-out one."""
+    while index >= 0:
+        entry = trail[index]
+        status = entry[2] if len(entry) > 2 else None
+        if type(status) is not int:
+            return status
+        index -= 1
     return None
 
 
