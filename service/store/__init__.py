@@ -140,7 +140,8 @@ class Store:
             return []
         bodies = await self.redis.mget([keys.event(i) for i in ids])
         kept = [(event_id, json.loads(body)) for event_id, body in zip(ids, bodies, strict=True) if body]
-        return sorted(kept, key=lambda item: (str(item[1].get("timestamp", "")), item[0]))
+        # By time; the sort is stable, so events of one millisecond keep the order they were named in.
+        return sorted(kept, key=lambda item: str(item[1].get("timestamp", "")))
 
     async def list_runs(
         self, client: str, *, limit: int, cursor: str | None, status: str | None, vendor: str | None

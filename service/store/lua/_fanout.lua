@@ -53,8 +53,8 @@ local function append_feed(ev, run_id, client, own_body, retention_ms)
 end
 
 -- Emits one event: fans it out, appends it to the client's feed, stores its body (the exact bytes
--- sent) and, for run.progress, appends it to the run's list. A run.progress event that no subscription asked for is kept in the
--- feed only. Returns deliveries created.
+-- sent) and, for run.progress, appends it to the run's list. A run.progress event that no subscription
+-- asked for is kept in the feed only. Returns deliveries created.
 local function emit(ev, run_id, client, subs, filter, zr, now, retention_ms)
   local ekey = k_event(ev['id'])
   if redis.call('EXISTS', ekey) == 1 then return 0 end
@@ -73,7 +73,9 @@ local function emit(ev, run_id, client, subs, filter, zr, now, retention_ms)
   redis.call('SET', ekey, ev['body'], 'PX', retention_ms)
   -- The run's record holds the ids of its other events (records.Run.event_ids): only progress, as many
   -- as the vendor reports, needs a list.
-  if run_id ~= '' and ev['type'] == 'run.progress' then redis.call('RPUSH', k_run_events(run_id), ev['id']) end
+  if run_id ~= '' and ev['type'] == 'run.progress' then
+    redis.call('RPUSH', k_run_events(run_id), ev['id'])
+  end
   if zr == '1' and n > 0 then
     -- Zero retention: counts the deliveries not yet final; the last one to end drops the body.
     redis.call('SET', k_event_pending(ev['id']), n, 'PX', retention_ms)
