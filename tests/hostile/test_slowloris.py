@@ -194,13 +194,17 @@ async def test_when_every_connection_is_busy_a_new_one_is_shed_with_503(launch) 
         )
         await writer.drain()
         busy.append((reader, writer))
-    await asyncio.sleep(0.3)
-    reader, writer = await asyncio.open_connection("127.0.0.1", api.port)
-    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    answer = await asyncio.wait_for(reader.read(), 5)  # read to EOF: answered, then closed
-    assert answer.startswith(b"HTTP/1.1 503"), answer[:100]
+
+    async def shed() -> bytes | None:
+        # Until the API has taken the five busy ones, a new connection is still answered (200).
+        reader, writer = await asyncio.open_connection("127.0.0.1", api.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 5)  # read to EOF: answered, then closed
+        writer.close()
+        return answer if answer.startswith(b"HTTP/1.1 503") else None
+
+    answer = await eventually(shed, timeout=5, what="a new connection shed with 503")
     assert b"retry-after: 1" in answer.lower() and b'"code":"unavailable"' in answer
-    writer.close()
     for _, w in busy:  # the busy ones were not harmed; once they go, the API answers again
         w.close()
     async with httpx.AsyncClient() as client:

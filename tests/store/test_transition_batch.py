@@ -19,11 +19,8 @@ from tests.store.test_lua import T0, _next, _run, store
 __all__ = ["store"]  # the fixture, shared with test_lua.py
 
 
-async def test_one_call_per_turn_each_change_with_its_own_outcome(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    runs = [await _run(store, f"run_{i}") for i in range(5)]
-    await store.transition(Transition(_next(runs[4], "processing"), 0))  # runs[4] is at version 1 now
+def _count_calls(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of each batch that ``store.transitions`` is called with, from now on."""
     batches: list[int] = []
     original = store.transitions
 
@@ -32,6 +29,15 @@ async def test_one_call_per_turn_each_change_with_its_own_outcome(
         return await original(changes)
 
     monkeypatch.setattr(store, "transitions", counted)
+    return batches
+
+
+async def test_one_call_per_turn_each_change_with_its_own_outcome(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = [await _run(store, f"run_{i}") for i in range(5)]
+    await store.transition(Transition(_next(runs[4], "processing"), 0))  # runs[4] is at version 1 now
+    batches = _count_calls(store, monkeypatch)
     batcher = TransitionBatcher(store)
     changes = [Transition(_next(run, "processing"), 0, due_ms=T0 + 100 + i) for i, run in enumerate(runs)]
     ghost = Transition(replace(_next(runs[0], "processing"), id="run_ghost"), 0)
@@ -115,14 +121,7 @@ async def test_a_turn_past_max_batch_goes_in_several_calls(
 ) -> None:
     """One call holds Redis for its whole batch: a turn with more changes than MAX_BATCH is split."""
     runs = [await _run(store, f"run_{i}") for i in range(MAX_BATCH + 5)]
-    batches: list[int] = []
-    original = store.transitions
-
-    async def counted(changes: Any) -> Any:
-        batches.append(len(changes))
-        return await original(changes)
-
-    monkeypatch.setattr(store, "transitions", counted)
+    batches = _count_calls(store, monkeypatch)
     batcher = TransitionBatcher(store)
     outcomes = await asyncio.gather(*(batcher.apply(Transition(_next(r, "processing"), 0)) for r in runs))
     assert batches == [MAX_BATCH, 5]
