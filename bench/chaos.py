@@ -36,6 +36,7 @@ from starlette.routing import Route
 
 from service.dev.embedded_redis import EmbeddedRedis, free_port
 from service.dev.stack import Servers
+from service.store import bodies
 
 VENDORS = ("nutrient", "cloudsquid", "uptiq")
 KEY = "chaos-key"
@@ -280,7 +281,8 @@ async def _explain(redis_url: str, sub_id: str, event_ids: list[str], logdir: Pa
         for event_id in event_ids:
             dlv = "dlv_" + hashlib.sha1(f"{event_id}:{sub_id}".encode()).hexdigest()[:26]
             record = await client.hgetall(f"hb:dlv:{dlv}")
-            body = await client.get(f"hb:evt:{event_id}")
+            stored = await client.get(f"hb:evt:{event_id}")
+            body = bodies.unpacked(stored) if stored is not None else None
             event = {
                 "id": event_id,
                 "kept": body is not None,

@@ -52,6 +52,7 @@ from bench._common import (
 )
 from service import trail
 from service.records import Run, replace
+from service.store import bodies
 
 LATENESS_TARGET_S = 1.0
 REDIS_TARGET_BYTES = 2048
@@ -340,13 +341,17 @@ async def _full_trail_extra(redis: Any, run_ids: list[str]) -> float:
         if raw is None:
             continue
         run = Run.from_json(raw)
+        start = run.updated_at
         for i in range(_MORE_POLLS):
-            at_ms = run.updated_at + 30_000 * (i + 1)
+            at_ms = start + 30_000 * (i + 1)
             fields = trail.appended(
                 run, "poll", at_ms=at_ms, vendor_status=run.vendor_status or "processing", latency_ms=3
             )
             run = replace(run, **fields, polls=run.polls + 1, updated_at=at_ms, version=run.version + 1)
-        scratch = f"bench:full-trail:{run_id}"
+        # A key as long as the run's own (hb:run:…): MEMORY USAGE counts the key too, and a longer one can
+        # land in a larger allocation.
+        scratch = f"hb~run:{run_id}"
+        assert len(scratch) == len(key)
         await redis.set(scratch, run.to_json())
         extra += (await redis.memory_usage(scratch) or 0) - (await redis.memory_usage(key) or 0)
         await redis.delete(scratch)
@@ -403,7 +408,7 @@ async def _event_type(redis: Any, key: str) -> str:
         return str(await redis.hget(key, "type"))
     if kind == "string":
         try:
-            return str(json.loads(await redis.get(key)).get("type"))
+            return str(json.loads(bodies.unpacked(await redis.get(key))).get("type"))
         except (TypeError, ValueError, AttributeError):
             return "?"
     return "?"

@@ -164,7 +164,7 @@ class Event(_Record):
     id: str
     type: str  # domain.EVENT_TYPES
     created: int  # ms since the epoch
-    body: str  # {"type", "timestamp", "data"} as JSON; stored as is (hb:evt:{id})
+    body: str  # {"type", "timestamp", "data"} as JSON; stored packed (hb:evt:{id}, store/bodies.py)
     vendor: str | None = None  # the run's vendor: the feed's filter
     # Zero retention: the body the feed keeps (without the result, which only the callback carries).
     feed: str | None = None

@@ -22,7 +22,7 @@ from service.lifecycle import Transition
 from service.metrics import RUNS, client_label
 from service.records import Attempt, Delivery, Event, Run, Subscription
 from service.settings import Settings
-from service.store import jsoncodec, keys, maintenance
+from service.store import bodies, jsoncodec, keys, maintenance
 from service.store.codec import (
     ClaimedDelivery,
     ClaimedRun,
@@ -138,8 +138,12 @@ class Store:
         ids = list(dict.fromkeys([*run.event_ids, *listed]))
         if not ids:
             return []
-        bodies = await self.redis.mget([keys.event(i) for i in ids])
-        kept = [(event_id, json.loads(body)) for event_id, body in zip(ids, bodies, strict=True) if body]
+        stored = await self.redis.mget([keys.event(i) for i in ids])
+        kept = [
+            (event_id, json.loads(body))
+            for event_id, raw in zip(ids, stored, strict=True)
+            if raw and (body := bodies.unpacked_or_none(raw))
+        ]
         # By time; the sort is stable, so events of one millisecond keep the order they were named in.
         return sorted(kept, key=lambda item: str(item[1].get("timestamp", "")))
 
@@ -195,7 +199,7 @@ class Store:
             "retention_ms": self._retention_ms,
             "zr": "1" if run.zero_retention else "0",
             "due_key": keys.due_runs(run.vendor),
-            "events": [e.model_dump(exclude_none=True) for e in change.events],  # Lua: null is truthy
+            "events": [_stored_event(e) for e in change.events],
             "sub_filter": run.subscription_ids,
             "del_doc": change.delete_document,
         }
@@ -374,7 +378,7 @@ class Store:
             "client": client,
             "now": now_ms,
             "retention_ms": self._retention_ms,
-            "event": event.model_dump(exclude_none=True),
+            "event": _stored_event(event),
             "sub_filter": [sub_id],
         }
         return int(await self.scripts.emit(keys=[keys.event(event.id)], args=[json.dumps(ops)]))
@@ -480,3 +484,13 @@ class Store:
     async def purge_indexes(self, now_ms: int) -> int:
         """Drops listing entries past retention whose records expired (``maintenance.purge_indexes``)."""
         return await maintenance.purge_indexes(self.redis, now_ms - self._retention_ms)
+
+
+def _stored_event(event: Event) -> dict[str, Any]:
+    """The event as the scripts take it: its bodies in their stored form (``bodies.packed``), and no null
+    fields (a Lua null is truthy)."""
+    out = event.model_dump(exclude_none=True)
+    out["body"] = bodies.packed(event.body)
+    if event.feed is not None:
+        out["feed"] = bodies.packed(event.feed)
+    return out

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.records import Delivery, Run, Subscription
+from service.store import bodies
 
 
 def text(value: bytes | str | None) -> str:
@@ -48,7 +49,7 @@ class ClaimedRun:
 class ClaimedDelivery:
     delivery: Delivery
     subscription: Subscription | None  # None when the subscription is gone
-    body: bytes | None  # None when the event body is gone (zero retention, expired)
+    body: bytes | None  # None when the event body is gone (zero retention, expired) or unreadable
 
 
 def claimed_runs(reply: Sequence[Any]) -> tuple[list[ClaimedRun], float | None]:
@@ -67,7 +68,9 @@ def claimed_deliveries(reply: Sequence[Any]) -> tuple[list[ClaimedDelivery], flo
     rows, nxt = reply
     claimed = [
         ClaimedDelivery(
-            Delivery.from_hash(hash_of(dlv)), subscription_or_none(sub), bytes(body) if body else None
+            Delivery.from_hash(hash_of(dlv)),
+            subscription_or_none(sub),
+            bodies.unpacked_or_none(body) if body else None,
         )
         for dlv, sub, body in rows
     ]

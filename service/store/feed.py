@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import anyio
 from redis.asyncio import Redis
 
-from service.store import keys
+from service.store import bodies, keys
 from service.store.scripts import source
 
 T = TypeVar("T")
@@ -121,7 +121,11 @@ class Feed:
         if outcome == "invalid":
             raise IteratorInvalid(after)
         rows = reply[3:]
-        events = [FeedEvent(_s(rows[i]), _s(rows[i + 1]), bytes(rows[i + 2])) for i in range(0, len(rows), 3)]
+        events = [
+            FeedEvent(_s(rows[i]), _s(rows[i + 1]), body)
+            for i in range(0, len(rows), 3)
+            if (body := bodies.unpacked_or_none(rows[i + 2])) is not None
+        ]
         return FeedPage(events, _s(reply[1]), bool(int(reply[2])))
 
     async def wait(self, client: str, after: str, timeout_s: float) -> bool:

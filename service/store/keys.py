@@ -9,12 +9,12 @@ hb:run:{run}                      string  the run as JSON (public fields and ``_
 hb:doc:{run}                      string  the submitted document bytes, until the vendor accepted it
 hb:result:{run}                   string  the vendor's result as JSON (not kept with zero retention)
 hb:run:{run}:events               list    kept run.progress ids, oldest first (the rest: event_ids)
-hb:evt:{evt}                      string  the event's body, the exact bytes sent (type and time inside)
+hb:evt:{evt}                      string  the event's body, the exact bytes sent, packed (bodies.py)
 hb:evt:{evt}:pending              string  zero retention only: deliveries of the event not yet final
 hb:client:{client}:runs           zset    run ids by creation time (listing)
 hb:client:{client}:subs           zset    subscription ids by creation time
 hb:client:{client}:feed           stream  the client's events in emission order (GET /v1/events, SSE):
-                                          event id, type, run, vendor, and the body when hb:evt does
+                                          event id, type, run, vendor, and the (packed) body when hb:evt does
                                           not keep it; trimmed to RETENTION_S (MINID) at each append
 hb:client:{client}:streams        zset    the client's open event streams and waiting long-polls,
                                           by lease expiry (the per-client cap)

@@ -14,6 +14,7 @@ from svix.webhooks import Webhook as SvixWebhook
 
 from service.dev.embedded_redis import free_port
 from service.records import Delivery
+from service.store import bodies
 from tests.conftest import (
     Clocked,
     ClockedFactory,
@@ -287,7 +288,7 @@ async def test_large_results_go_by_url_and_zero_retention_keeps_nothing(
     try:
 
         async def body_dropped() -> bool:
-            kept = [client.get(key) or b"" for key in client.keys("hb:evt:*")]
+            kept = [bodies.unpacked(client.get(key) or b"") for key in client.keys("hb:evt:*")]
             return not any(private["id"].encode() in body and b"run.succeeded" in body for body in kept)
 
         await eventually(body_dropped, what="the zero-retention event body dropped after delivery")

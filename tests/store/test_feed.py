@@ -12,9 +12,9 @@ import pytest
 
 from service import domain
 from service import settings as settings_mod
-from service.lifecycle import Transition, finished, new_run, polled
+from service.lifecycle import Transition, finished, new_run, polled, submitted
 from service.records import Event, Run, Subscription, replace
-from service.store import Store, connect, keys
+from service.store import Store, bodies, connect, keys
 from service.store.feed import Feed, FeedFilter, IteratorExpired, IteratorInvalid, valid_iterator
 from tests.conftest import base_env, eventually
 
@@ -187,6 +187,55 @@ async def test_the_test_event_goes_to_the_feed_too(store: Store, feed: Feed) -> 
     assert await store.emit_test_event("alice", "sub_1", ev, domain.now_ms()) == 0  # once
     page = await _read(feed)
     assert [(e.event_id, e.envelope()["type"]) for e in page.events] == [("evt_test", domain.EVENT_TEST)]
+
+
+# Event bodies as stored (service/store/bodies.py) -------------------------------------------------
+
+
+async def test_every_reader_gets_the_exact_bytes_of_a_packed_body(store: Store, feed: Feed) -> None:
+    await _sub(store, "sub_all", types=["run.*"])
+    run = await _run(store, "run_a")
+    change = submitted(run, domain.now_ms(), vendor_run_id="v-1", vendor_status="queued", state={}, due_ms=0)
+    await _apply(store, change)
+    body = change.events[0].body.encode()
+    stored = await store.redis.get(keys.event(change.events[0].id))
+    # The key holds the packed form, under a third of the body's bytes.
+    assert stored.startswith(bodies.MARK.encode()) and len(stored) < len(body) / 3
+    # The delivery, the feed and the run's history each get the body itself.
+    claimed, _ = await store.claim_deliveries(domain.now_ms() + 1, 10, 30_000)
+    assert [c.body for c in claimed] == [body]
+    assert [e.body for e in (await _read(feed)).events] == [body]
+    assert await store.run_events(change.run) == [(change.events[0].id, json.loads(body))]
+
+
+async def test_a_body_written_before_packing_reads_as_it_was(store: Store, feed: Feed) -> None:
+    await _sub(store, "sub_all", types=["run.*"])
+    run = await _run(store, "run_a")
+    change = submitted(run, domain.now_ms(), vendor_run_id="v-1", vendor_status="queued", state={}, due_ms=0)
+    await _apply(store, change)
+    event_id, body = change.events[0].id, change.events[0].body.encode()
+    await store.redis.set(keys.event(event_id), body)  # as hookbridge wrote it before bodies were packed
+    claimed, _ = await store.claim_deliveries(domain.now_ms() + 1, 10, 30_000)
+    assert [c.body for c in claimed] == [body]
+    assert [e.body for e in (await _read(feed)).events] == [body]
+    assert await store.run_events(change.run) == [(event_id, json.loads(body))]
+
+
+async def test_a_damaged_body_is_skipped_by_every_reader_never_sent_otherwise(
+    store: Store, feed: Feed
+) -> None:
+    await _sub(store, "sub_all", types=["run.*"])
+    run = await _run(store, "run_a")
+    change = submitted(run, domain.now_ms(), vendor_run_id="v-1", vendor_status="queued", state={}, due_ms=0)
+    await _apply(store, change)
+    key = keys.event(change.events[0].id)
+    stored = await store.redis.get(key)
+    flipped = stored[:-6] + (b"A" if stored[-6:-5] != b"A" else b"B") + stored[-5:]
+    await store.redis.set(key, flipped)
+    claimed, _ = await store.claim_deliveries(domain.now_ms() + 1, 10, 30_000)
+    assert [c.body for c in claimed] == [None]  # the deliverer skips it: "no longer kept"
+    assert (await _read(feed)).events == []
+    assert await store.run_events(change.run) == []
 
 
 async def test_old_entries_are_trimmed_and_an_iterator_past_retention_is_expired(

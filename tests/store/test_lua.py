@@ -17,7 +17,7 @@ from service import domain
 from service import settings as settings_mod
 from service.lifecycle import Transition, new_run
 from service.records import Attempt, Delivery, Event, Run, Subscription, replace
-from service.store import OverRate, Store, connect, keys
+from service.store import OverRate, Store, bodies, connect, keys
 from service.store.scripts import _LUA, source
 from tests.conftest import base_env
 
@@ -311,7 +311,7 @@ async def test_the_test_event_reaches_the_named_subscription_whatever_it_asked_f
     assert await store.emit_test_event("alice", "sub_1", ev, T0) == 1
     assert [d.event_type for d in await _deliveries_of(store, "sub_1")] == [domain.EVENT_TEST]
     assert await _deliveries_of(store, "sub_2") == []
-    assert await store.redis.get(keys.event("evt_test")) == ev.body.encode()
+    assert bodies.unpacked(await store.redis.get(keys.event("evt_test"))) == ev.body.encode()
     assert await store.emit_test_event("alice", "sub_1", ev, T0) == 0  # the same event id: nothing new
 
 

@@ -1,0 +1,78 @@
+"""Event bodies in their stored form (``service/store/bodies.py``): any body comes back byte for byte, a
+body written before the packing reads as it is, and a damaged one is an error, not a wrong body."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.store import bodies
+
+SUBMITTED = (
+    '{"type":"run.submitted","timestamp":"2026-12-01T06:28:08.971Z","data":{"run":{"id":'
+    '"run_01M8R4M346Q4F8GCQE2261V99C","status":"submitted","vendor":"nutrient","operation":"extract",'
+    '"vendor_run_id":"23X4PDC53Z1T7XSSG8KCHZ4SZM","vendor_status":"queued","progress":null,"metadata":'
+    '{"team":"billing"},"zero_retention":false,"created_at":"2026-12-01T06:28:08.966Z","updated_at":'
+    '"2026-12-01T06:28:08.971Z","completed_at":null,"polls":0,"error":null,"usage":null,"vendor_deleted":'
+    'null,"vendor_delete_error":null},"result":null,"result_url":null}}'
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_any_text_comes_back_byte_for_byte(body: str) -> None:
+    stored = bodies.packed(body)
+    assert bodies.unpacked(stored) == body.encode()
+    assert bodies.unpacked(stored.encode()) == body.encode()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(),
+        lambda c: st.lists(c) | st.dictionaries(st.text(), c),
+    )
+)
+def test_any_json_comes_back_byte_for_byte(value: object) -> None:
+    body = json.dumps({"type": "run.progress", "data": value}, ensure_ascii=False)
+    assert bodies.unpacked(bodies.packed(body)) == body.encode()
+
+
+def test_an_event_body_is_stored_in_under_a_third_of_its_bytes() -> None:
+    stored = bodies.packed(SUBMITTED)
+    assert stored.startswith(bodies.MARK) and stored.isascii()
+    assert len(stored) < len(SUBMITTED) / 3, (len(stored), len(SUBMITTED))
+
+
+def test_a_body_written_before_packing_reads_as_it_is() -> None:
+    assert bodies.unpacked(SUBMITTED.encode()) == SUBMITTED.encode()
+    assert bodies.unpacked(SUBMITTED) == SUBMITTED.encode()
+
+
+def test_a_body_over_the_limit_is_stored_as_it_is() -> None:
+    big = json.dumps({"type": "run.succeeded", "data": {"result": "x" * bodies.MAX_PACKED}})
+    assert bodies.packed(big) == big
+    assert bodies.unpacked(bodies.packed(big)) == big.encode()
+    # The largest packed one still comes back.
+    edge = "y" * bodies.MAX_PACKED
+    assert (
+        bodies.packed(edge).startswith(bodies.MARK) and bodies.unpacked(bodies.packed(edge)) == edge.encode()
+    )
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        bodies.MARK + "!!not base64!!",
+        bodies.MARK + "AAAA",  # base64, not deflate
+        bodies.packed(SUBMITTED)[:-8],  # cut short
+        bodies.MARK + bodies.packed(SUBMITTED)[len(bodies.MARK) :][::-1],
+    ],
+)
+def test_a_damaged_body_is_an_error_and_readers_treat_it_as_gone(damaged: str) -> None:
+    with pytest.raises(ValueError):
+        bodies.unpacked(damaged)
+    assert bodies.unpacked_or_none(damaged) is None
