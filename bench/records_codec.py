@@ -1,18 +1,23 @@
-"""What a run record costs to decode, encode and change: the pydantic model of ``service/records.py``
-beside the same record as a frozen, slotted dataclass and as the plain dict of before.
+"""What a run record costs to decode, encode and change: the msgspec struct of ``service/records.py``
+beside the same record as the pydantic model it was (issue 16's sixth round) and as the plain dict of
+before that.
 
-    .venv/bin/python bench/records_codec.py
+    .venv/bin/python -m bench.records_codec
 
-Prints microseconds per operation on a run in flight (running, with progress and adapter state).
+Prints microseconds per operation on a run in flight (running, with progress, adapter state and a full
+vendor trail), and checks that the struct and the pydantic twin store the same bytes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import timeit
 from typing import Any
 
+import msgspec
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from service import trail
 from service.lifecycle import new_run
 from service.records import Run, replace
 
@@ -32,7 +37,7 @@ def _sample() -> Run:
         zero_retention=False,
         now_ms=1_800_000_000_000,
     )
-    return replace(
+    run = replace(
         run,
         status="running",
         version=4,
@@ -43,41 +48,25 @@ def _sample() -> Run:
         state={"row": "abc"},
         delay_s=1.5,
         document=None,
+        event_ids=["evt_01J0000000000000000000000"],
     )
+    for i in range(12):  # a full trail: trail.HEAD + trail.TAIL entries
+        at = run.created_at + 30_000 * (i + 1)
+        run = replace(run, **trail.appended(run, "poll", at_ms=at, vendor_status="processing", latency_ms=40))
+    return run
 
 
-def _dataclass_twin() -> Any:
-    """The same fields as a frozen, slotted dataclass, with the codec a dataclass would need."""
-    specs: list[Any] = []
-    for name, info in Run.model_fields.items():
-        if info.is_required():
-            specs.append((name, Any))
+def _pydantic_twin() -> type[BaseModel]:
+    """The same fields as a frozen pydantic model, as ``records.Run`` was before the sixth round."""
+    fields: dict[str, Any] = {}
+    for f in msgspec.structs.fields(Run):
+        if f.required:
+            fields[f.name] = (f.type, ...)
+        elif f.default_factory is not msgspec.NODEFAULT:
+            fields[f.name] = (f.type, Field(default_factory=f.default_factory))
         else:
-            default = info.get_default(call_default_factory=True)
-            factory = (lambda d=default: type(d)()) if isinstance(default, dict | list) else None
-            specs.append(
-                (
-                    name,
-                    Any,
-                    dataclasses.field(default_factory=factory)
-                    if factory
-                    else dataclasses.field(default=default),
-                )
-            )
-    cls = dataclasses.make_dataclass("RunDC", specs, frozen=True, slots=True)
-    defaults = [
-        (f.name, f.default if f.default is not dataclasses.MISSING else None) for f in dataclasses.fields(cls)
-    ]
-
-    def encode(rec: Any) -> str:
-        return json.dumps(
-            {n: getattr(rec, n) for n, d in defaults if getattr(rec, n) != d}, separators=(",", ":")
-        )
-
-    def decode(raw: str) -> Any:
-        return cls(**json.loads(raw))
-
-    return encode, decode
+            fields[f.name] = (f.type, f.default)
+    return create_model("RunPydantic", __config__=ConfigDict(frozen=True, extra="ignore"), **fields)
 
 
 def _us(fn: Any) -> float:
@@ -89,19 +78,20 @@ def main() -> None:
     raw = run.to_json()
     print(f"stored run: {len(raw)} bytes")
     print(
-        f"pydantic (records.Run)  decode {_us(lambda: Run.from_json(raw)):5.1f} us  "
+        f"msgspec (records.Run)   decode {_us(lambda: Run.from_json(raw)):5.1f} us  "
         f"encode {_us(run.to_json):5.1f} us  change {_us(lambda: replace(run, version=5, polls=4)):5.1f} us"
     )
-    encode, decode = _dataclass_twin()
-    rec = decode(raw)
+    twin = _pydantic_twin()
+    rec = twin.model_validate_json(raw)
+    assert rec.model_dump_json(exclude_defaults=True) == raw, "the two codecs store different bytes"
     print(
-        f"frozen slotted dataclass decode {_us(lambda: decode(raw)):5.1f} us  "
-        f"encode {_us(lambda: encode(rec)):5.1f} us  "
-        f"change {_us(lambda: dataclasses.replace(rec, version=5, polls=4)):5.1f} us"
+        f"pydantic (before)       decode {_us(lambda: twin.model_validate_json(raw)):5.1f} us  "
+        f"encode {_us(lambda: rec.model_dump_json(exclude_defaults=True)):5.1f} us  "
+        f"change {_us(lambda: rec.model_copy(update={'version': 5, 'polls': 4})):5.1f} us"
     )
     as_dict = json.loads(raw)
     print(
-        f"plain dict (before)      decode {_us(lambda: json.loads(raw)):5.1f} us  "
+        f"plain dict (before that) decode {_us(lambda: json.loads(raw)):5.1f} us  "
         f"encode {_us(lambda: json.dumps(as_dict, separators=(',', ':'))):5.1f} us  "
         f"change {_us(lambda: {**as_dict, 'version': 5, 'polls': 4}):5.1f} us"
     )

@@ -12,10 +12,10 @@ Each record has one name per field, from the store to the API, and one codec eac
   :mod:`service.shapes` (times in RFC 3339, internals left out).
 
 Records are frozen: a change is a new record (:func:`replace`), so a run read by one step is never edited
-under another. They are pydantic v2 models: on a stored run pydantic-core is faster than a frozen, slotted
-dataclass at every step (``bench/records_codec.py``: decode ~3 us against ~7-9 us, encode ~2-4 us against
-~7-8 us, a change ~2 us against ~5-7 us), and checks the types on the way in. Against the plain dicts of
-before, a decode costs ~1 us more and an encode ~2 us less: nothing next to a poll's round trips.
+under another. The run, read and written on every worker step, is a msgspec struct: decode ~1.8 us, encode
+~0.9, a change ~0.3 (``python -m bench.records_codec``), where pydantic took ~6.6, ~4.3 and ~1.5 (about
+5 % of a poll). The others are pydantic v2 models, read and written far less often. Both check the types
+on the way in.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+import msgspec
+from pydantic import BaseModel, ConfigDict, Field
 
 from service import domain, shapes
 
@@ -44,26 +45,28 @@ __all__ = [
 ]
 
 Json = dict[str, Any]
-R = TypeVar("R", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel | msgspec.Struct)
 
 
 def replace(record: R, **changes: Any) -> R:
     """A copy of ``record`` with ``changes`` (not validated again: they come from our own code)."""
+    if isinstance(record, msgspec.Struct):
+        return msgspec.structs.replace(record, **changes)
     return record.model_copy(update=changes)
-
-
-def _old(name: str, old: str | None = None) -> AliasChoices:
-    """Reads the field by its name, or by the name it had before the fields had one name (hookbridge 0.x
-    spelled a run's internals with a leading ``_``)."""
-    return AliasChoices(name, old or f"_{name}")
 
 
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
 
-class Run(_Record):
-    """One run: what the client submitted, what the vendor said, and the worker's bookkeeping."""
+class Run(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One run: what the client submitted, what the vendor said, and the worker's bookkeeping.
+
+    The one record read and written on every worker step (a claim decodes it, a transition encodes it), so
+    it is a msgspec struct, not a pydantic model like the others: decode ~1.8 us against ~6.6, encode ~0.9
+    against ~4.3, a change ~0.3 against ~1.5 (``python -m bench.records_codec``), about 5 % of a poll. It
+    checks the types on the way in (:meth:`from_json`) as pydantic did; a field at its default is left out
+    of the stored JSON, as ``exclude_defaults`` did, and the stored bytes are the same."""
 
     id: str
     client: str  # the API key's client name: the tenant that owns the run
@@ -73,13 +76,11 @@ class Run(_Record):
     updated_at: int
     status: str  # domain.RUN_STATUSES
     # Incremented by every change; the store applies a change only at the version it was made from.
-    version: int = Field(validation_alias=_old("version", "_v"))
+    version: int
     vendor_run_id: str | None = None
     vendor_status: str | None = None  # the vendor's own word for the status, as it said it
     progress: Json | None = None  # {percent, phase, message}
-    # Mutable defaults by factory: a plain ``{}`` default is deep-copied (copy.deepcopy, in Python) into
-    # every record read; with factories a stored run decodes in ~3 us, not ~4.5 (bench/records_codec.py).
-    metadata: dict[str, str] = Field(default_factory=dict)
+    metadata: dict[str, str] = msgspec.field(default_factory=dict)
     zero_retention: bool = False
     completed_at: int | None = None
     polls: int = 0
@@ -87,38 +88,30 @@ class Run(_Record):
     usage: Json | None = None  # what the vendor reports the run cost
     vendor_deleted: bool | None = None  # zero retention: whether the vendor's copy is gone ...
     vendor_delete_error: str | None = None  # ... and why not
-    options: Json = Field(default_factory=dict)  # the vendor's options, passed through
-    subscription_ids: list[str] = Field(default_factory=list)  # empty: every matching subscription
+    options: Json = msgspec.field(default_factory=dict)  # the vendor's options, passed through
+    subscription_ids: list[str] = msgspec.field(default_factory=list)  # empty: every matching subscription
     # Internals, never shown by the API:
     document: Json | None = None  # how to read the document (url, filename, media_type) until submitted
-    # The adapter's own (Cloudsquid's row).
-    state: Json = Field(default_factory=dict, validation_alias=_old("state"))
-    delay_s: float | None = Field(default=None, validation_alias=_old("delay_s", "_delay"))  # poll interval
-    transient: int = Field(default=0, validation_alias=_old("transient"))  # transient faults in a row
-    progress_event_at: int = Field(default=0, validation_alias=_old("progress_event_at"))  # last run.progress
-    # Canceled here; the vendor still has to be told.
-    vendor_cancel_pending: bool = Field(
-        default=False, validation_alias=_old("vendor_cancel_pending", "_vendor_cancel")
-    )
-    # Zero retention: the vendor's copy is still to be deleted.
-    vendor_delete_pending: bool = Field(
-        default=False, validation_alias=_old("vendor_delete_pending", "_vendor_delete")
-    )
-    # Failed attempts at telling the vendor (cancel, delete).
-    vendor_attempts: int = Field(default=0, validation_alias=_old("vendor_attempts"))
-    result_type: str | None = Field(default=None, validation_alias=_old("result_type"))  # a file result's
+    state: Json = msgspec.field(default_factory=dict)  # the adapter's own (Cloudsquid's row)
+    delay_s: float | None = None  # the planned poll interval
+    transient: int = 0  # transient faults in a row
+    progress_event_at: int = 0  # the last run.progress
+    vendor_cancel_pending: bool = False  # canceled here; the vendor still has to be told
+    vendor_delete_pending: bool = False  # zero retention: the vendor's copy is still to be deleted
+    vendor_attempts: int = 0  # failed attempts at telling the vendor (cancel, delete)
+    result_type: str | None = None  # a file result's media type
     # The API request's span (W3C traceparent) when tracing is on: the worker's spans join its trace.
-    traceparent: str | None = Field(default=None, validation_alias=_old("traceparent"))
+    traceparent: str | None = None
     # The vendor trail (service/trail.py): compact entries, the first and the last ones, and how many of
     # those in between were dropped; the vendor's 429s for this run.
-    trail: list[list[Any]] = Field(default_factory=list, validation_alias=_old("trail", "_trail"))
-    trail_dropped: int = Field(default=0, validation_alias=_old("trail_dropped", "_trail_dropped"))
-    rate_limited: int = Field(default=0, validation_alias=_old("rate_limited", "_rate_limited"))
+    trail: list[list[Any]] = msgspec.field(default_factory=list)
+    trail_dropped: int = 0
+    rate_limited: int = 0
     # The ids of the run's events but run.progress (a few: submitted, its end), oldest first: on the record,
     # not in a list key of their own (~250 bytes a run in flight). Progress events, as many as the vendor
     # reports, go to ``hb:run:{id}:events`` when kept (service/store/lua/_fanout.lua), as every event of a
     # run written before this field did.
-    event_ids: list[str] = Field(default_factory=list)
+    event_ids: list[str] = msgspec.field(default_factory=list)
 
     @property
     def terminal(self) -> bool:
@@ -126,11 +119,42 @@ class Run(_Record):
 
     def to_json(self) -> str:
         """The stored form: JSON without the fields that hold their default."""
-        return self.model_dump_json(exclude_defaults=True)
+        return _RUN_ENCODER.encode(self).decode()
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Run:
-        return cls.model_validate_json(raw)
+        """The run from its stored form (or from hookbridge 0.x's); raises ValueError for anything else."""
+        try:
+            return _RUN_DECODER.decode(raw)
+        except msgspec.ValidationError as exc:
+            old = _renamed_from_0x(raw)
+            if old is None:
+                raise ValueError(f"not a run record: {exc}") from None
+            try:
+                return msgspec.convert(old, cls)
+            except msgspec.ValidationError as exc:
+                raise ValueError(f"not a run record: {exc}") from None
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"not a run record: {exc}") from None
+
+
+_RUN_ENCODER = msgspec.json.Encoder()
+_RUN_DECODER = msgspec.json.Decoder(Run)
+# hookbridge 0.x spelled a run's internals with a leading "_", and these four by other names.
+_NAMES_0X = {
+    "_v": "version",
+    "_delay": "delay_s",
+    "_vendor_cancel": "vendor_cancel_pending",
+    "_vendor_delete": "vendor_delete_pending",
+}
+
+
+def _renamed_from_0x(raw: bytes | str) -> dict[str, Any] | None:
+    """A run record as hookbridge 0.x wrote it (no ``version``, a ``_v``), under today's names; else None."""
+    data = json.loads(raw)
+    if not isinstance(data, dict) or "version" in data or "_v" not in data:
+        return None
+    return {_NAMES_0X.get(k, k[1:] if k.startswith("_") else k): v for k, v in data.items()}
 
 
 # What the API and the events show of each record: the fields of its public shape (service/shapes.py),
@@ -146,7 +170,7 @@ _TIMES = frozenset(
 )
 
 
-def _public(record: _Record, names: tuple[str, ...]) -> Json:
+def _public(record: _Record | Run, names: tuple[str, ...]) -> Json:
     out = {name: getattr(record, name) for name in names}
     for name in _TIMES.intersection(out):
         out[name] = domain.rfc3339(out[name])

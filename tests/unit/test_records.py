@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from service import lifecycle
 from service.records import (
     SUBSCRIPTION_HASH,
@@ -68,6 +70,63 @@ def test_a_run_stored_before_the_fields_had_one_name_still_reads() -> None:
     assert run.progress_event_at == T0 + 1 and run.vendor_cancel_pending and run.vendor_delete_pending
     assert (run.vendor_attempts, run.result_type) == (2, "application/zip")
     assert "_v" not in run.to_json() and json.loads(run.to_json())["version"] == 3
+
+
+# What the pydantic model that the run record was (before issue 16's sixth round) stored for this run:
+# the msgspec struct must store the same bytes, since old and new records share Redis and the Lua scripts.
+PYDANTIC_ERA = (
+    '{"id":"run_1","client":"alice","vendor":"nutrient","operation":"extract","created_at":1800000000000,'
+    '"updated_at":1800000000005,"status":"running","version":7,"vendor_run_id":"job_ü","vendor_status":'
+    '"processing","progress":{"percent":40.5,"phase":"ocr","message":null},"metadata":{"k":"v","emoji":"😀"},'
+    '"polls":3,"usage":{"credits":1180591620717411303424,"ratio":0.1},"options":{"language":"en"},"state":'
+    '{"row":[1,null,true]},"delay_s":1.5,"transient":1,"trail":[[63,"submitted","queued",25],[30063,"poll",'
+    '0,3]],"trail_dropped":2,"event_ids":["evt_1"]}'
+)
+
+
+def test_a_run_is_stored_byte_for_byte_as_the_pydantic_record_stored_it() -> None:
+    run = Run(
+        id="run_1",
+        client="alice",
+        vendor="nutrient",
+        operation="extract",
+        created_at=T0,
+        updated_at=T0 + 5,
+        status="running",
+        version=7,
+        vendor_run_id="job_ü",
+        vendor_status="processing",
+        progress={"percent": 40.5, "phase": "ocr", "message": None},
+        metadata={"k": "v", "emoji": "😀"},
+        polls=3,
+        usage={"credits": 2**70, "ratio": 0.1},  # past 64 bits: read and written exactly
+        options={"language": "en"},
+        state={"row": [1, None, True]},
+        delay_s=1.5,
+        transient=1,
+        trail=[[63, "submitted", "queued", 25], [30063, "poll", 0, 3]],
+        trail_dropped=2,
+        event_ids=["evt_1"],
+    )
+    assert run.to_json() == PYDANTIC_ERA
+    assert Run.from_json(PYDANTIC_ERA) == run and Run.from_json(PYDANTIC_ERA.encode()) == run
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "not json",
+        "[]",
+        '{"id": "run_1"}',  # required fields missing
+        PYDANTIC_ERA.replace('"version":7', '"version":"7"'),  # a field of the wrong type
+        PYDANTIC_ERA.replace('"polls":3', '"polls":true'),
+        PYDANTIC_ERA.replace('"version":7', '"_v":"7"'),  # hookbridge 0.x's name, the wrong type
+        PYDANTIC_ERA[:-5],  # cut short
+    ],
+)
+def test_what_is_not_a_run_record_is_a_value_error(raw: str) -> None:
+    with pytest.raises(ValueError, match="not a run record"):
+        Run.from_json(raw)
 
 
 def test_public_shapes_show_no_internals_and_times_in_rfc3339() -> None:
