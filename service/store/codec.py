@@ -7,8 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service import logs
 from service.records import Delivery, Run, Subscription
 from service.store import bodies
+
+log = logs.get("hookbridge.store")
 
 
 def text(value: bytes | str | None) -> str:
@@ -53,13 +56,23 @@ class ClaimedDelivery:
 
 
 def claimed_runs(reply: Sequence[Any]) -> tuple[list[ClaimedRun], float | None]:
-    """``claim_runs.lua``'s reply: ``{flat [id, due, slot, run json]..., next due, probe token}``."""
+    """``claim_runs.lua``'s reply: ``{flat [id, due, slot, run json]..., next due, probe token}``.
+
+    A record that does not read as a run (damaged in Redis, or written by a version that no longer
+    reads) is left out and logged: its lease hands it back, as a step that fails, and the rest of the
+    batch goes on."""
     flat, nxt, probe = reply
     token = text(probe) or None
-    claimed = [
-        ClaimedRun(Run.from_json(flat[i + 3]), float(flat[i + 1]), float(flat[i + 2]), token)
-        for i in range(0, len(flat), 4)
-    ]
+    claimed = []
+    for i in range(0, len(flat), 4):
+        try:
+            run = Run.from_json(flat[i + 3])
+        except ValueError as exc:
+            log.error(
+                "run record unreadable; its lease will hand it back", run_id=text(flat[i]), error=str(exc)
+            )
+            continue
+        claimed.append(ClaimedRun(run, float(flat[i + 1]), float(flat[i + 2]), token))
     return claimed, float(nxt) if nxt else None
 
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from service import domain
 from service import settings as settings_mod
@@ -406,6 +407,18 @@ async def test_claim_runs_leases_due_runs_and_drops_vanished_ones(store: Store) 
     again, _ = await store.claim_runs("nutrient", T0 + 10 + LEASE, 10, LEASE, 0.0, 0)
     assert [c.run.id for c in again] == ["run_0", "run_2"]  # run_late had no record: dropped
     assert await store.redis.zscore(keys.due_runs("nutrient"), "run_late") is None
+
+
+async def test_a_record_that_does_not_read_is_left_to_its_lease_and_the_batch_goes_on(store: Store) -> None:
+    await _due_runs(store, 3)
+    await store.redis.set(keys.run("run_1"), b'{"id": "run_1", "version": "not a number"}')
+    with capture_logs() as entries:
+        claimed, _ = await store.claim_runs("nutrient", T0 + 10, 10, LEASE, 0.0, 0)
+    assert [c.run.id for c in claimed] == ["run_0", "run_2"]
+    assert [(e["log_level"], e["run_id"]) for e in entries] == [("error", "run_1")]
+    assert "not a run record" in entries[0]["error"]
+    # Leased like the others: handed back when the lease runs out, never worked as something else.
+    assert await store.redis.zscore(keys.due_runs("nutrient"), "run_1") == T0 + 10 + LEASE
 
 
 async def test_claim_runs_takes_budget_slots_within_the_lookahead(store: Store) -> None:
