@@ -79,11 +79,12 @@ def unpacked(stored: bytes | str) -> bytes:
         return data
     try:
         inflate = zlib.decompressobj(_WBITS, _DICTIONARY)
-        body = inflate.decompress(base64.b64decode(data[len(_MARK) :], validate=True)) + inflate.flush()
+        # Never more than a packed body can hold: a key that inflates past it is not one of ours.
+        body = inflate.decompress(base64.b64decode(data[len(_MARK) :], validate=True), MAX_PACKED + 1)
     except (binascii.Error, zlib.error) as exc:
         raise ValueError(f"a stored event body does not inflate: {exc}") from None
-    if not inflate.eof:
-        raise ValueError("a stored event body is cut short")
+    if not inflate.eof or len(body) > MAX_PACKED:
+        raise ValueError("a stored event body is cut short or longer than a packed body can be")
     return body
 
 

@@ -72,14 +72,20 @@ async def _storm(
 
 def _report(name: str, proxy: FaultProxy, started: float, pause_ends: list[float]) -> tuple[list[float], int]:
     """Prints the figure: requests the vendor saw during the storm against the ideal, which is the first
-    round (what was already on its way when the first 429 came back) plus one probe per pause that ends
-    within the storm (``pause_ends``, seconds after its start)."""
+    round (what was already on its way when the first 429 came back: the requests of the storm's first
+    tick with any, since the clock stands still within a tick) plus one probe per pause that ends within
+    the storm (``pause_ends``, seconds after that first 429).
+
+    The runs were submitted together and their jitter is shorter than a tick, so they are polled in one
+    group: the storm may start just after one round, and the first 429 then answers the next, up to an
+    interval later. The pauses count from there."""
     during = proxy.between(started, started + STORM_S)
     before = proxy.between(started - STORM_S, started)
     times = [e.t - started for e in during]
-    first_round = [t for t in times if t < 0.2]
+    first_round = [t for t in times if t == times[0]]
     probes = times[len(first_round) :]
-    ideal = len(first_round) + len([t for t in pause_ends if t < STORM_S])
+    first_429 = times[0] if times else 0.0
+    ideal = len(first_round) + len([t for t in pause_ends if first_429 + t < STORM_S])
     print(
         f"\n{name}: {len(during)} vendor requests during the {STORM_S:g}s storm, ideal {ideal} (first round "
         f"{len(first_round)} of {RUNS} runs in flight, then one probe at each pause end "

@@ -3,7 +3,9 @@ body written before the packing reads as it is, and a damaged one is an error, n
 
 from __future__ import annotations
 
+import base64
 import json
+import zlib
 
 import pytest
 from hypothesis import given, settings
@@ -76,3 +78,12 @@ def test_a_damaged_body_is_an_error_and_readers_treat_it_as_gone(damaged: str) -
     with pytest.raises(ValueError):
         bodies.unpacked(damaged)
     assert bodies.unpacked_or_none(damaged) is None
+
+
+def test_a_key_that_inflates_past_a_packed_body_is_refused_not_inflated_whole() -> None:
+    # Not one of ours (packed() keeps bodies over MAX_PACKED as they are): a megabyte of zeros, packed
+    # with the same dictionary and mark as bodies.packed would, inflates only as far as the limit.
+    deflate = zlib.compressobj(6, zlib.DEFLATED, 11, 2, zlib.Z_DEFAULT_STRATEGY, bodies._DICTIONARY)
+    bomb = bodies.MARK + base64.b64encode(deflate.compress(b"0" * 2**20) + deflate.flush()).decode()
+    with pytest.raises(ValueError, match="longer than a packed body"):
+        bodies.unpacked(bomb)
