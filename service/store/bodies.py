@@ -62,8 +62,11 @@ _DICTIONARY = (
 def packed(body: str) -> str:
     """The stored form of ``body`` (an event's JSON)."""
     raw = body.encode()
-    if len(raw) > MAX_PACKED:
-        return body
+    return body if len(raw) > MAX_PACKED else _deflated(raw)
+
+
+def _deflated(raw: bytes) -> str:
+    """``raw`` in the packed form, whatever its size (:func:`packed` gives it only to small bodies)."""
     deflate = zlib.compressobj(
         _LEVEL, zlib.DEFLATED, _WBITS, _MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, _DICTIONARY
     )
