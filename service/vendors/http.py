@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import email.utils
+import http.cookiejar
+import json
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol
 
 import aiohttp
@@ -77,15 +79,20 @@ class BudgetedTransport(httpx.AsyncBaseTransport):
 
 
 class VendorClient(httpx.AsyncClient):
-    """An httpx client whose plain GETs (a poll: a path of plain characters, no query parameters, headers,
-    cookies or other options of its own) skip httpx's request building, URL merging and cookie jar and go
-    straight to the aiohttp session under its transport, with the headers and timeouts built once.
+    """An httpx client whose plain requests skip httpx's request building, URL merging and cookie jar and go
+    straight to the aiohttp session under its transport, with the headers and timeouts built once: a GET
+    (a poll) and a POST of a JSON body (a submit), to a path of plain characters, with no query parameters,
+    cookies or other options of their own and at most a few plain ASCII headers.
 
-    A poll through httpx cost the worker about half of its CPU (docs/performance.md); adapters still write
-    ``client.get(...)``, and every other request, or any client on another transport (tests inject
-    ``httpx.MockTransport``), goes httpx's own way. The answer is a full ``httpx.Response`` with its body
-    read (and decoded: a broken gzip stream raises ``httpx.DecodingError`` as httpx's own would), and
-    aiohttp's faults become httpx's ``TransportError``s, so the adapters cannot tell the two paths apart.
+    A poll through httpx cost the worker about half of its CPU, and a submit's httpx layers a sixth of the
+    worker's CPU during a burst of submits (docs/performance.md); adapters still write ``client.get(...)``
+    and ``client.post(..., json=...)``, and every other request, or any client on another transport (tests
+    inject ``httpx.MockTransport``), goes httpx's own way. A JSON body is encoded as httpx 0.28 encodes it
+    (``tests/integration/test_vendor_client.py`` compares the bytes and headers on the wire). The answer is
+    a full ``httpx.Response`` with its body read (and decoded: a broken gzip stream raises
+    ``httpx.DecodingError`` as httpx's own would), and aiohttp's faults become httpx's ``TransportError``s,
+    so the adapters cannot tell the two paths apart. Neither path keeps cookies: a vendor API is called
+    with its key, and a cookie it sets is not sent back (:func:`_no_cookies`).
     """
 
     def __init__(
@@ -97,10 +104,11 @@ class VendorClient(httpx.AsyncClient):
             timeout=httpx.Timeout(timeout_s),
             transport=transport,
             follow_redirects=False,
+            cookies=_no_cookies(),
         )
         self._metered = transport
         self._session_of = transport.inner if isinstance(transport.inner, AiohttpTransport) else None
-        # The poll's URL is the base's with another path: no string for yarl to parse on every poll.
+        # The request's URL is the base's with another path: no string for yarl to parse on every request.
         self._plain_root = yarl.URL(str(self.base_url))
         self._plain_prefix = self._plain_root.path.rstrip("/")
         # httpx's defaults (User-Agent, Accept...) and auth, in the form aiohttp would turn them into on every
@@ -113,38 +121,71 @@ class VendorClient(httpx.AsyncClient):
     async def get(  # type: ignore[override]
         self, url: httpx.URL | str, *, extensions: dict[str, Any] | None = None, **options: Any
     ) -> httpx.Response:
+        if not (not options and self._plain(url, extensions)):
+            return await super().get(url, extensions=extensions, **options)
+        kind = str((extensions or {}).get("kind", "get"))
+        return await self._metered.metered(
+            kind, lambda: self._fast("GET", str(url), None, self._plain_headers)
+        )
+
+    async def post(  # type: ignore[override]
+        self,
+        url: httpx.URL | str,
+        *,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+        extensions: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> httpx.Response:
         plain = (
+            not options
+            and isinstance(json, dict)
+            and self._plain(url, extensions)
+            and (headers is None or _plain_headers(headers))
+        )
+        if not plain:
+            return await super().post(url, json=json, headers=headers, extensions=extensions, **options)
+        # httpx's encode_json, byte for byte; a value JSON cannot hold raises here as it does there.
+        body = _dumps(json, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        merged = CIMultiDict(self._plain_headers)
+        if headers:
+            merged.update(headers)
+        merged.setdefault("Content-Type", "application/json")
+        kind = str((extensions or {}).get("kind", "post"))
+        return await self._metered.metered(kind, lambda: self._fast("POST", str(url), body, merged))
+
+    def _plain(self, url: httpx.URL | str, extensions: dict[str, Any] | None) -> bool:
+        return (
             self._session_of is not None
-            and not options
             and isinstance(url, str)
             and _PLAIN_PATH.fullmatch(url) is not None
             and (extensions is None or extensions.keys() <= _KIND_ONLY)
         )
-        if not plain:
-            return await super().get(url, extensions=extensions, **options)
-        kind = str((extensions or {}).get("kind", "get"))
-        return await self._metered.metered(kind, lambda: self._fast_get(str(url)))
 
-    async def _fast_get(self, path: str) -> httpx.Response:
+    async def _fast(
+        self, method: str, path: str, body: bytes | None, headers: CIMultiDictProxy[str] | CIMultiDict[str]
+    ) -> httpx.Response:
         assert self._session_of is not None
         if not isinstance(self._session_of.client, aiohttp.ClientSession):
             self._session_of.client = self._session_of.get_client()
         session = self._session_of.client
         target = self._plain_root.with_path(f"{self._plain_prefix}/{path.lstrip('/')}", encoded=True)
         try:
-            async with session.get(
+            async with session.request(
+                method,
                 target,
-                headers=self._plain_headers,
+                data=body,
+                headers=headers,
                 allow_redirects=False,
                 auto_decompress=False,  # httpx decodes, as on its own path
                 timeout=self._plain_timeout,
             ) as answer:
-                body = await answer.read()
+                content = await answer.read()
         except Exception:
             with map_aiohttp_exceptions():  # httpx's TransportError for aiohttp's, as on httpx's own path
                 raise
         encoded = answer.headers.get("Content-Encoding", "identity").strip().lower() != "identity"
-        return _FastResponse(answer.status, answer.raw_headers, body, target, encoded)
+        return _FastResponse(method, answer.status, answer.raw_headers, content, target, encoded)
 
 
 class _FastResponse(httpx.Response):
@@ -153,8 +194,11 @@ class _FastResponse(httpx.Response):
     third of the response's cost), and parsed by orjson. Its ``request`` (for ``raise_for_status()``,
     ``.url``) a plugin adapter may still ask for: built on first use, since no poll of ours does."""
 
-    def __init__(self, status_code: int, headers: Any, body: bytes, url: yarl.URL, encoded: bool) -> None:
+    def __init__(
+        self, method: str, status_code: int, headers: Any, body: bytes, url: yarl.URL, encoded: bool
+    ) -> None:
         super().__init__(status_code, stream=httpx.ByteStream(body))
+        self._fast_method = method
         self._fast_raw_headers = headers  # made httpx.Headers on first use: a poll that succeeds reads none
         self._fast_url = url
         if encoded:
@@ -180,7 +224,7 @@ class _FastResponse(httpx.Response):
     @property
     def request(self) -> httpx.Request:
         if self._request is None:
-            self._request = httpx.Request("GET", str(self._fast_url))
+            self._request = httpx.Request(self._fast_method, str(self._fast_url))
         return self._request
 
     @request.setter
@@ -200,8 +244,31 @@ class _FastResponse(httpx.Response):
 
 
 _KIND_ONLY = frozenset({"kind"})
-# Paths the fast GET takes: nothing that httpx and yarl would quote or split differently.
+# Paths the fast requests take: nothing that httpx and yarl would quote or split differently.
 _PLAIN_PATH = re.compile(r"/?[A-Za-z0-9._~/-]+")
+# Headers the fast POST takes: a token's name, a value of visible ASCII (httpx refuses what is not ASCII,
+# aiohttp would send it as UTF-8), and none that the two clients set or frame the body by themselves.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
+_FRAMING = frozenset({"host", "content-length", "transfer-encoding", "cookie", "connection", "expect"})
+_dumps = json.dumps
+
+
+def _plain_headers(headers: Mapping[str, str]) -> bool:
+    return all(
+        isinstance(name, str)
+        and isinstance(value, str)
+        and _HEADER_NAME.fullmatch(name) is not None
+        and name.lower() not in _FRAMING
+        and _HEADER_VALUE.fullmatch(value) is not None
+        for name, value in headers.items()
+    )
+
+
+def _no_cookies() -> http.cookiejar.CookieJar:
+    """A cookie jar that takes none: what a vendor sets is neither kept nor sent, on either path. (A jar,
+    not ``httpx.Cookies``: httpx copies one of those into a jar of the default policy.)"""
+    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
 
 
 def make_client(

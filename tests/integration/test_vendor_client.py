@@ -1,6 +1,6 @@
-"""The vendor client's fast GET (service/vendors/http.py ``VendorClient``) against a real server: the same
-answer, the same faults and the same budget and metrics as httpx's own path, which it must be unable to be
-told apart from."""
+"""The vendor client's fast GET and POST (service/vendors/http.py ``VendorClient``) against a real server: the
+same request on the wire, the same answer, the same faults and the same budget and metrics as httpx's own
+path, which it must be unable to be told apart from."""
 
 from __future__ import annotations
 
@@ -40,9 +40,23 @@ async def _runs(request: Request) -> Response:
     return Response(body, media_type="application/json", headers={"x-run": request.path_params["rid"]})
 
 
+async def _echo(request: Request) -> Response:
+    """What arrived, as the vendor sees it: the method, every header and the body's bytes."""
+    seen = {
+        "method": request.method,
+        "headers": sorted([k.decode("latin-1"), v.decode("latin-1")] for k, v in request.headers.raw),
+        "body": (await request.body()).decode("latin-1"),
+    }
+    return Response(
+        json.dumps(seen), media_type="application/json", headers={"set-cookie": "sticky=1; Path=/"}
+    )
+
+
 @pytest.fixture
 async def vendor(servers: Servers) -> str:
-    app = Starlette(routes=[Route("/v/runs/{rid:path}", _runs)])
+    app = Starlette(
+        routes=[Route("/v/runs/{rid:path}", _runs), Route("/v/echo", _echo, methods=["GET", "POST"])]
+    )
     port = free_port()
     await servers.start(app, port)
     return f"http://127.0.0.1:{port}/v"
@@ -79,13 +93,13 @@ async def test_a_plain_get_answers_as_httpx_does_and_is_budgeted_and_observed(
     vendor: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fast_paths: list[str] = []
-    original = VendorClient._fast_get
+    original = VendorClient._fast
 
-    async def spy(self: VendorClient, path: str) -> httpx.Response:
-        fast_paths.append(path)
-        return await original(self, path)
+    async def spy(self: VendorClient, method: str, path: str, *args: object) -> httpx.Response:
+        fast_paths.append(f"{method} {path}")
+        return await original(self, method, path, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(VendorClient, "_fast_get", spy)
+    monkeypatch.setattr(VendorClient, "_fast", spy)
     recorder = Recorder()
     async with _client(vendor, recorder) as client:
         assert isinstance(client, VendorClient)
@@ -97,7 +111,7 @@ async def test_a_plain_get_answers_as_httpx_does_and_is_budgeted_and_observed(
         assert response.json() == {**BODY, "auth": "Bearer k", "path": "/v/runs/abc-1"}
         assert response.headers["x-run"] == "abc-1"
         assert response.is_success
-    assert fast_paths == ["/runs/abc-1"]  # the first one only
+    assert fast_paths == ["GET /runs/abc-1"]  # the first one only
     assert recorder.acquired == 2
     assert recorder.settled == [(200, None), (200, None)]
     assert recorder.observed == [("v", "poll", "200"), ("v", "poll", "200")]
@@ -157,3 +171,122 @@ async def test_the_fast_answer_reads_like_httpx_own_read_closed_and_parsed_alike
                 assert {k: v for k, v in fast.json().items() if k != "path"} == {
                     k: v for k, v in slow.json().items() if k != "path"
                 }, rid
+
+
+# JSON bodies whose encoding httpx decides: non-ASCII text (kept, not escaped), floats, integers past 64 bits,
+# nesting, and keys in the order given.
+ODD_JSON: list[dict[str, object]] = [
+    {"url": "https://docs.example/é文😀.pdf", "mode": "text"},
+    {"z": 1.5, "a": 1e-7, "big": 2**70, "neg": -0.0, "nested": {"l": [1, None, True, "\u2028"]}},
+    {},
+]
+
+
+async def _both(
+    url: str, path: str, **kwargs: object
+) -> tuple[dict[str, object], dict[str, object], list[str]]:
+    """What the vendor saw of one POST from hookbridge's vendor client and of the same from a plain httpx
+    client, and the paths the first took."""
+    fast_paths: list[str] = []
+    original = VendorClient._fast
+
+    async def spy(self: VendorClient, method: str, path: str, *args: object) -> httpx.Response:
+        fast_paths.append(f"{method} {path}")
+        return await original(self, method, path, *args)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(VendorClient, "_fast", spy)
+        async with _client(url, Recorder()) as client:
+            ours = (await client.post(path, **kwargs)).json()  # type: ignore[arg-type]
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer k"}) as plain:
+        theirs = (await plain.post(path, **kwargs)).json()  # type: ignore[arg-type]
+    return ours, theirs, fast_paths
+
+
+@pytest.mark.parametrize("body", ODD_JSON, ids=["unicode", "numbers", "empty"])
+async def test_a_json_post_reaches_the_vendor_byte_for_byte_as_httpx_sends_it(
+    vendor: str, body: dict[str, object]
+) -> None:
+    headers = {"Idempotency-Key": "run_01J9Z"}
+    ours, theirs, fast = await _both(
+        vendor, "/echo", json=body, headers=headers, extensions={"kind": "submit"}
+    )
+    assert fast == ["POST /echo"]
+    assert ours == theirs  # method, every header (Host, Content-Length, Content-Type, auth...) and the body
+    assert ours["method"] == "POST"
+    assert ["idempotency-key", "run_01J9Z"] in ours["headers"]  # type: ignore[operator]
+    assert ["content-type", "application/json"] in ours["headers"]  # type: ignore[operator]
+    assert json.loads(str(ours["body"]).encode("latin-1")) == body
+
+
+async def test_a_post_with_its_own_content_type_keeps_it_on_both_paths(vendor: str) -> None:
+    headers = {"content-type": "application/vnd.api+json"}
+    ours, theirs, fast = await _both(vendor, "/echo", json={"a": 1}, headers=headers)
+    assert fast == ["POST /echo"]
+    assert ours == theirs
+    assert ["content-type", "application/vnd.api+json"] in ours["headers"]  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"json": {"a": 1}, "headers": {"X-Note": "café"}},  # not ASCII: httpx refuses it, so must we
+        {"json": {"a": 1}, "headers": {"Content-Length": "7"}},  # framing is httpx's own
+        {"json": {"a": 1}, "params": {"q": "1"}},
+        {"json": [1, 2]},
+        {"content": b"raw"},
+        {"data": {"instructions": "{}"}, "files": {"file": ("a.pdf", b"%PDF", "application/pdf")}},
+    ],
+    ids=["non-ascii-header", "content-length", "params", "json-list", "content", "multipart"],
+)
+async def test_what_the_fast_post_does_not_take_goes_httpx_way(
+    vendor: str, kwargs: dict[str, object]
+) -> None:
+    """Each of these is httpx's to build (on the same aiohttp transport, whose own ways are not ours to test):
+    the fast path is not taken, and what httpx refuses is refused."""
+    try:
+        _, _, fast = await _both(vendor, "/echo", **kwargs)
+    except UnicodeEncodeError:
+        assert kwargs.get("headers") == {"X-Note": "café"}
+        async with _client(vendor, Recorder()) as client:
+            with pytest.raises(UnicodeEncodeError):  # the fast path would have sent it as UTF-8
+                await client.post("/echo", **kwargs)  # type: ignore[arg-type]
+        return
+    assert fast == []
+
+
+@pytest.mark.parametrize("bad", [{"n": float("nan")}, {"s": {1, 2}}], ids=["nan", "set"])
+async def test_a_body_json_cannot_hold_raises_as_httpx_raises_it_and_sends_nothing(
+    vendor: str, bad: dict[str, object]
+) -> None:
+    recorder = Recorder()
+    async with httpx.AsyncClient(base_url=vendor) as plain:
+        with pytest.raises((ValueError, TypeError)) as theirs:
+            await plain.post("/echo", json=bad)
+    async with _client(vendor, recorder) as client:
+        with pytest.raises(theirs.type):
+            await client.post("/echo", json=bad, extensions={"kind": "submit"})
+    assert recorder.acquired == 0  # raised before the budget was taken: nothing reached the vendor
+
+
+async def test_a_post_is_budgeted_and_observed_and_a_cookie_the_vendor_sets_is_never_sent_back(
+    vendor: str,
+) -> None:
+    recorder = Recorder()
+    async with _client(vendor, recorder) as client:
+        first = await client.post("/echo", json={"a": 1}, extensions={"kind": "submit"})
+        assert first.headers["set-cookie"].startswith("sticky=")
+        again = [
+            await client.post("/echo", json={"a": 2}, extensions={"kind": "submit"}),  # fast
+            await client.post("/echo", json={"a": 2}, params={"q": "1"}),  # httpx's own
+            await client.get("/echo"),  # fast
+            await client.get("/echo", params={"q": "1"}),  # httpx's own
+        ]
+    for response in again:
+        names = [name for name, _ in response.json()["headers"]]
+        assert "cookie" not in names
+    assert recorder.acquired == 5
+    assert recorder.settled == [(200, None)] * 5
+    assert recorder.observed[:2] == [("v", "submit", "200")] * 2
+    assert recorder.observed[2:] == [("v", "post", "200"), ("v", "get", "200"), ("v", "get", "200")]
+    assert first.request.method == "POST" and first.url == httpx.URL(f"{vendor}/echo")
