@@ -10,7 +10,7 @@ import httpx
 
 from service.vendors import registry
 from service.vendors.base import VendorAdapter
-from service.vendors.http import Budget, Observer, make_client
+from service.vendors.http import ANSWER_ENVELOPE_BYTES, Budget, Observer, make_client
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -38,6 +38,7 @@ def build_adapters(
             budget=budgets.get(name),
             observe=observe,
             transport=transport,
+            max_answer_bytes=settings.max_document_bytes + ANSWER_ENVELOPE_BYTES,
         )
         clients.append(client)
         try:

@@ -7,7 +7,7 @@ import http.cookiejar
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, Literal, Protocol
 
 import aiohttp
@@ -35,6 +35,12 @@ class Budget(Protocol):
 
 # (vendor, kind, status code or "error", seconds) for metrics.
 Observer = Callable[[str, str, str, float], None]
+
+# The most of one answer a vendor client reads unless told (the worker passes MAX_DOCUMENT_BYTES and an
+# envelope's room: a poll of Cloudsquid or Uptiq carries its result inline).
+ANSWER_ENVELOPE_BYTES = 64 * 1024
+MAX_ANSWER_BYTES = 50 * 1024 * 1024 + ANSWER_ENVELOPE_BYTES
+_SLICE = 64 * 1024
 
 
 class BudgetedTransport(httpx.AsyncBaseTransport):
@@ -93,10 +99,21 @@ class VendorClient(httpx.AsyncClient):
     ``httpx.DecodingError`` as httpx's own would), and aiohttp's faults become httpx's ``TransportError``s,
     so the adapters cannot tell the two paths apart. Neither path keeps cookies: a vendor API is called
     with its key, and a cookie it sets is not sent back (:func:`_no_cookies`).
+
+    Nor does either path read more of an answer than ``max_answer_bytes`` (decoded): a longer one raises
+    :class:`VendorResultTooLarge` as it arrives, so that a vendor (or a proxy in front of it) cannot push
+    the worker's memory past what hookbridge keeps of a result. A request the caller streams
+    (``client.stream``, :func:`get_bounded`) is the caller's to bound.
     """
 
     def __init__(
-        self, *, base_url: str, headers: dict[str, str], timeout_s: float, transport: BudgetedTransport
+        self,
+        *,
+        base_url: str,
+        headers: dict[str, str],
+        timeout_s: float,
+        transport: BudgetedTransport,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         super().__init__(
             base_url=base_url,
@@ -107,6 +124,7 @@ class VendorClient(httpx.AsyncClient):
             cookies=_no_cookies(),
         )
         self._metered = transport
+        self._max_answer = max_answer_bytes
         self._session_of = transport.inner if isinstance(transport.inner, AiohttpTransport) else None
         # The request's URL is the base's with another path: no string for yarl to parse on every request.
         self._plain_root = yarl.URL(str(self.base_url))
@@ -125,7 +143,7 @@ class VendorClient(httpx.AsyncClient):
             return await super().get(url, extensions=extensions, **options)
         kind = str((extensions or {}).get("kind", "get"))
         return await self._metered.metered(
-            kind, lambda: self._fast("GET", str(url), None, self._plain_headers)
+            kind, lambda: self._fast("GET", str(url), None, self._plain_headers, kind)
         )
 
     async def post(  # type: ignore[override]
@@ -152,7 +170,27 @@ class VendorClient(httpx.AsyncClient):
             merged.update(headers)
         merged.setdefault("Content-Type", "application/json")
         kind = str((extensions or {}).get("kind", "post"))
-        return await self._metered.metered(kind, lambda: self._fast("POST", str(url), body, merged))
+        return await self._metered.metered(kind, lambda: self._fast("POST", str(url), body, merged, kind))
+
+    async def send(
+        self,
+        request: httpx.Request,
+        *,
+        stream: bool = False,
+        auth: httpx._types.AuthTypes | httpx._client.UseClientDefault | None = httpx.USE_CLIENT_DEFAULT,
+        follow_redirects: bool | httpx._client.UseClientDefault = httpx.USE_CLIENT_DEFAULT,
+    ) -> httpx.Response:
+        """httpx's own path: the answer read as httpx reads it, but no further than ``max_answer_bytes``."""
+        response = await super().send(request, stream=True, auth=auth, follow_redirects=follow_redirects)
+        if stream:
+            return response
+        try:
+            kind = str(request.extensions.get("kind", request.method.lower()))
+            body = await _bounded(response.aiter_bytes(), self._max_answer, kind)
+            response._content = body  # what httpx's own read() leaves
+        finally:
+            await response.aclose()
+        return response
 
     def _plain(self, url: httpx.URL | str, extensions: dict[str, Any] | None) -> bool:
         return (
@@ -163,7 +201,12 @@ class VendorClient(httpx.AsyncClient):
         )
 
     async def _fast(
-        self, method: str, path: str, body: bytes | None, headers: CIMultiDictProxy[str] | CIMultiDict[str]
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: CIMultiDictProxy[str] | CIMultiDict[str],
+        kind: str,
     ) -> httpx.Response:
         assert self._session_of is not None
         if not isinstance(self._session_of.client, aiohttp.ClientSession):
@@ -180,12 +223,24 @@ class VendorClient(httpx.AsyncClient):
                 auto_decompress=False,  # httpx decodes, as on its own path
                 timeout=self._plain_timeout,
             ) as answer:
-                content = await answer.read()
+                declared = answer.content_length
+                if declared is None:  # chunked, or to the end of the connection: read no further than the cap
+                    content = await _bounded(answer.content.iter_chunked(_SLICE), self._max_answer, kind)
+                elif declared > self._max_answer:
+                    raise _too_large(kind, self._max_answer)
+                else:  # aiohttp reads no more than the declared length
+                    content = await answer.read()
+        except VendorResultTooLarge:
+            raise
         except Exception:
             with map_aiohttp_exceptions():  # httpx's TransportError for aiohttp's, as on httpx's own path
                 raise
         encoded = answer.headers.get("Content-Encoding", "identity").strip().lower() != "identity"
-        return _FastResponse(method, answer.status, answer.raw_headers, content, target, encoded)
+        response = _FastResponse(method, answer.status, answer.raw_headers, content, target, encoded)
+        if encoded:  # httpx decodes it (gzip, deflate, br, zstd), a slice at a time, up to the cap
+            response.stream = _Slices(content)
+            response._content = _bounded_sync(response.iter_bytes(), self._max_answer, kind)
+        return response
 
 
 class _FastResponse(httpx.Response):
@@ -201,9 +256,7 @@ class _FastResponse(httpx.Response):
         self._fast_method = method
         self._fast_raw_headers = headers  # made httpx.Headers on first use: a poll that succeeds reads none
         self._fast_url = url
-        if encoded:
-            self.read()  # httpx decodes it (gzip, deflate, br, zstd) and raises DecodingError if it cannot
-        else:
+        if not encoded:  # an encoded body is decoded by VendorClient._fast, under its cap
             self._content = body
             self.is_stream_consumed = True
             self.is_closed = True
@@ -265,6 +318,43 @@ def _plain_headers(headers: Mapping[str, str]) -> bool:
     )
 
 
+def _too_large(kind: str, cap: int) -> VendorResultTooLarge:
+    return VendorResultTooLarge(
+        f"the vendor's answer to a {kind} is more than the {cap} bytes read of one "
+        "(HOOKBRIDGE_MAX_DOCUMENT_BYTES and an envelope's room)"
+    )
+
+
+async def _bounded(chunks: AsyncIterator[bytes], cap: int, kind: str) -> bytes:
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+        if len(body) > cap:
+            raise _too_large(kind, cap)
+    return bytes(body)
+
+
+def _bounded_sync(chunks: Iterator[bytes], cap: int, kind: str) -> bytes:
+    body = bytearray()
+    for chunk in chunks:
+        body += chunk
+        if len(body) > cap:
+            raise _too_large(kind, cap)
+    return bytes(body)
+
+
+class _Slices(httpx.SyncByteStream):
+    """A body already read, handed to httpx's decoders a slice at a time: no slice inflates past what one
+    compressed slice can (about a thousand times its size), so the cap is checked as it decodes."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def __iter__(self) -> Iterator[bytes]:
+        for start in range(0, len(self._body), _SLICE):
+            yield self._body[start : start + _SLICE]
+
+
 def _no_cookies() -> http.cookiejar.CookieJar:
     """A cookie jar that takes none: what a vendor sets is neither kept nor sent, on either path. (A jar,
     not ``httpx.Cookies``: httpx copies one of those into a jar of the default policy.)"""
@@ -280,15 +370,17 @@ def make_client(
     budget: Budget | None = None,
     observe: Observer | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    max_answer_bytes: int = MAX_ANSWER_BYTES,
 ) -> httpx.AsyncClient:
     """An httpx client on aiohttp's transport (4-9x faster under concurrency, see MEASURED.md), whose polls
-    skip httpx's layers (:class:`VendorClient`)."""
+    and submits skip httpx's layers and whose answers are bounded (:class:`VendorClient`)."""
     inner = transport or AiohttpTransport(limits=httpx.Limits(max_connections=200))
     return VendorClient(
         base_url=base_url,
         headers=headers,
         timeout_s=timeout_s,
         transport=BudgetedTransport(inner, vendor, budget, observe),
+        max_answer_bytes=max_answer_bytes,
     )
 
 

@@ -165,3 +165,21 @@ async def test_a_poll_that_never_answers_is_cut_by_the_step_timeout(make_clocked
     assert ended["error"]["code"] == "vendor_unreachable"
     assert "TimeoutError" in ended["error"]["message"]
     assert answered.calls["poll"] == 3
+
+
+async def test_a_poll_answer_past_the_cap_fails_the_run_at_once(make_clocked: ClockedFactory) -> None:
+    """A poll answer longer than what hookbridge keeps of a result (MAX_DOCUMENT_BYTES and an envelope's room:
+    Cloudsquid and Uptiq carry the result inline) is not read whole and not retried: the run fails,
+    ``result_too_large``. (The read's cap on every path, with a real server: tests/integration/
+    test_vendor_client.py.)"""
+    huge = httpx.Response(200, json={"status": "processing", "pad": "x" * (200 * 1024)})
+    vendor = Nutrient(poll_answer=huge)
+    c = await make_clocked(httpx.MockTransport(vendor), **FAST, HOOKBRIDGE_MAX_DOCUMENT_BYTES="1024")
+    run = await _submitted(c)
+    await c.advance(3)  # past the first poll (2 s and its jitter)
+    ended = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert ended["status"] == "failed", json.dumps(ended)
+    assert ended["error"]["code"] == "result_too_large"
+    assert "HOOKBRIDGE_MAX_DOCUMENT_BYTES" in ended["error"]["message"]
+    assert vendor.calls["poll"] == 1
+    assert await _nothing_left(c.worker.store.redis, run["id"])

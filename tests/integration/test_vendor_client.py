@@ -4,18 +4,21 @@ path, which it must be unable to be told apart from."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from service.dev.embedded_redis import free_port
 from service.dev.stack import Servers
+from service.vendors.base import VendorResultTooLarge
 from service.vendors.http import VendorClient, make_client
 
 BODY = {"id": "run-1", "status": "running"}
@@ -52,10 +55,37 @@ async def _echo(request: Request) -> Response:
     )
 
 
+# A small cap for the answers below, and what each of them sends.
+CAP = 4096
+# A gzip stream of 8 MiB of zeros: some 8 KiB on the wire, 2,000 times the cap once inflated.
+BOMB = gzip.compress(bytes(8 * 1024 * 1024))
+
+
+async def _big(request: Request) -> Response:
+    shape = request.path_params["shape"]
+    if shape == "at-cap":
+        return Response(b"x" * CAP, media_type="application/octet-stream")
+    if shape == "declared":  # one byte past the cap, its length said up front
+        return Response(b"x" * (CAP + 1), media_type="application/octet-stream")
+    if shape == "bomb":
+        return Response(BOMB, headers={"content-encoding": "gzip", "content-type": "application/json"})
+
+    async def endless() -> AsyncIterator[bytes]:  # chunked, never ending
+        while True:
+            yield b"x" * 1024
+            await asyncio.sleep(0)  # the client shares this event loop: let it read
+
+    return StreamingResponse(endless(), media_type="application/json")
+
+
 @pytest.fixture
 async def vendor(servers: Servers) -> str:
     app = Starlette(
-        routes=[Route("/v/runs/{rid:path}", _runs), Route("/v/echo", _echo, methods=["GET", "POST"])]
+        routes=[
+            Route("/v/runs/{rid:path}", _runs),
+            Route("/v/echo", _echo, methods=["GET", "POST"]),
+            Route("/v/big/{shape}", _big, methods=["GET", "POST"]),
+        ]
     )
     port = free_port()
     await servers.start(app, port)
@@ -78,7 +108,7 @@ class Recorder:
         self.observed.append((vendor, kind, code))
 
 
-def _client(url: str, recorder: Recorder) -> httpx.AsyncClient:
+def _client(url: str, recorder: Recorder, *, cap: int = 50 * 1024 * 1024) -> httpx.AsyncClient:
     return make_client(
         url,
         {"Authorization": "Bearer k"},
@@ -86,6 +116,7 @@ def _client(url: str, recorder: Recorder) -> httpx.AsyncClient:
         vendor="v",
         budget=recorder,
         observe=recorder.observe,
+        max_answer_bytes=cap,
     )
 
 
@@ -290,3 +321,31 @@ async def test_a_post_is_budgeted_and_observed_and_a_cookie_the_vendor_sets_is_n
     assert recorder.observed[:2] == [("v", "submit", "200")] * 2
     assert recorder.observed[2:] == [("v", "post", "200"), ("v", "get", "200"), ("v", "get", "200")]
     assert first.request.method == "POST" and first.url == httpx.URL(f"{vendor}/echo")
+
+
+# Each way an answer reaches the adapter: the fast GET, httpx's own GET (a query parameter), the fast POST.
+WAYS = {
+    "fast-get": lambda c, path: c.get(path, extensions={"kind": "poll"}),
+    "httpx-get": lambda c, path: c.get(path, params={"q": "1"}, extensions={"kind": "poll"}),
+    "fast-post": lambda c, path: c.post(path, json={"a": 1}, extensions={"kind": "submit"}),
+}
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("shape", ["declared", "endless", "bomb"])
+async def test_no_answer_is_read_past_the_cap_on_any_path(vendor: str, way: str, shape: str) -> None:
+    """A vendor (or a proxy before it) cannot push the worker's memory past the cap: not by a long body
+    said up front, not by one that never ends (the call would never return), not by a gzip bomb."""
+    recorder = Recorder()
+    async with _client(vendor, recorder, cap=CAP) as client:
+        with pytest.raises(VendorResultTooLarge, match=f"more than the {CAP} bytes"):
+            await WAYS[way](client, f"/big/{shape}")
+        at_cap = await WAYS[way](
+            client, "/big/at-cap"
+        )  # the cap itself is read whole, and the client goes on
+    assert at_cap.status_code == 200 and at_cap.content == b"x" * CAP
+    kind = "submit" if way == "fast-post" else "poll"
+    # Each request observed and its budget settled once. (Its code: "error" where the cap cut the read
+    # inside the request, the fast paths; "200" on httpx's, whose transport is done once the head arrives.)
+    assert [(v, k) for v, k, _ in recorder.observed] == [("v", kind)] * 2
+    assert len(recorder.settled) == 2 and recorder.settled[1] == (200, None)
