@@ -41,6 +41,9 @@ Observer = Callable[[str, str, str, float], None]
 ANSWER_ENVELOPE_BYTES = 64 * 1024
 MAX_ANSWER_BYTES = 50 * 1024 * 1024 + ANSWER_ENVELOPE_BYTES
 _SLICE = 64 * 1024
+# What an encoded answer is decoded by: deflate inflates a slice at most ~1,032 times, so one slice's
+# decode holds at most ~16.5 MiB on top of the cap, as httpx's own path does (httpx_aiohttp reads 16 KiB).
+_DECODE_SLICE = 16 * 1024
 
 
 class BudgetedTransport(httpx.AsyncBaseTransport):
@@ -328,18 +331,18 @@ def _too_large(kind: str, cap: int) -> VendorResultTooLarge:
 async def _bounded(chunks: AsyncIterator[bytes], cap: int, kind: str) -> bytes:
     body = bytearray()
     async for chunk in chunks:
-        body += chunk
-        if len(body) > cap:
+        if len(body) + len(chunk) > cap:  # before the copy: a decoded chunk may be large
             raise _too_large(kind, cap)
+        body += chunk
     return bytes(body)
 
 
 def _bounded_sync(chunks: Iterator[bytes], cap: int, kind: str) -> bytes:
     body = bytearray()
     for chunk in chunks:
-        body += chunk
-        if len(body) > cap:
+        if len(body) + len(chunk) > cap:  # before the copy: a decoded chunk may be large
             raise _too_large(kind, cap)
+        body += chunk
     return bytes(body)
 
 
@@ -351,8 +354,8 @@ class _Slices(httpx.SyncByteStream):
         self._body = body
 
     def __iter__(self) -> Iterator[bytes]:
-        for start in range(0, len(self._body), _SLICE):
-            yield self._body[start : start + _SLICE]
+        for start in range(0, len(self._body), _DECODE_SLICE):
+            yield self._body[start : start + _DECODE_SLICE]
 
 
 def _no_cookies() -> http.cookiejar.CookieJar:

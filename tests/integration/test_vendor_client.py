@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import functools
 import json
+import tracemalloc
 from collections.abc import AsyncIterator
 
 import httpx
@@ -61,6 +63,12 @@ CAP = 4096
 BOMB = gzip.compress(bytes(8 * 1024 * 1024))
 
 
+@functools.cache
+def deep_bomb() -> bytes:
+    """128 MiB of zeros gzipped (~130 KB on the wire): any 64 KiB of it inflates to some 64 MiB at once."""
+    return gzip.compress(bytes(128 * 1024 * 1024), compresslevel=6)
+
+
 async def _big(request: Request) -> Response:
     shape = request.path_params["shape"]
     if shape == "at-cap":
@@ -69,6 +77,8 @@ async def _big(request: Request) -> Response:
         return Response(b"x" * (CAP + 1), media_type="application/octet-stream")
     if shape == "bomb":
         return Response(BOMB, headers={"content-encoding": "gzip", "content-type": "application/json"})
+    if shape == "deep-bomb":
+        return Response(deep_bomb(), headers={"content-encoding": "gzip", "content-type": "application/json"})
 
     async def endless() -> AsyncIterator[bytes]:  # chunked, never ending
         while True:
@@ -349,3 +359,27 @@ async def test_no_answer_is_read_past_the_cap_on_any_path(vendor: str, way: str,
     # inside the request, the fast paths; "200" on httpx's, whose transport is done once the head arrives.)
     assert [(v, k) for v, k, _ in recorder.observed] == [("v", kind)] * 2
     assert len(recorder.settled) == 2 and recorder.settled[1] == (200, None)
+
+
+@pytest.mark.parametrize("way", WAYS)
+async def test_a_deep_gzip_bomb_is_cut_before_it_holds_more_than_one_small_slice_inflated(
+    vendor: str, way: str
+) -> None:
+    """The cap is checked between the decoder's steps, so what one step inflates is what the worker holds
+    past the cap: a slice of 64 KiB of this bomb is 64 MiB at once, and 500 polls in flight are 500 of them.
+    Every path decodes at most 16 KiB of the wire at a time (some 16.5 MiB inflated). Measured with
+    tracemalloc (what the process allocated at its peak during the call), not with a clock."""
+    cap = 1024 * 1024  # more than the bomb on the wire, so that it is decoded, not refused by its length
+    assert len(deep_bomb()) < cap  # and built before the measure
+    recorder = Recorder()
+    async with _client(vendor, recorder, cap=cap) as client:
+        tracemalloc.start()
+        try:
+            with pytest.raises(VendorResultTooLarge, match=f"more than the {cap} bytes"):
+                await WAYS[way](client, "/big/deep-bomb")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    # One 16 KiB step is ~16.5 MiB inflated, and zlib's growing output buffer holds up to ~2.8 times that
+    # as it finishes (46 MiB measured on each way); 64 KiB steps held 142 MiB.
+    assert peak < 64 * 1024 * 1024, f"{peak / 2**20:.1f} MiB held at the peak"
