@@ -238,6 +238,55 @@ class Sampler:
         return out
 
 
+class CpuQuota:
+    """Each given process in a cgroup of its own, allowed ``cores`` of a core (the CFS quota): on a machine
+    whose cores the simulator and Redis share with the workers, N processes at a fixed share each show
+    what each adds, as N cores of their own would. cgroup v1's ``cpu`` controller or cgroup v2 with
+    ``cpu`` enabled, as root; anything else is an error that says so, never a run without the quota."""
+
+    PERIOD_US = 100_000
+
+    def __init__(self, cores: float) -> None:
+        v1, v2 = Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")
+        if (v1 / "cpu.cfs_quota_us").exists():
+            self.root, self.v2 = v1, False
+        elif "cpu" in _read(v2 / "cgroup.subtree_control").split():
+            self.root, self.v2 = v2, True
+        else:
+            raise SystemExit("--worker-cores needs cgroup v1's cpu controller or v2's cpu, as root")
+        self.quota_us = max(1000, round(cores * self.PERIOD_US))
+        self.groups: list[Path] = []
+
+    def limit(self, pids: Iterable[int]) -> None:
+        for pid in pids:
+            group = self.root / f"hookbridge-bench-{os.getpid()}-{len(self.groups)}"
+            group.mkdir()
+            self.groups.append(group)
+            if self.v2:
+                (group / "cpu.max").write_text(f"{self.quota_us} {self.PERIOD_US}")
+            else:
+                (group / "cpu.cfs_period_us").write_text(str(self.PERIOD_US))
+                (group / "cpu.cfs_quota_us").write_text(str(self.quota_us))
+            (group / "cgroup.procs").write_text(str(pid))  # the whole process, every thread
+
+    def close(self) -> None:
+        """Hands what is left in the groups back to the root and removes them."""
+        for group in self.groups:
+            for pid in _read(group / "cgroup.procs").split():
+                with contextlib.suppress(OSError):  # it may have exited since
+                    (self.root / "cgroup.procs").write_text(pid)
+            with contextlib.suppress(OSError):
+                group.rmdir()
+        self.groups.clear()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 def cpu_note(usage: Mapping[str, float]) -> str:
     ours = {n: v for n, v in usage.items() if n not in ("other processes", "steal")}
     text = ", ".join(f"{n} {v * 100:.0f} %" for n, v in sorted(ours.items(), key=lambda kv: -kv[1]))
@@ -489,6 +538,12 @@ class Cluster:
             return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
         except OSError:
             return []
+
+    def worker_pids(self) -> list[int]:
+        """The processes that poll: the worker itself, or the supervisor's children."""
+        if self.worker_processes > 1:
+            return self.worker_children()
+        return [self.procs["worker"].process.pid] if "worker" in self.procs else []
 
     def pids(self) -> dict[str, int]:
         out = {name: p.process.pid for name, p in self.procs.items()}

@@ -47,6 +47,7 @@ import aiohttp
 from bench._common import (
     BenchResult,
     Cluster,
+    CpuQuota,
     Figure,
     cpu_note,
     histogram,
@@ -315,6 +316,7 @@ async def polls(
     floor_s: float = 10.0,
     processes: int = 1,
     interval_s: float = POLL_INTERVAL_S,
+    worker_cores: float | None = None,
 ) -> None:
     overrides = {
         **polls_overrides(interval_s),
@@ -322,123 +324,163 @@ async def polls(
     }
     processes_note = f"{processes} worker processes (WORKER_PROCESSES)" if processes > 1 else ""
     workers = "one worker process" if processes == 1 else f"{processes} worker processes"
-    async with Cluster("polls", overrides) as cluster:
-        await cluster.subscribe()
-        async with sampling(cluster) as sampler:
-            t_start = time.time()
-            await submit_runs(cluster, n, concurrency)
-            submitted = time.time()
+    quota = CpuQuota(worker_cores) if worker_cores else None
+    if worker_cores:
+        workers += f" at most {worker_cores:g} of a core each"
+        processes_note = ", ".join(
+            filter(None, [processes_note, "each in a cgroup of its own (--worker-cores)"])
+        )
+    try:
+        async with Cluster("polls", overrides) as cluster:
+            if quota is not None:
+                quota.limit(cluster.worker_pids())
+            await _polls_phase(
+                cluster,
+                n,
+                concurrency,
+                window_s,
+                result,
+                floor_s,
+                processes,
+                interval_s,
+                workers,
+                processes_note,
+                worker_cores,
+            )
+    finally:
+        if quota is not None:
+            quota.close()
 
-            async def all_at_vendor() -> bool:
-                metrics = await cluster.metrics()
-                return metric_sum(metrics, "hookbridge_vendor_requests_total", kind="submit", code="202") >= n
 
-            at_vendor = await until(all_at_vendor, 120, "every run submitted to the vendor")
-            await asyncio.sleep(3.0)
-            m0, t0 = await cluster.metrics(), time.time()
-            # Second by second: the rate moves with what the polls find (queued, running with progress)
-            # and with the sweeper's passes.
-            slices: list[tuple[float, float]] = [(t0, _polls(m0))]
-            while time.time() < t0 + window_s:
-                await asyncio.sleep(1.0)
-                slices.append((time.time(), _polls(await cluster.metrics())))
-            m1, t1 = await cluster.metrics(), time.time()
-            sampler.take()  # the window's last CPU reading, while the worker still runs
-            # The floor: the worker stops, and a bare client polls the same runs on the same simulator.
-            cluster.procs["worker"].stop()
-            vendor_ids = [r["id"] for r in await cluster.sim_runs("nutrient")]
-            f0 = time.time()
-            floor = await raw_client_floor(cluster.sim_url, vendor_ids, floor_s)
-            floor_usage = sampler.usage(f0, time.time())
-        rate = (_polls(m1) - _polls(m0)) / (t1 - t0)
-        per_second = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in itertools.pairwise(slices)]
-        offered = n / (JITTER_MEAN * interval_s)
-        usage = sampler.usage(t0, t1)
-        worker_cpu = sum(v for k, v in usage.items() if k.startswith("worker"))
-        late = histogram_delta(
-            histogram(m1, "hookbridge_poll_lateness_seconds"),
-            histogram(m0, "hookbridge_poll_lateness_seconds"),
-        )
-        p50, _ = quantile(late, 0.5)
-        p99, beyond = quantile(late, 0.99)
-        limit = _limit(usage)
-        result.add(
-            Figure(
-                f"vendor polls per second, {workers}",
-                rate,
-                "polls/s",
-                target="≥ 1,000 polls/s" if processes == 1 else "",
-                # With fewer polls due than the target (a quick run), the figure says nothing of it.
-                goal=POLLS_TARGET if offered >= POLLS_TARGET and processes == 1 else None,
-                note=f"{n} runs in flight, each due every ~{JITTER_MEAN * interval_s:.3g} s: "
-                f"{offered:,.0f} polls/s offered",
-            ),
-            Figure(
-                "polls per second, second by second: 10th / 90th percentile",
-                percentile(per_second, 0.1),
-                "polls/s",
-                note=f"90th {number(percentile(per_second, 0.9) or 0)} polls/s",
-            ),
-            Figure(
-                "poll lateness during that window, p50 / p99",
-                p50,
-                "s",
-                note=f"p99 {'>' if beyond else ''}{p99 or 0:.2f} s"
-                + ("; more polls offered than made: the worker falls behind" if offered > 1.1 * rate else ""),
-            ),
-            Figure("worker CPU during that window", worker_cpu * 100, "% of a core", note=processes_note),
-            Figure("simulator CPU during that window", usage.get("simulator", 0) * 100, "% of a core"),
-            Figure(
-                "floor: raw aiohttp client, the same runs' Nutrient run endpoint",
-                floor["polls_per_s"],
-                "polls/s",
-                note=f"{WORKER_CONCURRENCY} in flight, {VENDOR_CONNECTIONS} connections, "
-                f"{floor['errors']:.0f} errors; CPU: bench (the client) "
-                f"{floor_usage.get('bench (client, receiver)', 0) * 100:.0f} %, simulator "
-                f"{floor_usage.get('simulator', 0) * 100:.0f} %",
-            ),
-            Figure(
-                "worker CPU per poll",
-                worker_cpu / rate * 1e6 if rate else None,
-                "us",
-                note="on a loaded machine the robust figure: a process's share of a core moves, its cost "
-                "per request much less",
-            ),
-            Figure(
-                "raw client CPU per request (the floor's)",
-                floor_usage.get("bench (client, receiver)", 0) / floor["polls_per_s"] * 1e6
-                if floor["polls_per_s"]
-                else None,
-                "us",
-            ),
-            Figure(
-                f"vendor polls per second, {workers}, as a share of the raw-client floor",
-                rate / floor["polls_per_s"] * 100 if floor["polls_per_s"] else None,
-                "%",
-                target="≥ 50 %" if processes == 1 else "",
-                # With fewer polls due than half the floor (a quick run), the share says nothing.
-                goal=FLOOR_SHARE_TARGET * 100
-                if offered >= FLOOR_SHARE_TARGET * floor["polls_per_s"] and processes == 1
-                else None,
-            ),
-        )
-        result.notes.append(
-            f"Polls: {n} runs submitted through the API in {submitted - t_start:.1f} s, all at the vendor "
-            f"{at_vendor - t_start:.1f} s in; window {t1 - t0:.1f} s. "
-            f"CPU over the window: {cpu_note(usage)}. {limit}"
-        )
-        result.data["polls"] = {
-            "inflight": n,
-            "polls_per_s": rate,
-            "offered_per_s": offered,
-            "interval_s": interval_s,
-            "cpu": usage,
-            "lateness_buckets": late,
-            "window_s": t1 - t0,
-            "per_second": per_second,
-            "floor": floor,
-            "floor_cpu": floor_usage,
-        }
+async def _polls_phase(
+    cluster: Cluster,
+    n: int,
+    concurrency: int,
+    window_s: float,
+    result: BenchResult,
+    floor_s: float,
+    processes: int,
+    interval_s: float,
+    workers: str,
+    processes_note: str,
+    worker_cores: float | None,
+) -> None:
+    await cluster.subscribe()
+    async with sampling(cluster) as sampler:
+        t_start = time.time()
+        await submit_runs(cluster, n, concurrency)
+        submitted = time.time()
+
+        async def all_at_vendor() -> bool:
+            metrics = await cluster.metrics()
+            return metric_sum(metrics, "hookbridge_vendor_requests_total", kind="submit", code="202") >= n
+
+        at_vendor = await until(all_at_vendor, 120, "every run submitted to the vendor")
+        await asyncio.sleep(3.0)
+        m0, t0 = await cluster.metrics(), time.time()
+        # Second by second: the rate moves with what the polls find (queued, running with progress)
+        # and with the sweeper's passes.
+        slices: list[tuple[float, float]] = [(t0, _polls(m0))]
+        while time.time() < t0 + window_s:
+            await asyncio.sleep(1.0)
+            slices.append((time.time(), _polls(await cluster.metrics())))
+        m1, t1 = await cluster.metrics(), time.time()
+        sampler.take()  # the window's last CPU reading, while the worker still runs
+        # The floor: the worker stops, and a bare client polls the same runs on the same simulator.
+        cluster.procs["worker"].stop()
+        vendor_ids = [r["id"] for r in await cluster.sim_runs("nutrient")]
+        f0 = time.time()
+        floor = await raw_client_floor(cluster.sim_url, vendor_ids, floor_s)
+        floor_usage = sampler.usage(f0, time.time())
+    rate = (_polls(m1) - _polls(m0)) / (t1 - t0)
+    per_second = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in itertools.pairwise(slices)]
+    offered = n / (JITTER_MEAN * interval_s)
+    usage = sampler.usage(t0, t1)
+    worker_cpu = sum(v for k, v in usage.items() if k.startswith("worker"))
+    late = histogram_delta(
+        histogram(m1, "hookbridge_poll_lateness_seconds"),
+        histogram(m0, "hookbridge_poll_lateness_seconds"),
+    )
+    p50, _ = quantile(late, 0.5)
+    p99, beyond = quantile(late, 0.99)
+    limit = _limit(usage, worker_cores or 1.0)
+    result.add(
+        Figure(
+            f"vendor polls per second, {workers}",
+            rate,
+            "polls/s",
+            target="≥ 1,000 polls/s" if processes == 1 else "",
+            # With fewer polls due than the target (a quick run), the figure says nothing of it.
+            goal=POLLS_TARGET if offered >= POLLS_TARGET and processes == 1 else None,
+            note=f"{n} runs in flight, each due every ~{JITTER_MEAN * interval_s:.3g} s: "
+            f"{offered:,.0f} polls/s offered",
+        ),
+        Figure(
+            "polls per second, second by second: 10th / 90th percentile",
+            percentile(per_second, 0.1),
+            "polls/s",
+            note=f"90th {number(percentile(per_second, 0.9) or 0)} polls/s",
+        ),
+        Figure(
+            "poll lateness during that window, p50 / p99",
+            p50,
+            "s",
+            note=f"p99 {'>' if beyond else ''}{p99 or 0:.2f} s"
+            + ("; more polls offered than made: the worker falls behind" if offered > 1.1 * rate else ""),
+        ),
+        Figure("worker CPU during that window", worker_cpu * 100, "% of a core", note=processes_note),
+        Figure("simulator CPU during that window", usage.get("simulator", 0) * 100, "% of a core"),
+        Figure(
+            "floor: raw aiohttp client, the same runs' Nutrient run endpoint",
+            floor["polls_per_s"],
+            "polls/s",
+            note=f"{WORKER_CONCURRENCY} in flight, {VENDOR_CONNECTIONS} connections, "
+            f"{floor['errors']:.0f} errors; CPU: bench (the client) "
+            f"{floor_usage.get('bench (client, receiver)', 0) * 100:.0f} %, simulator "
+            f"{floor_usage.get('simulator', 0) * 100:.0f} %",
+        ),
+        Figure(
+            "worker CPU per poll",
+            worker_cpu / rate * 1e6 if rate else None,
+            "us",
+            note="on a loaded machine the robust figure: a process's share of a core moves, its cost "
+            "per request much less",
+        ),
+        Figure(
+            "raw client CPU per request (the floor's)",
+            floor_usage.get("bench (client, receiver)", 0) / floor["polls_per_s"] * 1e6
+            if floor["polls_per_s"]
+            else None,
+            "us",
+        ),
+        Figure(
+            f"vendor polls per second, {workers}, as a share of the raw-client floor",
+            rate / floor["polls_per_s"] * 100 if floor["polls_per_s"] else None,
+            "%",
+            target="≥ 50 %" if processes == 1 else "",
+            # With fewer polls due than half the floor (a quick run), the share says nothing.
+            goal=FLOOR_SHARE_TARGET * 100
+            if offered >= FLOOR_SHARE_TARGET * floor["polls_per_s"] and processes == 1
+            else None,
+        ),
+    )
+    result.notes.append(
+        f"Polls: {n} runs submitted through the API in {submitted - t_start:.1f} s, all at the vendor "
+        f"{at_vendor - t_start:.1f} s in; window {t1 - t0:.1f} s. "
+        f"CPU over the window: {cpu_note(usage)}. {limit}"
+    )
+    result.data["polls"] = {
+        "inflight": n,
+        "polls_per_s": rate,
+        "offered_per_s": offered,
+        "interval_s": interval_s,
+        "cpu": usage,
+        "lateness_buckets": late,
+        "window_s": t1 - t0,
+        "per_second": per_second,
+        "floor": floor,
+        "floor_cpu": floor_usage,
+    }
 
 
 def polls_overrides(interval_s: float = POLL_INTERVAL_S) -> dict[str, str]:
@@ -456,12 +498,18 @@ def _polls(metrics: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> floa
     return metric_sum(metrics, "hookbridge_vendor_requests_total", kind="poll")
 
 
-def _limit(usage: dict[str, float]) -> str:
-    worker = sum(v for k, v in usage.items() if k.startswith("worker"))
+def _limit(usage: dict[str, float], cores_each: float = 1.0) -> str:
+    """What bounds the window: the worker processes (each near what it may take: a core, or its quota),
+    the simulator, or the machine's two cores."""
+    each = {k: v for k, v in usage.items() if k.startswith("worker ")} or {
+        k: v for k, v in usage.items() if k == "worker"
+    }
     sim = usage.get("simulator", 0.0)
     busy = sum(usage.values())
-    if worker >= 0.85:
-        return f"The worker is saturated ({worker * 100:.0f} % of a core)."
+    if each and min(each.values()) >= 0.85 * cores_each:
+        shares = " / ".join(f"{v * 100:.0f} %" for v in each.values())
+        allowed = "a core" if cores_each == 1.0 else f"the {cores_each * 100:.0f} % allowed"
+        return f"The worker is saturated ({shares} of {allowed})."
     if sim >= 0.9:
         return "The simulator (one Python process) is saturated: it is the limit, not the worker."
     if busy >= 1.8:
@@ -478,6 +526,7 @@ async def run(
     polls_only: bool = False,
     processes: int = 1,
     interval_s: float = POLL_INTERVAL_S,
+    worker_cores: float | None = None,
 ) -> BenchResult:
     started = time.monotonic()
     result = BenchResult(
@@ -497,6 +546,7 @@ async def run(
         floor_s=3.0 if quick else 10.0,
         processes=processes,
         interval_s=interval_s,
+        worker_cores=worker_cores,
     )
     result.elapsed_s = time.monotonic() - started
     return result
@@ -522,6 +572,12 @@ def main() -> None:
         help=f"seconds between two polls of a run in the polls phase (default {POLL_INTERVAL_S:g}; "
         "1 before the third round of issue 16)",
     )
+    parser.add_argument(
+        "--worker-cores",
+        type=float,
+        help="each worker process of the polls phase in a cgroup of its own, allowed this much of a core "
+        "(root; to show what each process adds where the machine has fewer cores than its processes need)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result = run_main(
@@ -534,6 +590,7 @@ def main() -> None:
             args.polls_only,
             args.processes,
             args.poll_interval,
+            args.worker_cores,
         )
     )
     print_result(result, args.json)
