@@ -1,6 +1,6 @@
 """``hookbridge worker --processes N``: N worker processes in one pod, so that it uses more than one core.
 
-A worker process is one event loop on one core (about a millisecond of CPU per vendor poll, see
+A worker process is one event loop on one core (about 0.1-0.2 ms of CPU per vendor poll, see
 docs/performance.md); the leases in Redis already share the due work between any number of them, so the
 supervisor only starts them, forwards SIGTERM and SIGINT, and waits. A child that exits by itself (a
 crash, an OOM kill) stops the others and the supervisor exits non-zero: the pod restarts as a whole, so
