@@ -432,6 +432,7 @@ class Store:
             "disable_after_ms": int(self.settings.subscription_disable_after_s * 1000),
             "keep_attempts": 100,
             "status_code": "" if status_code is None else str(status_code),
+            "default_max_in_flight": self.settings.subscription_max_in_flight,
         }
         if attempt is not None:
             ops["attempt"] = attempt.to_json()

@@ -21,6 +21,9 @@ hb:client:{client}:streams        zset    the client's open event streams and wa
 hb:sub:{sub}                      hash    the subscription (lists as JSON strings), health counters
 hb:sub:{sub}:deliveries           zset    delivery ids by creation time (the delivery log)
 hb:sub:{sub}:inflight             zset    delivery ids being attempted, by lease expiry
+hb:sub:{sub}:parked               zset    the subscription's due deliveries held back by its in-flight
+                                          limit, by due time; they return to the due set as its
+                                          deliveries end (as many as it then has room for)
 hb:chain:{sub}:{run}              list    undelivered deliveries of one run to one subscription, in
                                           order; only the head is ever due (ordering per run)
 hb:dlv:{dlv}                      hash    one delivery: event, subscription, status, attempts, ...
@@ -109,6 +112,10 @@ def sub_inflight(sub_id: str) -> str:
     return f"{PREFIX}sub:{sub_id}:inflight"
 
 
+def sub_parked(sub_id: str) -> str:
+    return f"{PREFIX}sub:{sub_id}:parked"
+
+
 def client_inflight(client: str) -> str:
     return f"{DELIVERY_CLIENT}{client}:inflight"
 
@@ -177,6 +184,7 @@ _LUA_BUILDERS: dict[str, Callable[..., str]] = {
     "k_sub": subscription,
     "k_sub_deliveries": sub_deliveries,
     "k_sub_inflight": sub_inflight,
+    "k_sub_parked": sub_parked,
     "k_client_inflight": client_inflight,
     "k_client_parked": client_parked,
     "k_chain": chain,

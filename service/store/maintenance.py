@@ -135,10 +135,11 @@ async def observe(
 ) -> Observation:
     """What the worker exports as gauges, at a bounded cost: each vendor's pause; per client the oldest
     pending delivery and the disabled subscriptions. The oldest pending delivery is a chain's head, so
-    it is among the ``sample`` next due, the client's in-flight (at most CLIENT_MAX_IN_FLIGHT) or its
-    ``parked_sample`` first parked ones, unless more deliveries fall due before it (the gauge then reads
-    low, never high). Subscriptions: at most MAX_SUBSCRIPTIONS_PER_CLIENT per client. The reads go in
-    pipelines of ``batch`` commands, so the event loop is never held for long."""
+    it is among the ``sample`` next due, the client's in-flight (at most CLIENT_MAX_IN_FLIGHT), or the
+    ``parked_sample`` first parked ones of the client or of one of its subscriptions, unless more
+    deliveries fall due before it (the gauge then reads low, never high). Subscriptions: at most
+    MAX_SUBSCRIPTIONS_PER_CLIENT per client. The reads go in pipelines of ``batch`` commands, so the event
+    loop is never held for long."""
     obs = Observation()
     pipe = redis.pipeline(transaction=False)
     for vendor in vendors:
@@ -158,6 +159,12 @@ async def observe(
         inflight, parked, subs = rest[1 + 3 * n : 4 + 3 * n]
         dlv_ids.update(text(i) for i in (*inflight, *parked))
         sub_ids.extend((client, text(s)) for s in subs)
+    for at in range(0, len(sub_ids), batch):  # each subscription's parked surplus (claim_deliveries.lua)
+        pipe = redis.pipeline(transaction=False)
+        for _, sub_id in sub_ids[at : at + batch]:
+            pipe.zrange(keys.sub_parked(sub_id), 0, parked_sample - 1)
+        for parked in await pipe.execute():
+            dlv_ids.update(text(i) for i in parked)
     reads: list[tuple[str, list[str]]] = [
         (keys.delivery(d), ["client", "created", "status"]) for d in dlv_ids
     ] + [(keys.subscription(sub_id), ["disabled", "disabled_reason"]) for _, sub_id in sub_ids]

@@ -83,6 +83,7 @@ class Pump:
         loop = asyncio.get_running_loop()  # once: asyncio.create_task() looks it up for every task
         while not stop.is_set():
             self.last_tick = time.monotonic()
+            self._wake.clear()  # a wake-up from here on (during the claim too) cuts the wait below
             free = self.concurrency - len(self.tasks)
             try:
                 work, next_due_ms = await self.claim(free) if free > 0 else ([], None)
@@ -106,7 +107,6 @@ class Pump:
             if next_due_ms is not None:
                 wait = min(wait, max(0.0, next_due_ms / 1000 - self.clock.time()))
             if not work:
-                self._wake.clear()
                 await _wait_any(stop, self._wake, wait)
 
     async def until_idle(self) -> int:
@@ -242,10 +242,18 @@ class DeliveryPump(Pump):
             self._held(
                 c.delivery.id,
                 (c.delivery.id, c.delivery.subscription_id, c.delivery.client, now + lease_ms),
-                self.attempt(c),
+                self._attempt(c),
             )
             for c in claimed
         ], nxt
+
+    async def _attempt(self, claimed: Any) -> None:
+        try:
+            await self.attempt(claimed)
+        finally:
+            # What the attempt's end made due (a parked delivery of its subscription or client, the next
+            # of its run's chain) is claimed now, not after WORKER_IDLE_S.
+            self.wake()
 
     async def release(self, leases: list[Any]) -> int:
         return await self.store.release_deliveries(leases, self.clock.now_ms())

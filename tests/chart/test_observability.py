@@ -383,3 +383,23 @@ def test_split_refuses_a_role_in_config(chart: helm.Chart) -> None:
     values["config"] = {"WORKER_ROLE": "runs"}
     with pytest.raises(Exception, match=r"worker\.split sets each worker Deployment"):
         render(chart, values)
+
+
+async def test_a_delivery_parked_behind_its_subscriptions_limit_still_counts_as_pending(
+    make_stack: StackFactory,
+) -> None:
+    """A subscription at its in-flight limit parks its surplus out of the due set: the oldest pending
+    delivery may be there, and the gauge must still see it."""
+    stack = await make_stack(worker=True)
+    assert stack.worker is not None
+    now = int(time.time() * 1000)
+    r = stack.worker.store.redis
+    await r.zadd(keys.client_subs("alice"), {"sub_x": now})
+    await r.hset(
+        keys.delivery("dlv_parked"),
+        mapping={"client": "alice", "created": now - 120_000, "status": "pending"},
+    )
+    await r.zadd(keys.sub_parked("sub_x"), {"dlv_parked": now - 120_000})
+    await stack.worker._observe(now)
+    text = metrics.render().decode()
+    assert sample(text, "hookbridge_oldest_pending_delivery_seconds", client="alice") == 120

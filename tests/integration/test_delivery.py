@@ -388,3 +388,61 @@ async def test_a_subscription_rate_limit_spaces_deliveries(clocked: Clocked, rec
         sent.append(await c.advance(0.25))  # 4 per second: one each 250 ms, never two at once
     assert sent == [1] * 8 and len(receiver.received) == 8
     assert await c.advance(1.0) == 0
+
+
+async def test_a_subscription_at_its_limit_sends_its_next_delivery_as_one_ends(
+    clocked: Clocked, receiver: Receiver
+) -> None:
+    """The surplus behind a subscription's in-flight limit is parked and comes back as each delivery ends,
+    due at once: one burst of the worker sends them all, one at a time, with no clock moving. (They used
+    to be re-scored 100 ms ahead, a claim's guess of when a slot would be free.)"""
+    c = clocked
+    in_flight, most = 0, 0
+
+    async def counting(request: Any) -> Any:
+        nonlocal in_flight, most
+        from starlette.responses import Response
+
+        in_flight += 1
+        most = max(most, in_flight)
+        in_flight -= 1
+        return Response(status_code=204)
+
+    receiver.handler = counting
+    sub = await c.stack.subscribe(receiver.url, max_in_flight=1)
+    for _ in range(6):
+        assert (await c.stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
+    assert await c.step() == 6
+    assert most == 1
+    assert [d["status"] for d in await deliveries(c.stack, sub["id"])] == ["succeeded"] * 6
+
+
+async def test_the_worker_takes_a_parked_delivery_when_one_ends_not_at_its_next_idle_claim(
+    make_stack: StackFactory, receiver: Receiver
+) -> None:
+    """A real worker with a long WORKER_IDLE_S (3 s): once the one delivery in flight ends, the five behind
+    it (max_in_flight 1) go one after another, each claimed as the one before it ends. Without that
+    wake-up each would wait for the worker's next idle claim, some 15 s for the five."""
+    import asyncio
+
+    from starlette.responses import Response
+
+    stack = await make_stack(HOOKBRIDGE_WORKER_IDLE_S="3")
+    release = asyncio.Event()
+    held: list[float] = []
+
+    async def first_waits(request: Any) -> Any:
+        if not held:
+            held.append(time.monotonic())
+            await asyncio.wait_for(release.wait(), timeout=20)
+        return Response(status_code=204)
+
+    receiver.handler = first_waits
+    sub = await stack.subscribe(receiver.url, max_in_flight=1)
+    for _ in range(6):
+        assert (await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
+    await eventually(lambda: _value(bool(held)), timeout=10, what="the first delivery at the receiver")
+    released = time.time()
+    release.set()
+    await eventually(lambda: _value(len(receiver.received) == 6), timeout=20, what="all six delivered")
+    assert receiver.received[-1].at - released < 2.0, "the five behind the first waited for idle claims"

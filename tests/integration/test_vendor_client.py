@@ -5,8 +5,8 @@ path, which it must be unable to be told apart from."""
 from __future__ import annotations
 
 import asyncio
-import gzip
 import functools
+import gzip
 import json
 import tracemalloc
 from collections.abc import AsyncIterator

@@ -465,18 +465,63 @@ async def _pending(store: Store, sub_id: str, n: int, client: str = "alice", fir
     return ids
 
 
-async def test_claim_deliveries_respects_a_subscriptions_in_flight_limit(store: Store) -> None:
+async def test_claim_deliveries_parks_a_subscriptions_surplus_until_one_of_its_deliveries_ends(
+    store: Store,
+) -> None:
     await _sub(store, "sub_1")  # the default limit is 2 here
     ids = await _pending(store, "sub_1", 3)
     claimed, _ = await store.claim_deliveries(T0 + 10, 10, LEASE)
     assert len(claimed) == 2
     held = (set(ids) - {c.delivery.id for c in claimed}).pop()
-    assert (await _due_deliveries(store))[held] == T0 + 10 + 100  # re-scored, not dropped
+    # Parked, not dropped: out of the due set (no claim rescans it), kept at its own due time.
+    assert held not in await _due_deliveries(store)
+    parked = await store.redis.zrange(keys.sub_parked("sub_1"), 0, -1, withscores=True)
+    assert [_s(m) for m, _ in parked] == [held] and parked[0][1] <= T0 + 10
+    assert (await store.claim_deliveries(T0 + 20, 10, LEASE))[0] == []
     assert claimed[0].subscription.id  # type: ignore[union-attr] == "sub_1" and claimed[0].body is not None
-    # One ends: a slot is free again.
+    # One ends: the parked one is due at once, and the very next claim takes it.
     await store.record_attempt(claimed[0].delivery.id, "succeeded", now_ms=T0 + 50, attempt=_attempt())
-    claimed, _ = await store.claim_deliveries(T0 + 110, 10, LEASE)
+    assert (await _due_deliveries(store))[held] <= T0 + 50
+    assert await store.redis.zcard(keys.sub_parked("sub_1")) == 0
+    claimed, _ = await store.claim_deliveries(T0 + 51, 10, LEASE)
     assert [c.delivery.id for c in claimed] == [held]
+
+
+async def test_a_subscriptions_raised_limit_brings_back_as_many_parked_as_it_has_room_for(
+    store: Store,
+) -> None:
+    await _sub(store, "sub_1", max_in_flight="1")
+    ids = await _pending(store, "sub_1", 6)
+    claimed, _ = await store.claim_deliveries(T0 + 10, 20, LEASE)
+    assert len(claimed) == 1 and await store.redis.zcard(keys.sub_parked("sub_1")) == 5
+    await store.redis.hset(keys.subscription("sub_1"), "max_in_flight", "3")  # PATCH max_in_flight
+    await store.record_attempt(claimed[0].delivery.id, "succeeded", now_ms=T0 + 20, attempt=_attempt())
+    # None is left in flight, so three come back at once (not one per end, which would hold it at one).
+    assert await store.redis.zcard(keys.sub_parked("sub_1")) == 2
+    claimed, _ = await store.claim_deliveries(T0 + 21, 20, LEASE)
+    assert len(claimed) == 3 and {c.delivery.id for c in claimed} <= set(ids)
+
+
+async def test_a_parked_delivery_whose_slot_holder_died_is_brought_back_by_the_sweeper(store: Store) -> None:
+    """The worker attempting the subscription's deliveries dies: nothing ends, so nothing brings the
+    parked one back; the sweeper puts it in the due set, and once the dead worker's leases have run out
+    a claim takes it."""
+    await _sub(store, "sub_1")  # 2 in flight
+    ids = await _pending(store, "sub_1", 3)
+    claimed, _ = await store.claim_deliveries(T0 + 10, 10, LEASE)
+    held = (set(ids) - {c.delivery.id for c in claimed}).pop()
+    await store.repair(T0 + 100)
+    assert (await _due_deliveries(store))[held] == T0 + 100
+    # Still two in flight under live leases: a claim parks it again rather than sending a third.
+    assert (await store.claim_deliveries(T0 + 200, 10, LEASE))[0] == []
+    assert held not in await _due_deliveries(store)
+    # The dead worker's leases run out: its two deliveries are due again (at their lease's end, before
+    # the parked one's return) and go first; the parked one waits for one of them to end.
+    await store.repair(T0 + LEASE + 20)
+    again, _ = await store.claim_deliveries(T0 + LEASE + 20, 10, LEASE)
+    assert {c.delivery.id for c in again} == {c.delivery.id for c in claimed}
+    await store.record_attempt(again[0].delivery.id, "succeeded", now_ms=T0 + LEASE + 30, attempt=_attempt())
+    assert [c.delivery.id for c in (await store.claim_deliveries(T0 + LEASE + 31, 10, LEASE))[0]] == [held]
 
 
 async def test_claim_deliveries_parks_a_clients_surplus_and_an_end_brings_one_back(store: Store) -> None:

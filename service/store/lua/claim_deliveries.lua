@@ -1,9 +1,12 @@
 -- Claims up to `limit` due deliveries under a lease, fairly across clients: within each client's and
 -- each subscription's in-flight limit and each subscription's rate.
--- A delivery held back by a subscription's limit is re-scored to when it may go. A client at its
--- in-flight limit has the rest of its due deliveries parked (out of the due set, in its own parked set)
--- until one of its deliveries ends (delivery_result.lua brings one back per one that ends), so that a
--- client's backlog or hanging receivers never stand in front of another client's deliveries.
+-- A delivery held back by a subscription's rate is re-scored to when it may go. A client or a
+-- subscription at its in-flight limit has the rest of its due deliveries parked (out of the due set, in
+-- a parked set of its own) until one of its deliveries ends (delivery_result.lua brings them back), so
+-- that a backlog or hanging receivers never stand in front of other deliveries, and a subscription's
+-- next delivery goes as soon as one ends rather than at a later claim's guess. (The sweeper puts a
+-- pending delivery that is in no due set back in it, parked ones too: a parked set never holds one
+-- for longer than SWEEP_INTERVAL_S that nothing else brings back.)
 -- KEYS: due_deliveries. ARGV: now_ms, limit, lease_ms, default_max_in_flight, client_max_in_flight
 -- Returns {{delivery_fields, subscription_fields, event_body}, ...}, next_due_score | false}.
 local now, limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -40,7 +43,8 @@ for i = 1, #due, 2 do
       redis.call('ZREMRANGEBYSCORE', ikey, '-inf', now)
       local held = false
       if redis.call('ZCARD', ikey) >= (tonumber(s[1]) or default_max) then
-        redis.call('ZADD', KEYS[1], now + 100, id)
+        redis.call('ZREM', KEYS[1], id)
+        redis.call('ZADD', k_sub_parked(sid), score, id)
         held = true
       end
       local rate = tonumber(s[2]) or 0
@@ -58,6 +62,7 @@ for i = 1, #due, 2 do
         redis.call('ZADD', ikey, now + lease, id)
         redis.call('ZADD', cin, now + lease, id)
         redis.call('ZREM', k_client_parked(client), id)
+        redis.call('ZREM', k_sub_parked(sid), id)
         redis.call('PEXPIRE', cin, lease * 2)
         in_flight[client] = in_flight[client] + 1
         redis.call('ZADD', KEYS[1], now + lease, id)

@@ -1,7 +1,7 @@
 -- Records one delivery attempt and its consequence, atomically.
 -- KEYS[1] delivery key. ARGV[1] JSON: id, outcome ('succeeded'|'retry'|'failed'|'gone'|'skipped'),
 --   next_at (for retry), attempt (JSON string, absent for 'skipped' without attempt), now,
---   retention_ms, disable_after_ms, keep_attempts, status_code
+--   retention_ms, disable_after_ms, keep_attempts, status_code, default_max_in_flight
 -- 'gone' is a failure that disables the subscription (410); 'skipped' fails it without counting
 -- against the subscription's health (subscription deleted or disabled).
 -- Returns {'ok', next_in_chain | ''} | {'missing'}.
@@ -11,7 +11,19 @@ local d = redis.call('HMGET', KEYS[1], 'sub', 'run', 'event', 'chained', 'counte
 if not d[1] then return {'missing'} end
 local sid, run_id, evt = d[1], d[2], d[3]
 local skey = k_sub(sid)
-redis.call('ZREM', k_sub_inflight(sid), id)
+local sub_inflight, sub_parked = k_sub_inflight(sid), k_sub_parked(sid)
+redis.call('ZREM', sub_inflight, id)
+-- The attempt frees one of its subscription's in-flight slots: its oldest parked deliveries (see
+-- claim_deliveries.lua) go back to the due set, as many as it has room for (more than one when its
+-- limit was raised), at least one, at most 100 in one step.
+redis.call('ZREM', sub_parked, id)
+local sub_max = tonumber(redis.call('HGET', skey, 'max_in_flight')) or tonumber(ops['default_max_in_flight']) or 1
+local room = math.max(1, math.min(100, sub_max - redis.call('ZCARD', sub_inflight)))
+local back = redis.call('ZRANGE', sub_parked, 0, room - 1, 'WITHSCORES')
+for j = 1, #back, 2 do
+  redis.call('ZREM', sub_parked, back[j])
+  redis.call('ZADD', K_DUE_DELIVERIES, 'NX', math.min(tonumber(back[j + 1]), now), back[j])
+end
 -- The attempt frees one of its client's in-flight slots: the client's oldest parked delivery (see
 -- claim_deliveries.lua) goes back to the due set, at its own due time.
 local parked_key = k_client_parked(d[7] or '')
