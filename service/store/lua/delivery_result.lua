@@ -17,7 +17,8 @@ redis.call('ZREM', sub_inflight, id)
 -- claim_deliveries.lua) go back to the due set, as many as it has room for (more than one when its
 -- limit was raised), at least one, at most 100 in one step.
 redis.call('ZREM', sub_parked, id)
-local sub_max = tonumber(redis.call('HGET', skey, 'max_in_flight')) or tonumber(ops['default_max_in_flight']) or 1
+local sub_max = tonumber(redis.call('HGET', skey, 'max_in_flight'))
+  or tonumber(ops['default_max_in_flight']) or 1
 local room = math.max(1, math.min(100, sub_max - redis.call('ZCARD', sub_inflight)))
 local back = redis.call('ZRANGE', sub_parked, 0, room - 1, 'WITHSCORES')
 for j = 1, #back, 2 do
