@@ -258,6 +258,9 @@ class CpuQuota:
         self.groups: list[Path] = []
 
     def limit(self, pids: Iterable[int]) -> None:
+        pids = list(pids)
+        if not pids:  # a run without the quota would be reported as one with it
+            raise SystemExit("--worker-cores: no worker process found to limit")
         for pid in pids:
             group = self.root / f"hookbridge-bench-{os.getpid()}-{len(self.groups)}"
             group.mkdir()
