@@ -34,6 +34,7 @@ from typing_extensions import TypeAliasType, TypedDict
 
 from service import domain
 from service.api.problems import codes_by_status
+from service.delivery.schedule import MAX_IN_FLIGHT_MAX, RATE_LIMIT_MAX_PER_S, RATE_LIMIT_MIN_PER_S
 from service.settings import Settings
 from service.shapes import DeliveryStatus, EventTypeFilter, Out, RunId, RunStatus, literal
 
@@ -137,8 +138,14 @@ class SubscriptionFields(In):
     )
     description: Annotated[str, Field(max_length=500)] | None = None
     metadata: dict[str, str] = {}
-    max_in_flight: Annotated[int, Field(ge=1, le=1000)] | None = None
-    rate_limit_per_s: Annotated[float, Field(gt=0, le=10000)] | None = None
+    max_in_flight: Annotated[int, Field(ge=1, le=MAX_IN_FLIGHT_MAX)] | None = None
+    rate_limit_per_s: (
+        Annotated[
+            float,
+            Field(ge=RATE_LIMIT_MIN_PER_S, le=RATE_LIMIT_MAX_PER_S, allow_inf_nan=False),
+        ]
+        | None
+    ) = Field(None, description="Deliveries per second at most; from one each 1,000 s to 10,000 a second.")
 
 
 class SubscriptionCreate(SubscriptionFields):

@@ -8,6 +8,9 @@ parser (128 fields of at most 8 KiB). The caller bounds the whole exchange in ti
 
 The URL sent is the :class:`yarl.URL` that :func:`service.delivery.urlsafety.parse` returned: aiohttp
 sends that object as it is, so the URL checked is the URL sent.
+
+Connections to one receiver host are shared between clients and subscriptions by
+:mod:`service.delivery.shares`, not by aiohttp's first-come per-host limit (which is off).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 from yarl import URL
 
+from service.delivery.shares import Caller, HostShares, Shares
 from service.delivery.urlsafety import Policy, SafeResolver
 
 RESPONSE_BODY_LIMIT = 4096
@@ -34,19 +38,28 @@ class Answer:
 
 
 class CallbackClient:
-    def __init__(self, policy: Policy, timeout_s: float, *, resolver: AbstractResolver | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        timeout_s: float,
+        *,
+        resolver: AbstractResolver | None = None,
+        shares: Shares | None = None,
+    ) -> None:
         self._policy = policy
         self._timeout_s = timeout_s
         self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
+        self.shares = HostShares(shares or Shares())
 
     def _open(self) -> aiohttp.ClientSession:
         # Made on first use: aiohttp wants a running loop.
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(
                 resolver=SafeResolver(self._policy, self._resolver),
-                limit=500,
-                limit_per_host=50,
+                # Unlimited here: the shares bound each host, and the delivery pump's concurrency all.
+                limit=0,
+                limit_per_host=0,
                 ttl_dns_cache=10,
             )
             self._session = aiohttp.ClientSession(
@@ -59,10 +72,17 @@ class CallbackClient:
             )
         return self._session
 
-    async def post(self, url: URL, body: bytes, headers: Mapping[str, str]) -> Answer:
-        """One POST, redirects not followed; raises what the transport raises."""
+    async def post(
+        self, url: URL, body: bytes, headers: Mapping[str, str], *, client: str, subscription: str
+    ) -> Answer:
+        """One POST for ``client``'s ``subscription``, redirects not followed, within their shares of the
+        host's connections; raises what the transport raises."""
         send = {**headers, "Accept-Encoding": "identity"}
-        async with self._open().post(url, data=body, headers=send, allow_redirects=False) as response:
+        caller = Caller(f"{url.scheme}://{url.raw_host}:{url.port}", client, subscription)
+        async with (
+            self.shares.hold(caller),
+            self._open().post(url, data=body, headers=send, allow_redirects=False) as response,
+        ):
             got = bytearray()
             while len(got) < RESPONSE_BODY_LIMIT:
                 chunk = await response.content.read(RESPONSE_BODY_LIMIT - len(got))
@@ -81,7 +101,11 @@ class CallbackClient:
 
 
 def make_client(
-    policy: Policy, timeout_s: float, *, resolver: AbstractResolver | None = None
+    policy: Policy,
+    timeout_s: float,
+    *,
+    resolver: AbstractResolver | None = None,
+    shares: Shares | None = None,
 ) -> CallbackClient:
     """``resolver`` replaces the system's DNS (tests use it to make a name resolve to a chosen address)."""
-    return CallbackClient(policy, timeout_s, resolver=resolver)
+    return CallbackClient(policy, timeout_s, resolver=resolver, shares=shares)

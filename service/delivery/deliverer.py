@@ -89,7 +89,9 @@ class Deliverer:
                 secrets = active_secrets(self.store.open_secrets(sub), now_ms)
                 headers = signing.headers(secrets, dlv.event_id, int(started), body, USER_AGENT)
                 tracing.inject(headers)  # the receiver continues the run's trace
-                answer = await self.client.post(url, body, headers)
+                answer = await self.client.post(
+                    url, body, headers, client=dlv.client, subscription=dlv.subscription_id
+                )
             status_code = answer.status
             response_body = answer.body.decode("utf-8", "replace")
             if status_code in (429, 503):

@@ -19,3 +19,12 @@ def next_wait(
     if retry_after is not None:
         wait = max(wait, min(retry_after, max(schedule)))
     return wait
+
+
+# A subscription's rate limit, from one delivery every 1,000 s to 10,000 a second: the API's bounds
+# (service/api/models.py), and the claim's clamp for a record written before them
+# (store/lua/claim_deliveries.lua repeats the two numbers). Slower than one an hour would outlive the
+# claim's rate budget key (an hour) and never be spaced at all.
+RATE_LIMIT_MIN_PER_S = 0.001
+RATE_LIMIT_MAX_PER_S = 10_000.0
+MAX_IN_FLIGHT_MAX = 1000

@@ -386,8 +386,9 @@ class Store:
     # Deliveries ---------------------------------------------------------------------------------
 
     async def claim_deliveries(
-        self, now_ms: int, limit: int, lease_ms: int
+        self, now_ms: int, limit: int, lease_ms: int, *, client_max: int | None = None
     ) -> tuple[list[ClaimedDelivery], float | None]:
+        """``client_max``: a client's deliveries in flight at most (``CLIENT_MAX_IN_FLIGHT`` by default)."""
         reply = await self.scripts.claim_deliveries(
             keys=[keys.DUE_DELIVERIES],
             args=[
@@ -395,7 +396,7 @@ class Store:
                 limit,
                 lease_ms,
                 self.settings.subscription_max_in_flight,
-                self.settings.client_max_in_flight,
+                self.settings.client_max_in_flight if client_max is None else client_max,
             ],
         )
         return claimed_deliveries(reply)

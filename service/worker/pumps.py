@@ -221,6 +221,14 @@ class RunPump(Pump):
                 log.warning("probe not released", vendor=vendor, error=str(exc))
 
 
+def client_in_flight_cap(client_max_in_flight: int, concurrency: int) -> int:
+    """How many deliveries one client may have in flight: ``CLIENT_MAX_IN_FLIGHT``, and never more than
+    half of a worker's delivery slots. A hanging receiver holds its slot for up to
+    ``CALLBACK_TIMEOUT_S``; one client whose receivers all hang, claimed by one worker, must leave that
+    worker room for everyone else's callbacks."""
+    return max(1, min(client_max_in_flight, concurrency // 2))
+
+
 class DeliveryPump(Pump):
     def __init__(
         self,
@@ -233,11 +241,21 @@ class DeliveryPump(Pump):
         self.store = store
         self.settings = settings
         self.attempt = attempt
+        self.client_max = client_in_flight_cap(settings.client_max_in_flight, self.concurrency)
+        if self.client_max < settings.client_max_in_flight:
+            log.warning(
+                "CLIENT_MAX_IN_FLIGHT is over half of WORKER_CONCURRENCY; this worker claims at most half",
+                client_max_in_flight=settings.client_max_in_flight,
+                worker_concurrency=self.concurrency,
+                applied=self.client_max,
+            )
 
     async def claim(self, free: int) -> tuple[list[Coroutine[Any, Any, None]], float | None]:
         now = self.clock.now_ms()
         lease_ms = int(self.settings.lease_s * 1000)
-        claimed, nxt = await self.store.claim_deliveries(now, min(self.settings.worker_batch, free), lease_ms)
+        claimed, nxt = await self.store.claim_deliveries(
+            now, min(self.settings.worker_batch, free), lease_ms, client_max=self.client_max
+        )
         return [
             self._held(
                 c.delivery.id,

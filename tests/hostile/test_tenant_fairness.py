@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -171,3 +173,78 @@ async def test_the_claim_parks_a_clients_surplus_and_each_end_brings_one_back(re
         assert parked_now <= due
     finally:
         await store.close()
+
+
+# One receiver host shared by tenants (issue 23) ------------------------------------------------------
+
+
+def _one_host(
+    hung: Seen, release: asyncio.Event, quick: dict[str, float]
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """One server for everyone, as an ingress in front of many apps: a path ending in ``/quick-NAME``
+    answers at once (recording when, by NAME); every other path hangs until ``release``."""
+    hang = hanging(hung, release)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        name = request.path.rpartition("/")[2]
+        if name.startswith("quick-"):
+            await request.read()
+            quick[name] = time.monotonic()
+            return web.Response(status=204)
+        return await hang(request)
+
+    return handler
+
+
+async def test_a_tenants_hanging_receivers_leave_room_on_a_shared_host(make_stack: StackFactory) -> None:
+    """Alice has 60 hanging receivers behind one host, Bob one quick receiver behind the same host. The
+    callback client used to allow 50 connections per host, first come first served: Alice held all 50,
+    and Bob's callback waited for one of hers to time out (20 s here). Now Alice holds her share (50)
+    of the host's connections and Bob's callback goes at once, while all of hers still hang."""
+    release = asyncio.Event()
+    hung, quick = Seen(), dict[str, float]()
+    async with serve(_one_host(hung, release, quick)) as url:
+        stack = await make_stack(
+            HOOKBRIDGE_CALLBACK_TIMEOUT_S="20", HOOKBRIDGE_LEASE_S="30", HOOKBRIDGE_RETRY_SCHEDULE="100ms"
+        )
+        subs = [await stack.subscribe(f"{url}/alice-{i}") for i in range(60)]
+        await asyncio.gather(*(stack.api.post(f"/v1/subscriptions/{s['id']}/test") for s in subs))
+        await eventually(lambda: _value(hung.in_flight >= 50), what="alice's share of the host in use")
+
+        bob = (await stack.bob.post("/v1/subscriptions", json={"url": f"{url}/quick-bob"})).json()
+        sent = time.monotonic()
+        assert (await stack.bob.post(f"/v1/subscriptions/{bob['id']}/test")).status_code == 202
+        await eventually(lambda: _value("quick-bob" in quick), timeout=10, what="bob's callback")
+        # Within a bound far under Alice's hang (the usual is ~0.1 s: the worker's idle claim), and
+        # while every one of Alice's is still hanging, none timed out or answered.
+        assert quick["quick-bob"] - sent < 3.0
+        assert hung.finished == 0
+        assert hung.requests == hung.in_flight == 50  # her share of the host, none ended, no more
+        release.set()
+
+
+async def test_a_subscriptions_hanging_receiver_leaves_room_for_its_clients_others(
+    make_stack: StackFactory,
+) -> None:
+    """The same between one client's subscriptions: one subscription with 60 callbacks hanging (60 runs'
+    ends; its max_in_flight raised to 100) holds its share of the host (25), not all of its client's,
+    and the client's other subscription to that host is called back at once. (Test events would not
+    do: those of one subscription go one after another.)"""
+    release = asyncio.Event()
+    hung, quick = Seen(), dict[str, float]()
+    async with serve(_one_host(hung, release, quick)) as url:
+        stack = await make_stack(
+            HOOKBRIDGE_CALLBACK_TIMEOUT_S="20", HOOKBRIDGE_LEASE_S="30", HOOKBRIDGE_RETRY_SCHEDULE="100ms"
+        )
+        await stack.subscribe(f"{url}/alice-busy", max_in_flight=100)
+        runs = await asyncio.gather(*(stack.submit("nutrient") for _ in range(60)))
+        for run in runs:  # every run ended: its callback is due before the other subscription's
+            await stack.wait_status(run["id"], "succeeded")
+        await eventually(lambda: _value(hung.in_flight >= 25), what="the subscription's share in use")
+
+        other = await stack.subscribe(f"{url}/quick-other", event_types=["subscription.test"])
+        assert (await stack.api.post(f"/v1/subscriptions/{other['id']}/test")).status_code == 202
+        await eventually(lambda: _value("quick-other" in quick), timeout=10, what="the other callback")
+        assert hung.finished == 0
+        assert hung.in_flight == hung.most_in_flight == 25
+        release.set()

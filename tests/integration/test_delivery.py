@@ -446,3 +446,58 @@ async def test_the_worker_takes_a_parked_delivery_when_one_ends_not_at_its_next_
     release.set()
     await eventually(lambda: _value(len(receiver.received) == 6), timeout=20, what="all six delivered")
     assert receiver.received[-1].at - released < 2.0, "the five behind the first waited for idle claims"
+
+
+@pytest.mark.parametrize(
+    ("fields", "pointer"),
+    [
+        ({"rate_limit_per_s": 1e-300}, "/rate_limit_per_s"),  # issue 23 row 10: parked at 1e+303 ms
+        ({"rate_limit_per_s": 0.0009}, "/rate_limit_per_s"),
+        ({"rate_limit_per_s": 0}, "/rate_limit_per_s"),
+        ({"rate_limit_per_s": 10_001}, "/rate_limit_per_s"),
+        ({"rate_limit_per_s": 1e300}, "/rate_limit_per_s"),
+        ({"max_in_flight": 0}, "/max_in_flight"),
+        ({"max_in_flight": 1001}, "/max_in_flight"),
+    ],
+)
+async def test_a_subscriptions_rate_and_window_have_a_floor_and_a_ceiling(
+    stack: Stack, receiver: Receiver, fields: dict[str, Any], pointer: str
+) -> None:
+    for method in ("create", "update"):
+        sub = await stack.subscribe(receiver.url, rate_limit_per_s=2)
+        if method == "create":
+            response = await stack.api.post("/v1/subscriptions", json={"url": receiver.url, **fields})
+        else:
+            response = await stack.api.patch(f"/v1/subscriptions/{sub['id']}", json=fields)
+        assert response.status_code == 422, response.text
+        errors = response.json()["errors"]
+        assert [e.get("pointer") for e in errors] == [pointer], errors
+        shown = (await stack.api.get(f"/v1/subscriptions/{sub['id']}")).json()
+        assert shown["rate_limit_per_s"] == 2 and shown["max_in_flight"] is None  # nothing changed
+
+
+async def test_the_bounds_themselves_are_accepted(stack: Stack, receiver: Receiver) -> None:
+    slowest = await stack.subscribe(receiver.url, rate_limit_per_s=0.001, max_in_flight=1)
+    fastest = await stack.subscribe(receiver.url, rate_limit_per_s=10_000, max_in_flight=1000)
+    assert (slowest["rate_limit_per_s"], fastest["max_in_flight"]) == (0.001, 1000)
+
+
+async def test_a_stored_rate_out_of_bounds_is_clamped_when_deliveries_are_spaced(
+    clocked: Clocked, receiver: Receiver
+) -> None:
+    """A rate stored before the API bounded it (1e-300 per second) used to put the subscription's next
+    delivery at a due score of 1e+303 ms: never sent, while the API showed its next attempt in the past.
+    The claim takes such a rate as the floor (one per 1,000 s)."""
+    from service.store import keys
+
+    c = clocked
+    sub = await c.stack.subscribe(receiver.url, rate_limit_per_s=1)
+    await c.worker.store.redis.hset(keys.subscription(sub["id"]), "rate_per_s", "1e-300")
+    for _ in range(2):
+        assert (await c.stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
+    assert await c.step() == 1  # the first goes; the second is spaced by the rate
+    scores = dict(await c.worker.store.redis.zrange(keys.DUE_DELIVERIES, 0, -1, withscores=True))
+    assert len(scores) == 1 and max(scores.values()) <= c.now_ms() + 1_000_000
+    assert await c.advance(999) == 0
+    assert await c.advance(2) == 1
+    assert len(receiver.received) == 2

@@ -49,13 +49,16 @@ for i = 1, #due, 2 do
       end
       local rate = tonumber(s[2]) or 0
       if not held and rate > 0 then
+        -- Within the API's bounds (delivery/schedule.py), whatever the record says: a rate of 1e-300
+        -- stored before them would park its deliveries 1e+303 ms ahead. NaN fails `rate > 0` above.
+        local interval = 1000 / math.min(math.max(rate, 0.001), 10000)
         local bkey = k_sub_budget(sid)
-        local tat = math.max(tonumber(redis.call('GET', bkey) or '0'), now)
+        local tat = math.min(math.max(tonumber(redis.call('GET', bkey) or '0') or 0, now), now + interval)
         if tat > now then
           redis.call('ZADD', KEYS[1], tat, id)
           held = true
         else
-          redis.call('SET', bkey, tostring(tat + 1000 / rate), 'PX', 3600000)
+          redis.call('SET', bkey, tostring(tat + interval), 'PX', 3600000)
         end
       end
       if not held then
