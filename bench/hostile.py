@@ -3,6 +3,7 @@
     python -m bench.hostile                      # both parts; figures in docs/reliability.md
     python -m bench.hostile --part bombs         # worker memory against a 1 GiB body and a gzip bomb
     python -m bench.hostile --part fairness --hanging 500
+    python -m bench.hostile --part shared-host --shared 98
     python -m bench.hostile --env CLIENT_MAX_IN_FLIGHT=50   # any HOOKBRIDGE_ setting, without the prefix
 
 - **bombs**: client A's receivers answer every callback with a 1 GiB chunked body or a 1 MiB gzip stream
@@ -11,6 +12,10 @@
 - **fairness**: client B's callback delay (its ``POST .../test`` answered to its receiver reading the
   callback), first alone, then while client A has ``--hanging`` subscriptions whose receivers never
   answer (each attempt waits out ``CALLBACK_TIMEOUT_S``, then retries per ``RETRY_SCHEDULE``).
+- **shared-host**: one receiver host for both tenants, as one ingress in front of many apps: client B
+  has ``--shared`` subscriptions whose receivers on that host never answer; client A's callback delay to
+  its own quick receiver on the same host, alone and then under the attack (median, p50 over its usual,
+  worst over its usual).
 
 ``hookbridge api``, ``hookbridge worker`` and ``redis-server`` are subprocesses with production defaults;
 the receivers run in this process (aiohttp's server). Run it from another checkout (``cd`` there, with
@@ -233,12 +238,115 @@ async def fairness(hanging_subs: int, samples: int, attack_s: float, extra: dict
     return result
 
 
+# A shared receiver host ------------------------------------------------------------------------------
+
+
+async def shared_host(hanging_subs: int, samples: int, attack_s: float, extra: dict[str, str]) -> BenchResult:
+    """Here client B (``b``) is the hostile one and A (``bench``) the victim, as in issue 23."""
+    result = BenchResult(
+        "hostile receivers: one host shared by a tenant with hanging receivers and its victim",
+        f"python -m bench.hostile --part shared-host --shared {hanging_subs}",
+        "python -m bench.hostile --part shared-host --shared 60 --samples 5 --attack-s 10",
+    )
+    release = asyncio.Event()
+    hung = Seen()
+    hang = hanging(hung, release)
+    arrived: dict[str, float] = {}
+    got = asyncio.Condition()
+
+    async def ingress(request: web.Request) -> web.StreamResponse:
+        # One server, one host and port: B's receivers hang, A's answers at once.
+        if not request.path.endswith("/quick"):
+            return await hang(request)
+        await request.read()
+        async with got:
+            arrived[request.headers.get("webhook-id", "")] = time.time()
+            got.notify_all()
+        return web.Response(status=204)
+
+    started = time.monotonic()
+    async with contextlib.AsyncExitStack() as stack:
+        cluster = await stack.enter_async_context(
+            Cluster("hostile-shared-host", _overrides(extra), simulator=False, receiver=False)
+        )
+        host_url = await stack.enter_async_context(serve(ingress))
+        a_sub = await _subscribe(cluster, f"{host_url}/a/quick", AUTH)
+        a_http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+        stack.push_async_callback(a_http.close)
+
+        async def a_delay() -> float:
+            t0 = time.time()
+            async with a_http.post(f"{cluster.api_url}/v1/subscriptions/{a_sub}/test", headers=AUTH) as r:
+                event_id = (await r.json())["event_id"]
+            async with got:
+                await asyncio.wait_for(got.wait_for(lambda: event_id in arrived), timeout=120)
+            return arrived[event_id] - t0
+
+        for _ in range(3):
+            await a_delay()  # warm-up: first connections, first claims
+        usual = [await a_delay() for _ in range(samples)]
+        b_subs = await asyncio.gather(
+            *(_subscribe(cluster, f"{host_url}/b/{i}", B_AUTH) for i in range(hanging_subs))
+        )
+        await asyncio.gather(*(_test_event(cluster, s, B_AUTH) for s in b_subs))
+        # B holds what it can of the host: all 50 connections before, its share after.
+        deadline = time.monotonic() + 30
+        settled_at, last = time.monotonic(), -1
+        while time.monotonic() < deadline and time.monotonic() - settled_at < 1.0:
+            if hung.in_flight != last:
+                settled_at, last = time.monotonic(), hung.in_flight
+            await asyncio.sleep(0.05)
+        b_held = hung.in_flight
+        attacked: list[float] = []
+        t_end = time.monotonic() + attack_s
+        while time.monotonic() < t_end or len(attacked) < samples:
+            attacked.append(await a_delay())
+            await asyncio.sleep(0.25)
+        b_most = hung.most_in_flight
+        release.set()
+    base = statistics.median(usual)
+    p50 = statistics.median(attacked)
+    worst = max(attacked)
+    result.add(
+        Figure("client A's callback delay alone (median)", round(base, 3), "s"),
+        Figure(
+            f"A's delay while B has {hanging_subs} hanging receivers on A's host (median)",
+            round(p50, 3),
+            "s",
+        ),
+        Figure("... p95", round(percentile(attacked, 0.95) or 0.0, 3), "s"),
+        Figure(
+            "... A's p50 over its usual",
+            round(p50 / base, 2) if base > 0 else None,
+            "x",
+            target="< 2x",
+            goal=2.0,
+            higher_is_better=False,
+        ),
+        Figure(
+            "... worst over its usual",
+            round(worst - base, 3),
+            "s",
+            target="< 1 s over its usual",
+            goal=1.0,
+            higher_is_better=False,
+            note=f"{len(attacked)} callbacks of A over {attack_s:.0f} s",
+        ),
+        Figure("B's callbacks at its receivers when A was first timed", b_held, ""),
+        Figure("B's callbacks at its receivers at most", b_most, ""),
+    )
+    result.data = {"usual": usual, "attacked": attacked}
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.hostile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("bombs", "fairness", "all"), default="all")
+    parser.add_argument("--part", choices=("bombs", "fairness", "shared-host", "all"), default="all")
     parser.add_argument("--bombs", type=int, default=1, help="receivers of each bomb kind hit at once")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hanging", type=int, default=500, help="client A's hanging subscriptions")
+    parser.add_argument("--shared", type=int, default=98, help="client B's hanging receivers on A's host")
     parser.add_argument("--samples", type=int, default=20, help="client B's callbacks timed alone")
     parser.add_argument("--attack-s", type=float, default=30.0, help="how long B is timed under attack")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE, a HOOKBRIDGE_ setting")
@@ -252,6 +360,8 @@ def main(argv: list[str] | None = None) -> None:
             out.append(await bombs(args.bombs, args.rounds, extra))
         if args.part in ("fairness", "all"):
             out.append(await fairness(args.hanging, args.samples, args.attack_s, extra))
+        if args.part in ("shared-host", "all"):
+            out.append(await shared_host(args.shared, args.samples, args.attack_s, extra))
         return out
 
     for result in run_main(run()):
