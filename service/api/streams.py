@@ -118,6 +118,7 @@ class EventStream:
     - a send that takes longer than ``SSE_SEND_TIMEOUT_S`` (a reader that takes nothing: the socket's
       buffers are full) drops the connection, with what is buffered for it; what one stream holds is then
       one page (``feed.PAGE_BYTES``) and the socket's buffers;
+    - after ``SSE_MAX_S`` it ends, so that no stream holds a pod and a slot for ever;
     - an end for any other reason (Redis gone, the iterator expired, the run's terminal event) ends the
       chunked body cleanly: the client reconnects with Last-Event-ID and loses nothing (or learns of a gap:
       410)."""
@@ -135,9 +136,10 @@ class EventStream:
                 try:
                     with anyio.fail_after(timeout_s):
                         await send({"type": "http.response.start", "status": 200, "headers": _RAW_HEADERS})
-                    async for chunk in self.body:
-                        with anyio.fail_after(timeout_s):
-                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    with anyio.move_on_after(self.ctx.settings.sse_max_s):
+                        async for chunk in self.body:
+                            with anyio.fail_after(timeout_s):
+                                await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 except TimeoutError:
                     stalled = True
                 except (RedisError, OSError, IteratorExpired) as exc:
