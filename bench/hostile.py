@@ -5,6 +5,7 @@
     python -m bench.hostile --part fairness --hanging 500
     python -m bench.hostile --part shared-host --shared 98
     python -m bench.hostile --env CLIENT_MAX_IN_FLIGHT=50   # any HOOKBRIDGE_ setting, without the prefix
+    python -m bench.hostile --part streams|recover|pool|feed-scan   # the feed's cases (issue 23)
 
 - **bombs**: client A's receivers answer every callback with a 1 GiB chunked body or a 1 MiB gzip stream
   that inflates to 1 GiB, ``--bombs`` of each at once, three rounds. The figure is the worker's resident
@@ -340,9 +341,310 @@ async def shared_host(hanging_subs: int, samples: int, attack_s: float, extra: d
     return result
 
 
+# The feed, its streams and recover (issue 23) -------------------------------------------------------------
+#
+# What one tenant's readers cost the API and the other tenants: stalled streams (a socket that never
+# reads), recover over a long delivery log, the blocking pool shared by every tenant, and a feed filter
+# that matches nothing. The victim (client b) is timed with plain GETs before and during each attack.
+
+
+def _api_pid(cluster: Cluster) -> int:
+    return int(cluster.pids()["api"])
+
+
+def _rss_mib(pid: int) -> float:
+    return round(memory_kib(pid).get("VmRSS", 0) / 1024, 1)
+
+
+async def _victim_p50(cluster: Cluster, path: str, samples: int) -> tuple[float, float]:
+    """Client b's median and worst latency of ``GET path``, ms."""
+    times = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        async with cluster.http.get(f"{cluster.api_url}{path}", headers=B_AUTH) as r:
+            await r.read()
+        times.append((time.perf_counter() - t0) * 1000)
+    return round(statistics.median(times), 1), round(max(times), 1)
+
+
+async def _fill_feed(cluster: Cluster, client: str, count: int, size: int) -> None:
+    from redis.asyncio import Redis
+
+    from service.store import bodies, keys
+
+    redis = Redis.from_url(cluster.redis.url)
+    blob = "x" * size
+    body = bodies.packed(
+        f'{{"type":"run.progress","timestamp":"2026-01-01T00:00:00Z","data":{{"blob":"{blob}"}}}}'
+    )
+    try:
+        for start in range(0, count, 5000):
+            pipe = redis.pipeline(transaction=False)
+            for i in range(start, min(count, start + 5000)):
+                fields = {
+                    "e": f"evt_fill{i}",
+                    "t": "run.progress",
+                    "r": "run_fill",
+                    "v": "nutrient",
+                    "b": body,
+                }
+                pipe.xadd(keys.client_feed(client), fields)  # type: ignore[arg-type]
+            await pipe.execute()
+    finally:
+        await redis.aclose()
+
+
+def _stalled(port: int) -> tuple[object, int]:
+    import socket
+
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(b"GET /v1/events/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer bench-key\r\n\r\n")
+    head = sock.recv(12)
+    return sock, int(head[9:12] or b"0")
+
+
+async def streams_case(stalled: int, hold_s: float, extra: dict[str, str]) -> BenchResult:
+    result = BenchResult(
+        "hostile tenant: stalled streams",
+        f"python -m bench.hostile --part streams --stalled {stalled}",
+        "python -m bench.hostile --part streams --stalled 12 --hold-s 5",
+    )
+    started = time.monotonic()
+    async with Cluster(
+        "hostile-streams", _overrides(extra), worker=False, simulator=False, receiver=False
+    ) as c:
+        await _fill_feed(c, "bench", 40, 240_000)  # inline results of 240 KB
+        pid = _api_pid(c)
+        rss0 = _rss_mib(pid)
+        alone = await _victim_p50(c, "/v1/events?limit=1", 30)
+        socks, accepted = [], 0
+        # Half now, half after hold_s: before issue 23 a stalled stream's slot ran out after its lease
+        # (20 s) while the stream stayed open, and the client opened more.
+        for batch in (stalled // 2, stalled - stalled // 2):
+            for _ in range(batch):
+                sock, status = await asyncio.to_thread(_stalled, c.api_port)
+                socks.append(sock)
+                accepted += status == 200
+            if len(socks) < stalled:
+                await asyncio.sleep(hold_s)
+        rss1 = _rss_mib(pid)
+        during = await _victim_p50(c, "/v1/events?limit=1", 30)
+        for sock in socks:
+            sock.close()  # type: ignore[attr-defined]
+    result.add(
+        Figure(f"stalled streams open of {len(socks)} tried, {hold_s:.0f} s apart (cap 10)", accepted, ""),
+        Figure("API memory growth", round(rss1 - rss0, 1), "MiB"),
+        Figure(
+            "victim p50 alone / during", during[0], "ms", note=f"alone {alone[0]} ms; worst {during[1]} ms"
+        ),
+    )
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+async def recover_case(deliveries: int, concurrent: int, extra: dict[str, str]) -> BenchResult:
+    from redis.asyncio import Redis
+
+    from service.store import keys
+
+    result = BenchResult(
+        "hostile tenant: recover over a long delivery log",
+        f"python -m bench.hostile --part recover --deliveries {deliveries}",
+        "python -m bench.hostile --part recover --deliveries 20000",
+    )
+    started = time.monotonic()
+    async with Cluster(
+        "hostile-recover", _overrides(extra), worker=False, simulator=False, receiver=False
+    ) as c:
+        sub_id = await _subscribe(c, "http://127.0.0.1:9/hook", AUTH)
+        redis = Redis.from_url(c.redis.url)
+        for start in range(0, deliveries, 10_000):
+            pipe = redis.pipeline(transaction=False)
+            ids = range(start, min(deliveries, start + 10_000))
+            pipe.zadd(keys.sub_deliveries(sub_id), {f"dlv_{i:032x}": 1000 + i for i in ids})
+            for i in ids:  # a delivery record (ended: what recover reads and skips), as the log holds it
+                pipe.hset(
+                    keys.delivery(f"dlv_{i:032x}"),
+                    mapping={
+                        "id": f"dlv_{i:032x}",
+                        "status": "succeeded",
+                        "sub": sub_id,
+                        "url": "http://x/" * 20,
+                    },
+                )
+            await pipe.execute()
+        await redis.aclose()
+        pid = _api_pid(c)
+        rss0 = _rss_mib(pid)
+        alone = await _victim_p50(c, "/v1/runs?limit=1", 30)
+        calls: list[float] = []
+        statuses: dict[int, int] = {}
+
+        async def one_recover() -> None:
+            cursor = None
+            while True:  # a client of today's API follows next_cursor; before, one call did it all
+                t0 = time.perf_counter()
+                body = {"since": "1970-01-01T00:00:00Z", **({"cursor": cursor} if cursor else {})}
+                async with c.http.post(
+                    f"{c.api_url}/v1/subscriptions/{sub_id}/recover", json=body, headers=AUTH
+                ) as r:
+                    answer = await r.json()
+                    statuses[r.status] = statuses.get(r.status, 0) + 1
+                    if r.status == 429:  # the send rate: wait as told, then the same page again
+                        await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
+                        continue
+                calls.append(time.perf_counter() - t0)
+                cursor = answer.get("next_cursor") if isinstance(answer, dict) else None
+                if not cursor:
+                    return
+
+        peak = rss0
+        victim: list[tuple[float, float]] = []
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, _rss_mib(pid))
+                await asyncio.sleep(0.02)
+
+        watcher = asyncio.create_task(watch())
+        attack = asyncio.gather(*(one_recover() for _ in range(concurrent)))
+        while not attack.done():
+            victim.append(await _victim_p50(c, "/v1/runs?limit=1", 5))
+        await attack
+        watcher.cancel()
+    result.add(
+        Figure(
+            f"longest recover request ({len(calls)} requests, {concurrent} at once)",
+            round(max(calls), 2),
+            "s",
+            note=f"answers {statuses}",
+        ),
+        Figure("API memory peak over idle", round(peak - rss0, 1), "MiB"),
+        Figure(
+            "victim p50 during",
+            statistics.median(v[0] for v in victim),
+            "ms",
+            note=f"alone {alone[0]} ms; worst {max(v[1] for v in victim)} ms",
+        ),
+    )
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+async def pool_case(tenants: int, extra: dict[str, str]) -> BenchResult:
+    result = BenchResult(
+        "hostile tenants: the feed's blocking pool",
+        f"python -m bench.hostile --part pool --tenants {tenants}",
+        "python -m bench.hostile --part pool --tenants 5",
+    )
+    keys_env = ",".join(f"t{i}:t{i}-key" for i in range(tenants))
+    overrides = {**_overrides(extra), "API_KEYS": f"{_overrides(extra)['API_KEYS']},{keys_env}"}
+    started = time.monotonic()
+    async with Cluster("hostile-pool", overrides, worker=False, simulator=False, receiver=False) as c:
+        alone = await _victim_p50(c, "/v1/events?wait=0.05", 10)
+        opened, statuses = [], {}
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
+        for i in range(tenants):
+            for _ in range(10):
+                r = await session.get(
+                    f"{c.api_url}/v1/events/stream", headers={"Authorization": f"Bearer t{i}-key"}
+                )
+                statuses[r.status] = statuses.get(r.status, 0) + 1
+                if r.status == 200:
+                    opened.append(r)
+                else:
+                    r.release()
+        victim_codes: dict[int, int] = {}
+        times = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            async with c.http.get(f"{c.api_url}/v1/events?wait=0.05", headers=B_AUTH) as r:
+                victim_codes[r.status] = victim_codes.get(r.status, 0) + 1
+                await r.read()
+            times.append((time.perf_counter() - t0) * 1000)
+        for r in opened:
+            r.close()
+        await session.close()
+    result.add(
+        Figure(f"streams opened by {tenants} tenants x 10", len(opened), "", note=f"answers {statuses}"),
+        Figure(
+            "victim long-polls answered 200 of 10",
+            victim_codes.get(200, 0),
+            "",
+            note=f"answers {victim_codes}",
+        ),
+        Figure("victim p50 during", round(statistics.median(times), 1), "ms", note=f"alone {alone[0]} ms"),
+    )
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+async def feed_scan_case(entries: int, loops: int, attack_s: float, extra: dict[str, str]) -> BenchResult:
+    from redis.asyncio import Redis
+
+    result = BenchResult(
+        "hostile tenant: a feed filter that matches nothing",
+        f"python -m bench.hostile --part feed-scan --entries {entries} --loops {loops}",
+        "python -m bench.hostile --part feed-scan --entries 30000 --loops 2 --attack-s 5",
+    )
+    started = time.monotonic()
+    async with Cluster("hostile-scan", _overrides(extra), worker=False, simulator=False, receiver=False) as c:
+        await _fill_feed(c, "bench", entries, 40)
+        redis = Redis.from_url(c.redis.url)
+        alone = await _victim_p50(c, "/v1/runs?limit=1", 30)
+        requests = 0
+
+        async def loop() -> None:
+            nonlocal requests
+            t_end = time.monotonic() + attack_s
+            while time.monotonic() < t_end:
+                async with c.http.get(f"{c.api_url}/v1/events?run_id=run_none&wait=5", headers=AUTH) as r:
+                    await r.read()
+                requests += 1
+
+        cpu0 = await redis.info("cpu")
+        t0 = time.monotonic()
+        attack = asyncio.gather(*(loop() for _ in range(loops)))
+        victim = []
+        while not attack.done():
+            victim.append(await _victim_p50(c, "/v1/runs?limit=1", 5))
+        await attack
+        cpu1 = await redis.info("cpu")
+        busy = sum(cpu1[k] - cpu0[k] for k in ("used_cpu_sys", "used_cpu_user")) / (time.monotonic() - t0)
+        await redis.aclose()
+    result.add(
+        Figure(
+            f"Redis busy with {loops} looping readers", round(busy * 100), "%", note=f"{requests} requests"
+        ),
+        Figure(
+            "victim p50 during",
+            statistics.median(v[0] for v in victim),
+            "ms",
+            note=f"alone {alone[0]} ms; worst {max(v[1] for v in victim)} ms",
+        ),
+    )
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.hostile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("bombs", "fairness", "shared-host", "all"), default="all")
+    parser.add_argument(
+        "--part",
+        choices=("bombs", "fairness", "streams", "recover", "pool", "feed-scan", "shared-host", "all"),
+        default="all",
+    )
+    parser.add_argument("--stalled", type=int, default=50, help="streams: stalled streams tried")
+    parser.add_argument("--hold-s", type=float, default=25.0, help="streams: how long they are tried")
+    parser.add_argument("--deliveries", type=int, default=200_000, help="recover: the log's length")
+    parser.add_argument("--concurrent", type=int, default=4, help="recover: calls at once")
+    parser.add_argument("--tenants", type=int, default=21, help="pool: tenants of 10 streams each")
+    parser.add_argument("--entries", type=int, default=300_000, help="feed-scan: entries in the feed")
+    parser.add_argument("--loops", type=int, default=10, help="feed-scan: looping readers")
     parser.add_argument("--bombs", type=int, default=1, help="receivers of each bomb kind hit at once")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hanging", type=int, default=500, help="client A's hanging subscriptions")
@@ -362,6 +664,14 @@ def main(argv: list[str] | None = None) -> None:
             out.append(await fairness(args.hanging, args.samples, args.attack_s, extra))
         if args.part in ("shared-host", "all"):
             out.append(await shared_host(args.shared, args.samples, args.attack_s, extra))
+        if args.part in ("streams", "all"):
+            out.append(await streams_case(args.stalled, args.hold_s, extra))
+        if args.part in ("recover", "all"):
+            out.append(await recover_case(args.deliveries, args.concurrent, extra))
+        if args.part in ("pool", "all"):
+            out.append(await pool_case(args.tenants, extra))
+        if args.part in ("feed-scan", "all"):
+            out.append(await feed_scan_case(args.entries, args.loops, args.attack_s, extra))
         return out
 
     for result in run_main(run()):

@@ -37,6 +37,19 @@ _SHED = (
     b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_SHED_BODY), _SHED_BODY)
 )
 _SHED_LINGER_S = 1.0
+# The scope extension under which the app finds its connection's abort (None when served otherwise).
+ABORT = "hookbridge.abort"
+# uvicorn's own answer to a request it cannot parse is text/plain; the API answers problems (RFC 9457).
+_BAD_REQUEST_BODY = (
+    b'{"type":"https://hookbridge.dev/errors/invalid_request","title":"Invalid request","status":400,'
+    b'"code":"invalid_request",'
+    b'"detail":"The request is not valid HTTP/1.1."}'
+)
+_BAD_REQUEST = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/problem+json\r\n"
+    b"x-content-type-options: nosniff\r\ncache-control: no-store\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_BAD_REQUEST_BODY), _BAD_REQUEST_BODY)
+)
 # Header bytes read without the headers ending; the app refuses more than 16 KiB with 431 once they do.
 MAX_HEADER_READ_BYTES = 64 * 1024
 # Descriptors kept free for what is not a client connection: the Redis pool (200), logs, the listener.
@@ -105,6 +118,9 @@ class _Guard:
         super().data_received(data)  # type: ignore[misc]
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
+            # A streaming answer whose reader takes nothing drops its connection with this, discarding what
+            # is buffered for it (service/api/streams.py); ``close`` would wait to flush it first.
+            cycle.scope.setdefault("extensions", {}).setdefault(ABORT, self.transport.abort)
             self._header_bytes = 0
             self._waiting.pop(self, None)
             if cycle.more_body:
@@ -128,6 +144,11 @@ class _Guard:
         if not self.transport.is_closing():
             self._waiting[self] = None
             self._waiting.move_to_end(self)
+
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn's text (the parser's message) is replaced by a problem body; the status is the same.
+        self.transport.write(_BAD_REQUEST)
+        self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._waiting.pop(self, None)
@@ -182,5 +203,6 @@ def api_config(app: Any, settings: Settings, *, host: str, port: int, **options:
         h11_max_incomplete_event_size=16 * 1024,
         log_config=None,
         access_log=False,
+        server_header=False,  # no "server: uvicorn" banner
         **options,
     )

@@ -146,6 +146,13 @@ class Settings:
     # The event feed's server-sent event streams and long-polls (service/api/events.py, streams.py).
     sse_heartbeat_s: float = 15.0
     max_streams_per_client: int = 10
+    # Issue 23: a stream whose reader takes nothing this long is closed; a stream's longest life (it ends
+    # cleanly, the client resumes with Last-Event-ID); this pod's blocking readers (one Redis connection
+    # each); feed entries one request (or one stream, per second) may scan.
+    sse_send_timeout_s: float = 30.0
+    sse_max_s: float = 3600.0
+    feed_blocking_connections: int = 200
+    feed_scan_budget: int = 10_000
 
     def vendor(self, name: str) -> VendorSettings:
         return self.vendors[name]
@@ -409,6 +416,10 @@ _PARSERS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "API_MAX_CONNECTIONS": ("api_max_connections", _non_negative_int),
     "SSE_HEARTBEAT_S": ("sse_heartbeat_s", _DURATION_S),
     "MAX_STREAMS_PER_CLIENT": ("max_streams_per_client", _positive(int)),
+    "SSE_SEND_TIMEOUT_S": ("sse_send_timeout_s", _DURATION_S),
+    "SSE_MAX_S": ("sse_max_s", _DURATION_S),
+    "FEED_BLOCKING_CONNECTIONS": ("feed_blocking_connections", _positive(int)),
+    "FEED_SCAN_BUDGET": ("feed_scan_budget", _positive(int)),
 }
 
 # The settings every vendor has (HOOKBRIDGE_{VENDOR}_{suffix}); their defaults come from the vendor's

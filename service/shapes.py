@@ -198,6 +198,10 @@ class TestEventAccepted(Out):
 
 class RecoverAccepted(Out):
     retried: int = Field(ge=0)
+    next_cursor: str | None = Field(
+        description="Pass it back as `cursor` for the next page of the log (each request reads at most 500 "
+        "deliveries); null when the whole range is done."
+    )
 
 
 class Health(Out):

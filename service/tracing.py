@@ -65,6 +65,21 @@ def wanted(environ: Mapping[str, str]) -> str | None:
     return known[0]
 
 
+# A span attribute's value is cut to this many characters (a 14 KB User-Agent on every request span), unless
+# OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT or OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT says otherwise. The counts of
+# attributes, events and links keep the SDK's bounds (128 each).
+ATTRIBUTE_VALUE_CHARS = 1024
+
+
+def span_limits(environ: Mapping[str, str], limits: Any) -> Any:
+    """The SDK's ``SpanLimits`` with a bounded attribute length by default (``limits`` is the class)."""
+    from_env = any(
+        environ.get(n)
+        for n in ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+    )
+    return limits() if from_env else limits(max_span_attribute_length=ATTRIBUTE_VALUE_CHARS)
+
+
 def setup(process: str) -> bool:
     """Turns tracing on for this process when the environment asks for it; returns whether it did.
 
@@ -79,7 +94,7 @@ def setup(process: str) -> bool:
         return False
     # Imported here: a process with tracing off never loads the SDK or the exporter.
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
     resource = Resource.create({"hookbridge.process": process})
@@ -94,7 +109,7 @@ def setup(process: str) -> bool:
         exporter = ConsoleSpanExporter()
     # Our own provider, not the global one: the global can be set only once per process, and tests set
     # up and shut down several times in one.
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, span_limits=span_limits(os.environ, SpanLimits))
     provider.add_span_processor(BatchSpanProcessor(exporter))
     _provider, _tracer, ENABLED = provider, provider.get_tracer("hookbridge"), True
     return True

@@ -37,7 +37,7 @@ from service.api.views import JSONResponse
 from service.delivery.urlsafety import Policy
 from service.settings import Settings
 from service.store import Store, connect
-from service.store.feed import Feed
+from service.store.feed import Feed, Lanes
 
 log = logs.get("hookbridge.api")
 MAX_HEADER_BYTES = 16 * 1024
@@ -97,8 +97,24 @@ async def _error(request: Request, exc: Exception) -> Response:
     return problems.response(exc, request.url.path)
 
 
+_NOSNIFF = (b"x-content-type-options", b"nosniff")
+_NO_STORE = (b"cache-control", b"no-store")
+
+
+def security_headers(path: str, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Every answer: ``nosniff``; every /v1 answer (tenant data, secrets) also ``Cache-Control: no-store``,
+    in place of any other Cache-Control."""
+    out = [h for h in headers if h[0].lower() != b"x-content-type-options"]
+    out.append(_NOSNIFF)
+    if path.startswith("/v1/") or path == "/v1":
+        out = [h for h in out if h[0].lower() != b"cache-control"]
+        out.append(_NO_STORE)
+    return out
+
+
 class RequestContext:
-    """Binds a request id to the logs, refuses oversized headers, and counts requests by route."""
+    """Binds a request id to the logs, refuses oversized headers, adds the security headers, and counts
+    requests by route."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -107,6 +123,17 @@ class RequestContext:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        outer_send = send
+
+        async def send_secure(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {
+                    **message,
+                    "headers": security_headers(scope["path"], list(message.get("headers", []))),
+                }
+            await outer_send(message)
+
+        send = send_secure
         if sum(len(k) + len(v) for k, v in scope["headers"]) > MAX_HEADER_BYTES:
             too_large = HeadersTooLarge(f"The request's headers exceed {MAX_HEADER_BYTES} bytes.")
             response = problems.response(too_large, scope["path"])
@@ -150,7 +177,8 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
         own = store is None
         s = store or Store(connect(settings, url=redis_url), settings)
         # Waiting feed readers block on a Redis client of their own, never on the shared pool.
-        feed = Feed(s.redis, connect(settings, url=redis_url), settings.retention_s)
+        lanes = Lanes(settings.feed_blocking_connections, share=settings.max_streams_per_client)
+        feed = Feed(s.redis, connect(settings, url=redis_url), settings.retention_s, lanes=lanes)
         ctx = Context(
             settings=settings,
             store=s,

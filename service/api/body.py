@@ -16,7 +16,7 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 
-from service.api.models import Models, RunFields, RunRequestBase
+from service.api.models import DocumentFields, Models, RunFields, RunRequestBase
 from service.api.problems import (
     DocumentTooLarge,
     InvalidJSON,
@@ -34,19 +34,43 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 M = TypeVar("M", bound=BaseModel)
 
 
-def field_errors(exc: ValidationError, prefix: tuple[str | int, ...] = (), *, body: bool = True) -> list[Any]:
-    """One entry per bad field: a JSON pointer (in a body), the dotted name, and what is wrong with the
-    value it names."""
-    out = []
-    for error in exc.errors(include_url=False):
-        loc = (*prefix, *error["loc"])
+def _real_loc(loc: tuple[Any, ...], root: Any, missing: bool) -> tuple[Any, ...]:
+    """``loc`` without pydantic's union tags (``constrained-str``, ``none``, ``str-enum[EventType]``): only
+    the steps that are in the request (a key or an index), and a missing member's own name."""
+    out: list[Any] = []
+    node = root
+    for i, step in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(node, dict) and isinstance(step, str) and (step in node or (last and missing)):
+            out.append(step)
+            node = node.get(step)
+        elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+            out.append(step)
+            node = node[step]
+        elif root is None:
+            out.append(step)  # nothing to check against: kept as pydantic gives it
+    return tuple(out)
+
+
+def field_errors(
+    exc: ValidationError, prefix: tuple[str | int, ...] = (), *, body: bool = True, raw: Any = None
+) -> list[Any]:
+    """One entry per bad field (the first of its errors; a union's "is not null" last): a JSON pointer (in
+    a body), the dotted name, and what is wrong with the value it names. With ``raw`` (what was
+    validated), pydantic's union tags are left out of the pointer and the name."""
+    errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] == "none_required")
+    out: dict[tuple[Any, ...], dict[str, str]] = {}
+    for error in errors:
+        loc = (*prefix, *_real_loc(tuple(error["loc"]), raw, error["type"] == "missing"))
+        if loc in out:
+            continue
         value = error.get("input")
         got = f" (got {json.dumps(value)[:80]})" if isinstance(value, str | int | float | bool) else ""
         entry = {"field": ".".join(map(str, loc)), "message": error["msg"] + got}
         if body:
             entry["pointer"] = "".join(f"/{str(p).replace('~', '~0').replace('/', '~1')}" for p in loc)
-        out.append(entry)
-    return out
+        out[loc] = entry
+    return list(out.values())
 
 
 def validated(model: type[M], raw: bytes | str | dict[str, Any], *, prefix: tuple[str | int, ...] = ()) -> M:
@@ -57,7 +81,17 @@ def validated(model: type[M], raw: bytes | str | dict[str, Any], *, prefix: tupl
             return model.model_validate(raw, strict=True)
         return model.model_validate_json(raw, strict=True)
     except ValidationError as exc:
-        raise ValidationFailed("The request has invalid fields.", field_errors(exc, prefix)) from None
+        root = raw if isinstance(raw, dict) else _parsed_or_none(raw)
+        raise ValidationFailed(
+            "The request has invalid fields.", field_errors(exc, prefix, raw=root)
+        ) from None
+
+
+def _parsed_or_none(raw: bytes | str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
 
 
 def query(request: Request, model: type[M], *, lists: tuple[str, ...] = ()) -> M:
@@ -70,20 +104,22 @@ def query(request: Request, model: type[M], *, lists: tuple[str, ...] = ()) -> M
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        raise ValidationFailed("The query has invalid parameters.", field_errors(exc, body=False)) from None
+        raise ValidationFailed(
+            "The query has invalid parameters.", field_errors(exc, body=False, raw=raw)
+        ) from None
 
 
 def small_body(request: Request) -> bool:
     """Whether the request declares a body of at most ``JSON_OVERHEAD`` bytes (a run with a URL
     document); a streamed body (no Content-Length) may be of any size."""
     declared = request.headers.get("content-length", "")
-    return declared.isdigit() and int(declared) <= JSON_OVERHEAD
+    return declared.isascii() and declared.isdigit() and int(declared) <= JSON_OVERHEAD
 
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it passes ``limit`` (declared or streamed)."""
     declared = request.headers.get("content-length")
-    if declared is not None and not declared.isdigit():
+    if declared is not None and not (declared.isascii() and declared.isdigit()):  # "²".isdigit()
         raise InvalidRequest("Content-Length is not a number.")
     if declared is not None and int(declared) > limit:
         raise DocumentTooLarge(f"The request body is larger than {limit} bytes.")
@@ -262,6 +298,9 @@ async def _multipart(request: Request, settings: Settings, models: Models) -> Su
         raise InvalidRequest(f"The multipart body cannot be read: {exc.message}") from None
     body = parse_json(part.encode(), settings.max_json_depth)
     req = validated(_model(models.parts, body, settings, "/request"), body, prefix=("request",))
+    # The file part's name and type pass the JSON document's own checks (length, pattern, no control
+    # characters): one validation for both doors.
+    validated(DocumentFields, {"filename": filename, "media_type": media_type}, prefix=("file",))
     if len(content) > most:
         raise DocumentTooLarge(f"The document is larger than {most} bytes.")
     if not content:

@@ -13,12 +13,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
+from redis.exceptions import RedisError
 from starlette.endpoints import HTTPEndpoint
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from service import domain
+from service import domain, logs
 from service.api.body import query
 from service.api.context import Context
 from service.api.models import EventQuery, FeedQuery
@@ -27,6 +28,7 @@ from service.api.views import JSONResponse
 from service.store import feed as feeds
 from service.store.feed import Feed, FeedFilter, FeedPage, valid_iterator
 
+log = logs.get("hookbridge.api")
 # A waiting reader blocks in slices this long: the blocking client's socket timeout (10 s) stays far.
 WAIT_SLICE_S = 5.0
 # A slot's lease, renewed after every slice: a pod that dies frees its slots this long after.
@@ -63,10 +65,12 @@ def position(value: str | None, name: str) -> str:
     return value
 
 
-async def read(feed: Feed, client: str, after: str, *, limit: int, only: FeedFilter) -> FeedPage:
-    """One page, with the feed's refusals as problems."""
+async def read(
+    feed: Feed, client: str, after: str, *, limit: int, only: FeedFilter, scan: int = feeds.SCAN
+) -> FeedPage:
+    """One page (``scan`` entries read at most), with the feed's refusals as problems."""
     try:
-        return await feed.read(client, after, limit=limit, now_ms=domain.now_ms(), only=only)
+        return await feed.read(client, after, limit=limit, now_ms=domain.now_ms(), only=only, scan=scan)
     except feeds.IteratorExpired:
         raise IteratorExpired(
             "The iterator is older than the retention window (HOOKBRIDGE_RETENTION_S): events after it may "
@@ -78,9 +82,24 @@ async def read(feed: Feed, client: str, after: str, *, limit: int, only: FeedFil
 
 async def take_slot(ctx: Context, client: str) -> str:
     """One of the client's ``MAX_STREAMS_PER_CLIENT`` slots (streams and waiting long-polls, across every
-    API pod), as a token to renew and drop; 429 ``too_many_streams`` when none is free."""
+    API pod) and one of this pod's blocking lanes (``FEED_BLOCKING_CONNECTIONS``, shared fairly between
+    clients: ``feed.admit``), as a token to renew and drop; 429 ``too_many_streams`` when either is full,
+    never a 503 for a pool that ran out while Redis is healthy."""
+    feed = feed_of(ctx)
     token, cap = domain.new_id("slot"), ctx.settings.max_streams_per_client
-    if not await feed_of(ctx).take_slot(client, token, now_ms=domain.now_ms(), lease_s=SLOT_LEASE_S, cap=cap):
+    if not feed.lanes.take(client):
+        raise TooManyStreams(
+            "This API pod's blocking readers are all in use, or this client has its share of them "
+            "(HOOKBRIDGE_FEED_BLOCKING_CONNECTIONS); retry after the time in Retry-After.",
+            retry_after=math.ceil(WAIT_SLICE_S),
+        )
+    try:
+        taken = await feed.take_slot(client, token, now_ms=domain.now_ms(), lease_s=SLOT_LEASE_S, cap=cap)
+    except BaseException:
+        feed.lanes.give_back(client)
+        raise
+    if not taken:
+        feed.lanes.give_back(client)
         raise TooManyStreams(
             f"This client already has {cap} open event streams or waiting long-polls "
             "(HOOKBRIDGE_MAX_STREAMS_PER_CLIENT); close one, or retry after the time in Retry-After.",
@@ -89,9 +108,26 @@ async def take_slot(ctx: Context, client: str) -> str:
     return token
 
 
+async def renew_slot(ctx: Context, client: str, token: str) -> bool:
+    """False when the slot is lost (its lease ran out and it may be another stream's) or Redis cannot be
+    reached: the stream or long-poll then ends, so that the cap holds for its whole life."""
+    try:
+        return await feed_of(ctx).renew_slot(client, token, now_ms=domain.now_ms(), lease_s=SLOT_LEASE_S)
+    except (RedisError, OSError) as exc:
+        log.warning("stream slot not renewed", error=type(exc).__name__)
+        return False
+
+
 async def drop_slot(ctx: Context, client: str, token: str) -> None:
+    """Frees the slot and the lane; when Redis cannot be reached, the slot's lease frees it
+    (``SLOT_LEASE_S``): a stream that ends because Redis died ends cleanly, without a traceback."""
+    feed = feed_of(ctx)
+    feed.lanes.give_back(client)
     with anyio.CancelScope(shield=True):  # a stream ends by cancellation when its client hangs up
-        await feed_of(ctx).drop_slot(client, token)
+        try:
+            await feed.drop_slot(client, token)
+        except (RedisError, OSError) as exc:
+            log.warning("stream slot left to its lease", error=type(exc).__name__)
 
 
 @asynccontextmanager
@@ -109,6 +145,8 @@ async def _long_poll(
     ctx = Context.of(request)
     feed = feed_of(ctx)
     deadline = time.monotonic() + wait
+    budget = ctx.settings.feed_scan_budget
+    scanned = page.scanned
     async with stream_slot(ctx, client) as token:
         while not page.events:
             remaining = deadline - time.monotonic()
@@ -116,8 +154,14 @@ async def _long_poll(
                 break
             if page.done:
                 await feed.wait(client, page.iterator, min(remaining, WAIT_SLICE_S))
-                await feed.renew_slot(client, token, now_ms=domain.now_ms(), lease_s=SLOT_LEASE_S)
-            page = await read(feed, client, page.iterator, limit=limit, only=only)
+                if not await renew_slot(ctx, client, token):
+                    break
+            if scanned >= budget:
+                # The request's scan budget is spent (a filter that matches nothing in a long feed): it
+                # answers what it has and the iterator to resume from, rather than rescanning.
+                break
+            page = await read(feed, client, page.iterator, limit=limit, only=only, scan=budget - scanned)
+            scanned += page.scanned
     return page
 
 

@@ -80,24 +80,29 @@ CallbackUrl = Annotated[str, Field(min_length=1, max_length=2048, json_schema_ex
 NoNull = SkipJsonSchema[None]  # a PATCH member that may be absent, never null
 
 
-class _DocumentFields(In):
-    filename: str = Field("document", min_length=1, max_length=255)
-    media_type: str = Field("application/octet-stream", max_length=127, pattern=r"^[\w.+-]+/[\w.+-]+$")
+class DocumentFields(In):
+    """A document's name and type, as either door (JSON, multipart) gives them."""
+
+    # No control characters: the name goes into vendors' multipart headers and the run's record.
+    filename: str = Field("document", min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")
+    media_type: str = Field(
+        "application/octet-stream", max_length=127, pattern=r"^[A-Za-z0-9_.+-]+/[A-Za-z0-9_.+-]+$"
+    )
 
 
-class DocumentByURL(_DocumentFields):
+class DocumentByURL(DocumentFields):
     """A document the vendor fetches."""
 
     url: Url
 
 
-class DocumentByContent(_DocumentFields):
+class DocumentByContent(DocumentFields):
     """A document's bytes; build() states the size limit of the running settings."""
 
     content_base64: str = Field(min_length=4, pattern=B64, description="Standard base64.")
 
 
-class DocumentInput(_DocumentFields):
+class DocumentInput(DocumentFields):
     """Validates either document shape with errors at their own pointers; the document shows the two
     shapes as what they are, ``DocumentByURL`` or ``DocumentByContent``."""
 
@@ -161,6 +166,16 @@ class SubscriptionUpdate(SubscriptionFields):
 
 class Recover(In):
     since: AwareDatetime = Field(description="RFC 3339 with an offset.")
+    until: AwareDatetime | None = Field(None, description="Exclusive; RFC 3339 with an offset.")
+    cursor: Annotated[str, Field(min_length=1, max_length=1024)] | None = Field(
+        None, description="`next_cursor` of the previous answer: the next page of the log."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Recover:
+        if self.until is not None and self.until < self.since:
+            raise ValueError("until is before since")
+        return self
 
 
 class FeedQuery(In):

@@ -101,8 +101,34 @@ RUN_EXAMPLES: list[Any] = [
         "zero_retention": True,
     },
 ]
-# A stream's answer: `id: <feed id>`, `event: <type>`, `data: <FeedEvent JSON>` per event.
-_SSE = {"text/event-stream": {"schema": {"type": "string", "description": "Server-sent events (FeedEvent)"}}}
+# A stream's answer, described per event (OpenAPI 3.1: the media type's schema is one event): `id: <feed
+# id>`, `event: <type>`, `data: <the FeedEvent as JSON>`; one schema for each event type. Comment lines
+# (`: connected`, `: keep-alive`) are not events.
+_SSE_EVENT = {
+    "oneOf": [
+        {
+            "type": "object",
+            "title": event_type,
+            "required": ["id", "event", "data"],
+            "properties": {
+                "id": {
+                    "type": "string",
+                    "pattern": "^[0-9]{1,20}-[0-9]{1,20}$",
+                    "description": "Last-Event-ID",
+                },
+                "event": {"const": event_type},
+                "data": {
+                    "type": "string",
+                    "contentMediaType": "application/json",
+                    "contentSchema": {"$ref": "#/components/schemas/FeedEvent"},
+                },
+            },
+        }
+        for event_type in domain.EVENT_TYPES
+    ],
+    "description": "One server-sent event; `data` is the FeedEvent (the callback's body with its `id`).",
+}
+_SSE = {"text/event-stream": {"schema": _SSE_EVENT}}
 _LAST_EVENT_ID = {
     "name": "Last-Event-ID",
     "in": "header",

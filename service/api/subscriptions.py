@@ -199,10 +199,17 @@ class RecoverDeliveries(HTTPEndpoint):
         await ctx.rate("send", client, "test, retry or recover requests")
         now = domain.now_ms()
         since = int(req.since.timestamp() * 1000)
+        until = None if req.until is None else int(req.until.timestamp() * 1000)
+        try:
+            failed, next_cursor = await ctx.store.failed_deliveries_since(
+                sub.id, since, until_ms=until, cursor=req.cursor
+            )
+        except (ValueError, UnicodeDecodeError):
+            raise bad_cursor() from None
         retried = 0
-        for delivery_id in await ctx.store.failed_deliveries_since(sub.id, since):
+        for delivery_id in failed:
             retried += await ctx.store.retry_delivery(delivery_id, now)
-        return JSONResponse({"retried": retried}, status_code=202)
+        return JSONResponse({"retried": retried, "next_cursor": next_cursor}, status_code=202)
 
 
 class DeliveryOne(HTTPEndpoint):

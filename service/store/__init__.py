@@ -35,7 +35,7 @@ from service.store.codec import (
 )
 from service.store.connection import connect
 from service.store.maintenance import OWNER_DISABLED, Observation
-from service.store.pages import Page, page
+from service.store.pages import RECOVER_SCAN, Page, oldest_first, page
 from service.store.scripts import Scripts
 from service.store.secretbox import SecretBox, SecretUnavailable
 
@@ -467,9 +467,21 @@ class Store:
 
         return await page(self.redis, keys.sub_deliveries(sub_id), limit, cursor, self.get_deliveries, keep)
 
-    async def failed_deliveries_since(self, sub_id: str, since_ms: int) -> list[str]:
-        ids = [text(i) for i in await self.redis.zrangebyscore(keys.sub_deliveries(sub_id), since_ms, "+inf")]
-        return [d.id for d in await self.get_deliveries(ids) if d and d.status == "failed"]
+    async def failed_deliveries_since(
+        self,
+        sub_id: str,
+        since_ms: int,
+        *,
+        until_ms: int | None = None,
+        cursor: str | None = None,
+        scan: int = RECOVER_SCAN,
+    ) -> tuple[list[str], str | None]:
+        """The failed deliveries among the next ``scan`` of the subscription's log in [since, until), oldest
+        first, and the cursor to pass for the rest (None: done). Raises ValueError on a cursor we did not
+        make."""
+        index = keys.sub_deliveries(sub_id)
+        ids, next_cursor = await oldest_first(self.redis, index, since_ms, until_ms, cursor, scan)
+        return [d.id for d in await self.get_deliveries(ids) if d and d.status == "failed"], next_cursor
 
     async def retry_delivery(self, delivery_id: str, now_ms: int) -> bool:
         return bool(await self.scripts.retry_delivery(keys=[keys.delivery(delivery_id)], args=[now_ms]))

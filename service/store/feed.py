@@ -25,12 +25,18 @@ from service.store.scripts import source
 T = TypeVar("T")
 
 # An iterator is a stream entry id: milliseconds and a sequence number, both unsigned 64-bit.
-_ID = re.compile(r"^(\d{1,20})-(\d{1,20})$")
+# ASCII digits only: ``\d`` also takes Unicode digits (Arabic-Indic, fullwidth), which Lua refuses.
+_ID = re.compile(r"^([0-9]{1,20})-([0-9]{1,20})$")
 _U64 = 2**64 - 1
 # How far past Redis's clock an iterator may point before it is refused as none of ours.
 FUTURE_MS = 60_000
-# Entries one read scans at most: a rare filter costs bounded work per request.
+# Entries one read scans at most: a rare filter costs bounded work per call (and the callers hold a budget
+# per request: events.SCAN_BUDGET).
 SCAN = 1000
+# A page's bodies stop growing past this many bytes (a page always has its first match): what one open
+# stream or one page holds in memory is bounded by bytes, not only by its count of events (inline results
+# are up to MAX_INLINE_RESULT_BYTES each).
+PAGE_BYTES = 256 * 1024
 
 
 class IteratorExpired(Exception):
@@ -70,6 +76,7 @@ class FeedPage:
     events: list[FeedEvent]
     iterator: str  # pass it back for what comes next
     done: bool  # the page reached the feed's end: nothing more right now
+    scanned: int = 0  # feed entries read for this page (filtered out included)
 
 
 @dataclass(frozen=True)
@@ -84,9 +91,14 @@ def _s(value: Any) -> str:
 
 
 class Feed:
-    def __init__(self, redis: Redis, blocking: Redis, retention_s: float) -> None:
+    def __init__(
+        self, redis: Redis, blocking: Redis, retention_s: float, *, lanes: Lanes | None = None
+    ) -> None:
         self.redis = redis
         self.blocking = blocking
+        self.lanes = lanes or Lanes(blocking.connection_pool.max_connections)
+        # Never more blocking connections than lanes: every lane holder gets one, nobody else waits for one.
+        blocking.connection_pool.max_connections = self.lanes.size
         self._retention_ms = int(retention_s * 1000)
         self._read = redis.register_script(source("read_feed"))
         self._slot = redis.register_script(source("stream_slot"))
@@ -95,7 +107,15 @@ class Feed:
         await self.blocking.aclose()
 
     async def read(
-        self, client: str, after: str, *, limit: int, now_ms: int, only: FeedFilter = FeedFilter()
+        self,
+        client: str,
+        after: str,
+        *,
+        limit: int,
+        now_ms: int,
+        only: FeedFilter = FeedFilter(),
+        scan: int = SCAN,
+        max_bytes: int = PAGE_BYTES,
     ) -> FeedPage:
         """Events after ``after`` ("" = from the oldest kept), up to ``limit`` of those that match.
 
@@ -106,12 +126,13 @@ class Feed:
                 args=[
                     after,
                     limit,
-                    SCAN,
+                    max(1, min(scan, SCAN)),
                     now_ms - self._retention_ms,
                     json.dumps(list(only.types)),
                     only.run_id,
                     only.vendor,
                     FUTURE_MS,
+                    max_bytes,
                 ],
             )
         )
@@ -120,13 +141,13 @@ class Feed:
             raise IteratorExpired(after)
         if outcome == "invalid":
             raise IteratorInvalid(after)
-        rows = reply[3:]
+        rows = reply[4:]
         events = [
             FeedEvent(_s(rows[i]), _s(rows[i + 1]), body)
             for i in range(0, len(rows), 3)
             if (body := bodies.unpacked_or_none(rows[i + 2])) is not None
         ]
-        return FeedPage(events, _s(reply[1]), bool(int(reply[2])))
+        return FeedPage(events, _s(reply[1]), bool(int(reply[2])), int(reply[3]))
 
     async def wait(self, client: str, after: str, timeout_s: float) -> bool:
         """Blocks until an entry past ``after`` is in the client's feed (True) or ``timeout_s`` passed."""
@@ -160,6 +181,45 @@ class Feed:
 
     async def drop_slot(self, client: str, token: str) -> None:
         await _whole(self._slot(keys=[keys.client_streams(client)], args=["drop", token, 0, 0, 0]))
+
+
+def admit(held: int, in_use: int, size: int, share: int, reserve: int) -> bool:
+    """Whether a client that holds ``held`` of the pod's ``size`` blocking lanes (``in_use`` taken in all)
+    may take one more: never past its ``share``, and the last ``reserve`` free lanes only for a client that
+    holds none, so that clients at their share cannot keep every other client's first reader out."""
+    if in_use >= size or held >= share:
+        return False
+    return held == 0 or size - in_use > reserve
+
+
+class Lanes:
+    """This pod's blocking readers (streams and waiting long-polls), one lane each for their whole life,
+    at most ``size`` (the blocking client's connections), shared fairly between clients (``admit``)."""
+
+    def __init__(self, size: int, *, share: int | None = None, reserve: int | None = None) -> None:
+        self.size = max(1, size)
+        self.share = self.size if share is None else max(1, share)
+        # A quarter of the pool, by default, is kept for clients with no reader on this pod yet.
+        self.reserve = self.size // 4 if reserve is None else reserve
+        self.held: dict[str, int] = {}
+
+    @property
+    def in_use(self) -> int:
+        return sum(self.held.values())
+
+    def take(self, client: str) -> bool:
+        held = self.held.get(client, 0)
+        if not admit(held, self.in_use, self.size, self.share, self.reserve):
+            return False
+        self.held[client] = held + 1
+        return True
+
+    def give_back(self, client: str) -> None:
+        held = self.held.get(client, 0) - 1
+        if held > 0:
+            self.held[client] = held
+        else:
+            self.held.pop(client, None)
 
 
 async def _whole(command: Awaitable[T]) -> T:

@@ -74,3 +74,30 @@ async def page(
         assert last is not None
         max_score, after = last
     return Page(out, encode_cursor(*last) if last else None)
+
+
+# Deliveries one ``recover`` call reads at most (one ZRANGEBYSCORE, one pipeline of as many HGETALLs, as
+# many retries): a delivery log of any length is recovered a page per request, never in one.
+RECOVER_SCAN = 500
+
+
+async def oldest_first(
+    redis: Redis, index: str, low_ms: int, high_ms: int | None, cursor: str | None, scan: int
+) -> tuple[list[str], str | None]:
+    """Up to ``scan`` members of the zset ``index`` scored in [``low_ms``, ``high_ms``) (None: no end),
+    oldest first, after ``cursor``; and the cursor of what comes next (None: nothing)."""
+    low: float = low_ms
+    after: str | None = None
+    if cursor:
+        score, after = decode_cursor(cursor)
+        low = max(low, score)
+    high = "+inf" if high_ms is None else f"({high_ms}"
+    rows = await redis.zrangebyscore(index, low, high, start=0, num=scan + 1, withscores=True)
+    members = [(text(m), float(s)) for m, s in rows]
+    if after is not None:
+        # Skip up to and including the cursor's member (several may share its score).
+        skip = next((i + 1 for i, (m, s) in enumerate(members) if m == after and s == low), 0)
+        members = members[skip:]
+    taken = members[:scan]
+    more = len(rows) > scan or len(members) > scan
+    return [m for m, _ in taken], (encode_cursor(taken[-1][1], taken[-1][0]) if more and taken else None)

@@ -206,6 +206,63 @@ CASES: list[tuple[str, str, str, dict[str, Any], dict[str, str], int, str]] = [
         422,
         "validation_error",
     ),
+    # Unicode digits pass Python's \d, and Lua's tonumber then gave nil: a 500 before issue 23.
+    (
+        "arabic-indic-iterator",
+        "GET",
+        "/v1/events?iterator=\u0661\u0662\u0663-0",
+        {},
+        {},
+        422,
+        "invalid_iterator",
+    ),
+    ("fullwidth-iterator", "GET", "/v1/events?iterator=\uff11-0", {}, {}, 422, "invalid_iterator"),
+    (
+        "fullwidth-last-event-id",
+        "GET",
+        "/v1/events/stream?last_event_id=\uff11-0",
+        {},
+        {},
+        422,
+        "invalid_iterator",
+    ),
+    (
+        "multipart-long-part-type",
+        "POST",
+        "/v1/runs",
+        {
+            "files": {
+                "file": ("a.pdf", b"%PDF-1.4 x", "application/" + "x" * 3000),
+                "request": (None, json.dumps({"vendor": "nutrient"})),
+            }
+        },
+        {},
+        422,
+        "validation_error",
+    ),
+    (
+        "multipart-control-filename",
+        "POST",
+        "/v1/runs",
+        {
+            "files": {
+                "file": ("a\x01b\x7f.pdf", b"%PDF-1.4 x", "application/pdf"),
+                "request": (None, json.dumps({"vendor": "nutrient"})),
+            }
+        },
+        {},
+        422,
+        "validation_error",
+    ),
+    (
+        "json-control-filename",
+        "POST",
+        "/v1/runs",
+        _json({**GOOD, "document": {**DOC, "filename": "a\x00.pdf"}}),
+        {},
+        422,
+        "validation_error",
+    ),
     ("unknown-route", "GET", "/v1/nothing", {}, {}, 404, "not_found"),
     ("wrong-method", "DELETE", "/v1/runs", {}, {}, 405, "method_not_allowed"),
 ]
@@ -314,3 +371,39 @@ async def test_nan_in_json_is_not_json(api_only: Stack) -> None:
     body = b'{"vendor": "nutrient", "document": {"url": "https://x.test/a.pdf"}, "options": {"t": NaN}}'
     response = await api_only.api.post("/v1/runs", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 400 and response.json()["code"] == "invalid_json"
+
+
+@pytest.mark.parametrize(
+    ("body", "pointer"),
+    [
+        ({**GOOD, "document": {"url": 5}}, "/document/url"),
+        ({**GOOD, "document": {"url": "ftp:nope"}}, "/document/url"),
+        ({**GOOD, "document": {**DOC, "content_base64": "!!!!"}}, "/document/content_base64"),
+    ],
+)
+async def test_a_422_has_one_error_per_field_pointing_into_the_body(
+    api_only: Stack, body: dict[str, Any], pointer: str
+) -> None:
+    response = await api_only.api.post("/v1/runs", json=body)
+    assert response.status_code == 422, response.text
+    errors = response.json()["errors"]
+    assert [e["pointer"] for e in errors] == [pointer], errors  # no union tags, no second error
+
+
+async def test_a_bad_event_type_is_one_error_at_its_index(api_only: Stack) -> None:
+    response = await api_only.api.post(
+        "/v1/subscriptions", json={"url": "http://10.1.2.3/x", "event_types": ["run.done"]}
+    )
+    assert [e["pointer"] for e in response.json()["errors"]] == ["/event_types/0"], response.text
+
+
+async def test_a_multipart_file_part_is_checked_like_the_json_document(api_only: Stack) -> None:
+    response = await api_only.api.post(
+        "/v1/runs",
+        files={
+            "file": ("a.pdf", b"%PDF-1.4 x", "application/" + "x" * 3000),
+            "request": (None, json.dumps({"vendor": "nutrient"})),
+        },
+    )
+    assert response.status_code == 422
+    assert [e["pointer"] for e in response.json()["errors"]] == ["/file/media_type"]

@@ -3,16 +3,18 @@
 -- KEYS[1] the client's feed. ARGV: after (a stream id; '' = from the oldest kept), limit (matches at
 --   most), scan (entries read at most), cutoff_ms (now - retention), types (JSON list; [] = every type;
 --   'run.*' matches every run event), run_id ('' = any), vendor ('' = any), future_ms (how far past
---   Redis's clock an iterator may point).
+--   Redis's clock an iterator may point), max_bytes (the page's bodies stop growing past this many bytes:
+--   a page always has its first match).
 -- Returns {'expired'} (entries after the iterator may be gone: it is older than the retention window and
 -- nothing at or before it is kept) | {'invalid'} (it points into the future) |
--- {'ok', iterator, done, id1, event_id1, body1, id2, ...}: done = 1 when the page reached the feed's
--- end. The iterator at the end is pushed to the current millisecond, so that a consumer of a quiet feed
+-- {'ok', iterator, done, scanned, id1, event_id1, body1, id2, ...}: done = 1 when the page reached the
+-- feed's end; scanned = the entries read (the caller's budget per request). The iterator at the end is pushed to the current millisecond, so that a consumer of a quiet feed
 -- keeps an iterator inside the retention window: entries added later get ids past it.
 local key = KEYS[1]
 local after, limit, scan, cutoff = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local types = cjson.decode(ARGV[5])
 local run_id, vendor, future = ARGV[6], ARGV[7], tonumber(ARGV[8])
+local max_bytes = tonumber(ARGV[9])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -35,10 +37,11 @@ local function wanted(h)
 end
 
 local rows = redis.call('XRANGE', key, after == '' and '-' or ('(' .. after), '+', 'COUNT', scan)
-local out = {'ok', '', 0}
-local last, matched, full = after, 0, false
+local out = {'ok', '', 0, 0}
+local last, matched, full, bytes, scanned = after, 0, false, 0, 0
 for i, row in ipairs(rows) do
   last = row[1]
+  scanned = i
   local f, h = row[2], {}
   for j = 1, #f, 2 do h[f[j]] = f[j + 1] end
   if wanted(h) then
@@ -47,7 +50,8 @@ for i, row in ipairs(rows) do
     if body then
       table.insert(out, row[1]); table.insert(out, h['e']); table.insert(out, body)
       matched = matched + 1
-      if matched >= limit then
+      bytes = bytes + #body
+      if matched >= limit or bytes >= max_bytes then
         full = i < #rows or #rows >= scan
         break
       end
@@ -60,4 +64,5 @@ if not full and #rows < scan then
   if last == '' or ms_of(last) < now then last = tostring(now - 1) .. '-18446744073709551615' end
 end
 out[2] = last
+out[4] = scanned
 return out

@@ -1,0 +1,317 @@
+"""A hostile tenant against the event feed and its streams (issue 23): stalled readers, the stream cap over
+a stream's whole life, the blocking pool's fair share, a filter that matches nothing, Redis dying under
+open streams, and ``recover`` over a long delivery log. The API runs on uvicorn as ``hookbridge api``
+runs it (``api_config``: the connection guard), in this process, against a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from service import settings as settings_mod
+from service._uvicorn import EmbeddedServer, api_config
+from service.api import events
+from service.api.app import create_app
+from service.dev.embedded_redis import EmbeddedRedis, free_port
+from service.store import bodies, keys
+from service.store.feed import Lanes, admit
+from tests.conftest import ALICE, base_env, eventually
+
+
+@contextlib.asynccontextmanager
+async def guarded_api(redis_url: str, **overrides: str) -> AsyncIterator[str]:
+    settings = settings_mod.load(base_env(redis_url, **overrides))
+    port = free_port()
+    config = api_config(create_app(settings), settings, host="127.0.0.1", port=port, lifespan="on")
+    server = EmbeddedServer(config)
+    task = asyncio.create_task(server.serve())
+
+    async def started() -> bool:
+        if task.done():
+            task.result()
+        return bool(server.started)
+
+    await eventually(started, timeout=10, what="the API started")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 15)
+
+
+async def fill_feed(redis_url: str, client: str, count: int, size: int, run_id: str = "run_fill") -> None:
+    """``count`` events of about ``size`` bytes each in the client's feed (incompressible bodies)."""
+    redis = Redis.from_url(redis_url)
+    try:
+        pipe = redis.pipeline(transaction=False)
+        for i in range(count):
+            data = base64.b64encode(os.urandom(size * 3 // 4)).decode()
+            body = f'{{"type":"run.progress","timestamp":"2026-01-01T00:00:00Z","data":{{"blob":"{data}"}}}}'
+            fields = {"e": f"evt_fill{i}", "t": "run.progress", "r": run_id, "v": "nutrient"}
+            pipe.xadd(keys.client_feed(client), {**fields, "b": bodies.packed(body)})
+        await pipe.execute()
+    finally:
+        await redis.aclose()
+
+
+def _stalled_stream(port: int, key: str = ALICE, path: str = "/v1/events/stream") -> socket.socket:
+    """A stream whose reader reads the status line and then nothing: a tiny receive window, never read."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(5)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n".encode())
+    head = sock.recv(12)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return sock
+
+
+async def stalled_stream(port: int) -> socket.socket:
+    return await asyncio.to_thread(_stalled_stream, port)  # the server runs in this event loop
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+async def _xrange_calls(redis: Redis) -> int:
+    stats = await redis.info("commandstats")
+    return int(stats.get("cmdstat_xrange", {}).get("calls", 0))
+
+
+@pytest.mark.parametrize(
+    ("held", "in_use", "size", "share", "reserve", "admitted"),
+    [
+        (0, 0, 8, 4, 2, True),  # an empty pool
+        (3, 3, 8, 4, 2, True),
+        (4, 4, 8, 4, 2, False),  # at its share
+        (2, 6, 8, 4, 2, False),  # the last free lanes are kept for clients with none
+        (0, 6, 8, 4, 2, True),  # ... such as this one
+        (0, 7, 8, 4, 2, True),
+        (0, 8, 8, 4, 2, False),  # the pool is full
+        (1, 5, 8, 8, 0, True),  # no reserve
+    ],
+)
+def test_who_may_take_a_blocking_lane(
+    held: int, in_use: int, size: int, share: int, reserve: int, admitted: bool
+) -> None:
+    assert admit(held, in_use, size, share, reserve) is admitted
+
+
+def test_lanes_count_per_client_and_come_back() -> None:
+    lanes = Lanes(4, share=3, reserve=1)
+    assert [lanes.take("a") for _ in range(4)] == [True, True, True, False]
+    assert lanes.take("b") and not lanes.take("b") and lanes.in_use == 4
+    lanes.give_back("a")
+    assert lanes.take("c") and lanes.held == {"a": 2, "b": 1, "c": 1}
+
+
+async def test_stalled_streams_cannot_outlive_the_cap(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A short lease: before issue 23 a stalled stream stopped renewing, its slot ran out after one lease
+    # and the client opened more (50 stalled streams under a cap of 10).
+    monkeypatch.setattr(events, "SLOT_LEASE_S", 1.0)
+    await fill_feed(redis_url, "alice", 40, 200_000)  # 8 MB: far more than the sockets' buffers
+    async with guarded_api(
+        redis_url, HOOKBRIDGE_MAX_STREAMS_PER_CLIENT="3", HOOKBRIDGE_SSE_SEND_TIMEOUT_S="60s"
+    ) as url:
+        socks = [await stalled_stream(_port(url)) for _ in range(3)]
+        try:
+            async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ALICE}"}) as api:
+                deadline = time.monotonic() + 3.5  # three and a half leases
+                refused = 0
+                while time.monotonic() < deadline:
+                    response = await api.get("/v1/events", params={"wait": "0.05", "run_id": "run_none"})
+                    assert response.status_code == 429, (
+                        "a fourth reader got a slot while 3 stalled streams hold them"
+                    )
+                    assert response.json()["code"] == "too_many_streams"
+                    refused += 1
+                    await asyncio.sleep(0.1)  # paced probes over a fixed span: the property is "for all time"
+                assert refused > 10
+        finally:
+            for sock in socks:
+                sock.close()
+    redis = Redis.from_url(redis_url)
+    try:
+        await redis.delete(keys.client_feed("alice"), keys.client_streams("alice"))
+    finally:
+        await redis.aclose()
+
+
+async def test_a_stalled_stream_is_closed_within_the_send_timeout(redis_url: str) -> None:
+    await fill_feed(redis_url, "alice", 40, 200_000)
+    async with guarded_api(
+        redis_url, HOOKBRIDGE_MAX_STREAMS_PER_CLIENT="1", HOOKBRIDGE_SSE_SEND_TIMEOUT_S="1s"
+    ) as url:
+        sock = await stalled_stream(_port(url))
+        started = time.monotonic()
+        try:
+            async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ALICE}"}) as api:
+
+                async def slot_freed() -> bool:
+                    return (
+                        await api.get("/v1/events", params={"wait": "0.05", "run_id": "run_none"})
+                    ).status_code == 200
+
+                await eventually(slot_freed, timeout=6, what="the stalled stream closed and its slot freed")
+            assert time.monotonic() - started < 6
+
+            def reset_or_eof() -> bool:
+                sock.settimeout(5)
+                try:
+                    while sock.recv(65536):
+                        pass
+                except ConnectionResetError:
+                    pass
+                return True
+
+            assert await asyncio.to_thread(reset_or_eof)  # the server dropped the connection
+        finally:
+            sock.close()
+    redis = Redis.from_url(redis_url)
+    try:
+        await redis.delete(keys.client_feed("alice"), keys.client_streams("alice"))
+    finally:
+        await redis.aclose()
+
+
+async def test_tenants_at_their_quota_leave_another_tenants_long_poll_answered(redis_url: str) -> None:
+    clients = [f"t{i}" for i in range(3)]
+    api_keys = ",".join(f"{c}:{c}-key" for c in (*clients, "victim"))
+    async with guarded_api(
+        redis_url,
+        HOOKBRIDGE_API_KEYS=api_keys,
+        HOOKBRIDGE_MAX_STREAMS_PER_CLIENT="4",
+        HOOKBRIDGE_FEED_BLOCKING_CONNECTIONS="8",
+    ) as url:
+        opened: list[httpx.Response] = []
+        async with httpx.AsyncClient(base_url=url, timeout=10) as api:
+            statuses: dict[str, list[int]] = {}
+            for client in clients:
+                for _ in range(4):  # each hostile tenant opens its whole quota
+                    request = api.build_request(
+                        "GET", "/v1/events/stream", headers={"Authorization": f"Bearer {client}-key"}
+                    )
+                    response = await api.send(request, stream=True)
+                    statuses.setdefault(client, []).append(response.status_code)
+                    if response.status_code == 200:
+                        opened.append(response)
+                    else:
+                        await response.aread()
+                        assert response.status_code == 429, response.text
+                        assert response.json()["code"] == "too_many_streams"
+                        assert response.headers["content-type"] == "application/problem+json"
+                        assert "retry-after" in response.headers
+            assert all(503 not in codes for codes in statuses.values())
+            # 4 + 2 + 1: the first takes its share, the next ones stop where the free lanes reach the
+            # reserve (8 // 4) but still get a first one each, and the victim's first is kept free.
+            assert len(opened) == 7 and statuses["t1"].count(200) == 2, statuses
+            victim = await api.get(
+                "/v1/events", params={"wait": "0.2"}, headers={"Authorization": "Bearer victim-key"}
+            )
+            assert victim.status_code == 200, victim.text
+            for response in opened:
+                await response.aclose()
+
+
+async def test_a_filter_that_matches_nothing_costs_one_budget_per_request(redis_url: str) -> None:
+    await fill_feed(redis_url, "alice", 5000, 40)
+    redis = Redis.from_url(redis_url)
+    try:
+        async with guarded_api(redis_url, HOOKBRIDGE_FEED_SCAN_BUDGET="2000") as url:
+            async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ALICE}"}) as api:
+                before = await _xrange_calls(redis)
+                started = time.monotonic()
+                response = await api.get("/v1/events", params={"run_id": "run_nomatch", "wait": "5"})
+                elapsed = time.monotonic() - started
+                calls = await _xrange_calls(redis) - before
+                page = response.json()
+                assert response.status_code == 200 and page["data"] == [] and page["done"] is False
+                # 2,000 entries scanned in two reads, then an answer with the iterator to resume from (it
+                # does not wait: there is more to scan), instead of scanning the whole feed and waiting.
+                assert calls <= 2, calls
+                assert elapsed < 2.5
+                resumed = await api.get(
+                    "/v1/events", params={"run_id": "run_nomatch", "iterator": page["iterator"]}
+                )
+                assert resumed.status_code == 200
+    finally:
+        await redis.delete(keys.client_feed("alice"))
+        await redis.aclose()
+
+
+async def test_redis_dying_under_open_streams_ends_them_cleanly(caplog: pytest.LogCaptureFixture) -> None:
+    with EmbeddedRedis(appendonly=False) as own:
+        async with guarded_api(own.url, HOOKBRIDGE_SSE_HEARTBEAT_S="1s") as url:
+            async with httpx.AsyncClient(
+                base_url=url, headers={"Authorization": f"Bearer {ALICE}"}, timeout=30
+            ) as api:
+                requests = [api.build_request("GET", "/v1/events/stream") for _ in range(3)]
+                streams = [await api.send(r, stream=True) for r in requests]
+                assert all(s.status_code == 200 for s in streams)
+                own.kill()
+
+                async def body(response: httpx.Response) -> bytes:
+                    return await response.aread()  # raises on a chunked body cut short
+
+                bodies_read = await asyncio.wait_for(asyncio.gather(*(body(s) for s in streams)), 30)
+                assert all(b.startswith(b": connected") for b in bodies_read)
+    assert "Exception in ASGI application" not in caplog.text
+    assert "Traceback" not in caplog.text
+
+
+async def test_recover_reads_a_long_log_a_page_per_request(redis_url: str) -> None:
+    async with guarded_api(redis_url, HOOKBRIDGE_CALLBACK_ALLOWED_NETWORKS="127.0.0.0/8") as url:
+        async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ALICE}"}) as api:
+            created = await api.post("/v1/subscriptions", json={"url": "http://127.0.0.1:9/hook"})
+            assert created.status_code == 201, created.text
+            sub_id = created.json()["id"]
+            redis = Redis.from_url(redis_url)
+            try:
+                # 1,200 entries in the log (records long gone, as after retention): what one call reads.
+                await redis.zadd(
+                    keys.sub_deliveries(sub_id), {f"dlv_{i:032x}": 1_000 + i for i in range(1200)}
+                )
+                stats = await redis.info("commandstats")
+                before = int(stats.get("cmdstat_hgetall", {}).get("calls", 0))
+                pages, cursor, per_call = 0, None, []
+                while True:
+                    body: dict[str, Any] = {
+                        "since": "1970-01-01T00:00:00Z",
+                        **({"cursor": cursor} if cursor else {}),
+                    }
+                    response = await api.post(f"/v1/subscriptions/{sub_id}/recover", json=body)
+                    assert response.status_code == 202, response.text
+                    stats = await redis.info("commandstats")
+                    now = int(stats.get("cmdstat_hgetall", {}).get("calls", 0))
+                    per_call.append(now - before)
+                    before = now
+                    pages += 1
+                    cursor = response.json()["next_cursor"]
+                    if cursor is None:
+                        break
+                assert pages == 3 and max(per_call) <= 500 + 1, per_call  # + the subscription itself
+                bad = await api.post(
+                    f"/v1/subscriptions/{sub_id}/recover",
+                    json={"since": "1970-01-01T00:00:00Z", "cursor": "%%"},
+                )
+                assert bad.status_code == 422
+                backwards = await api.post(
+                    f"/v1/subscriptions/{sub_id}/recover",
+                    json={"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"},
+                )
+                assert backwards.status_code == 422
+            finally:
+                await redis.aclose()
