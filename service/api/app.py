@@ -24,6 +24,7 @@ from service.api import events, models, problems, runs, streams, subscriptions
 from service.api.auth import KeyRing
 from service.api.context import Context
 from service.api.openapi import document as openapi_document
+from service.api.timing import RequestTiming
 from service.api.problems import (
     HeadersTooLarge,
     InternalError,
@@ -182,7 +183,7 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[*tracing.asgi_middleware(routes), Middleware(RequestContext)],
+        middleware=[*tracing.asgi_middleware(routes), Middleware(RequestContext), Middleware(RequestTiming)],
         exception_handlers=dict.fromkeys(
             (Problem, ClientDisconnect, RedisError, ConnectionError, HTTPException, Exception), _error
         ),

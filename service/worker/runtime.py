@@ -228,6 +228,7 @@ class WorkerRuntime:
                         raise
                     except Exception as exc:  # a malformed record: the gauges wait, the heartbeat goes on
                         log.warning("metrics sample failed", error=repr(exc))
+                metrics.WORKER_ALIVE.set(1 if self.alive() else 0)
                 payload = json.dumps({"worker": self.worker_id, "at": now_ms, "alive": self.alive()})
                 await self.store.heartbeat(self.worker_id, payload, STALE_AFTER_S)
                 metrics.REDIS_UP.set(1)
