@@ -140,11 +140,19 @@ async def test_delivery_rows_open_from_the_keyboard(stack: Stack, receiver: Rece
     await page.goto(f"{stack.api_url}/console/#/subscriptions/{made['sub']['id']}")
     row = page.locator("tr[data-delivery-id]").first
     await expect(row).to_be_visible(timeout=DEADLINE_MS)
-    await row.focus()
-    await page.keyboard.press("Space")
-    await expect(page.locator("tr.expanded .delivery table.attempts")).to_be_visible(timeout=DEADLINE_MS)
+    await page.focus('select[name="delivery-status"]')
+    await page.keyboard.press("Tab")  # from the log's filter to its first row, as a keyboard user goes
+    assert await page.evaluate("document.activeElement.dataset.deliveryId") == await row.get_attribute(
+        "data-delivery-id"
+    )
     outline = await row.evaluate("r => getComputedStyle(r).outlineStyle")
     assert outline != "none"  # the focus is visible
+    await page.keyboard.press("Space")
+    await expect(page.locator("tr.expanded .delivery table.attempts")).to_be_visible(timeout=DEADLINE_MS)
+    # The log is drawn again with the row open: the focus stays on it, for the next key.
+    assert await page.evaluate("document.activeElement.dataset.deliveryId") == await row.get_attribute(
+        "data-delivery-id"
+    )
     await page.goto(f"{stack.api_url}/console/#/runs")
     run_row = page.locator(f'tr[data-run-id="{made["run"]["id"]}"]')
     await run_row.focus()
@@ -175,7 +183,7 @@ async def test_a_runs_page_reads_the_api_on_events_not_on_a_timer(
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url) if "/v1/" in r.url else None)
     await page.goto(f"{stack.api_url}/console/#/runs/{run['id']}")
-    await page.wait_for_function("document.querySelectorAll('ol.timeline .delivery').length >= 8")
+    await expect(page.locator("ol.timeline .delivery").nth(7)).to_be_visible(timeout=DEADLINE_MS)
     await page.wait_for_timeout(10_000)  # the measurement window itself, not a wait for work
     streams = [u for u in requests if u.endswith("/stream")]
     print(f"a run's page, 8 subscriptions, 10 s: {len(requests)} API requests ({len(streams)} stream)")

@@ -354,7 +354,10 @@ export function subscriptionView(root, subId) {
         : all.slice(0, LOG_ROWS);
       showHead(all);
       const built = await Promise.all(rows.map(logRow));
+      const focused = document.activeElement?.dataset?.deliveryId;
       clear(log).append(...built.flat());
+      // The rows are new elements: give the focus back to the one the keyboard was on.
+      if (focused) log.querySelector(`tr[data-delivery-id="${CSS.escape(focused)}"]`)?.focus();
       if (!rows.length) log.append(h("tr", {}, h("td", { colspan: 8, class: "empty" }, "No deliveries.")));
     } catch (e) {
       notice(message, `Could not load the subscription: ${e.message}`, "error");
