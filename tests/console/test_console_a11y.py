@@ -9,6 +9,7 @@ needs npm. With ``CONSOLE_SCREENSHOTS=1`` the test also writes docs/console/*.pn
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from playwright.async_api import Browser, Page, expect
 
+from service.worker.runtime import WorkerRuntime
 from tests.conftest import ALICE, Receiver, Stack, StackFactory, eventually
 from tests.console.conftest import CHROMIUM, NO_BROWSER
 
@@ -161,34 +163,52 @@ async def test_delivery_rows_open_from_the_keyboard(stack: Stack, receiver: Rece
     assert made["run"]["id"] in page.url
 
 
-async def test_a_runs_page_reads_the_api_on_events_not_on_a_timer(
+async def test_a_pending_runs_page_reads_the_api_on_events_not_on_a_timer(
     make_stack: StackFactory, receiver: Receiver, page: Page
 ) -> None:
-    """8 subscriptions, a run that has ended and whose deliveries are done: in 10 s its page makes the reads
-    of one load and one stream, not a poll every 2 s (main's console made 64 requests in 5 s)."""
-    stack = await make_stack()
-    subs = [await stack.subscribe(f"{receiver.url}?n={i}", event_types=["run.*"]) for i in range(8)]
+    """8 subscriptions and a run still queued (no worker yet): in 10 s its page makes one load and opens
+    one stream; main's console read everything again every 2 s while anything was pending."""
+    stack = await make_stack(worker=False)
+    for i in range(8):
+        await stack.subscribe(f"{receiver.url}?n={i}", event_types=["run.*"])
     run = await stack.submit("nutrient")
-    await stack.wait_status(run["id"], "succeeded")
-
-    async def delivered() -> bool:
-        for sub in subs:
-            rows = (await stack.api.get(f"/v1/subscriptions/{sub['id']}/deliveries")).json()["data"]
-            if not rows or any(d["status"] == "pending" for d in rows):
-                return False
-        return True
-
-    await eventually(delivered, what="every delivery done")
     await sign_in(page, stack)
+    await expect(page.locator("#live-mode")).to_have_text("live: event stream")  # the runs list settled
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url) if "/v1/" in r.url else None)
     await page.goto(f"{stack.api_url}/console/#/runs/{run['id']}")
-    await expect(page.locator("ol.timeline .delivery").nth(7)).to_be_visible(timeout=DEADLINE_MS)
+    await expect(page.locator("#live-mode")).to_have_text("live: the run's event stream", timeout=DEADLINE_MS)
     await page.wait_for_timeout(10_000)  # the measurement window itself, not a wait for work
     streams = [u for u in requests if u.endswith("/stream")]
-    print(f"a run's page, 8 subscriptions, 10 s: {len(requests)} API requests ({len(streams)} stream)")
-    assert len(streams) <= 1
-    # One load: the subscriptions, the run, its events, 8 delivery logs and each delivery; at most twice
-    # (once more when the stream ends).
-    per_load = 1 + 2 + 8 + len([u for u in requests if "/v1/deliveries/" in u]) // 2
-    assert len(requests) <= 2 * per_load + 1
+    print(f"a pending run's page, 8 subscriptions, 10 s: {len(requests)} API requests ({len(streams)} stream)")
+    assert len(streams) == 1
+    # One load: the subscriptions, the run, its events, the 8 delivery logs; and the stream.
+    assert len(requests) <= 1 + 2 + 8 + 1
+
+
+async def test_a_runs_page_follows_its_stream_to_the_end(
+    make_stack: StackFactory, receiver: Receiver, page: Page
+) -> None:
+    """The same page while a worker runs it: the timeline fills from the stream, without a reload, and the
+    reads stay bounded (a burst of events is one read)."""
+    stack = await make_stack(worker=False)
+    for i in range(8):
+        await stack.subscribe(f"{receiver.url}?n={i}", event_types=["run.*"])
+    run = await stack.submit("nutrient")
+    await sign_in(page, stack)
+    await expect(page.locator("#live-mode")).to_have_text("live: event stream")  # the runs list settled
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url) if "/v1/" in r.url else None)
+    await page.goto(f"{stack.api_url}/console/#/runs/{run['id']}")
+    await expect(page.locator("#live-mode")).to_have_text("live: the run's event stream", timeout=DEADLINE_MS)
+    await page.evaluate("window.sameDocument = true")
+    worker = WorkerRuntime(stack.settings)
+    task = asyncio.create_task(worker.run(serve_health=False))
+    try:
+        done = page.locator("ol.timeline li", has_text="run.succeeded").locator(".delivery .badge")
+        await expect(done).to_have_text(["succeeded"] * 8, timeout=DEADLINE_MS)
+    finally:
+        worker.request_stop()
+        await task
+    assert await page.evaluate("window.sameDocument") is True
+    print(f"a run's page from queued to delivered: {len(requests)} API requests")

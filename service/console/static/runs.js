@@ -386,6 +386,14 @@ export function runView(root, runId) {
   let ended = false;
   let backoff = 3000;
   let subs = null;
+  let settled = false;
+  let soon = null;
+  // A stream replays the run's past events when it opens, and a vendor may send several at once: one
+  // read for a burst, not one per event.
+  const later = () => {
+    clearTimeout(soon);
+    soon = setTimeout(load, 300);
+  };
   const load = async () => {
     if (busy) {
       again = true; // an event arrived during a read: read once more after it, not once per event
@@ -413,7 +421,7 @@ export function runView(root, runId) {
         ),
       );
       notice(message, "");
-      const settled = TERMINAL.includes(run.status) && deliveries.every((d) => d.status !== "pending");
+      settled = TERMINAL.includes(run.status) && deliveries.every((d) => d.status !== "pending");
       if (!settled && ended) {
         timer = setTimeout(() => document.hidden || load(), backoff);
         backoff = Math.min(backoff * 2, 60000);
@@ -436,7 +444,7 @@ export function runView(root, runId) {
   load();
   const stream = follow(`/v1/runs/${encodeURIComponent(runId)}/stream`, {
     onOpen: () => (mode.textContent = "live: the run's event stream"),
-    onEvent: load,
+    onEvent: later,
     onUnavailable: () => {
       mode.textContent = "live: reading again while deliveries are pending";
       ended = true;
@@ -445,12 +453,13 @@ export function runView(root, runId) {
     onEnd: () => {
       mode.textContent = "the run has ended";
       ended = true;
-      load();
+      if (!settled) later();
       return true;
     },
   });
   return () => {
     stream.close();
     clearTimeout(timer);
+    clearTimeout(soon);
   };
 }
