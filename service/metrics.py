@@ -7,14 +7,14 @@ import platform
 from collections.abc import Iterable
 
 from prometheus_client import (
-    GCCollector,
-    PlatformCollector,
-    ProcessCollector,
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Histogram,
     Info,
+    PlatformCollector,
+    ProcessCollector,
     generate_latest,
 )
 
@@ -153,7 +153,9 @@ process_collector = ProcessCollector(registry=REGISTRY)
 platform_collector = PlatformCollector(registry=REGISTRY)
 gc_collector = GCCollector(registry=REGISTRY)
 
-BUILD_INFO = Info("hookbridge_build", "The running build: hookbridge's version and Python's", registry=REGISTRY)
+BUILD_INFO = Info(
+    "hookbridge_build", "The running build: hookbridge's version and Python's", registry=REGISTRY
+)
 BUILD_INFO.info({"version": __version__, "python": platform.python_version()})
 
 # Route templates (``/v1/runs/{run_id}``), never raw paths; the status as its class (2xx..5xx): a bounded

@@ -24,7 +24,6 @@ from service.api import events, models, problems, runs, streams, subscriptions
 from service.api.auth import KeyRing
 from service.api.context import Context
 from service.api.openapi import document as openapi_document
-from service.api.timing import RequestTiming
 from service.api.problems import (
     HeadersTooLarge,
     InternalError,
@@ -34,6 +33,7 @@ from service.api.problems import (
     Problem,
     Unavailable,
 )
+from service.api.timing import RequestTiming
 from service.api.views import JSONResponse
 from service.delivery.urlsafety import Policy
 from service.settings import Settings

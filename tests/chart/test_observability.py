@@ -176,7 +176,11 @@ def test_promtool_unit_tests_cover_every_alert(chart: helm.Chart, tmp_path: Path
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     done = subprocess.run(
-        [PROMTOOL, "test", "rules", "alerts_test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [PROMTOOL, "test", "rules", "alerts_test.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     tested = set(re.findall(r"alertname: (\w+)", PROMTOOL_TESTS.read_text()))

@@ -21,7 +21,7 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from service.worker.runtime import WorkerRuntime
-from tests.conftest import ALICE, Receiver, Stack, StackFactory, eventually
+from tests.conftest import ALICE, Receiver, Stack, StackFactory
 from tests.console.conftest import CHROMIUM, NO_BROWSER
 
 if CHROMIUM is None:
@@ -42,7 +42,15 @@ def axe_source() -> str:
         if npm is None:
             pytest.skip("no npm to install axe-core with (apt-get install npm)")
         subprocess.run(
-            [npm, "install", "--prefix", str(AXE_CACHE), "--no-save", "--ignore-scripts", f"axe-core@{AXE_VERSION}"],
+            [
+                npm,
+                "install",
+                "--prefix",
+                str(AXE_CACHE),
+                "--no-save",
+                "--ignore-scripts",
+                f"axe-core@{AXE_VERSION}",
+            ],
             check=True,
             capture_output=True,
             timeout=300,
@@ -125,7 +133,11 @@ async def test_every_page_passes_axe_fits_a_phone_in_both_schemes(
             finally:
                 await context.close()
     if SHOTS:
-        lines = ["# axe-core report of the console", "", f"axe-core {AXE_VERSION}, every page at 1,440 and 390 px,"]
+        lines = [
+            "# axe-core report of the console",
+            "",
+            f"axe-core {AXE_VERSION}, every page at 1,440 and 390 px,",
+        ]
         lines += ["light and dark (tests/console/test_console_a11y.py). Violations by page:", ""]
         lines += ["| page | violations (id, impact, nodes) |", "| --- | --- |"]
         for key, found in report.items():
@@ -180,7 +192,9 @@ async def test_a_pending_runs_page_reads_the_api_on_events_not_on_a_timer(
     await expect(page.locator("#live-mode")).to_have_text("live: the run's event stream", timeout=DEADLINE_MS)
     await page.wait_for_timeout(10_000)  # the measurement window itself, not a wait for work
     streams = [u for u in requests if u.endswith("/stream")]
-    print(f"a pending run's page, 8 subscriptions, 10 s: {len(requests)} API requests ({len(streams)} stream)")
+    print(
+        f"a pending run's page, 8 subscriptions, 10 s: {len(requests)} API requests ({len(streams)} stream)"
+    )
     assert len(streams) == 1
     # One load: the subscriptions, the run, its events, the 8 delivery logs; and the stream.
     assert len(requests) <= 1 + 2 + 8 + 1

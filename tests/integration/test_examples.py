@@ -288,7 +288,9 @@ def test_the_sample_invoice_is_a_real_pdf() -> None:
     assert b"@examples/invoice.pdf" in (ROOT / "README.md").read_bytes()
 
 
-async def test_readme_then_quickstart_register_one_subscription(make_stack: StackFactory, reader: Any) -> None:
+async def test_readme_then_quickstart_register_one_subscription(
+    make_stack: StackFactory, reader: Any
+) -> None:
     """The README's example, then the quickstart's first block in the same shell: one subscription for
     the URL (sub.json is reused), so no second one is left failing verification (401) forever."""
     stack: Stack = await make_stack()
