@@ -456,3 +456,41 @@ async def test_a_delivery_parked_behind_its_subscriptions_limit_still_counts_as_
     await stack.worker._observe(now)
     text = metrics.render().decode()
     assert sample(text, "hookbridge_oldest_pending_delivery_seconds", client="alice") == 120
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (200, "2xx"),
+        (204, "2xx"),
+        (301, "3xx"),
+        (404, "4xx"),
+        (499, "4xx"),
+        (503, "5xx"),
+        (0, "5xx"),
+        (700, "5xx"),
+    ],
+)
+def test_status_class(status: int, expected: str) -> None:
+    assert metrics.status_class(status) == expected
+
+
+async def test_operator_metrics_are_exported_with_bounded_labels(make_stack: StackFactory) -> None:
+    stack = await make_stack(worker=False)
+    await stack.api.get("/v1/runs/run_01M8T97W20N73P4R43T4DBAFSD")  # a raw id: counted under its template
+    text = (await stack.api.get("/metrics")).text
+    for name in (
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "python_info",
+        "python_gc_objects_collected_total",
+    ):
+        assert sample(text, name) is not None, name
+    assert sample(text, "hookbridge_build_info", version=metrics.__version__) == 1
+    routes = {
+        s.labels["route"]
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "hookbridge_api_request_duration_seconds_count"
+    }
+    assert "/v1/runs/{run_id}" in routes and not [r for r in routes if "run_01" in r]
