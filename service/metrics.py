@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import functools
+import platform
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+
+from service import __version__
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -131,3 +144,60 @@ def _vendor_request_children(vendor: str, kind: str, code: str) -> tuple[Counter
 
 def render() -> bytes:
     return generate_latest(REGISTRY)
+
+
+# Operator metrics (issue 29) ------------------------------------------------------------------------
+# The process's own (RSS, CPU, open fds: process_*), the interpreter's (python_info, python_gc_*), and
+# what is running (hookbridge_build_info), on the registry the service exposes.
+process_collector = ProcessCollector(registry=REGISTRY)
+platform_collector = PlatformCollector(registry=REGISTRY)
+gc_collector = GCCollector(registry=REGISTRY)
+
+BUILD_INFO = Info(
+    "hookbridge_build", "The running build: hookbridge's version and Python's", registry=REGISTRY
+)
+BUILD_INFO.info({"version": __version__, "python": platform.python_version()})
+
+# Route templates (``/v1/runs/{run_id}``), never raw paths; the status as its class (2xx..5xx): a bounded
+# set of label values whatever the traffic.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+API_REQUEST_SECONDS = Histogram(
+    "hookbridge_api_request_duration_seconds",
+    "API request duration, from the request's arrival to its response's end (streams: until they close)",
+    ["route", "method", "status_class"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+CALLBACK_ATTEMPT_SECONDS = Histogram(
+    "hookbridge_callback_attempt_duration_seconds",
+    "One callback attempt's duration (connect, send, the receiver's answer), by outcome",
+    ["outcome"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def status_class(status: int) -> str:
+    """200 -> "2xx"; anything outside 100-599 counts as "5xx" (a response that never started)."""
+    return f"{status // 100}xx" if 100 <= status <= 599 else "5xx"
+
+
+def observe_api_request(route: str, method: str, status: int, seconds: float) -> None:
+    # A method outside the standard ones is "other": the label set stays bounded whatever a client sends.
+    method = method if method in HTTP_METHODS else "other"
+    API_REQUEST_SECONDS.labels(route, method, status_class(status)).observe(seconds)
+
+
+WORKER_ALIVE = Gauge(
+    "hookbridge_worker_alive",
+    "1 while this worker process's pumps tick (set by its 5 s heartbeat), 0 when they stall; the series "
+    "vanishes with the process, which the HookbridgeNoWorkerAlive alert catches with absent()",
+    registry=REGISTRY,
+)
+RUN_TIMEOUTS = Counter(
+    "hookbridge_run_timeouts_total",
+    "Runs failed with timed_out: no result from the vendor within HOOKBRIDGE_<VENDOR>_MAX_RUN_S",
+    ["vendor"],
+    registry=REGISTRY,
+)

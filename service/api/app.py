@@ -33,6 +33,7 @@ from service.api.problems import (
     Problem,
     Unavailable,
 )
+from service.api.timing import RequestTiming
 from service.api.views import JSONResponse
 from service.delivery.urlsafety import Policy
 from service.settings import Settings
@@ -210,7 +211,7 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[*tracing.asgi_middleware(routes), Middleware(RequestContext)],
+        middleware=[*tracing.asgi_middleware(routes), Middleware(RequestContext), Middleware(RequestTiming)],
         exception_handlers=dict.fromkeys(
             (Problem, ClientDisconnect, RedisError, ConnectionError, HTTPException, Exception), _error
         ),

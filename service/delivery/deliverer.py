@@ -16,7 +16,13 @@ from service.clock import SYSTEM, Clock
 from service.delivery import schedule, signing
 from service.delivery.client import CallbackClient
 from service.delivery.urlsafety import Policy, UnsafeURL
-from service.metrics import DELIVERIES, DELIVERY_ATTEMPTS, DELIVERY_LATENCY, client_label
+from service.metrics import (
+    CALLBACK_ATTEMPT_SECONDS,
+    DELIVERIES,
+    DELIVERY_ATTEMPTS,
+    DELIVERY_LATENCY,
+    client_label,
+)
 from service.records import Attempt, Delivery, Subscription
 from service.settings import Settings
 from service.store import ClaimedDelivery, SecretUnavailable, Store
@@ -134,6 +140,7 @@ class Deliverer:
         tracing.outcome(outcome, status_code)
         client = client_label(dlv.client)
         DELIVERY_ATTEMPTS.labels(outcome, client).inc()
+        CALLBACK_ATTEMPT_SECONDS.labels(outcome).observe(duration_ms / 1000)
         if outcome != "retry":
             DELIVERIES.labels(client, outcome).inc()
         if outcome == "succeeded" and dlv.attempts == 0:

@@ -228,6 +228,7 @@ class WorkerRuntime:
                         raise
                     except Exception as exc:  # a malformed record: the gauges wait, the heartbeat goes on
                         log.warning("metrics sample failed", error=repr(exc))
+                metrics.WORKER_ALIVE.set(1 if self.alive() else 0)
                 payload = json.dumps({"worker": self.worker_id, "at": now_ms, "alive": self.alive()})
                 await self.store.heartbeat(self.worker_id, payload, STALE_AFTER_S)
                 metrics.REDIS_UP.set(1)
@@ -244,6 +245,7 @@ class WorkerRuntime:
         clients = sorted(metrics.known_clients())
         obs = await self.store.observe(list(self.adapters), clients, now_ms)
         for vendor, until_ms in obs.paused_until_ms.items():
+            metrics.RUN_TIMEOUTS.labels(vendor)  # exported at 0 from the start: increase() sees the first
             metrics.VENDOR_PAUSED.labels(vendor).set(0 if until_ms is None else 1)
             remaining = 0.0 if until_ms is None else max(0.0, (until_ms - now_ms) / 1000)
             metrics.VENDOR_PAUSE_REMAINING.labels(vendor).set(remaining)

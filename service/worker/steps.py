@@ -24,7 +24,7 @@ from service import domain, lifecycle, logs, tracing, trail
 from service.clock import SYSTEM, Clock
 from service.domain import QUEUED, TERMINAL
 from service.lifecycle import Transition
-from service.metrics import VENDOR_CREDITS, client_label
+from service.metrics import RUN_TIMEOUTS, VENDOR_CREDITS, client_label
 from service.records import Run
 from service.settings import Settings, VendorSettings
 from service.store import ClaimedRun, Store
@@ -336,6 +336,7 @@ class RunStepper:
             count_poll=False,
         )
         await self._finish(run, trail.record(change, "timeout", at_ms=now, detail=message))
+        RUN_TIMEOUTS.labels(run.vendor).inc()
 
     async def _tell_vendor(
         self, run: Run, adapter: VendorAdapter, policy: VendorSettings, timeout: float

@@ -247,7 +247,7 @@ async def test_readme_examples(make_stack: StackFactory, servers: Any, reader: A
     port = free_port()
     await servers.start(Starlette(routes=[Route("/hooks/extraction", hook, methods=["POST"])]), port)
     shell: Reader = reader({"api_url": stack.api_url, "api_key": ALICE, "receiver_port": str(port)})
-    (shell.workdir / "invoice.pdf").write_bytes(b"%PDF-1.4\n% INV-1001\n%%EOF\n")  # the reader's own file
+    (shell.workdir / "examples").symlink_to(ROOT / "examples")  # the reader is at the top of the checkout
 
     block, feed_block = runnable("README.md")
     subscription, run = answers(await shell.run(block))
@@ -274,6 +274,36 @@ async def test_readme_examples(make_stack: StackFactory, servers: Any, reader: A
     assert {e["event_id"] for e in streamed} >= {h["webhook-id"] for h, _ in received}
     assert [e["type"] for e in polled["data"]] == ["run.succeeded"]
     assert [e["id"] for e in streamed][: len(page["data"])] == [e["id"] for e in page["data"]]
+
+
+def test_the_sample_invoice_is_a_real_pdf() -> None:
+    """The README's multipart example sends examples/invoice.pdf: a file that exists, parses as a PDF
+    (header, cross-reference table, trailer) and stays small."""
+    data = (ROOT / "examples" / "invoice.pdf").read_bytes()
+    assert data.startswith(b"%PDF-1.") and data.rstrip().endswith(b"%%EOF") and len(data) < 4096
+    startxref = int(data.rsplit(b"startxref", 1)[1].split()[0])
+    assert data[startxref:].startswith(b"xref")
+    offsets = [int(line.split()[0]) for line in data[startxref:].split(b"\n")[3:] if line.endswith(b" n ")]
+    assert offsets and all(re.match(rb"\d+ 0 obj", data[o:]) for o in offsets)
+    assert b"@examples/invoice.pdf" in (ROOT / "README.md").read_bytes()
+
+
+async def test_readme_then_quickstart_register_one_subscription(
+    make_stack: StackFactory, reader: Any
+) -> None:
+    """The README's example, then the quickstart's first block in the same shell: one subscription for
+    the URL (sub.json is reused), so no second one is left failing verification (401) forever."""
+    stack: Stack = await make_stack()
+    port = free_port()
+    shell: Reader = reader({"api_url": stack.api_url, "api_key": ALICE, "receiver_port": str(port)})
+    (shell.workdir / "examples").symlink_to(ROOT / "examples")
+    await shell.run(runnable("README.md")[0])
+    await shell.run(runnable("docs/receiving-callbacks.md")[0])
+    url = f"http://127.0.0.1:{port}/hooks/extraction"
+    subs = [s for s in (await stack.api.get("/v1/subscriptions")).json()["data"] if s["url"] == url]
+    assert len(subs) == 1
+    exported = (shell.workdir / ".exported").read_text()
+    assert f'SUB_ID="{subs[0]["id"]}"' in exported
 
 
 async def test_callbacks_quickstart(make_stack: StackFactory, reader: Any) -> None:

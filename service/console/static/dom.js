@@ -37,7 +37,29 @@ export function when(iso) {
   const pad = (n, w = 2) => String(n).padStart(w, "0");
   const today = new Date().toDateString() === d.toDateString();
   const time = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
-  return today ? time : `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${time}`;
+  const day = today ? time : `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${time}`;
+  return `${day} ${zone(d)}`;
+}
+
+/** The browser's zone at that instant, as the reader knows it (CET, GMT+2, UTC): times are never bare. */
+export function zone(d = new Date()) {
+  const part = new Intl.DateTimeFormat(undefined, { timeZoneName: "short" })
+    .formatToParts(d)
+    .find((p) => p.type === "timeZoneName");
+  return part ? part.value : "UTC";
+}
+
+/** A table row that opens like a link or a button, for the keyboard too: focusable, Enter and Space. */
+export function activatable(action) {
+  return {
+    tabindex: 0,
+    onclick: action,
+    onkeydown: (e) => {
+      if (e.target !== e.currentTarget || (e.key !== "Enter" && e.key !== " ")) return;
+      e.preventDefault(); // Space would scroll the page
+      action(e);
+    },
+  };
 }
 
 export function duration(ms) {

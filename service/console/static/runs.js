@@ -2,7 +2,7 @@
 // every delivery with every attempt).
 
 import { api, collect, q } from "./api.js";
-import { badge, clear, duration, excerpt, h, notice, when } from "./dom.js";
+import { activatable, badge, clear, duration, excerpt, h, notice, when } from "./dom.js";
 import { follow } from "./sse.js";
 
 export const STATUSES = ["queued", "submitted", "running", "succeeded", "failed", "canceled"];
@@ -46,8 +46,12 @@ function progressText(run) {
 function runRow(run) {
   return h(
     "tr",
-    { "data-run-id": run.id, class: "link", onclick: () => (location.hash = `#/runs/${encodeURIComponent(run.id)}`) },
-    h("td", { class: "mono" }, h("a", { href: `#/runs/${encodeURIComponent(run.id)}` }, run.id)),
+    {
+      "data-run-id": run.id,
+      class: "link",
+      ...activatable(() => (location.hash = `#/runs/${encodeURIComponent(run.id)}`)),
+    },
+    h("td", { class: "mono" }, h("a", { href: `#/runs/${encodeURIComponent(run.id)}`, tabindex: -1 }, run.id)),
     h("td", {}, run.vendor),
     h("td", {}, run.operation),
     h("td", { class: "status" }, badge(run.status)),
@@ -69,20 +73,44 @@ export function runsView(root, params) {
     location.hash = `#/runs${q(filters)}`;
   };
   const bar = h("div", { class: "filters" }, h("span", {}, "Filter:"), mode);
+  const search = h("input", { id: "run-search", name: "run-id", type: "search", placeholder: "run_…", spellcheck: "false" });
+  const searchForm = h(
+    "form",
+    {
+      class: "filters",
+      role: "search",
+      onsubmit: (e) => {
+        e.preventDefault();
+        const id = search.value.trim();
+        if (id) location.hash = `#/runs/${encodeURIComponent(id)}`;
+      },
+    },
+    h("label", { for: "run-search" }, "Run id"),
+    search,
+    h("button", { type: "submit" }, "Open"),
+  );
+  let cursor = null;
+  const more = h("button", { type: "button", class: "more", hidden: true, onclick: () => loadMore() }, "Load 50 more");
   clear(root).append(
     h("h2", {}, "Runs"),
+    searchForm,
     bar,
     message,
     h(
+      "div",
+      { class: "scroll" },
+      h(
       "table",
       { class: "runs" },
       h(
         "thead",
         {},
-        h("tr", {}, ["run", "vendor", "operation", "status", "vendor status", "progress", "created", "updated"].map((c) => h("th", {}, c))),
+        h("tr", {}, ["run", "vendor", "operation", "status", "vendor status", "progress", "created", "updated"].map((c) => h("th", { scope: "col" }, c))),
       ),
       body,
     ),
+    ),
+    more,
   );
   vendors().then((names) => {
     bar.insertBefore(select("vendor", names, filters.vendor, setFilter("vendor")), mode);
@@ -115,9 +143,33 @@ export function runsView(root, params) {
     body.querySelector("td.empty")?.parentElement.remove();
     rows.set(run.id, row);
   };
+  const append = (list) => {
+    for (const run of list) {
+      if (rows.has(run.id)) continue;
+      const row = runRow(run);
+      rows.set(run.id, row);
+      body.append(row);
+    }
+  };
+  const page = (answer) => {
+    cursor = answer.next_cursor || null;
+    more.hidden = !cursor;
+    return answer.data;
+  };
+  const loadMore = async () => {
+    if (!cursor) return;
+    more.disabled = true;
+    try {
+      append(page(await api(`/v1/runs${q({ ...filters, limit: 50, cursor })}`)));
+    } catch (e) {
+      notice(message, `Could not load more runs: ${e.message}`, "error");
+    } finally {
+      more.disabled = false;
+    }
+  };
   const load = async () => {
     try {
-      show((await api(`/v1/runs${q({ ...filters, limit: 50 })}`)).data);
+      show(page(await api(`/v1/runs${q({ ...filters, limit: 50 })}`)));
       notice(message, "");
     } catch (e) {
       notice(message, `Could not load runs: ${e.message}`, "error");
@@ -150,9 +202,9 @@ export function runsView(root, params) {
 
 // The timeline ---------------------------------------------------------------------------------------
 
-/** Every delivery of one run, found in each subscription's log (the newest 500 of each), with attempts. */
-async function runDeliveries(runId, since) {
-  const subs = await collect("/v1/subscriptions", { max: 200 });
+/** Every delivery of one run, found in each subscription's log (the newest 500 of each), with attempts.
+ * The subscriptions are read once per page (``subs``), not on every refresh. */
+async function runDeliveries(runId, since, subs) {
   const found = [];
   for (const sub of subs) {
     const rows = await collect(`/v1/subscriptions/${encodeURIComponent(sub.id)}/deliveries`, {
@@ -170,9 +222,12 @@ function attemptsTable(delivery) {
   const log = delivery.attempt_log || [];
   if (!log.length) return h("p", { class: "muted" }, "No attempt yet.");
   return h(
+    "div",
+    { class: "scroll" },
+    h(
     "table",
     { class: "attempts" },
-    h("thead", {}, h("tr", {}, ["#", "at", "status", "duration", "response", "error"].map((c) => h("th", {}, c)))),
+    h("thead", {}, h("tr", {}, ["#", "at", "status", "duration", "response", "error"].map((c) => h("th", { scope: "col" }, c)))),
     h(
       "tbody",
       {},
@@ -189,14 +244,33 @@ function attemptsTable(delivery) {
         ),
       ),
     ),
+    ),
   );
 }
 
-/** One delivery: its target, status and attempts, and a retry button once it has failed. */
+/** What the API shows of the request sent and the answer received, where it gives them. */
+function exchange(delivery) {
+  const parts = [];
+  const show = (label, value) => {
+    if (value === null || value === undefined || value === "") return;
+    const text = typeof value === "string" ? value : JSON.stringify(value, null, 2);
+    parts.push(h("details", { class: "exchange" }, h("summary", {}, label), h("pre", { class: "payload mono" }, text)));
+  };
+  show("request headers", delivery.request_headers);
+  show("request body (payload)", delivery.payload ?? delivery.request_body ?? delivery.body);
+  const last = (delivery.attempt_log || []).at(-1);
+  if (last) {
+    show("last response headers", last.response_headers);
+    show("last response body", last.response_body);
+  }
+  return parts;
+}
+
+/** One delivery: its target, status, request and response, attempts, and Resend (the API decides). */
 export function deliveryBlock(delivery, onRetried) {
   const message = h("p", { class: "notice", hidden: true });
   const retry =
-    delivery.status === "failed"
+    delivery.status !== "in_flight"
       ? h(
           "button",
           {
@@ -206,10 +280,10 @@ export function deliveryBlock(delivery, onRetried) {
               e.target.disabled = true;
               try {
                 await api(`/v1/deliveries/${encodeURIComponent(delivery.id)}/retry`, { method: "POST" });
-                notice(message, "Retry queued.", "ok");
+                notice(message, "Resend queued.", "ok");
                 onRetried?.();
               } catch (err) {
-                notice(message, `Retry refused: ${err.message}`, "error");
+                notice(message, `Resend refused: ${err.message}`, "error");
                 e.target.disabled = false;
               }
             },
@@ -231,6 +305,7 @@ export function deliveryBlock(delivery, onRetried) {
       retry,
     ),
     message,
+    exchange(delivery),
     attemptsTable(delivery),
   );
 }
@@ -288,14 +363,18 @@ function runSummary(run) {
   return h("dl", { class: "facts" }, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
 }
 
-/** One run's story. Refreshed on each of its events (stream) or every 2 s, until nothing is pending. */
+/** One run's story. Refreshed when its stream says something happened, never on a timer while it does;
+ * once the stream has ended (after the run's last event) and a delivery is still pending, it is read again
+ * at a backoff (3 s, 6 s, 12 s ... 60 s): deliveries have no stream of their own. */
 export function runView(root, runId) {
   const head = h("div");
   const list = h("ol", { class: "timeline" });
   const message = h("p", { class: "notice", hidden: true });
+  const mode = h("span", { class: "live", id: "live-mode" }, "loading…");
   clear(root).append(
     h("p", {}, h("a", { href: "#/runs" }, "← runs")),
     h("h2", {}, "Run ", h("span", { class: "mono" }, runId)),
+    mode,
     message,
     head,
     h("h3", {}, "Timeline"),
@@ -303,13 +382,31 @@ export function runView(root, runId) {
   );
   let timer = null;
   let busy = false;
+  let again = false;
+  let ended = false;
+  let backoff = 3000;
+  let subs = null;
+  let settled = false;
+  let soon = null;
+  // A stream replays the run's past events when it opens, and a vendor may send several at once: one
+  // read for a burst, not one per event.
+  const later = () => {
+    clearTimeout(soon);
+    soon = setTimeout(load, 300);
+  };
   const load = async () => {
-    if (busy) return;
+    if (busy) {
+      again = true; // an event arrived during a read: read once more after it, not once per event
+      return;
+    }
     busy = true;
+    clearTimeout(timer);
+    timer = null;
     try {
       const id = encodeURIComponent(runId);
+      subs = subs || (await collect("/v1/subscriptions", { max: 200 }));
       const [run, events] = await Promise.all([api(`/v1/runs/${id}`), api(`/v1/runs/${id}/events`)]);
-      const deliveries = await runDeliveries(runId, run.created_at);
+      const deliveries = await runDeliveries(runId, run.created_at, subs);
       clear(head).append(runSummary(run));
       clear(list).append(
         ...timelineItems(run, events.data, deliveries).map((item) =>
@@ -324,30 +421,45 @@ export function runView(root, runId) {
         ),
       );
       notice(message, "");
-      const settled = TERMINAL.includes(run.status) && deliveries.every((d) => d.status !== "pending");
-      if (settled) {
-        clearInterval(timer);
-        timer = null;
+      settled = TERMINAL.includes(run.status) && deliveries.every((d) => d.status !== "pending");
+      if (!settled && ended) {
+        timer = setTimeout(() => document.hidden || load(), backoff);
+        backoff = Math.min(backoff * 2, 60000);
       }
     } catch (e) {
       notice(message, `Could not load the run: ${e.message}`, "error");
     } finally {
       busy = false;
+      if (again) {
+        again = false;
+        load();
+      }
     }
   };
   const restart = () => {
+    backoff = 3000; // a resend starts a new series of attempts: look again soon
+    ended = true;
     load();
-    if (!timer) timer = setInterval(() => document.hidden || load(), POLL_MS);
   };
-  restart();
-  // Its events arrive at once from the run's stream; the deliveries that follow are polled above.
+  load();
   const stream = follow(`/v1/runs/${encodeURIComponent(runId)}/stream`, {
-    onEvent: load,
-    onUnavailable: () => {},
-    onEnd: () => true,
+    onOpen: () => (mode.textContent = "live: the run's event stream"),
+    onEvent: later,
+    onUnavailable: () => {
+      mode.textContent = "live: reading again while deliveries are pending";
+      ended = true;
+      load();
+    },
+    onEnd: () => {
+      mode.textContent = "the run has ended";
+      ended = true;
+      if (!settled) later();
+      return true;
+    },
   });
   return () => {
     stream.close();
-    clearInterval(timer);
+    clearTimeout(timer);
+    clearTimeout(soon);
   };
 }

@@ -2,8 +2,8 @@
 // actions an operator needs: send a test, retry a delivery, recover since a time, rotate the secret,
 // re-enable.
 
-import { api, collect, q } from "./api.js";
-import { badge, clear, h, notice, when } from "./dom.js";
+import { api, ApiError, collect, q } from "./api.js";
+import { activatable, badge, clear, h, notice, when } from "./dom.js";
 import { deliveryBlock } from "./runs.js";
 
 const POLL_MS = 2000;
@@ -32,19 +32,81 @@ function stateCell(sub) {
   return sub.disabled ? [badge("disabled"), " ", h("span", { class: "muted" }, sub.disabled_reason ?? "")] : badge("active");
 }
 
+export const EVENT_TYPES = ["run.submitted", "run.progress", "run.succeeded", "run.failed", "run.canceled"];
+
+/** The create and edit form: URL, description, event types. ``onSave(body)`` makes the call. */
+export function subscriptionForm(sub, onSave, message) {
+  const types = new Set(sub?.event_types || ["run.succeeded", "run.failed", "run.canceled"]);
+  const url = h("input", { id: "sub-url", name: "url", type: "url", required: true, value: sub?.url || "", placeholder: "https://example.com/hooks" });
+  const description = h("input", { id: "sub-description", name: "description", value: sub?.description || "" });
+  const boxes = EVENT_TYPES.map((t) => h("input", { type: "checkbox", name: "event_types", value: t, id: `type-${t}`, checked: types.has(t) }));
+  return h(
+    "form",
+    {
+      class: "sub-form",
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const body = {
+          url: url.value.trim(),
+          description: description.value.trim() || null,
+          event_types: boxes.filter((b) => b.checked).map((b) => b.value),
+        };
+        try {
+          notice(message, await onSave(body), "ok");
+        } catch (err) {
+          notice(message, `Not saved: ${err.message}`, "error");
+        }
+      },
+    },
+    h("label", { for: "sub-url" }, "Callback URL"),
+    url,
+    h("label", { for: "sub-description" }, "Description"),
+    description,
+    h("fieldset", {}, h("legend", {}, "Event types"), boxes.map((b) => h("label", {}, b, " ", b.value))),
+    h("div", {}, h("button", { type: "submit" }, sub ? "Save" : "Create subscription")),
+  );
+}
+
 export function subscriptionsView(root) {
   const body = h("tbody");
-  const message = h("p", { class: "notice", hidden: true });
+  const message = h("p", { class: "notice", hidden: true, id: "action-result" });
+  const secretBox = h("div", { class: "secret", hidden: true });
+  const form = subscriptionForm(
+    null,
+    async (req) => {
+      const made = await api("/v1/subscriptions", { method: "POST", body: req });
+      clear(secretBox).append(
+        h("p", {}, "Signing secret of the new subscription. Copy it now: it is not shown again on this page."),
+        h("code", { class: "mono" }, made.secret),
+      );
+      secretBox.hidden = false;
+      load();
+      return `Subscription ${made.id} created.`;
+    },
+    message,
+  );
+  const create = h("details", {}, h("summary", {}, "New subscription"), form);
   clear(root).append(
     h("h2", {}, "Subscriptions"),
+    create,
     message,
+    secretBox,
     h(
-      "table",
-      { class: "subs" },
-      h("thead", {}, h("tr", {}, ["subscription", "url", "events", "state", "success rate", "last failure"].map((c) => h("th", {}, c)))),
-      body,
+      "div",
+      { class: "scroll" },
+      h(
+        "table",
+        { class: "subs" },
+        h("thead", {}, h("tr", {}, ["subscription", "url", "events", "state", "success rate", "last failure"].map((c) => h("th", { scope: "col" }, c)))),
+        body,
+      ),
     ),
   );
+  const load = () => {
+    clear(body);
+    read();
+  };
+  const read = () => {
   (async () => {
     try {
       const subs = await collect("/v1/subscriptions", { max: 200 });
@@ -56,8 +118,8 @@ export function subscriptionsView(root) {
         body.append(
           h(
             "tr",
-            { "data-sub-id": sub.id, class: "link", onclick: () => (location.hash = href) },
-            h("td", { class: "mono" }, h("a", { href }, sub.id)),
+            { "data-sub-id": sub.id, class: "link", ...activatable(() => (location.hash = href)) },
+            h("td", { class: "mono" }, h("a", { href, tabindex: -1 }, sub.id)),
             h("td", { class: "mono" }, sub.url),
             h("td", {}, (sub.event_types || ["run.succeeded", "run.failed", "run.canceled"]).join(", ")),
             h("td", {}, stateCell(sub)),
@@ -77,6 +139,8 @@ export function subscriptionsView(root) {
       notice(message, `Could not load subscriptions: ${e.message}`, "error");
     }
   })();
+  };
+  read();
   return () => {};
 }
 
@@ -121,6 +185,11 @@ export function subscriptionView(root, subId) {
   const open = new Set(); // deliveries whose attempts are shown
   let sub = null;
 
+  const exampleType = h(
+    "select",
+    { id: "example-type", name: "example-type" },
+    EVENT_TYPES.map((t) => h("option", { value: t, selected: t === "run.failed" }, t)),
+  );
   const actions = h(
     "div",
     { class: "actions" },
@@ -128,6 +197,31 @@ export function subscriptionView(root, subId) {
       const answer = await api(`/v1/subscriptions/${id}/test`, { method: "POST" });
       load();
       return `Test event ${answer.event_id} queued.`;
+    }, message),
+    h("label", { for: "example-type" }, "Example"),
+    exampleType,
+    action("Send example event", async () => {
+      const answer = await sendExample(id, exampleType.value);
+      load();
+      return answer.fallback
+        ? `This API sends subscription.test only: test event ${answer.event_id} queued.`
+        : `Example ${exampleType.value} event ${answer.event_id} queued.`;
+    }, message),
+    action("Retry all failed shown", async () => {
+      // Every failed delivery in the log, once each, through the same endpoint as a row's Retry.
+      const failed = await collect(`/v1/subscriptions/${id}/deliveries${q({ status: "failed" })}`, { max: LOG_ROWS });
+      let sent = 0;
+      const refused = [];
+      for (const d of failed) {
+        try {
+          await api(`/v1/deliveries/${encodeURIComponent(d.id)}/retry`, { method: "POST" });
+          sent += 1;
+        } catch (err) {
+          refused.push(`${d.id}: ${err.message}`);
+        }
+      }
+      load();
+      return `${sent} failed deliveries sent again${refused.length ? `; refused: ${refused.join("; ")}` : ""}.`;
     }, message),
     h(
       "span",
@@ -154,20 +248,33 @@ export function subscriptionView(root, subId) {
     }, message),
   );
   const toggle = h("span");
+  const editBox = h("details", {}, h("summary", {}, "Edit"));
+  const remove = action("Delete", async () => {
+    if (!window.confirm(`Delete subscription ${subId}? Its pending deliveries are dropped.`)) return "Not deleted.";
+    await api(`/v1/subscriptions/${id}`, { method: "DELETE" });
+    location.hash = "#/subscriptions";
+    return "Deleted.";
+  }, message);
+  remove.classList.add("danger");
 
   clear(root).append(
     h("p", {}, h("a", { href: "#/subscriptions" }, "← subscriptions")),
     h("h2", {}, "Subscription ", h("span", { class: "mono" }, subId)),
     head,
-    h("div", { class: "actions" }, actions, toggle),
+    h("div", { class: "actions" }, actions, toggle, remove),
+    editBox,
     message,
     secretBox,
     h("h3", {}, "Delivery log ", statusFilter),
     h(
-      "table",
-      { class: "log" },
-      h("thead", {}, h("tr", {}, ["delivery", "event", "run", "status", "attempts", "last code", "next attempt", "updated"].map((c) => h("th", {}, c)))),
-      log,
+      "div",
+      { class: "scroll" },
+      h(
+        "table",
+        { class: "log" },
+        h("thead", {}, h("tr", {}, ["delivery", "event", "run", "status", "attempts", "last code", "next attempt", "updated"].map((c) => h("th", { scope: "col" }, c)))),
+        log,
+      ),
     ),
   );
 
@@ -188,6 +295,15 @@ export function subscriptionView(root, subId) {
         ].map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
       ),
     );
+    if (editBox.children.length === 1) {
+      editBox.append(
+        subscriptionForm(sub, async (body) => {
+          sub = await api(`/v1/subscriptions/${id}`, { method: "PATCH", body });
+          load();
+          return "Saved.";
+        }, message),
+      );
+    }
     const enable = sub.disabled;
     clear(toggle).append(
       action(enable ? "Re-enable" : "Disable", async () => {
@@ -205,11 +321,11 @@ export function subscriptionView(root, subId) {
       {
         "data-delivery-id": d.id,
         class: "link",
-        onclick: () => {
+        ...activatable(() => {
           if (open.has(d.id)) open.delete(d.id);
           else open.add(d.id);
           load();
-        },
+        }),
       },
       h("td", { class: "mono" }, d.id),
       h("td", {}, d.event_type),
@@ -238,7 +354,10 @@ export function subscriptionView(root, subId) {
         : all.slice(0, LOG_ROWS);
       showHead(all);
       const built = await Promise.all(rows.map(logRow));
+      const focused = document.activeElement?.dataset?.deliveryId;
       clear(log).append(...built.flat());
+      // The rows are new elements: give the focus back to the one the keyboard was on.
+      if (focused) log.querySelector(`tr[data-delivery-id="${CSS.escape(focused)}"]`)?.focus();
       if (!rows.length) log.append(h("tr", {}, h("td", { colspan: 8, class: "empty" }, "No deliveries.")));
     } catch (e) {
       notice(message, `Could not load the subscription: ${e.message}`, "error");
@@ -249,4 +368,15 @@ export function subscriptionView(root, subId) {
   load();
   const timer = setInterval(() => document.hidden || load(), POLL_MS); // not while the tab is hidden
   return () => clearInterval(timer);
+}
+
+/** An example event of the chosen type; an API that takes no body for the test endpoint (422) gets the
+ * plain subscription.test instead, said so in the answer. */
+export async function sendExample(id, eventType) {
+  try {
+    return await api(`/v1/subscriptions/${id}/test`, { method: "POST", body: { event_type: eventType } });
+  } catch (err) {
+    if (!(err instanceof ApiError) || (err.status !== 422 && err.status !== 415)) throw err;
+    return { ...(await api(`/v1/subscriptions/${id}/test`, { method: "POST" })), fallback: true };
+  }
 }
