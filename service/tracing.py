@@ -26,6 +26,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from service.domain import AttemptOutcome
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from starlette.middleware import Middleware
@@ -256,7 +258,7 @@ def outcome(outcome: str, status_code: int | None) -> None:
     span.set_attribute("hookbridge.delivery.outcome", outcome)
     if status_code is not None:
         span.set_attribute("http.response.status_code", status_code)
-    if outcome != "succeeded":
+    if outcome != AttemptOutcome.SUCCEEDED:
         span.set_status(Status(StatusCode.ERROR, outcome))
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from service.domain import TERMINAL, DeliveryStatus
 from service.lifecycle import Transition
 from service.metrics import RUNS, client_label
 from service.records import Attempt, Delivery, Event, Run, Subscription
@@ -59,9 +60,6 @@ class OverRate(Exception):
     def __init__(self, wait_s: float) -> None:
         super().__init__(f"over the rate for {wait_s:g} s")
         self.wait_s = wait_s
-
-
-_TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 
 
 class Store:
@@ -222,7 +220,7 @@ class Store:
         if outcome == "conflict":
             return outcome, Run.from_json(reply[1]), 0
         if outcome == "ok":
-            if run.status in _TERMINAL and text(reply[2]) not in _TERMINAL:
+            if run.status in TERMINAL and text(reply[2]) not in TERMINAL:
                 # Every run's end is counted here, once, whoever ended it (worker, API cancel, ...).
                 RUNS.labels(run.vendor, run.status, client_label(run.client)).inc()
             return outcome, None, int(reply[1])
@@ -468,7 +466,7 @@ class Store:
 
     async def failed_deliveries_since(self, sub_id: str, since_ms: int) -> list[str]:
         ids = [text(i) for i in await self.redis.zrangebyscore(keys.sub_deliveries(sub_id), since_ms, "+inf")]
-        return [d.id for d in await self.get_deliveries(ids) if d and d.status == "failed"]
+        return [d.id for d in await self.get_deliveries(ids) if d and d.status == DeliveryStatus.FAILED]
 
     async def retry_delivery(self, delivery_id: str, now_ms: int) -> bool:
         return bool(await self.scripts.retry_delivery(keys=[keys.delivery(delivery_id)], args=[now_ms]))

@@ -9,6 +9,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from service.domain import DeliveryStatus
 from service.settings import Settings
 from service.store import keys
 from service.store.codec import hash_of, text
@@ -175,7 +176,8 @@ async def observe(
             pipe.hmget(key, names)
         fields += await pipe.execute()
     for client_raw, created, status in fields[: len(dlv_ids)]:
-        if client_raw is None or created is None or text(status) != "pending" or not created.isdigit():
+        pending = text(status) == DeliveryStatus.PENDING
+        if client_raw is None or created is None or not pending or not created.isdigit():
             continue
         client = text(client_raw)
         age = max(0.0, (now_ms - int(created)) / 1000)

@@ -8,6 +8,7 @@ API writes) and read back through ``keys``, so a key name spelled differently in
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,7 +20,7 @@ from service import settings as settings_mod
 from service.lifecycle import Transition, new_run
 from service.records import Attempt, Delivery, Event, Run, Subscription, replace
 from service.store import OverRate, Store, bodies, connect, keys
-from service.store.scripts import _LUA, source
+from service.store.scripts import _LUA, source, status_prelude
 from tests.conftest import base_env
 
 T0 = 1_800_000_000_000
@@ -141,6 +142,36 @@ async def test_the_generated_builders_give_the_python_keys_inside_redis(store: S
         keys.sub_budget("sub_y"),
         keys.ACTIVE_RUNS,
     ]
+
+
+# The status prelude ---------------------------------------------------------------------------------
+
+_STATUS_WORDS = {
+    *domain.RunStatus,
+    *domain.DeliveryStatus,
+    *domain.AttemptOutcome,
+}
+
+
+def test_no_script_spells_a_status_or_an_outcome() -> None:
+    quoted = re.compile(r"""['"]([a-z_]+)['"]""")
+    for path in _LUA.iterdir():
+        if path.name.endswith(".lua"):
+            # Comments may name a word; the code compares and writes only the prelude's constants.
+            code = "\n".join(line.split("--")[0] for line in path.read_text().splitlines())
+            assert set(quoted.findall(code)) & _STATUS_WORDS == set(), path.name
+
+
+async def test_the_status_prelude_gives_the_python_values_inside_redis(store: Store) -> None:
+    script = store.redis.register_script(
+        status_prelude()
+        + "local t = {} for s in pairs(TERMINAL) do t[#t + 1] = s end table.sort(t)"
+        + " return {RUN.QUEUED, DLV.PENDING, OUTCOME.GONE, FINAL_STATUS[OUTCOME.SKIPPED],"
+        + " FINAL_STATUS[OUTCOME.RETRY] or 'none', table.concat(t, ',')}"
+    )
+    got = [_s(v) for v in await script()]
+    assert got == ["queued", "pending", "gone", "failed", "none", "canceled,failed,succeeded"]
+    assert source("repair").index(status_prelude()) > 0
 
 
 # create_run.lua -------------------------------------------------------------------------------------

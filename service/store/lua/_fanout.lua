@@ -25,7 +25,7 @@ local function create_delivery(ev, sid, run_id, client, now, retention_ms)
   local dkey = k_dlv(did)
   if redis.call('EXISTS', dkey) == 1 then return 0 end
   redis.call('HSET', dkey, 'id', did, 'event', ev['id'], 'type', ev['type'], 'sub', sid, 'run', run_id,
-    'client', client, 'status', 'pending', 'attempts', 0, 'created', now, 'updated', now,
+    'client', client, 'status', DLV.PENDING, 'attempts', 0, 'created', now, 'updated', now,
     'next_at', now, 'chained', 1, 'counted', 0, 'series', 0)
   redis.call('ZADD', k_sub_deliveries(sid), now, did)
   redis.call('SADD', K_ACTIVE_DELIVERIES, did)

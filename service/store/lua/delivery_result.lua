@@ -1,9 +1,7 @@
 -- Records one delivery attempt and its consequence, atomically.
--- KEYS[1] delivery key. ARGV[1] JSON: id, outcome ('succeeded'|'retry'|'failed'|'gone'|'skipped'),
---   next_at (for retry), attempt (JSON string, absent for 'skipped' without attempt), now,
+-- KEYS[1] delivery key. ARGV[1] JSON: id, outcome (an OUTCOME: domain.AttemptOutcome, which says what
+--   each means), next_at (for RETRY), attempt (JSON string, absent for SKIPPED without attempt), now,
 --   retention_ms, disable_after_ms, keep_attempts, status_code, default_max_in_flight
--- 'gone' is a failure that disables the subscription (410); 'skipped' fails it without counting
--- against the subscription's health (subscription deleted or disabled).
 -- Returns {'ok', next_in_chain | ''} | {'missing'}.
 local ops = cjson.decode(ARGV[1])
 local id, outcome, now = ops['id'], ops['outcome'], tonumber(ops['now'])
@@ -43,14 +41,13 @@ if ops['attempt'] then
 end
 redis.call('HSET', KEYS[1], 'updated', now, 'last_code', ops['status_code'] or '')
 
-if outcome == 'retry' then
-  redis.call('HSET', KEYS[1], 'status', 'pending', 'next_at', ops['next_at'])
+if outcome == OUTCOME.RETRY then
+  redis.call('HSET', KEYS[1], 'status', DLV.PENDING, 'next_at', ops['next_at'])
   redis.call('ZADD', K_DUE_DELIVERIES, ops['next_at'], id)
   return {'ok', ''}
 end
 
-local final = 'failed'
-if outcome == 'succeeded' then final = 'succeeded' end
+local final = FINAL_STATUS[outcome] or DLV.FAILED
 redis.call('ZREM', K_DUE_DELIVERIES, id)
 redis.call('SREM', K_ACTIVE_DELIVERIES, id)
 redis.call('HSET', KEYS[1], 'status', final, 'next_at', '')
@@ -80,11 +77,11 @@ redis.call('PEXPIRE', KEYS[1], ops['retention_ms'])
 redis.call('PEXPIRE', k_dlv_attempts(id), ops['retention_ms'])
 
 if redis.call('EXISTS', skey) == 1 then
-  if outcome == 'succeeded' then
+  if outcome == OUTCOME.SUCCEEDED then
     redis.call('HSET', skey, 'failing_since', '', 'consecutive_failures', 0)
-  elseif outcome == 'gone' then
+  elseif outcome == OUTCOME.GONE then
     redis.call('HSET', skey, 'disabled', 1, 'disabled_reason', 'the endpoint answered 410 Gone', 'updated', now)
-  elseif outcome == 'failed' then
+  elseif outcome == OUTCOME.FAILED then
     redis.call('HINCRBY', skey, 'consecutive_failures', 1)
     local since = redis.call('HGET', skey, 'failing_since')
     if not since or since == '' then
