@@ -10,6 +10,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from service.domain import DeliveryStatus
+from service.records import DELIVERY_HASH
 from service.settings import Settings
 from service.store import keys
 from service.store.codec import hash_of, text
@@ -167,7 +168,7 @@ async def observe(
         for parked in await pipe.execute():
             dlv_ids.update(text(i) for i in parked)
     reads: list[tuple[str, list[str]]] = [
-        (keys.delivery(d), ["client", "created", "status"]) for d in dlv_ids
+        (keys.delivery(d), [DELIVERY_HASH[n] for n in ("client", "created_at", "status")]) for d in dlv_ids
     ] + [(keys.subscription(sub_id), ["disabled", "disabled_reason"]) for _, sub_id in sub_ids]
     fields: list[list[Any]] = []
     for at in range(0, len(reads), batch):

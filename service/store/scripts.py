@@ -13,7 +13,7 @@ from importlib.resources import files
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from service import domain
+from service import domain, records
 from service.store import keys
 
 _LUA = files("service.store") / "lua"
@@ -33,7 +33,8 @@ _FINAL = domain.ATTEMPT_FINAL_STATUS
 
 def status_prelude() -> str:
     """The statuses and outcomes of :mod:`service.domain` as Lua tables, so no script spells one:
-    ``RUN.QUEUED``, ``TERMINAL[status]``, ``DLV.PENDING``, ``OUTCOME.RETRY``, ``FINAL_STATUS[outcome]``.
+    ``RUN.QUEUED``, ``TERMINAL[status]``, ``DLV.PENDING``, ``OUTCOME.RETRY``, ``FINAL_STATUS[outcome]``;
+    and the delivery hash's field names (``DF.status``), from records.DELIVERY_HASH.
     Tables rather than one local each: a script's functions reach them as a few upvalues."""
     lines = [
         "-- Generated from service/domain.py by status_prelude(); the scripts spell no status.",
@@ -42,6 +43,8 @@ def status_prelude() -> str:
         f"local DLV = {_lua_table({s.name: s.value for s in domain.DeliveryStatus})}",
         f"local OUTCOME = {_lua_table({o.name: o.value for o in domain.AttemptOutcome})}",
         f"local FINAL_STATUS = {_lua_table({o.value: s.value for o, s in _FINAL.items()})}",
+        "-- The delivery hash's fields, from service/records.py's DELIVERY_HASH: DF.<record field>.",
+        f"local DF = {_lua_table({**records.DELIVERY_HASH, **records.DELIVERY_HASH_INTERNAL})}",
     ]
     return "\n".join(lines) + "\n"
 
