@@ -35,7 +35,7 @@ from service.api.events import (
 from service.api.models import RunStreamQuery, StreamQuery
 from service.domain import TERMINAL
 from service.records import Run
-from service.store.feed import FeedFilter, FeedPage, IteratorExpired
+from service.store.feed import FeedFilter, FeedRead, IteratorTrimmed
 
 log = logs.get("hookbridge.api")
 PAGE = 100
@@ -58,7 +58,7 @@ def _frame(event_id: str, event_type: str, data: str) -> bytes:
 
 
 async def _events(
-    ctx: Context, client: str, token: str, page: FeedPage, only: FeedFilter, *, run_ended: bool | None
+    ctx: Context, client: str, token: str, page: FeedRead, only: FeedFilter, *, run_ended: bool | None
 ) -> AsyncIterator[bytes]:
     """The stream's body; it holds the slot ``token`` until it ends. ``run_ended`` is None for the
     client's stream; for a run's stream, whether the run had ended when the stream opened (its terminal
@@ -84,7 +84,7 @@ async def _events(
                     yield b": keep-alive\n\n"
                 await feed.renew_slot(client, token, now_ms=domain.now_ms(), lease_s=SLOT_LEASE_S)
             page = await feed.read(client, page.iterator, limit=PAGE, now_ms=domain.now_ms(), only=only)
-    except (RedisError, OSError, IteratorExpired) as exc:
+    except (RedisError, OSError, IteratorTrimmed) as exc:
         # The client reconnects with Last-Event-ID and loses nothing (or learns of a gap: 410).
         log.warning("event stream ended", error=type(exc).__name__)
     finally:

@@ -36,7 +36,7 @@ from service.store.codec import (
 )
 from service.store.connection import connect
 from service.store.maintenance import OWNER_DISABLED, Observation
-from service.store.pages import Page, page
+from service.store.pages import Listing, page
 from service.store.scripts import Scripts
 from service.store.secretbox import SecretBox, SecretUnavailable
 
@@ -44,9 +44,9 @@ __all__ = [
     "OWNER_DISABLED",
     "ClaimedDelivery",
     "ClaimedRun",
+    "Listing",
     "Observation",
     "OverRate",
-    "Page",
     "SecretUnavailable",
     "Store",
     "connect",
@@ -147,7 +147,7 @@ class Store:
 
     async def list_runs(
         self, client: str, *, limit: int, cursor: str | None, status: str | None, vendor: str | None
-    ) -> Page[Run]:
+    ) -> Listing[Run]:
         def keep(run: Run) -> bool:
             return (status is None or run.status == status) and (vendor is None or run.vendor == vendor)
 
@@ -341,7 +341,9 @@ class Store:
     async def get_subscriptions(self, sub_ids: Sequence[str]) -> list[Subscription | None]:
         return [subscription_or_none(raw) for raw in await self._hashes(map(keys.subscription, sub_ids))]
 
-    async def list_subscriptions(self, client: str, *, limit: int, cursor: str | None) -> Page[Subscription]:
+    async def list_subscriptions(
+        self, client: str, *, limit: int, cursor: str | None
+    ) -> Listing[Subscription]:
         return await page(self.redis, keys.client_subs(client), limit, cursor, self.get_subscriptions, None)
 
     async def update_subscription(self, sub: Subscription, changed: Iterable[str]) -> None:
@@ -458,7 +460,7 @@ class Store:
 
     async def list_deliveries(
         self, sub_id: str, *, limit: int, cursor: str | None, status: str | None
-    ) -> Page[Delivery]:
+    ) -> Listing[Delivery]:
         def keep(d: Delivery) -> bool:
             return status is None or d.status == status
 

@@ -15,7 +15,7 @@ from service import settings as settings_mod
 from service.lifecycle import Transition, finished, new_run, polled, submitted
 from service.records import Event, Run, Subscription, replace
 from service.store import Store, bodies, connect, keys
-from service.store.feed import Feed, FeedFilter, IteratorExpired, IteratorInvalid, valid_iterator
+from service.store.feed import Feed, FeedFilter, IteratorInvalid, IteratorTrimmed, valid_iterator
 from tests.conftest import base_env, eventually
 
 
@@ -259,9 +259,9 @@ async def test_old_entries_are_trimmed_and_an_iterator_past_retention_is_expired
             return bool(oldest[0][0].decode() != first.events[0].id)
 
         await eventually(trimmed, timeout=10, interval=0.2, what="the first entry trimmed")
-        with pytest.raises(IteratorExpired):
+        with pytest.raises(IteratorTrimmed):
             await _read(feed, before)
-        with pytest.raises(IteratorExpired):
+        with pytest.raises(IteratorTrimmed):
             await _read(feed, first.iterator)
         # The iterator of the latest read is inside the window; no iterator reads from the oldest kept.
         latest = await _read(feed)
