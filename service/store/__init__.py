@@ -18,9 +18,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from service.domain import TERMINAL, DeliveryStatus
+from service.domain import TERMINAL, AttemptOutcome, DeliveryStatus
 from service.lifecycle import Transition
-from service.metrics import RUNS, client_label
 from service.records import Attempt, Delivery, Event, Run, Subscription
 from service.settings import Settings
 from service.store import bodies, jsoncodec, keys, maintenance
@@ -36,16 +35,21 @@ from service.store.codec import (
 )
 from service.store.connection import connect
 from service.store.maintenance import OWNER_DISABLED, Observation
+from service.store.outcomes import Applied, Conflict, Missing, Outcome
 from service.store.pages import Listing, page
 from service.store.scripts import Scripts
 from service.store.secretbox import SecretBox, SecretUnavailable
 
 __all__ = [
     "OWNER_DISABLED",
+    "Applied",
     "ClaimedDelivery",
     "ClaimedRun",
+    "Conflict",
     "Listing",
+    "Missing",
     "Observation",
+    "Outcome",
     "OverRate",
     "SecretUnavailable",
     "Store",
@@ -153,20 +157,16 @@ class Store:
 
         return await page(self.redis, keys.client_runs(client), limit, cursor, self.get_runs, keep)
 
-    async def transition(self, change: Transition) -> tuple[str, Run | None, int]:
-        """Applies ``change`` if the run is still at version ``expect_v``.
-
-        Returns ``("ok", None, deliveries_created)``, ``("conflict", current_run, 0)`` or
-        ``("missing", None, 0)``.
-        """
+    async def transition(self, change: Transition) -> Outcome:
+        """Applies ``change`` if the run is still at version ``expect_v``: :class:`Applied` (with the
+        deliveries created, and whether it ended the run: the caller counts that end), :class:`Conflict`
+        (with the stored run) or :class:`Missing`."""
         reply = await self.scripts.transition(
             keys=[keys.run(change.run.id)], args=self._transition_args(change)
         )
         return self._transition_outcome(change, reply)
 
-    async def transitions(
-        self, changes: Sequence[Transition]
-    ) -> list[tuple[str, Run | None, int] | Exception]:
+    async def transitions(self, changes: Sequence[Transition]) -> list[Outcome | Exception]:
         """:meth:`transition` for many runs in one call of ``transitions.lua`` (one round trip and one
         reply, each change still applied on its own, as it would be alone).
 
@@ -178,7 +178,7 @@ class Store:
             argv.append(len(args))
             argv.extend(args)
         replies = await self.scripts.transitions(keys=[keys.run(c.run.id) for c in changes], args=argv)
-        out: list[tuple[str, Run | None, int] | Exception] = []
+        out: list[Outcome | Exception] = []
         for change, reply in zip(changes, replies, strict=True):
             if text(reply[0]) == "error":
                 out.append(ResponseError(text(reply[1])))
@@ -214,17 +214,15 @@ class Store:
         return args
 
     @staticmethod
-    def _transition_outcome(change: Transition, reply: Any) -> tuple[str, Run | None, int]:
-        run = change.run
+    def _transition_outcome(change: Transition, reply: Any) -> Outcome:
+        # transition.lua's reply: {'ok', deliveries, previous_status} | {'conflict', run} | {'missing'}
         outcome = text(reply[0])
         if outcome == "conflict":
-            return outcome, Run.from_json(reply[1]), 0
+            return Conflict(Run.from_json(reply[1]))
         if outcome == "ok":
-            if run.status in TERMINAL and text(reply[2]) not in TERMINAL:
-                # Every run's end is counted here, once, whoever ended it (worker, API cancel, ...).
-                RUNS.labels(run.vendor, run.status, client_label(run.client)).inc()
-            return outcome, None, int(reply[1])
-        return outcome, None, 0
+            ended = change.run.status in TERMINAL and text(reply[2]) not in TERMINAL
+            return Applied(int(reply[1]), ended)
+        return Missing()
 
     async def schedule_run(self, vendor: str, run_id: str, due_ms: float) -> None:
         """Moves a run's next step (no state change: a retry after a transient fault)."""
@@ -416,7 +414,7 @@ class Store:
     async def record_attempt(
         self,
         delivery_id: str,
-        outcome: str,
+        outcome: AttemptOutcome,
         *,
         now_ms: int,
         attempt: Attempt | None,

@@ -14,7 +14,7 @@ from service import domain
 from service import settings as settings_mod
 from service.lifecycle import Transition, finished, new_run, polled, submitted
 from service.records import Event, Run, Subscription, replace
-from service.store import Store, bodies, connect, keys
+from service.store import Applied, Store, bodies, connect, keys
 from service.store.feed import Feed, FeedFilter, IteratorInvalid, IteratorTrimmed, valid_iterator
 from tests.conftest import base_env, eventually
 
@@ -68,8 +68,7 @@ async def _run(store: Store, run_id: str, client: str = "alice", **extra: Any) -
 
 
 async def _apply(store: Store, change: Transition) -> Run:
-    outcome, _, _ = await store.transition(change)
-    assert outcome == "ok"
+    assert isinstance(await store.transition(change), Applied)
     return change.run
 
 

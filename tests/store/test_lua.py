@@ -19,7 +19,7 @@ from service import domain
 from service import settings as settings_mod
 from service.lifecycle import Transition, new_run
 from service.records import Attempt, Delivery, Event, Run, Subscription, replace
-from service.store import OverRate, Store, bodies, connect, keys
+from service.store import Applied, Conflict, Missing, OverRate, Store, bodies, connect, keys
 from service.store.scripts import _LUA, source, status_prelude
 from tests.conftest import base_env
 
@@ -94,9 +94,9 @@ async def _emit(store: Store, run: Run, *events: Event, status: str = "processin
     # As lifecycle does: the record names the run's events but progress (Run.event_ids).
     recorded = [e.id for e in events if e.type != "run.progress"]
     new = replace(_next(current, status), event_ids=[*current.event_ids, *recorded])
-    outcome, _, created = await store.transition(Transition(new, current.version, events=list(events)))
-    assert outcome == "ok"
-    return created
+    outcome = await store.transition(Transition(new, current.version, events=list(events)))
+    assert isinstance(outcome, Applied)
+    return outcome.deliveries
 
 
 async def _stored(store: Store, run_id: str) -> Run:
@@ -228,27 +228,30 @@ async def test_create_run_takes_the_submit_rate_in_the_same_step_and_a_refusal_w
 async def test_transition_ok_conflict_and_missing(store: Store) -> None:
     run = await _run(store)
     new = _next(run, "processing")
-    assert await store.transition(Transition(new, 0, due_ms=T0 + 500)) == ("ok", None, 0)
+    assert await store.transition(Transition(new, 0, due_ms=T0 + 500)) == Applied(0, ended=False)
     assert await store.redis.zscore(keys.due_runs("nutrient"), "run_a") == T0 + 500
     stale = _next(run, "failed")  # written from version 0, but the run is at 1 now
-    outcome, current, _ = await store.transition(Transition(stale, 0))
-    assert outcome == "conflict" and current is not None and current.status == "processing"
+    outcome = await store.transition(Transition(stale, 0))
+    assert isinstance(outcome, Conflict) and outcome.current.status == "processing"
     assert (await store.get_run("run_a")).status == "processing"  # type: ignore[union-attr]
     ghost = replace(new, id="run_ghost")
-    assert await store.transition(Transition(ghost, 1)) == ("missing", None, 0)
+    assert await store.transition(Transition(ghost, 1)) == Missing()
     assert await store.get_run("run_ghost") is None
 
 
 async def test_a_terminal_run_never_changes_status(store: Store) -> None:
     run = await _run(store)
     done = _next(run, "succeeded")
-    assert (await store.transition(Transition(done, 0, remove_due=True, ttl_ms=60_000)))[0] == "ok"
+    # The change that ends the run says so (the caller counts the end); a rewrite of the end does not.
+    assert await store.transition(Transition(done, 0, remove_due=True, ttl_ms=60_000)) == Applied(
+        0, ended=True
+    )
     back = _next(done, "processing")
-    outcome, current, _ = await store.transition(Transition(back, 1))
-    assert outcome == "conflict" and current is not None and current.status == "succeeded"
+    outcome = await store.transition(Transition(back, 1))
+    assert isinstance(outcome, Conflict) and outcome.current.status == "succeeded"
     # The same terminal status may be rewritten (a canceled run told to the vendor later).
     same = replace(_next(done, "succeeded"), vendor_deleted=True)
-    assert (await store.transition(Transition(same, 1)))[0] == "ok"
+    assert await store.transition(Transition(same, 1)) == Applied(0, ended=False)
 
 
 async def test_due_set_is_scored_then_removed_with_the_active_entry(store: Store) -> None:
