@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -39,6 +40,7 @@ __all__ = [
     "Event",
     "Run",
     "Subscription",
+    "Transition",
     "public_delivery",
     "public_run",
     "public_subscription",
@@ -278,6 +280,26 @@ def public_subscription(sub: Subscription) -> Json:
     view = _public(sub, PUBLIC_SUBSCRIPTION)
     view["event_types"] = list(sub.event_types) if sub.event_types else None
     return view
+
+
+# Changes ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One state change of a run: the new record and what it implies. The store applies it atomically, and
+    only while the stored run is still at ``expect_v``. Built by :mod:`service.lifecycle` (which exports it
+    too); declared here, beside the records it carries, so that the store reads it without importing the
+    lifecycle."""
+
+    run: Run  # the new run, its version already incremented
+    expect_v: int
+    events: list[Event] = field(default_factory=list)
+    due_ms: float | None = None  # next step due at; None with remove_due=False leaves it alone
+    remove_due: bool = False
+    result: bytes | None = None
+    delete_document: bool = False
+    ttl_ms: int | None = None  # set on the run's end: it is kept for the retention from then
 
 
 # Deliveries ------------------------------------------------------------------------------------------

@@ -19,8 +19,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from service.domain import TERMINAL, AttemptOutcome, DeliveryStatus
-from service.lifecycle import Transition
-from service.records import Attempt, Delivery, Event, Run, Subscription
+from service.records import Attempt, Delivery, Event, Run, Subscription, Transition
 from service.settings import Settings
 from service.store import bodies, jsoncodec, keys, maintenance
 from service.store.codec import (
