@@ -7,11 +7,73 @@ import os
 import re
 import time
 from datetime import UTC, datetime
+from enum import StrEnum
 
-QUEUED, SUBMITTED, RUNNING = "queued", "submitted", "running"
-SUCCEEDED, FAILED, CANCELED = "succeeded", "failed", "canceled"
-RUN_STATUSES = (QUEUED, SUBMITTED, RUNNING, SUCCEEDED, FAILED, CANCELED)
-TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELED})
+# The statuses are spelled here only. Each is a StrEnum, so a member is the very string stored in Redis,
+# sent in JSON and compared by the Lua scripts, which read the same values from a prelude generated from
+# these classes (store/scripts.py: status_prelude()).
+
+
+# A run's status (CONTRACT §4): queued → submitted → running → succeeded | failed | canceled. (No
+# docstring: the API's schema shows this class, and a docstring would become its description.)
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    SUBMITTED = "submitted"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+# The statuses a run never leaves: derived here once, read by Python and (through the prelude) by Lua.
+TERMINAL: frozenset[RunStatus] = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELED})
+RUN_STATUSES = tuple(RunStatus)
+
+# The names the code has used all along, kept as references to the members (not second spellings).
+QUEUED, SUBMITTED, RUNNING = RunStatus.QUEUED, RunStatus.SUBMITTED, RunStatus.RUNNING
+SUCCEEDED, FAILED, CANCELED = RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELED
+
+
+# A delivery's status: pending until it is delivered (succeeded) or given up (failed). (No docstring,
+# as RunStatus.)
+class DeliveryStatus(StrEnum):
+    PENDING = "pending"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+DELIVERY_FINAL: frozenset[DeliveryStatus] = frozenset(set(DeliveryStatus) - {DeliveryStatus.PENDING})
+
+
+class AttemptOutcome(StrEnum):
+    """What one delivery attempt decided, as the deliverer tells ``delivery_result.lua``."""
+
+    SUCCEEDED = "succeeded"  # a 2xx: the delivery succeeded
+    RETRY = "retry"  # a failure with attempts left: due again at next_at
+    FAILED = "failed"  # a failure with none left: the delivery failed
+    GONE = "gone"  # a 410: the delivery failed and the subscription is disabled
+    SKIPPED = "skipped"  # not attempted (its subscription went away): failed without counting
+
+
+# The outcomes that end a delivery, and the status each leaves it in.
+ATTEMPT_FINAL_STATUS: dict[AttemptOutcome, DeliveryStatus] = {
+    AttemptOutcome.SUCCEEDED: DeliveryStatus.SUCCEEDED,
+    AttemptOutcome.FAILED: DeliveryStatus.FAILED,
+    AttemptOutcome.GONE: DeliveryStatus.FAILED,
+    AttemptOutcome.SKIPPED: DeliveryStatus.FAILED,
+}
+
+
+class FaultKind(StrEnum):
+    """What went wrong in a call to a vendor, as the decisions after a fault tell the kinds apart."""
+
+    RATE_LIMITED = "rate_limited"  # a 429: wait (Retry-After) and try again; not the run's fault
+    TRANSIENT = "transient"  # a 5xx, a timeout, a reset: try again with backoff, a bounded number of times
+    REJECTED = "rejected"  # the vendor refused the request (4xx): the run fails
+    EXPIRED = "expired"  # the vendor no longer has the run or its result
+    TOO_LARGE = "too_large"  # the result is past MAX_DOCUMENT_BYTES
+    AMBIGUOUS = "ambiguous"  # the request may or may not have taken effect (a submit that timed out)
+
 
 EVENT_SUBMITTED = "run.submitted"
 EVENT_PROGRESS = "run.progress"
@@ -22,7 +84,7 @@ EVENT_TEST = "subscription.test"
 RUN_EVENTS = (EVENT_SUBMITTED, EVENT_PROGRESS, EVENT_SUCCEEDED, EVENT_FAILED, EVENT_CANCELED)
 EVENT_TYPES = (*RUN_EVENTS, EVENT_TEST)
 DEFAULT_EVENT_TYPES = (EVENT_SUCCEEDED, EVENT_FAILED, EVENT_CANCELED)
-TERMINAL_EVENT = {SUCCEEDED: EVENT_SUCCEEDED, FAILED: EVENT_FAILED, CANCELED: EVENT_CANCELED}
+TERMINAL_EVENT: dict[str, str] = {SUCCEEDED: EVENT_SUCCEEDED, FAILED: EVENT_FAILED, CANCELED: EVENT_CANCELED}
 
 # The vendors, what each can do and whether it can cancel come from the vendor registry
 # (service/vendors/registry.py, entry point group hookbridge.vendors), through Settings.vendors.

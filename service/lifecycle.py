@@ -7,7 +7,6 @@ state change the same way and the store applies it in one atomic step.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from service import domain
@@ -21,25 +20,10 @@ from service.domain import (
     SUCCEEDED,
     TERMINAL_EVENT,
 )
-from service.records import Event, Run, public_run, replace
+from service.records import Event, Run, Transition, public_run, replace
 from service.settings import Settings
 
 __all__ = ["Run", "Transition", "public"]
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """One state change of a run: the new record and what it implies. The store applies it atomically, and
-    only while the stored run is still at ``expect_v``."""
-
-    run: Run  # the new run, its version already incremented
-    expect_v: int
-    events: list[Event] = field(default_factory=list)
-    due_ms: float | None = None  # next step due at; None with remove_due=False leaves it alone
-    remove_due: bool = False
-    result: bytes | None = None
-    delete_document: bool = False
-    ttl_ms: int | None = None  # set on the run's end: it is kept for the retention from then
 
 
 def new_run(*, run_id: str, now_ms: int, **fields: Any) -> Run:

@@ -44,6 +44,14 @@ def known_clients() -> frozenset[str]:
 RUNS = Counter(
     "hookbridge_runs_total", "Runs that reached a status", ["vendor", "status", "client"], registry=REGISTRY
 )
+
+
+def count_run_end(vendor: str, status: str, client: str) -> None:
+    """One run's end in hookbridge_runs_total. Called by whoever applied the change that ended it (the
+    worker's batcher, the API's cancel) when the store answers ``Applied(ended=True)``: once per run."""
+    RUNS.labels(vendor, status, client_label(client)).inc()
+
+
 VENDOR_CREDITS = Counter(
     "hookbridge_vendor_credits_total",
     "Credits the vendors report that finished runs cost (Nutrient usage.data_extraction_credits.cost, "

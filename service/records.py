@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -32,12 +33,14 @@ from service import domain, shapes
 
 __all__ = [
     "DELIVERY_HASH",
+    "DELIVERY_HASH_INTERNAL",
     "SUBSCRIPTION_HASH",
     "Attempt",
     "Delivery",
     "Event",
     "Run",
     "Subscription",
+    "Transition",
     "public_delivery",
     "public_run",
     "public_subscription",
@@ -279,6 +282,26 @@ def public_subscription(sub: Subscription) -> Json:
     return view
 
 
+# Changes ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One state change of a run: the new record and what it implies. The store applies it atomically, and
+    only while the stored run is still at ``expect_v``. Built by :mod:`service.lifecycle` (which exports it
+    too); declared here, beside the records it carries, so that the store reads it without importing the
+    lifecycle."""
+
+    run: Run  # the new run, its version already incremented
+    expect_v: int
+    events: list[Event] = field(default_factory=list)
+    due_ms: float | None = None  # next step due at; None with remove_due=False leaves it alone
+    remove_due: bool = False
+    result: bytes | None = None
+    delete_document: bool = False
+    ttl_ms: int | None = None  # set on the run's end: it is kept for the retention from then
+
+
 # Deliveries ------------------------------------------------------------------------------------------
 
 
@@ -304,25 +327,27 @@ class Delivery(_Record):
     def from_hash(cls, raw: Mapping[str, str]) -> Delivery:
         """Lenient: a hash that lost a field (edited by hand, half expired) still reads, so that the claim
         can fail it and a listing can show it."""
+        f = {name: raw.get(field) or "" for name, field in DELIVERY_HASH.items()}
         return cls(
-            id=raw["id"],
-            event_id=raw.get("event", ""),
-            event_type=raw.get("type", ""),
-            subscription_id=raw.get("sub", ""),
-            client=raw.get("client", ""),
-            status=raw.get("status", ""),
-            created_at=int(raw.get("created") or 0),
-            updated_at=int(raw.get("updated") or raw.get("created") or 0),
-            run_id=raw.get("run") or None,
-            attempts=int(raw.get("attempts") or 0),
-            series=int(raw.get("series") or 0),
-            last_status_code=int(raw["last_code"]) if raw.get("last_code") else None,
-            next_attempt_at=int(raw["next_at"]) if raw.get("next_at") else None,
+            id=raw[DELIVERY_HASH["id"]],
+            event_id=f["event_id"],
+            event_type=f["event_type"],
+            subscription_id=f["subscription_id"],
+            client=f["client"],
+            status=f["status"],
+            created_at=int(f["created_at"] or 0),
+            updated_at=int(f["updated_at"] or f["created_at"] or 0),
+            run_id=f["run_id"] or None,
+            attempts=int(f["attempts"] or 0),
+            series=int(f["series"] or 0),
+            last_status_code=int(f["last_status_code"]) if f["last_status_code"] else None,
+            next_attempt_at=int(f["next_attempt_at"]) if f["next_attempt_at"] else None,
         )
 
 
-# Record field -> hash field, as the Lua scripts spell it (``chained`` and ``counted`` are the scripts'
-# own bookkeeping and stay out of the record).
+# Record field -> hash field: the one declaration of the delivery hash's fields. Delivery.from_hash reads
+# it, and so do the Lua scripts, through the ``DF`` table that store/scripts.py generates from it and
+# from DELIVERY_HASH_INTERNAL (``DF.event_id`` is ``'event'``), so no script spells a field.
 DELIVERY_HASH = {
     "id": "id",
     "event_id": "event",
@@ -338,6 +363,11 @@ DELIVERY_HASH = {
     "last_status_code": "last_code",
     "next_attempt_at": "next_at",
 }
+
+
+# The scripts' own bookkeeping fields of the hash, outside the record: whether the delivery is still in its
+# run's chain, and whether its end was counted against its event's pending count (zero retention).
+DELIVERY_HASH_INTERNAL = {"chained": "chained", "counted": "counted"}
 
 
 def public_delivery(d: Delivery) -> Json:

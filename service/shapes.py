@@ -18,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
 from service import domain
 
+# The statuses' own classes, shown by the API's schema under these names (api/models.py imports them here).
+from service.domain import DeliveryStatus as DeliveryStatus
+from service.domain import RunStatus as RunStatus
+
 RunId = Annotated[str, Field(pattern="^run_[0-9A-Za-z]+$")]
 SubId = Annotated[str, Field(pattern="^sub_[0-9A-Za-z]+$")]
 EventId = Annotated[str, Field(pattern="^evt_[0-9A-Za-z]+$")]
@@ -27,19 +31,10 @@ OperationName = Annotated[str, WithJsonSchema({"x-ref": "Operation"})]
 MetadataOut = Annotated[dict[str, str], WithJsonSchema({"x-ref": "Metadata"})]
 
 
-class RunStatus(StrEnum):
-    queued, submitted, running = domain.QUEUED, domain.SUBMITTED, domain.RUNNING
-    succeeded, failed, canceled = domain.SUCCEEDED, domain.FAILED, domain.CANCELED
-
-
 EventType = StrEnum("EventType", {t.replace(".", "_"): t for t in domain.EVENT_TYPES})  # type: ignore[misc]
 EventTypeFilter = Annotated[
     EventType | Literal["run.*"], Field(description="An event type, or `run.*` for every run event.")
 ]
-
-
-class DeliveryStatus(StrEnum):
-    pending, succeeded, failed = "pending", "succeeded", "failed"
 
 
 class RunErrorCode(StrEnum):

@@ -20,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from service.domain import AttemptOutcome
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
     from starlette.types import Scope
 
     from service.records import Delivery, Run
-    from service.store import Store
 
 # Set once at process start by setup() (like the configured loggers): read on every hot-path call, so
 # that tracing off costs one branch.
@@ -227,8 +228,14 @@ def _parent(traceparent: str | None) -> Any:
     return _W3C.extract({"traceparent": traceparent})
 
 
+class RunReader(Protocol):
+    """What a delivery's span needs of the store (the store fits it): tracing imports no store."""
+
+    async def get_run(self, run_id: str) -> Run | None: ...
+
+
 @contextlib.asynccontextmanager
-async def _delivery(store: Store, dlv: Delivery) -> Any:
+async def _delivery(store: RunReader, dlv: Delivery) -> Any:
     run_id = dlv.run_id
     # One read of the run per attempt, only with tracing on: the delivery record does not carry the trace.
     try:
@@ -250,7 +257,7 @@ async def _delivery(store: Store, dlv: Delivery) -> Any:
         yield span
 
 
-def delivery_attempt(store: Store, dlv: Delivery) -> contextlib.AbstractAsyncContextManager[object]:
+def delivery_attempt(store: RunReader, dlv: Delivery) -> contextlib.AbstractAsyncContextManager[object]:
     """A span around one delivery attempt, in the trace of the run whose event it carries."""
     if not ENABLED:
         return _OFF
@@ -271,7 +278,7 @@ def outcome(outcome: str, status_code: int | None) -> None:
     span.set_attribute("hookbridge.delivery.outcome", outcome)
     if status_code is not None:
         span.set_attribute("http.response.status_code", status_code)
-    if outcome != "succeeded":
+    if outcome != AttemptOutcome.SUCCEEDED:
         span.set_status(Status(StatusCode.ERROR, outcome))
 
 

@@ -26,7 +26,7 @@ from service.api.models import EventQuery, FeedQuery
 from service.api.problems import InvalidIterator, IteratorExpired, TooManyStreams, ValidationFailed
 from service.api.views import JSONResponse
 from service.store import feed as feeds
-from service.store.feed import Feed, FeedFilter, FeedPage, valid_iterator
+from service.store.feed import Feed, FeedFilter, FeedRead, valid_iterator
 
 log = logs.get("hookbridge.api")
 # A waiting reader blocks in slices this long: the blocking client's socket timeout (10 s) stays far.
@@ -67,11 +67,11 @@ def position(value: str | None, name: str) -> str:
 
 async def read(
     feed: Feed, client: str, after: str, *, limit: int, only: FeedFilter, scan: int = feeds.SCAN
-) -> FeedPage:
+) -> FeedRead:
     """One page (``scan`` entries read at most), with the feed's refusals as problems."""
     try:
         return await feed.read(client, after, limit=limit, now_ms=domain.now_ms(), only=only, scan=scan)
-    except feeds.IteratorExpired:
+    except feeds.IteratorTrimmed:
         raise IteratorExpired(
             "The iterator is older than the retention window (HOOKBRIDGE_RETENTION_S): events after it may "
             "be gone. Start again without an iterator, from the oldest event kept."
@@ -140,8 +140,8 @@ async def stream_slot(ctx: Context, client: str) -> AsyncIterator[str]:
 
 
 async def _long_poll(
-    request: Request, client: str, page: FeedPage, *, limit: int, only: FeedFilter, wait: float
-) -> FeedPage:
+    request: Request, client: str, page: FeedRead, *, limit: int, only: FeedFilter, wait: float
+) -> FeedRead:
     ctx = Context.of(request)
     feed = feed_of(ctx)
     deadline = time.monotonic() + wait

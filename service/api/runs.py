@@ -22,8 +22,9 @@ from service.api.problems import (
 )
 from service.api.views import JSONResponse
 from service.domain import TERMINAL
+from service.metrics import count_run_end
 from service.records import Run
-from service.store import OverRate
+from service.store import Applied, Missing, OverRate
 
 
 def _accepted(run: Run, *, replayed: bool = False) -> Response:
@@ -136,11 +137,13 @@ class CancelRun(HTTPEndpoint):
                 settings=ctx.settings,
                 vendor_can_cancel=vendor is not None and vendor.supports_cancel,
             )
-            outcome, _, _ = await ctx.store.transition(change)
-            if outcome == "ok":
+            outcome = await ctx.store.transition(change)
+            if isinstance(outcome, Applied):
+                if outcome.ended:
+                    count_run_end(run.vendor, change.run.status, run.client)
                 ctx.log.info("run canceled", run_id=run.id, vendor=run.vendor)
                 return JSONResponse(views.run(change.run))
-            if outcome == "missing":
+            if isinstance(outcome, Missing):
                 break
         raise Conflict("The run is changing too fast to cancel; try again.")
 

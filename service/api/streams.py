@@ -39,7 +39,7 @@ from service.api.events import (
 from service.api.models import RunStreamQuery, StreamQuery
 from service.domain import TERMINAL
 from service.records import Run
-from service.store.feed import FeedFilter, FeedPage, IteratorExpired
+from service.store.feed import FeedFilter, FeedRead, IteratorTrimmed
 
 log = logs.get("hookbridge.api")
 PAGE = 100
@@ -68,7 +68,7 @@ def _frame(event_id: str, event_type: str, data: str) -> bytes:
 
 
 async def _events(
-    ctx: Context, client: str, page: FeedPage, only: FeedFilter, *, run_ended: bool | None
+    ctx: Context, client: str, page: FeedRead, only: FeedFilter, *, run_ended: bool | None
 ) -> AsyncIterator[bytes]:
     """The stream's frames. ``run_ended`` is None for the client's stream; for a run's stream, whether the
     run had ended when the stream opened (its terminal event is then in the feed already, or gone with
@@ -142,7 +142,7 @@ class EventStream:
                                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 except TimeoutError:
                     stalled = True
-                except (RedisError, OSError, IteratorExpired) as exc:
+                except (RedisError, OSError, IteratorTrimmed) as exc:
                     log.warning("event stream ended", error=type(exc).__name__)
                 tasks.cancel_scope.cancel()
         finally:

@@ -224,7 +224,7 @@ class RetryDelivery(HTTPEndpoint):
         await ctx.rate("send", client, "test, retry or recover requests")
         if not await ctx.store.retry_delivery(d.id, domain.now_ms()):
             raise DeliveryPending("The delivery is already pending.")
-        return JSONResponse(views.delivery(replace(d, status="pending")), status_code=202)
+        return JSONResponse(views.delivery(replace(d, status=domain.DeliveryStatus.PENDING)), status_code=202)
 
 
 routes = [

@@ -16,6 +16,7 @@ from service.clock import SYSTEM, Clock
 from service.delivery import schedule, signing
 from service.delivery.client import CallbackClient
 from service.delivery.urlsafety import Policy, UnsafeURL
+from service.domain import AttemptOutcome
 from service.metrics import (
     CALLBACK_ATTEMPT_SECONDS,
     DELIVERIES,
@@ -126,13 +127,13 @@ class Deliverer:
         )
         done_ms = self.clock.now_ms()
         if status_code is not None and 200 <= status_code < 300:
-            outcome, next_at = "succeeded", None
+            outcome, next_at = AttemptOutcome.SUCCEEDED, None
         elif status_code == 410:
-            outcome, next_at = "gone", None
+            outcome, next_at = AttemptOutcome.GONE, None
         else:
             failures = dlv.attempts - dlv.series + 1
             wait = schedule.next_wait(self.settings.retry_schedule, failures, retry_after, self.rng)
-            outcome = "failed" if wait is None else "retry"
+            outcome = AttemptOutcome.FAILED if wait is None else AttemptOutcome.RETRY
             next_at = None if wait is None else done_ms + int(wait * 1000)
         await self.store.record_attempt(
             dlv.id, outcome, now_ms=done_ms, attempt=attempt, next_at_ms=next_at, status_code=status_code
@@ -141,9 +142,9 @@ class Deliverer:
         client = client_label(dlv.client)
         DELIVERY_ATTEMPTS.labels(outcome, client).inc()
         CALLBACK_ATTEMPT_SECONDS.labels(outcome).observe(duration_ms / 1000)
-        if outcome != "retry":
+        if outcome != AttemptOutcome.RETRY:
             DELIVERIES.labels(client, outcome).inc()
-        if outcome == "succeeded" and dlv.attempts == 0:
+        if outcome == AttemptOutcome.SUCCEEDED and dlv.attempts == 0:
             DELIVERY_LATENCY.observe(max(0.0, done_ms - dlv.created_at) / 1000)
         log.info(
             "delivery attempt", outcome=outcome, status_code=status_code, error=error, duration_ms=duration_ms
@@ -155,12 +156,12 @@ class Deliverer:
         attempt = Attempt(
             at=domain.rfc3339(now_ms) or "", status_code=None, duration_ms=0, error=reason, response_body=""
         )
-        await self.store.record_attempt(dlv.id, "skipped", now_ms=now_ms, attempt=attempt)
+        await self.store.record_attempt(dlv.id, AttemptOutcome.SKIPPED, now_ms=now_ms, attempt=attempt)
         client = client_label(dlv.client)
-        DELIVERY_ATTEMPTS.labels("skipped", client).inc()
-        DELIVERIES.labels(client, "skipped").inc()
+        DELIVERY_ATTEMPTS.labels(AttemptOutcome.SKIPPED, client).inc()
+        DELIVERIES.labels(client, AttemptOutcome.SKIPPED).inc()
         log.info("delivery skipped", reason=reason)
-        return "skipped"
+        return AttemptOutcome.SKIPPED
 
 
 def _describe(exc: BaseException) -> str:

@@ -18,9 +18,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from service.lifecycle import Transition
-from service.metrics import RUNS, client_label
-from service.records import Attempt, Delivery, Event, Run, Subscription
+from service.domain import TERMINAL, AttemptOutcome, DeliveryStatus
+from service.records import Attempt, Delivery, Event, Run, Subscription, Transition
 from service.settings import Settings
 from service.store import bodies, jsoncodec, keys, maintenance
 from service.store.codec import (
@@ -35,17 +34,22 @@ from service.store.codec import (
 )
 from service.store.connection import connect
 from service.store.maintenance import OWNER_DISABLED, Observation
-from service.store.pages import RECOVER_SCAN, Page, oldest_first, page
+from service.store.outcomes import Applied, Conflict, Missing, Outcome
+from service.store.pages import RECOVER_SCAN, Listing, oldest_first, page
 from service.store.scripts import Scripts
 from service.store.secretbox import SecretBox, SecretUnavailable
 
 __all__ = [
     "OWNER_DISABLED",
+    "Applied",
     "ClaimedDelivery",
     "ClaimedRun",
+    "Conflict",
+    "Listing",
+    "Missing",
     "Observation",
+    "Outcome",
     "OverRate",
-    "Page",
     "SecretUnavailable",
     "Store",
     "connect",
@@ -59,9 +63,6 @@ class OverRate(Exception):
     def __init__(self, wait_s: float) -> None:
         super().__init__(f"over the rate for {wait_s:g} s")
         self.wait_s = wait_s
-
-
-_TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 
 
 class Store:
@@ -149,26 +150,22 @@ class Store:
 
     async def list_runs(
         self, client: str, *, limit: int, cursor: str | None, status: str | None, vendor: str | None
-    ) -> Page[Run]:
+    ) -> Listing[Run]:
         def keep(run: Run) -> bool:
             return (status is None or run.status == status) and (vendor is None or run.vendor == vendor)
 
         return await page(self.redis, keys.client_runs(client), limit, cursor, self.get_runs, keep)
 
-    async def transition(self, change: Transition) -> tuple[str, Run | None, int]:
-        """Applies ``change`` if the run is still at version ``expect_v``.
-
-        Returns ``("ok", None, deliveries_created)``, ``("conflict", current_run, 0)`` or
-        ``("missing", None, 0)``.
-        """
+    async def transition(self, change: Transition) -> Outcome:
+        """Applies ``change`` if the run is still at version ``expect_v``: :class:`Applied` (with the
+        deliveries created, and whether it ended the run: the caller counts that end), :class:`Conflict`
+        (with the stored run) or :class:`Missing`."""
         reply = await self.scripts.transition(
             keys=[keys.run(change.run.id)], args=self._transition_args(change)
         )
         return self._transition_outcome(change, reply)
 
-    async def transitions(
-        self, changes: Sequence[Transition]
-    ) -> list[tuple[str, Run | None, int] | Exception]:
+    async def transitions(self, changes: Sequence[Transition]) -> list[Outcome | Exception]:
         """:meth:`transition` for many runs in one call of ``transitions.lua`` (one round trip and one
         reply, each change still applied on its own, as it would be alone).
 
@@ -180,7 +177,7 @@ class Store:
             argv.append(len(args))
             argv.extend(args)
         replies = await self.scripts.transitions(keys=[keys.run(c.run.id) for c in changes], args=argv)
-        out: list[tuple[str, Run | None, int] | Exception] = []
+        out: list[Outcome | Exception] = []
         for change, reply in zip(changes, replies, strict=True):
             if text(reply[0]) == "error":
                 out.append(ResponseError(text(reply[1])))
@@ -216,17 +213,15 @@ class Store:
         return args
 
     @staticmethod
-    def _transition_outcome(change: Transition, reply: Any) -> tuple[str, Run | None, int]:
-        run = change.run
+    def _transition_outcome(change: Transition, reply: Any) -> Outcome:
+        # transition.lua's reply: {'ok', deliveries, previous_status} | {'conflict', run} | {'missing'}
         outcome = text(reply[0])
         if outcome == "conflict":
-            return outcome, Run.from_json(reply[1]), 0
+            return Conflict(Run.from_json(reply[1]))
         if outcome == "ok":
-            if run.status in _TERMINAL and text(reply[2]) not in _TERMINAL:
-                # Every run's end is counted here, once, whoever ended it (worker, API cancel, ...).
-                RUNS.labels(run.vendor, run.status, client_label(run.client)).inc()
-            return outcome, None, int(reply[1])
-        return outcome, None, 0
+            ended = change.run.status in TERMINAL and text(reply[2]) not in TERMINAL
+            return Applied(int(reply[1]), ended)
+        return Missing()
 
     async def schedule_run(self, vendor: str, run_id: str, due_ms: float) -> None:
         """Moves a run's next step (no state change: a retry after a transient fault)."""
@@ -343,7 +338,9 @@ class Store:
     async def get_subscriptions(self, sub_ids: Sequence[str]) -> list[Subscription | None]:
         return [subscription_or_none(raw) for raw in await self._hashes(map(keys.subscription, sub_ids))]
 
-    async def list_subscriptions(self, client: str, *, limit: int, cursor: str | None) -> Page[Subscription]:
+    async def list_subscriptions(
+        self, client: str, *, limit: int, cursor: str | None
+    ) -> Listing[Subscription]:
         return await page(self.redis, keys.client_subs(client), limit, cursor, self.get_subscriptions, None)
 
     async def update_subscription(self, sub: Subscription, changed: Iterable[str]) -> None:
@@ -417,7 +414,7 @@ class Store:
     async def record_attempt(
         self,
         delivery_id: str,
-        outcome: str,
+        outcome: AttemptOutcome,
         *,
         now_ms: int,
         attempt: Attempt | None,
@@ -461,7 +458,7 @@ class Store:
 
     async def list_deliveries(
         self, sub_id: str, *, limit: int, cursor: str | None, status: str | None
-    ) -> Page[Delivery]:
+    ) -> Listing[Delivery]:
         def keep(d: Delivery) -> bool:
             return status is None or d.status == status
 
@@ -481,7 +478,8 @@ class Store:
         make."""
         index = keys.sub_deliveries(sub_id)
         ids, next_cursor = await oldest_first(self.redis, index, since_ms, until_ms, cursor, scan)
-        return [d.id for d in await self.get_deliveries(ids) if d and d.status == "failed"], next_cursor
+        found = await self.get_deliveries(ids)
+        return [d.id for d in found if d and d.status == DeliveryStatus.FAILED], next_cursor
 
     async def retry_delivery(self, delivery_id: str, now_ms: int) -> bool:
         return bool(await self.scripts.retry_delivery(keys=[keys.delivery(delivery_id)], args=[now_ms]))

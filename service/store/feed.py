@@ -39,7 +39,7 @@ SCAN = 1000
 PAGE_BYTES = 256 * 1024
 
 
-class IteratorExpired(Exception):
+class IteratorTrimmed(Exception):
     """The iterator is older than the retention window: events after it may be gone."""
 
 
@@ -54,7 +54,7 @@ def valid_iterator(value: str) -> bool:
 
 
 @dataclass(frozen=True)
-class FeedEvent:
+class FeedEntry:
     id: str  # the stream entry id: the iterator after this event, the SSE id
     event_id: str  # evt_...: the callbacks' webhook-id
     body: bytes  # the callback body (type, timestamp, data)
@@ -72,8 +72,8 @@ class FeedEvent:
 
 
 @dataclass(frozen=True)
-class FeedPage:
-    events: list[FeedEvent]
+class FeedRead:
+    events: list[FeedEntry]
     iterator: str  # pass it back for what comes next
     done: bool  # the page reached the feed's end: nothing more right now
     scanned: int = 0  # feed entries read for this page (filtered out included)
@@ -116,10 +116,10 @@ class Feed:
         only: FeedFilter = FeedFilter(),
         scan: int = SCAN,
         max_bytes: int = PAGE_BYTES,
-    ) -> FeedPage:
+    ) -> FeedRead:
         """Events after ``after`` ("" = from the oldest kept), up to ``limit`` of those that match.
 
-        Raises IteratorExpired or IteratorInvalid."""
+        Raises IteratorTrimmed or IteratorInvalid."""
         reply = await _whole(
             self._read(
                 keys=[keys.client_feed(client)],
@@ -138,16 +138,16 @@ class Feed:
         )
         outcome = _s(reply[0])
         if outcome == "expired":
-            raise IteratorExpired(after)
+            raise IteratorTrimmed(after)
         if outcome == "invalid":
             raise IteratorInvalid(after)
         rows = reply[4:]
         events = [
-            FeedEvent(_s(rows[i]), _s(rows[i + 1]), body)
+            FeedEntry(_s(rows[i]), _s(rows[i + 1]), body)
             for i in range(0, len(rows), 3)
             if (body := bodies.unpacked_or_none(rows[i + 2])) is not None
         ]
-        return FeedPage(events, _s(reply[1]), bool(int(reply[2])), int(reply[3]))
+        return FeedRead(events, _s(reply[1]), bool(int(reply[2])), int(reply[3]))
 
     async def wait(self, client: str, after: str, timeout_s: float) -> bool:
         """Blocks until an entry past ``after`` is in the client's feed (True) or ``timeout_s`` passed."""

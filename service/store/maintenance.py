@@ -9,6 +9,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from service.domain import DeliveryStatus
+from service.records import DELIVERY_HASH
 from service.settings import Settings
 from service.store import keys
 from service.store.codec import hash_of, text
@@ -166,7 +168,7 @@ async def observe(
         for parked in await pipe.execute():
             dlv_ids.update(text(i) for i in parked)
     reads: list[tuple[str, list[str]]] = [
-        (keys.delivery(d), ["client", "created", "status"]) for d in dlv_ids
+        (keys.delivery(d), [DELIVERY_HASH[n] for n in ("client", "created_at", "status")]) for d in dlv_ids
     ] + [(keys.subscription(sub_id), ["disabled", "disabled_reason"]) for _, sub_id in sub_ids]
     fields: list[list[Any]] = []
     for at in range(0, len(reads), batch):
@@ -175,7 +177,8 @@ async def observe(
             pipe.hmget(key, names)
         fields += await pipe.execute()
     for client_raw, created, status in fields[: len(dlv_ids)]:
-        if client_raw is None or created is None or text(status) != "pending" or not created.isdigit():
+        pending = text(status) == DeliveryStatus.PENDING
+        if client_raw is None or created is None or not pending or not created.isdigit():
             continue
         client = text(client_raw)
         age = max(0.0, (now_ms - int(created)) / 1000)

@@ -16,7 +16,7 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Page(Generic[T]):
+class Listing(Generic[T]):
     data: list[T]
     next_cursor: str | None
 
@@ -42,7 +42,7 @@ async def page(
     cursor: str | None,
     fetch: Callable[[Sequence[str]], Awaitable[Sequence[T | None]]],
     keep: Callable[[T], bool] | None,
-) -> Page[T]:
+) -> Listing[T]:
     """One page of the records in the zset ``index``, newest first, that ``keep`` keeps. Scans at most 20
     chunks so that a rare filter cannot make one request unbounded; the cursor then points past what was
     scanned."""
@@ -61,19 +61,19 @@ async def page(
             skip = next((i + 1 for i, (m, _) in enumerate(members) if m == after), 0)
             members = members[skip:]
         if not members:
-            return Page(out, None)
+            return Listing(out, None)
         records = await fetch([m for m, _ in members])
         for (member, score), record in zip(members, records, strict=True):
             last = (score, member)
             if record is not None and (keep is None or keep(record)):
                 out.append(record)
                 if len(out) == limit:
-                    return Page(out, encode_cursor(score, member))
+                    return Listing(out, encode_cursor(score, member))
         if len(rows) <= chunk:
-            return Page(out, None)
+            return Listing(out, None)
         assert last is not None
         max_score, after = last
-    return Page(out, encode_cursor(*last) if last else None)
+    return Listing(out, encode_cursor(*last) if last else None)
 
 
 # Deliveries one ``recover`` call reads at most (one ZRANGEBYSCORE, one pipeline of as many HGETALLs, as

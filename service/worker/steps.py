@@ -27,7 +27,7 @@ from service.lifecycle import Transition
 from service.metrics import RUN_TIMEOUTS, VENDOR_CREDITS, client_label
 from service.records import Run
 from service.settings import Settings, VendorSettings
-from service.store import ClaimedRun, Store
+from service.store import Applied, ClaimedRun, Conflict, Outcome, Store
 from service.vendors import base
 from service.vendors.base import (
     DeletesRuns,
@@ -185,8 +185,8 @@ class RunStepper:
             change = lifecycle.touched(
                 run, self._now(), due_ms=self._now() + self.settings.lease_s * 1000, state=dict(state)
             )
-            outcome, _, _ = await self.store.transition(change)
-            if outcome != "ok":
+            # A touch never ends a run: no end to count here.
+            if not isinstance(await self.store.transition(change), Applied):
                 raise VendorTransient("the run changed while it was being submitted")
             run = latest[0] = change.run
 
@@ -229,8 +229,8 @@ class RunStepper:
             vendor_status=accepted.vendor_status,
             latency_ms=_ms(started),
         )
-        outcome, current = await self._apply(change)
-        if outcome == "conflict" and current is not None and current.status in TERMINAL:
+        outcome = await self._apply(change)
+        if isinstance(outcome, Conflict) and outcome.current.status in TERMINAL:
             # Canceled while we were submitting: the vendor has a run nobody wants any more.
             vendor_state = {**state, **accepted.state}
             if adapter.supports_cancel:
@@ -416,20 +416,22 @@ class RunStepper:
 
     async def _finish(self, run: Run, change: Transition) -> None:
         with tracing.run_finish(change.run):
-            outcome, _ = await self._apply(change)
-        if outcome == "ok":
+            outcome = await self._apply(change)
+        if isinstance(outcome, Applied):
             credits = (change.run.usage or {}).get("credits")
             if isinstance(credits, int | float) and credits > 0:
                 # Labels stay bounded: vendors are a fixed set, clients come from HOOKBRIDGE_API_KEYS.
                 VENDOR_CREDITS.labels(run.vendor, client_label(run.client)).inc(credits)
-        elif outcome == "conflict":
+        elif isinstance(outcome, Conflict):
             log.info("late result discarded", run_id=run.id, vendor=run.vendor)
 
-    async def _apply(self, change: Transition) -> tuple[str, Run | None]:
-        # The store counts every run's end in hookbridge_runs_total, wherever it happens.
-        outcome, current, created = await self._transitions.apply(change)
+    async def _apply(self, change: Transition) -> Outcome:
+        # The batcher counts every run's end it applies in hookbridge_runs_total.
+        outcome = await self._transitions.apply(change)
         new = change.run
-        if outcome == "ok" and change.ttl_ms is not None:  # only a run's end sets its expiry
+        if not isinstance(outcome, Applied):
+            return outcome
+        if change.ttl_ms is not None:  # only a run's end sets its expiry
             log.info(
                 "run finished",
                 run_id=new.id,
@@ -439,9 +441,9 @@ class RunStepper:
             )
             # The delivery pump learns that work is due now without waiting for its next tick.
             self.on_delivery_due()
-        elif created:
+        elif outcome.deliveries:
             self.on_delivery_due()
-        return outcome, current
+        return outcome
 
     async def _document(self, run: Run) -> Document | None:
         doc = run.document or {}

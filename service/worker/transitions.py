@@ -14,10 +14,8 @@ from __future__ import annotations
 import asyncio
 
 from service.lifecycle import Transition
-from service.records import Run
-from service.store import Store
-
-Outcome = tuple[str, Run | None, int]
+from service.metrics import count_run_end
+from service.store import Applied, Outcome, Store
 
 # More than this many changes in one turn go in several calls: one call holds Redis for its whole
 # batch (about 20-50 us a change), and its reply is one array. Saturated, a turn brings about 74.
@@ -73,7 +71,9 @@ class TransitionBatcher:
             for _, done in batch:
                 done.cancel()
             raise
-        for (_, done), outcome in zip(batch, outcomes, strict=True):
+        for (change, done), outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, Applied) and outcome.ended:  # counted even if its step was cancelled
+                count_run_end(change.run.vendor, change.run.status, change.run.client)
             if done.done():  # the step was cancelled meanwhile
                 continue
             if isinstance(outcome, Exception):

@@ -14,8 +14,8 @@ from service import domain
 from service import settings as settings_mod
 from service.lifecycle import Transition, finished, new_run, polled, submitted
 from service.records import Event, Run, Subscription, replace
-from service.store import Store, bodies, connect, keys
-from service.store.feed import Feed, FeedFilter, IteratorExpired, IteratorInvalid, valid_iterator
+from service.store import Applied, Store, bodies, connect, keys
+from service.store.feed import Feed, FeedFilter, IteratorInvalid, IteratorTrimmed, valid_iterator
 from tests.conftest import base_env, eventually
 
 
@@ -68,8 +68,7 @@ async def _run(store: Store, run_id: str, client: str = "alice", **extra: Any) -
 
 
 async def _apply(store: Store, change: Transition) -> Run:
-    outcome, _, _ = await store.transition(change)
-    assert outcome == "ok"
+    assert isinstance(await store.transition(change), Applied)
     return change.run
 
 
@@ -259,9 +258,9 @@ async def test_old_entries_are_trimmed_and_an_iterator_past_retention_is_expired
             return bool(oldest[0][0].decode() != first.events[0].id)
 
         await eventually(trimmed, timeout=10, interval=0.2, what="the first entry trimmed")
-        with pytest.raises(IteratorExpired):
+        with pytest.raises(IteratorTrimmed):
             await _read(feed, before)
-        with pytest.raises(IteratorExpired):
+        with pytest.raises(IteratorTrimmed):
             await _read(feed, first.iterator)
         # The iterator of the latest read is inside the window; no iterator reads from the oldest kept.
         latest = await _read(feed)

@@ -8,6 +8,7 @@ API writes) and read back through ``keys``, so a key name spelled differently in
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,8 +19,8 @@ from service import domain
 from service import settings as settings_mod
 from service.lifecycle import Transition, new_run
 from service.records import Attempt, Delivery, Event, Run, Subscription, replace
-from service.store import OverRate, Store, bodies, connect, keys
-from service.store.scripts import _LUA, source
+from service.store import Applied, Conflict, Missing, OverRate, Store, bodies, connect, keys
+from service.store.scripts import _LUA, source, status_prelude
 from tests.conftest import base_env
 
 T0 = 1_800_000_000_000
@@ -93,9 +94,9 @@ async def _emit(store: Store, run: Run, *events: Event, status: str = "processin
     # As lifecycle does: the record names the run's events but progress (Run.event_ids).
     recorded = [e.id for e in events if e.type != "run.progress"]
     new = replace(_next(current, status), event_ids=[*current.event_ids, *recorded])
-    outcome, _, created = await store.transition(Transition(new, current.version, events=list(events)))
-    assert outcome == "ok"
-    return created
+    outcome = await store.transition(Transition(new, current.version, events=list(events)))
+    assert isinstance(outcome, Applied)
+    return outcome.deliveries
 
 
 async def _stored(store: Store, run_id: str) -> Run:
@@ -141,6 +142,44 @@ async def test_the_generated_builders_give_the_python_keys_inside_redis(store: S
         keys.sub_budget("sub_y"),
         keys.ACTIVE_RUNS,
     ]
+
+
+# The status prelude ---------------------------------------------------------------------------------
+
+_STATUS_WORDS = {
+    *domain.RunStatus,
+    *domain.DeliveryStatus,
+    *domain.AttemptOutcome,
+}
+
+
+# The delivery hash's own field names (not "id", "status", ...: other hashes and JSON share those words).
+_DELIVERY_FIELDS = {"event", "sub", "last_code", "next_at", "chained", "counted", "series", "attempts"}
+
+
+def test_no_script_spells_a_status_an_outcome_or_a_delivery_field() -> None:
+    quoted = re.compile(r"""(?<!\[)['"]([a-z_]+)['"]""")  # not ops['x']: a JSON argument's member
+    for path in _LUA.iterdir():
+        if path.name.endswith(".lua"):
+            # Comments may name a word; the code compares and writes only the prelude's constants.
+            code = "\n".join(line.split("--")[0] for line in path.read_text().splitlines())
+            assert set(quoted.findall(code)) & (_STATUS_WORDS | _DELIVERY_FIELDS) == set(), path.name
+
+
+async def test_the_status_prelude_gives_the_python_values_inside_redis(store: Store) -> None:
+    script = store.redis.register_script(
+        status_prelude()
+        + "local t = {} for s in pairs(TERMINAL) do t[#t + 1] = s end table.sort(t)"
+        + " return {RUN.QUEUED, DLV.PENDING, OUTCOME.GONE, FINAL_STATUS[OUTCOME.SKIPPED],"
+        + " FINAL_STATUS[OUTCOME.RETRY] or 'none', table.concat(t, ',')}"
+    )
+    got = [_s(v) for v in await script()]
+    assert got == ["queued", "pending", "gone", "failed", "none", "canceled,failed,succeeded"]
+    fields = store.redis.register_script(
+        status_prelude() + "return {DF.event_id, DF.next_attempt_at, DF.chained}"
+    )
+    assert [_s(v) for v in await fields()] == ["event", "next_at", "chained"]
+    assert source("repair").index(status_prelude()) > 0
 
 
 # create_run.lua -------------------------------------------------------------------------------------
@@ -189,27 +228,30 @@ async def test_create_run_takes_the_submit_rate_in_the_same_step_and_a_refusal_w
 async def test_transition_ok_conflict_and_missing(store: Store) -> None:
     run = await _run(store)
     new = _next(run, "processing")
-    assert await store.transition(Transition(new, 0, due_ms=T0 + 500)) == ("ok", None, 0)
+    assert await store.transition(Transition(new, 0, due_ms=T0 + 500)) == Applied(0, ended=False)
     assert await store.redis.zscore(keys.due_runs("nutrient"), "run_a") == T0 + 500
     stale = _next(run, "failed")  # written from version 0, but the run is at 1 now
-    outcome, current, _ = await store.transition(Transition(stale, 0))
-    assert outcome == "conflict" and current is not None and current.status == "processing"
+    outcome = await store.transition(Transition(stale, 0))
+    assert isinstance(outcome, Conflict) and outcome.current.status == "processing"
     assert (await store.get_run("run_a")).status == "processing"  # type: ignore[union-attr]
     ghost = replace(new, id="run_ghost")
-    assert await store.transition(Transition(ghost, 1)) == ("missing", None, 0)
+    assert await store.transition(Transition(ghost, 1)) == Missing()
     assert await store.get_run("run_ghost") is None
 
 
 async def test_a_terminal_run_never_changes_status(store: Store) -> None:
     run = await _run(store)
     done = _next(run, "succeeded")
-    assert (await store.transition(Transition(done, 0, remove_due=True, ttl_ms=60_000)))[0] == "ok"
+    # The change that ends the run says so (the caller counts the end); a rewrite of the end does not.
+    assert await store.transition(Transition(done, 0, remove_due=True, ttl_ms=60_000)) == Applied(
+        0, ended=True
+    )
     back = _next(done, "processing")
-    outcome, current, _ = await store.transition(Transition(back, 1))
-    assert outcome == "conflict" and current is not None and current.status == "succeeded"
+    outcome = await store.transition(Transition(back, 1))
+    assert isinstance(outcome, Conflict) and outcome.current.status == "succeeded"
     # The same terminal status may be rewritten (a canceled run told to the vendor later).
     same = replace(_next(done, "succeeded"), vendor_deleted=True)
-    assert (await store.transition(Transition(same, 1)))[0] == "ok"
+    assert await store.transition(Transition(same, 1)) == Applied(0, ended=False)
 
 
 async def test_due_set_is_scored_then_removed_with_the_active_entry(store: Store) -> None:

@@ -11,8 +11,9 @@ import pytest
 from redis.exceptions import ResponseError
 
 from service.lifecycle import Transition
+from service.metrics import REGISTRY, client_label
 from service.records import replace
-from service.store import Store, keys
+from service.store import Applied, Conflict, Missing, Store, keys
 from service.worker.transitions import MAX_BATCH, TransitionBatcher
 from tests.store.test_lua import T0, _next, _run, store
 
@@ -44,9 +45,9 @@ async def test_one_call_per_turn_each_change_with_its_own_outcome(
     outcomes = await asyncio.gather(*(batcher.apply(c) for c in [*changes, ghost]))
 
     assert batches == [6]
-    assert outcomes[:4] == [("ok", None, 0)] * 4
-    assert outcomes[4][0] == "conflict" and outcomes[4][1] is not None and outcomes[4][1].version == 1
-    assert outcomes[5] == ("missing", None, 0)
+    assert outcomes[:4] == [Applied()] * 4
+    assert isinstance(outcomes[4], Conflict) and outcomes[4].current.version == 1
+    assert outcomes[5] == Missing()
     for i in range(4):
         assert await store.redis.zscore(keys.due_runs("nutrient"), f"run_{i}") == T0 + 100 + i
         assert (await store.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
@@ -61,14 +62,14 @@ async def test_a_change_alone_in_its_turn_goes_as_one_script(
         raise AssertionError("a single change needs no batch")
 
     monkeypatch.setattr(store, "transitions", no_batch)
-    assert await TransitionBatcher(store).apply(Transition(_next(run, "processing"), 0)) == ("ok", None, 0)
+    assert await TransitionBatcher(store).apply(Transition(_next(run, "processing"), 0)) == Applied()
 
 
 async def test_a_script_flushed_from_redis_is_loaded_again(store: Store) -> None:
     runs = [await _run(store, f"run_{i}") for i in range(2)]
     await store.redis.script_flush()
     outcomes = await store.transitions([Transition(_next(r, "processing"), 0) for r in runs])
-    assert outcomes == [("ok", None, 0), ("ok", None, 0)]
+    assert outcomes == [Applied(), Applied()]
 
 
 async def test_a_lost_connection_fails_every_step_of_the_batch(store: Store) -> None:
@@ -109,7 +110,7 @@ async def test_a_change_that_raises_fails_alone_in_its_batch(store: Store) -> No
     runs = [await _run(store, f"run_{i}") for i in range(3)]
     await store.redis.set(keys.run("run_1"), b"{not json")
     outcomes = await store.transitions([Transition(_next(r, "processing"), 0) for r in runs])
-    assert outcomes[0] == ("ok", None, 0) and outcomes[2] == ("ok", None, 0)
+    assert outcomes[0] == Applied() and outcomes[2] == Applied()
     assert isinstance(outcomes[1], ResponseError) and "invalid token" in str(outcomes[1])
     assert await store.redis.get(keys.run("run_1")) == b"{not json"  # nothing written for it
     for i in (0, 2):
@@ -125,4 +126,24 @@ async def test_a_turn_past_max_batch_goes_in_several_calls(
     batcher = TransitionBatcher(store)
     outcomes = await asyncio.gather(*(batcher.apply(Transition(_next(r, "processing"), 0)) for r in runs))
     assert batches == [MAX_BATCH, 5]
-    assert outcomes == [("ok", None, 0)] * len(runs)
+    assert outcomes == [Applied()] * len(runs)
+
+
+async def test_the_batcher_counts_each_runs_end_once(store: Store) -> None:
+    # The store answers whether a change ended the run; the batcher, which applies every worker change,
+    # counts it in hookbridge_runs_total (the store counts nothing).
+    run = await _run(store)
+    labels = {"vendor": run.vendor, "status": "succeeded", "client": client_label(run.client)}
+
+    def ended() -> float:
+        return REGISTRY.get_sample_value("hookbridge_runs_total", labels) or 0.0
+
+    before = ended()
+    batcher = TransitionBatcher(store)
+    done = _next(run, "succeeded")
+    assert await batcher.apply(Transition(done, 0, remove_due=True)) == Applied(0, ended=True)
+    assert (
+        await batcher.apply(Transition(replace(_next(done, "succeeded"), vendor_deleted=True), 1))
+        == Applied()
+    )
+    assert ended() == before + 1

@@ -24,9 +24,9 @@ local function create_delivery(ev, sid, run_id, client, now, retention_ms)
   local did = 'dlv_' .. string.sub(redis.sha1hex(ev['id'] .. ':' .. sid), 1, 26)
   local dkey = k_dlv(did)
   if redis.call('EXISTS', dkey) == 1 then return 0 end
-  redis.call('HSET', dkey, 'id', did, 'event', ev['id'], 'type', ev['type'], 'sub', sid, 'run', run_id,
-    'client', client, 'status', 'pending', 'attempts', 0, 'created', now, 'updated', now,
-    'next_at', now, 'chained', 1, 'counted', 0, 'series', 0)
+  redis.call('HSET', dkey, DF.id, did, DF.event_id, ev['id'], DF.event_type, ev['type'], DF.subscription_id, sid, DF.run_id, run_id,
+    DF.client, client, DF.status, DLV.PENDING, DF.attempts, 0, DF.created_at, now, DF.updated_at, now,
+    DF.next_attempt_at, now, DF.chained, 1, DF.counted, 0, DF.series, 0)
   redis.call('ZADD', k_sub_deliveries(sid), now, did)
   redis.call('SADD', K_ACTIVE_DELIVERIES, did)
   if redis.call('RPUSH', k_chain(sid, run_id), did) == 1 then

@@ -19,11 +19,11 @@ for i = 1, #due, 2 do
   if #out >= limit then break end
   local id, score = due[i], due[i + 1]
   local dkey = k_dlv(id)
-  local d = redis.call('HMGET', dkey, 'sub', 'event', 'status', 'client')
-  if not d[1] or not d[2] or d[3] ~= 'pending' then
+  local d = redis.call('HMGET', dkey, DF.subscription_id, DF.event_id, DF.status, DF.client)
+  if not d[1] or not d[2] or d[3] ~= DLV.PENDING then
     redis.call('ZREM', KEYS[1], id)
     -- A pending record that names no event can never be sent: end it, or the sweeper re-adds it.
-    if d[3] == 'pending' then redis.call('HSET', dkey, 'status', 'failed') end
+    if d[3] == DLV.PENDING then redis.call('HSET', dkey, DF.status, DLV.FAILED) end
     redis.call('SREM', K_ACTIVE_DELIVERIES, id)
   else
     local client = d[4] or ''

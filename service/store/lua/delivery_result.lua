@@ -1,13 +1,12 @@
 -- Records one delivery attempt and its consequence, atomically.
--- KEYS[1] delivery key. ARGV[1] JSON: id, outcome ('succeeded'|'retry'|'failed'|'gone'|'skipped'),
---   next_at (for retry), attempt (JSON string, absent for 'skipped' without attempt), now,
+-- KEYS[1] delivery key. ARGV[1] JSON: id, outcome (an OUTCOME: domain.AttemptOutcome, which says what
+--   each means), next_at (for RETRY), attempt (JSON string, absent for SKIPPED without attempt), now,
 --   retention_ms, disable_after_ms, keep_attempts, status_code, default_max_in_flight
--- 'gone' is a failure that disables the subscription (410); 'skipped' fails it without counting
--- against the subscription's health (subscription deleted or disabled).
 -- Returns {'ok', next_in_chain | ''} | {'missing'}.
 local ops = cjson.decode(ARGV[1])
 local id, outcome, now = ops['id'], ops['outcome'], tonumber(ops['now'])
-local d = redis.call('HMGET', KEYS[1], 'sub', 'run', 'event', 'chained', 'counted', 'created', 'client')
+local d = redis.call('HMGET', KEYS[1], DF.subscription_id, DF.run_id, DF.event_id, DF.chained, DF.counted,
+  DF.created_at, DF.client)
 if not d[1] then return {'missing'} end
 local sid, run_id, evt = d[1], d[2], d[3]
 local skey = k_sub(sid)
@@ -39,21 +38,20 @@ if ops['attempt'] then
   local akey = k_dlv_attempts(id)
   redis.call('RPUSH', akey, ops['attempt'])
   redis.call('LTRIM', akey, -ops['keep_attempts'], -1)
-  redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+  redis.call('HINCRBY', KEYS[1], DF.attempts, 1)
 end
-redis.call('HSET', KEYS[1], 'updated', now, 'last_code', ops['status_code'] or '')
+redis.call('HSET', KEYS[1], DF.updated_at, now, DF.last_status_code, ops['status_code'] or '')
 
-if outcome == 'retry' then
-  redis.call('HSET', KEYS[1], 'status', 'pending', 'next_at', ops['next_at'])
+if outcome == OUTCOME.RETRY then
+  redis.call('HSET', KEYS[1], DF.status, DLV.PENDING, DF.next_attempt_at, ops['next_at'])
   redis.call('ZADD', K_DUE_DELIVERIES, ops['next_at'], id)
   return {'ok', ''}
 end
 
-local final = 'failed'
-if outcome == 'succeeded' then final = 'succeeded' end
+local final = FINAL_STATUS[outcome] or DLV.FAILED
 redis.call('ZREM', K_DUE_DELIVERIES, id)
 redis.call('SREM', K_ACTIVE_DELIVERIES, id)
-redis.call('HSET', KEYS[1], 'status', final, 'next_at', '')
+redis.call('HSET', KEYS[1], DF.status, final, DF.next_attempt_at, '')
 
 local nxt = ''
 if d[4] == '1' then
@@ -65,11 +63,11 @@ if d[4] == '1' then
   else
     redis.call('LREM', ckey, 1, id)
   end
-  redis.call('HSET', KEYS[1], 'chained', 0)
+  redis.call('HSET', KEYS[1], DF.chained, 0)
 end
 
 if d[5] == '0' then
-  redis.call('HSET', KEYS[1], 'counted', 1)
+  redis.call('HSET', KEYS[1], DF.counted, 1)
   local pkey = k_event_pending(evt)
   if redis.call('EXISTS', pkey) == 1 and redis.call('DECR', pkey) <= 0 then
     -- Zero retention: every delivery of the event has ended, so its body (the result) goes.
@@ -80,11 +78,11 @@ redis.call('PEXPIRE', KEYS[1], ops['retention_ms'])
 redis.call('PEXPIRE', k_dlv_attempts(id), ops['retention_ms'])
 
 if redis.call('EXISTS', skey) == 1 then
-  if outcome == 'succeeded' then
+  if outcome == OUTCOME.SUCCEEDED then
     redis.call('HSET', skey, 'failing_since', '', 'consecutive_failures', 0)
-  elseif outcome == 'gone' then
+  elseif outcome == OUTCOME.GONE then
     redis.call('HSET', skey, 'disabled', 1, 'disabled_reason', 'the endpoint answered 410 Gone', 'updated', now)
-  elseif outcome == 'failed' then
+  elseif outcome == OUTCOME.FAILED then
     redis.call('HINCRBY', skey, 'consecutive_failures', 1)
     local since = redis.call('HGET', skey, 'failing_since')
     if not since or since == '' then

@@ -11,7 +11,7 @@ if kind == 'run' then
     return 0
   end
   local run = cjson.decode(raw)
-  local terminal = run['status'] == 'succeeded' or run['status'] == 'failed' or run['status'] == 'canceled'
+  local terminal = TERMINAL[run['status']]
   -- The vendor still to be told (cancel, delete) is work too; '_vendor_cancel' is the pre-records name.
   local tell = run['vendor_cancel_pending'] or run['vendor_delete_pending'] or run['_vendor_cancel']
     or run['_vendor_delete']
@@ -22,8 +22,8 @@ if kind == 'run' then
   return redis.call('ZADD', k_due_runs(run['vendor']), 'NX', now, run['id'])
 end
 
-local d = redis.call('HMGET', KEYS[1], 'id', 'status', 'chained', 'sub', 'run')
-if not d[1] or d[2] ~= 'pending' then
+local d = redis.call('HMGET', KEYS[1], DF.id, DF.status, DF.chained, DF.subscription_id, DF.run_id)
+if not d[1] or d[2] ~= DLV.PENDING then
   redis.call('SREM', K_ACTIVE_DELIVERIES, ARGV[3])
   return 0
 end
@@ -36,7 +36,7 @@ if d[3] == '1' then
       break
     end
     if head == d[1] then break end
-    if redis.call('HGET', k_dlv(head), 'status') == 'pending' then
+    if redis.call('HGET', k_dlv(head), DF.status) == DLV.PENDING then
       return 0 -- waits behind an earlier event of its run
     end
     redis.call('LPOP', ckey) -- a head that is no longer pending holds nothing back

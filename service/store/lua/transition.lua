@@ -12,7 +12,6 @@ if not cur then return {'missing'} end
 local run = cjson.decode(cur)
 -- '_v': a run written before the record's fields had one name (records.Run.from_json reads it too).
 if tonumber(run['version'] or run['_v']) ~= tonumber(ops['expect_v']) then return {'conflict', cur} end
-local TERMINAL = {succeeded = true, failed = true, canceled = true}
 if TERMINAL[run['status']] and run['status'] ~= ops['status'] then
   return {'conflict', cur}
 end

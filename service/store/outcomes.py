@@ -1,0 +1,34 @@
+"""What the store answers to a change of a run: applied, refused for a newer version, or no such run.
+
+Typed values rather than the strings the Lua scripts reply with, so a caller matches on a type that
+mypy checks (``isinstance(outcome, Applied)``) and reads only what that outcome carries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.records import Run
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """The change is stored, with everything it implied."""
+
+    deliveries: int = 0  # deliveries its events created
+    # The change ended the run (it had no terminal status before): the caller counts the end, once.
+    ended: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """The run is no longer at the change's version (or has ended): nothing was written."""
+
+    current: Run  # the run as stored
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """No such run (it expired, or was never there): nothing was written."""
+
+
+Outcome = Applied | Conflict | Missing
