@@ -255,7 +255,7 @@ def cmd_settings(args: argparse.Namespace) -> None:
         rows = settings_mod.effective(_settings())
     else:
         try:
-            rows = settings_mod.describe(_vendor_specs())
+            rows = settings_mod.defaults(_vendor_specs())
         except settings_mod.SettingsError as exc:
             _configuration_error(exc)
     for name, value in rows:

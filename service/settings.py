@@ -1137,9 +1137,17 @@ def effective(settings: Settings) -> list[tuple[str, str]]:
 
 
 def describe(vendors: Mapping[str, VendorSpec] | None = None) -> list[tuple[str, str]]:
-    """Every setting name with its default, for ``hookbridge settings`` and the chart's schema."""
+    """Every setting name with its default as a Python literal (the form this function always gave)."""
     specs = _installed() if vendors is None else vendors
-    return [(row.name, show(row.default)) for row in table(specs)]
+    return [
+        (row.name, repr(row.default.value if isinstance(row.default, enum.Enum) else row.default))
+        for row in table(specs)
+    ]
+
+
+def defaults(vendors: Mapping[str, VendorSpec]) -> list[tuple[str, str]]:
+    """Every setting name with its default as its variable would say it (``hookbridge settings``)."""
+    return [(row.name, show(row.default)) for row in table(vendors)]
 
 
 def _cell(text: str) -> str:
@@ -1208,6 +1216,7 @@ __all__ = [
     "VendorSettings",
     "WorkerConfig",
     "WorkerRole",
+    "defaults",
     "describe",
     "effective",
     "load",
