@@ -106,7 +106,7 @@ def cmd_api(args: argparse.Namespace) -> None:
         logs.get().warning("HOOKBRIDGE_API_KEYS is empty: every request will be refused")
     config = api_config(
         create_app(settings),
-        settings,
+        settings.api_limits,
         host=args.host,
         port=args.port,
         proxy_headers=True,
