@@ -1,4 +1,4 @@
-"""The ``hookbridge`` command: api, worker, simulator, dev, demo, reseal-secrets, settings."""
+"""The ``hookbridge`` command: api, worker, simulator, dev, demo, reseal-secrets, settings; --version."""
 
 from __future__ import annotations
 

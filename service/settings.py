@@ -113,6 +113,8 @@ class NumberKind(enum.StrEnum):
 
 
 def _number_text(value: float) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -768,7 +770,7 @@ class Settings:
     shutdown_grace_s: float = setting(
         25.0, _duration(MS, 3600), "on SIGTERM, how long work in flight may take to finish"
     )
-    sweep_interval_s: float = setting(30.0, _duration(1, 60), "the sweeper's period (1 to 60 s)")
+    sweep_interval_s: float = setting(30.0, _duration(1, 60), "the sweeper's period")
     subscription_max_in_flight: int = setting(
         10,
         _int(1, 10_000),
@@ -804,7 +806,8 @@ class Settings:
         (),
         parse_secret_keys,
         "`keyid:base64key,...` (16, 24 or 32 bytes each): subscription secrets are sealed in Redis with "
-        "AES-GCM under the first key; every key listed can open them. Unset, they are stored in plain text",
+        "AES-GCM under the first key; every key listed can open them. **Unset, they are stored in Redis in "
+        'plain text**: see "Secrets at rest" below',
         secret=True,
         shown="unset",
     )
@@ -820,7 +823,8 @@ class Settings:
     submit_rate_per_s: float = setting(
         100.0,
         _float(MS, 1_000_000),
-        "submits per second per client (GCRA in Redis, shared by every API pod); past it `429 rate_limited`",
+        "submits per second per client (GCRA in Redis, shared by every API pod); past it `429 rate_limited` "
+        "with `Retry-After`. Test sends, retries and recovers have a limiter of their own at the same rate",
     )
     submit_burst: int = setting(200, _int(1, 1_000_000), "the submits a client may send at once")
     max_options_bytes: int = setting(
