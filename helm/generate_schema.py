@@ -1,28 +1,32 @@
-"""Writes the `config` section of helm/hookbridge/values.schema.json from service/settings.py.
+"""Writes what is generated from the settings table (`service.settings.table()`): the `config` section of
+helm/hookbridge/values.schema.json, and the README's configuration table between its markers.
 
-One source for the setting names: what `service.settings.describe()` lists (the names `load()` accepts),
-less those the chart sets from other values (Redis, the worker's metrics address, the shutdown graces)
-and the secrets (which go in the Secret). The schema then refuses any other key under `config`, so a
-typo fails `helm install` instead of crash-looping the pods.
+One source for the setting names, bounds and docs: the table `load()` reads. The schema lists those
+settings less the ones the chart sets from other values (Redis, the worker's metrics address, the shutdown
+graces) and the secrets (which go in the Secret), and refuses any other key under `config`, so a typo fails
+`helm install` instead of crash-looping the pods.
 
-    python helm/generate_schema.py          # rewrite the schema
-    python helm/generate_schema.py --check  # exit 1 when the committed schema is out of date
+    python helm/generate_schema.py          # rewrite both (`make schema`)
+    python helm/generate_schema.py --check  # exit 1 when either committed file is out of date
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "helm" / "hookbridge" / "values.schema.json"
+README = ROOT / "README.md"
+BEGIN = "<!-- settings table: generated from service/settings.py by `make schema`; do not edit by hand -->"
+END = "<!-- end of the settings table -->"
 sys.path.insert(0, str(ROOT))
 
 from service import settings  # noqa: E402
+from service.vendors import registry  # noqa: E402
 
 # Set by the chart from redis.*, api.* and worker.*; a `config` key would fight them.
 CHART_MANAGED = frozenset(
@@ -30,6 +34,7 @@ CHART_MANAGED = frozenset(
         "REDIS_URL",
         "REDIS_SENTINELS",
         "REDIS_SENTINEL_MASTER",
+        "REDIS_CLUSTER_NODES",
         "REDIS_USERNAME",
         "REDIS_SENTINEL_USERNAME",
         "REDIS_TLS",
@@ -42,33 +47,34 @@ CHART_MANAGED = frozenset(
         "SHUTDOWN_GRACE_S",
     }
 )
-# Secrets belong in the Secret, never in the ConfigMap: API keys, vendor keys, passwords, encryption keys.
-_SECRET = re.compile(r"(^|_)(API_KEYS?|PASSWORD|ENCRYPTION_KEYS?|SECRET_KEYS?|TOKEN)$")
 
 
 def is_secret(name: str) -> bool:
-    return bool(_SECRET.search(name))
+    return settings.is_secret(name)
 
 
-def _parser(name: str) -> Any:
-    table: dict[str, tuple[str, Any]] = dict(settings._PARSERS)
-    for spec in settings._vendor_specs().values():
-        table |= {f"{spec.name.upper()}_{k}": v for k, v in settings._vendor_parsers(spec).items()}
-    entry = table.get(name)
-    return entry[1] if entry else None
+def _own_vendors() -> dict[str, Any]:
+    """hookbridge's own vendors: a plugin installed in this venv does not change the committed files."""
+    return {
+        name: spec
+        for name, spec in registry.vendors().items()
+        if getattr(spec.build, "__module__", "").startswith("service.")
+    }
 
 
 def config_schema() -> dict[str, Any]:
     properties: dict[str, Any] = {}
-    for full_name, default in settings.describe():
-        name = full_name.removeprefix(settings.PREFIX)
-        if name in CHART_MANAGED or is_secret(name):
+    for row in settings.table(_own_vendors()):
+        name = row.name.removeprefix(settings.PREFIX)
+        if name in CHART_MANAGED or row.secret:
             continue
         prop: dict[str, Any] = {
-            "description": f"{full_name} (application default {default})",
+            "description": (
+                f"{row.name}: {row.setting.doc} (application default {settings.show(row.default)!r})"
+            ),
             "type": ["string", "number", "boolean", "null"],
         }
-        choices = getattr(_parser(name), "choices", None)
+        choices = getattr(row.setting.parse, "choices", None)
         if choices:
             prop = {
                 "description": prop["description"],
@@ -92,17 +98,27 @@ def render() -> str:
     return json.dumps(schema, indent=2) + "\n"
 
 
+def render_readme() -> str:
+    text = README.read_text()
+    head, begin, rest = text.partition(BEGIN)
+    _, end, tail = rest.partition(END)
+    if not begin or not end:
+        raise SystemExit(f"{README}: the settings table markers are missing")
+    return head + BEGIN + "\n\n" + settings.markdown_table(_own_vendors()) + "\n" + END + tail
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail when the committed schema is stale")
+    parser.add_argument("--check", action="store_true", help="fail when a committed file is stale")
     args = parser.parse_args(argv)
-    text = render()
+    outputs = {SCHEMA: render(), README: render_readme()}
     if args.check:
-        if SCHEMA.read_text() != text:
-            print(f"{SCHEMA} is out of date: run python helm/generate_schema.py", file=sys.stderr)
-            return 1
-        return 0
-    SCHEMA.write_text(text)
+        stale = [path for path, text in outputs.items() if path.read_text() != text]
+        for path in stale:
+            print(f"{path} is out of date: run make schema (python helm/generate_schema.py)", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        path.write_text(text)
     return 0
 
 

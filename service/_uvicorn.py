@@ -27,7 +27,7 @@ from typing import Any
 
 import uvicorn
 
-from service.settings import Settings
+from service.settings import ApiLimits
 
 _SHED_BODY = (
     b'{"title":"Service unavailable","status":503,"code":"unavailable","detail":"Too many connections."}'
@@ -70,7 +70,7 @@ class GuardLimits:
     max_connections: int
 
 
-def max_connections(settings: Settings) -> int:
+def max_connections(settings: ApiLimits) -> int:
     """``API_MAX_CONNECTIONS``, or what the process's file-descriptor limit leaves for clients."""
     if settings.api_max_connections:
         return settings.api_max_connections
@@ -187,7 +187,7 @@ def guarded_protocol(limits: GuardLimits) -> type:
     return type("GuardedHTTPProtocol", (_Guard, base), {"_limits": limits, "_waiting": OrderedDict()})
 
 
-def api_config(app: Any, settings: Settings, *, host: str, port: int, **options: Any) -> uvicorn.Config:
+def api_config(app: Any, settings: ApiLimits, *, host: str, port: int, **options: Any) -> uvicorn.Config:
     """The API's uvicorn configuration, the same for ``hookbridge api`` and for the tests."""
     limits = GuardLimits(
         header_timeout_s=settings.api_header_timeout_s,

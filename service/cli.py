@@ -1,4 +1,4 @@
-"""The ``hookbridge`` command: api, worker, simulator, dev, demo, reseal-secrets, settings."""
+"""The ``hookbridge`` command: api, worker, simulator, dev, demo, reseal-secrets, settings; --version."""
 
 from __future__ import annotations
 
@@ -8,19 +8,42 @@ import os
 import signal
 import sys
 from collections.abc import Coroutine
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from service import logs, tracing
 from service import settings as settings_mod
 
+if TYPE_CHECKING:
+    from service.vendors.base import VendorSpec
+
 T = TypeVar("T")
+
+
+def _vendor_specs() -> dict[str, VendorSpec]:
+    """The composition root loads the vendor plugins and hands them to what needs them."""
+    from service.vendors import registry
+
+    try:
+        return registry.vendors()
+    except registry.PluginError as exc:
+        _configuration_error(exc)
 
 
 def _settings() -> settings_mod.Settings:
     try:
-        return settings_mod.load()
+        return settings_mod.load(os.environ, vendors=_vendor_specs())
     except settings_mod.SettingsError as exc:
         _configuration_error(exc)
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("hookbridge")
+    except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
+        return "unknown"
 
 
 def _configuration_error(exc: Exception) -> NoReturn:
@@ -45,10 +68,25 @@ def _tracing(process: str) -> None:
 
 
 def _require_redis(settings: settings_mod.Settings, command: str) -> None:
-    if not settings.redis_url and not settings.redis_sentinels:
+    if not settings.connection.configured:
         print(
             f"hookbridge {command}: HOOKBRIDGE_REDIS_URL (or HOOKBRIDGE_REDIS_SENTINELS) is required; "
             "only dev and demo start a Redis of their own",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    # Declared and validated, not yet used by the store: refuse rather than run without what they promise.
+    if settings.redis_cluster_nodes:
+        print(
+            f"hookbridge {command}: configuration error: HOOKBRIDGE_REDIS_CLUSTER_NODES: Redis Cluster is "
+            "not supported yet by this version; give HOOKBRIDGE_REDIS_URL or HOOKBRIDGE_REDIS_SENTINELS",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    if settings.redis_wait_replicas:
+        print(
+            f"hookbridge {command}: configuration error: HOOKBRIDGE_REDIS_WAIT_REPLICAS: waiting for "
+            "replicas is not supported yet by this version; unset it (or set 0)",
             file=sys.stderr,
         )
         raise SystemExit(2)
@@ -68,7 +106,7 @@ def cmd_api(args: argparse.Namespace) -> None:
         logs.get().warning("HOOKBRIDGE_API_KEYS is empty: every request will be refused")
     config = api_config(
         create_app(settings),
-        settings,
+        settings.api_limits,
         host=args.host,
         port=args.port,
         proxy_headers=True,
@@ -211,16 +249,22 @@ def cmd_reseal_secrets(args: argparse.Namespace) -> None:
 
 
 def cmd_settings(args: argparse.Namespace) -> None:
-    try:
-        rows = settings_mod.describe()
-    except settings_mod.SettingsError as exc:
-        _configuration_error(exc)
-    for name, default in rows:
-        print(f"{name}={default}")
+    """Every setting with its default; with ``--effective``, the configuration this environment gives
+    (validated as ``api`` and ``worker`` would, secrets redacted)."""
+    if args.effective:
+        rows = settings_mod.effective(_settings())
+    else:
+        try:
+            rows = settings_mod.defaults(_vendor_specs())
+        except settings_mod.SettingsError as exc:
+            _configuration_error(exc)
+    for name, value in rows:
+        print(f"{name}={value}")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="hookbridge", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"hookbridge {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("api", help="the HTTP API")
     p.add_argument("--host", default="0.0.0.0")
@@ -250,6 +294,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.set_defaults(func=cmd_reseal_secrets)
     p = sub.add_parser("settings", help="print every setting with its default")
+    p.add_argument(
+        "--effective",
+        action="store_true",
+        help="print the configuration this environment gives, validated, secrets redacted",
+    )
     p.set_defaults(func=cmd_settings)
     args = parser.parse_args(argv)
     args.func(args)

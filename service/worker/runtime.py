@@ -137,7 +137,7 @@ class WorkerRuntime:
             server = EmbeddedServer(
                 api_config(
                     self.health_app(),
-                    self.settings,
+                    self.settings.api_limits,
                     host=self.settings.worker_metrics_host,
                     port=self.settings.worker_metrics_port,
                     lifespan="off",

@@ -963,3 +963,34 @@ def test_secret_keys_go_to_the_secret_never_the_config_map(chart: helm.Chart) ->
     for config_map in release.of_kind("ConfigMap"):
         assert key not in yaml.safe_dump(config_map)
         assert "HOOKBRIDGE_SECRET_KEYS" not in (config_map.get("data") or {})
+
+
+def test_secrets_as_files_mount_the_secret_and_name_each_file(chart: helm.Chart, tmp_path: Path) -> None:
+    """secretsAsFiles: the Secret is a read-only volume and each secret setting is HOOKBRIDGE_<X>_FILE;
+    the settings loader reads those files as the values (service/settings.py)."""
+    from service import settings
+
+    values = {"secret": {"apiKeys": "app:from-a-file", "nutrientApiKey": "nk"}, "secretsAsFiles": True}
+    release = render(chart, values)
+    (secret,) = release.of_kind("Secret")
+    for role in ("api", "worker"):
+        pod = release.get("Deployment", f"{PREFIX}-{role}")["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        env = {e["name"]: e for e in container["env"]}
+        assert "HOOKBRIDGE_API_KEYS" not in env and "HOOKBRIDGE_NUTRIENT_API_KEY" not in env
+        assert env["HOOKBRIDGE_API_KEYS_FILE"]["value"] == "/etc/hookbridge/secrets/HOOKBRIDGE_API_KEYS"
+        assert not any(e.get("valueFrom", {}).get("secretKeyRef") for e in container["env"])
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "secrets"]
+        assert mount == {"name": "secrets", "mountPath": "/etc/hookbridge/secrets", "readOnly": True}
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "secrets"]
+        assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    # What the volume would hold, read by the loader through the _FILE variables the pod gets.
+    files = {}
+    for key, encoded in secret["data"].items():
+        (tmp_path / key).write_bytes(base64.b64decode(encoded))
+        files[f"{key}_FILE"] = str(tmp_path / key)
+    loaded = settings.load(files)
+    assert loaded.api_keys == (("app", "from-a-file"),) and loaded.vendor("nutrient").api_key == "nk"
+    # Off by default: secretKeyRef as before.
+    pod = render(chart, {"secret": {"apiKeys": "a:b"}}).get("Deployment", f"{PREFIX}-api")["spec"]["template"]
+    assert "HOOKBRIDGE_API_KEYS" in {e["name"] for e in pod["spec"]["containers"][0]["env"]}

@@ -26,7 +26,7 @@ def test_defaults_follow_the_contract_and_the_vendor_documents() -> None:
         ("HOOKBRIDGE_REDIS_URL", "http://x", "redis://"),
         ("HOOKBRIDGE_RETRY_SCHEDULE", "5s,soon", "duration"),
         ("HOOKBRIDGE_CALLBACK_TIMEOUT_S", "-1", "duration"),
-        ("HOOKBRIDGE_WORKER_CONCURRENCY", "0", "greater than 0"),
+        ("HOOKBRIDGE_WORKER_CONCURRENCY", "0", "between 1 and"),
         ("HOOKBRIDGE_LOG_FORMAT", "xml", "json"),
         ("HOOKBRIDGE_CALLBACK_BLOCKED_NETWORKS", "10.0.0.0/33", ""),
         ("HOOKBRIDGE_NUTRIENT_MAX_RPS", "fast", ""),

@@ -122,7 +122,10 @@ HOOKBRIDGE_SECRET_KEYS: secretKeys
 {{- $field := get $settings $env }}
 {{- if $.Values.existingSecret.name }}
 {{- $key := get $.Values.existingSecret.keys $field }}
-{{- if $key }}
+{{- if and $key $.Values.secretsAsFiles }}
+- name: {{ $env }}_FILE
+  value: /etc/hookbridge/secrets/{{ $key }}
+{{- else if $key }}
 - name: {{ $env }}
   valueFrom:
     secretKeyRef:
@@ -130,6 +133,9 @@ HOOKBRIDGE_SECRET_KEYS: secretKeys
       key: {{ $key }}
       optional: {{ not (has $field (list "apiKeys" "redisUrl" "redisPassword" "redisSentinelPassword")) }}
 {{- end }}
+{{- else if and (get $.Values.secret $field) $.Values.secretsAsFiles }}
+- name: {{ $env }}_FILE
+  value: /etc/hookbridge/secrets/{{ $env }}
 {{- else if get $.Values.secret $field }}
 - name: {{ $env }}
   valueFrom:
@@ -341,6 +347,23 @@ for everything else; "" computes that from the settings, a quantity overrides it
     items:
       - key: {{ $.Values.redis.tls.caSecret.key }}
         path: ca.crt
+{{- end }}
+{{- end }}
+
+{{/* The Secret as files (secretsAsFiles): the settings name them with HOOKBRIDGE_<X>_FILE. */}}
+{{- define "hookbridge.secretFilesVolume" -}}
+{{- if .Values.secretsAsFiles }}
+- name: secrets
+  secret:
+    secretName: {{ include "hookbridge.secretName" . }}
+{{- end }}
+{{- end }}
+
+{{- define "hookbridge.secretFilesMount" -}}
+{{- if .Values.secretsAsFiles }}
+- name: secrets
+  mountPath: /etc/hookbridge/secrets
+  readOnly: true
 {{- end }}
 {{- end }}
 
