@@ -4,6 +4,8 @@ across slots, a ``#!lua`` script runs on keys of one hash tag, and a killed prim
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import redis
 import redis.asyncio.cluster as aiocluster
@@ -15,7 +17,7 @@ def test_slot_ranges_cover_every_slot_once() -> None:
     for count in (1, 2, 3, 5):
         ranges = [_slot_range(i, count) for i in range(count)]
         assert ranges[0][0] == 0 and ranges[-1][1] == SLOTS - 1
-        assert all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+        assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ranges))
 
 
 def test_the_cluster_forms(redis_cluster: RedisCluster) -> None:
