@@ -43,7 +43,13 @@ from service.vendors.base import (
     VendorSpec,
     VendorTransient,
 )
-from service.vendors.http import error_message, raise_for_transient, transport_errors
+from service.vendors.http import (
+    error_message,
+    raise_for_transient,
+    submit_errors,
+    transport_errors,
+    unexpected_answer,
+)
 
 STATUSES = {"pending": QUEUED, "running": RUNNING, "done": SUCCEEDED, "error": FAILED}
 
@@ -76,6 +82,9 @@ _UNSPECIFIED = ("", "application/octet-stream")
 class CloudsquidAdapter:
     name = "cloudsquid"
     supports_cancel = False
+    # Not documented: no idempotency key on either call. A submit that may have created a row or a run is
+    # never sent again (service/worker/decide.py); the checkpoint covers a crash after an answer came.
+    submit_idempotent = False
 
     def __init__(self, client: httpx.AsyncClient, *, project: str = "", table_id: str = "") -> None:
         self._client = client
@@ -92,7 +101,7 @@ class CloudsquidAdapter:
         row_id = request.state.get("row_id")
         if not row_id:
             body = _upload_body(request)  # refuses what Cloudsquid would, before any call
-            with transport_errors():
+            with submit_errors():
                 response = await self._client.post(
                     f"{_table_path(project, table_id)}/files", json=body, extensions={"kind": "upload"}
                 )
@@ -101,7 +110,7 @@ class CloudsquidAdapter:
             if request.checkpoint is not None:
                 await request.checkpoint({"row_id": row_id, **where})
 
-        with transport_errors():
+        with submit_errors():
             response = await self._client.post(
                 f"{_table_path(project, table_id)}/run",
                 json={"row_id": row_id, "zero_retention": request.zero_retention},
@@ -121,7 +130,12 @@ class CloudsquidAdapter:
                 extensions={"kind": "poll"},
             )
         raise_for_transient(response)
+        if response.status_code in (401, 403):
+            # S002 documents 401 Unauthorized: the key is refused, and asking ten more times will not help.
+            raise VendorRejected(error_message(response), status_code=response.status_code)
         if response.status_code in (404, 410):
+            # Not documented (S002 lists 200, 400, 401): we read 404 as "no such run" because a run id we
+            # were given cannot come back; 410 is HTTP's own "gone".
             raise VendorExpired(error_message(response), status_code=response.status_code)
         if not response.is_success:
             raise VendorTransient(f"HTTP {response.status_code}: {error_message(response)}")
@@ -133,14 +147,18 @@ class CloudsquidAdapter:
             raise VendorTransient("the run status is not a JSON object")
 
         raw_status = row.get("status")
-        vendor_status = raw_status if isinstance(raw_status, str) else None
-        # A missing or unknown status is never terminal (NOTES.md §1.7).
-        status = STATUSES.get(vendor_status or "", RUNNING)
+        if not isinstance(raw_status, str) or not raw_status:
+            # DataRow does not list status as required (S002): an answer without one tells us nothing, a
+            # transient fault (bounded by VENDOR_MAX_TRANSIENT_FAILURES), never a status named "None".
+            raise VendorTransient("the run status answer has no status")
+        vendor_status = raw_status
+        # An unknown status is never terminal (NOTES.md §1.7).
+        status = STATUSES.get(vendor_status, RUNNING)
         if status == SUCCEEDED:
             data = row.get("data")
             if data is None:  # the older {status, result} shape
                 data = row.get("result")
-            return PollResult(SUCCEEDED, vendor_status, result=data if data is not None else {})
+            return PollResult(SUCCEEDED, vendor_status, result=_with_row_fields(data, row))
         if status == FAILED:
             message = _text(row.get("errorMessage")) or _text(row.get("reasoning"))
             details = {k: row[k] for k in ("errorMessage", "reasoning") if _text(row.get(k))}
@@ -237,8 +255,25 @@ def _field(response: httpx.Response, name: str) -> str:
         body = None
     value = body.get(name) if isinstance(body, dict) else None
     if not isinstance(value, str) or not value:
-        raise VendorTransient(f"the vendor answered HTTP {response.status_code} without a {name}")
+        # A 2xx that names no row or run may still have created one: never asked again (no idempotency).
+        raise unexpected_answer(response, f"a {name}")
     return value
+
+
+# DataRow fields beside ``data`` that the client gets (S002): the model's reasoning and the human review,
+# ``approved: false`` included. A column of ``data`` of the same name wins (the data is the result).
+ROW_FIELDS = ("reasoning", "review")
+
+
+def _with_row_fields(data: Any, row: dict[str, Any]) -> Any:
+    kept: Any = data if data is not None else {}
+    extras = {k: row[k] for k in ROW_FIELDS if row.get(k) is not None}
+    if not extras:
+        return kept
+    kept = dict(kept) if isinstance(kept, dict) else {"data": kept}
+    for name, value in extras.items():
+        kept.setdefault(name, value)
+    return kept
 
 
 def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> CloudsquidAdapter:

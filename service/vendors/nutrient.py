@@ -55,6 +55,9 @@ STATUSES = {"queued": QUEUED, "running": RUNNING, "done": SUCCEEDED, "error": FA
 class NutrientAdapter:
     name = "nutrient"
     supports_cancel = True
+    # "Retrying the same request with the same key returns HTTP 202 without creating another run" (S003):
+    # a submit that may have queued a run is sent again with the same Idempotency-Key (our run id).
+    submit_idempotent = True
 
     def __init__(self, client: httpx.AsyncClient, *, max_asset_bytes: int = MAX_ASSET_BYTES) -> None:
         self._client = client
@@ -70,6 +73,8 @@ class NutrientAdapter:
         headers = {"Idempotency-Key": request.run_id}
         path = f"/extraction/{request.operation}/async"
         doc = request.document
+        # Idempotent (S003): a submit that may have reached Nutrient is replayed with the same key, so a
+        # fault after sending is an ordinary transient one here.
         with transport_errors():
             if doc.url is not None:
                 # The JSON format: instruction fields at the top level beside the URL.
@@ -108,7 +113,12 @@ class NutrientAdapter:
             )
         self._check(response)
         run = response.json()
-        vendor_status = str(run.get("status"))
+        raw_status = run.get("status") if isinstance(run, dict) else None
+        if not isinstance(raw_status, str) or not raw_status:
+            # "Poll the run until its status is done, error, or canceled" (S003): an answer without one
+            # says nothing; a transient fault, never a status named "None".
+            raise VendorTransient("the run answer has no status")
+        vendor_status = raw_status
         status = STATUSES.get(vendor_status, RUNNING)  # an unknown status is never terminal
         progress = None
         if isinstance(run.get("progress"), dict):
@@ -165,9 +175,14 @@ class NutrientAdapter:
             with transport_errors():
                 response = await self._client.delete(path, extensions={"kind": "delete"})
         raise_for_transient(response)
-        # 404: already deleted; 410 run_expired: past its retention window, gone by itself.
-        if not response.is_success and response.status_code not in (404, 410):
-            raise VendorRejected(error_message(response), status_code=response.status_code)
+        # 410 run_expired: "The run has passed its retention window" (S003), gone by itself. Anything else
+        # that is not a 2xx, 404 and 405 included, is not a confirmed deletion: the route is an inference
+        # (not documented), and a 404 may be a route that does not exist as well as a run that does not.
+        if not response.is_success and response.status_code != 410:
+            raise VendorRejected(
+                f"not deleted: HTTP {response.status_code}: {error_message(response)}",
+                status_code=response.status_code,
+            )
 
     def _own_url(self, url: str, fallback: str) -> str:
         """``url`` if it is on Nutrient's own base URL (our key goes only there), else ``fallback``."""
@@ -192,6 +207,9 @@ class NutrientAdapter:
     @staticmethod
     def _check(response: httpx.Response) -> None:
         raise_for_transient(response)
+        if response.status_code in (401, 403):
+            # A refused key stays refused: the run ends at once (vendor_rejected), not after ten polls.
+            raise VendorRejected(error_message(response), status_code=response.status_code)
         if response.status_code in (404, 410):
             raise VendorExpired(error_message(response), status_code=response.status_code)
         if not response.is_success:

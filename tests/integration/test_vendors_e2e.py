@@ -267,9 +267,10 @@ async def test_usage_is_on_the_run_and_counted_per_vendor_and_client(stack: Stac
         "credits": 1.0 * pages,
         "reported": {"data_extraction_credits": {"cost": 1.0 * pages}},
     }
-    assert u["usage"]["credits"] > 0 and u["usage"]["reported"]["creditReservation"]
+    # Uptiq's creditReservation is a reservation, not a charge: reported as given, no credits counted.
+    assert u["usage"]["credits"] is None and u["usage"]["reported"]["creditReservation"]
     assert counted("nutrient") - before["nutrient"] == n["usage"]["credits"]
-    assert counted("uptiq") - before["uptiq"] == u["usage"]["credits"]
+    assert counted("uptiq") == before["uptiq"]
 
 
 async def test_uptiq_record_extras_reach_the_client(stack: Stack, receiver: Receiver) -> None:
