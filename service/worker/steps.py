@@ -440,7 +440,7 @@ class RunStepper:
                 run,
                 now,
                 code=domain.VENDOR_UNREACHABLE,
-                message=f"{count} transient faults in a row; the last: {message}",
+                message=text.clean(f"{count} transient faults in a row; the last: {message}"),
                 settings=self.settings,
                 count_poll=False,
             )
