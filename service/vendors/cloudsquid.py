@@ -11,10 +11,25 @@ Poll ``GET .../run/{run_id}``: the current ``DataRow`` shape carries ``data``, t
 stored (S001: "you want the final output but not intermediate artifacts stored"); the row and the result
 stay at Cloudsquid, which documents no delete.
 
-Where the documents are silent: the upload's 2xx code (any 2xx is accepted); the message of a run in
-``error`` (``errorMessage`` if present, else ``reasoning``, the only documented free-text field: a GUESS,
-check a real failed run's body before going live); a 404 on poll (taken to mean the vendor no longer has
-the run).
+A ``done`` row's result is its ``data`` with the DataRow's ``reasoning`` and ``review`` beside the
+columns (S002 lists them in DataRow; ``approved: false`` included); a column of the same name wins.
+"A typical poll interval is 2–5 seconds" (S000): the poll policy's 2.0/5.0. "401 Unauthorized" (S002) on
+a poll ends the run (``vendor_rejected``).
+
+Where the documents are silent (not documented; we do X because Y):
+
+- Idempotency: none is documented, so ``submit_idempotent = False``: a request that may have created a
+  row or a run (a drop or timeout after sending, a 2xx without ``row_id``/``run_id``) is never sent again;
+  the run ends ``vendor_submit_ambiguous`` (service/worker/decide.py).
+- The upload's 2xx code: any 2xx is accepted, since S001 shows none for the upload.
+- The message of a run in ``error``: ``errorMessage`` if present, else ``reasoning``, the only documented
+  free-text field (a GUESS: check a real failed run's body before going live).
+- A poll answer without ``status`` (DataRow does not require it): a transient fault, because it says
+  nothing about the run.
+- A 404 on poll: the vendor no longer has the run (``vendor_expired``), because an id it gave us cannot
+  come back.
+- The media-type list is the upload's ``mimetype`` enum (S000, CS-upload); anything else is refused before
+  any call, because Cloudsquid would refuse it after an upload.
 """
 
 from __future__ import annotations

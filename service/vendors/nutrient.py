@@ -13,6 +13,24 @@ asset named by ``output.downloadUrl``, fetched with our key (only from Nutrient'
 by ``max_asset_bytes``. Cancel with ``POST /extraction/runs/{id}/cancel``. Delete with ``DELETE
 /extraction/runs/{id}`` (the path is an inference, NOTES.md §2.5): an in-flight run answers 409
 ``run_in_flight`` and is canceled first, as S003 says.
+
+Rules and the sentences they rest on (S003):
+
+- ``submit_idempotent = True``: "Retrying the same request with the same key returns HTTP 202 without
+  creating another run."
+- Polls from 2 s doubling to 30 s: "Wait at least two seconds between polling requests" and the example's
+  ``Math.min(delay * 2, 30000)``; ``max_run_s`` 1800 is above "a 15-minute processing limit".
+- 401/403 on a poll or an asset end the run (``vendor_rejected``): not documented for the poll; a refused
+  key stays refused, so asking again only spends the shared rate limit.
+- "Poll the run until its status is done, error, or canceled": an answer without ``status`` is a
+  transient fault (not documented; it says nothing of the run).
+- Delete: only a 2xx or 410 ``run_expired`` ("The run has passed its retention window") is a deletion.
+  Not documented: the route; so a 404 or 405 (a route that does not exist answers so) is "not deleted".
+- ``output.downloadUrl`` "points to" the zip asset; its host is not documented. Our key goes only to
+  Nutrient's own origin; a URL elsewhere (a presigned storage URL) is not followed, and the run's
+  ``/assets/zip`` is read instead, because the result asset is on that route and needs only our key.
+- URL input retried after a lost 202: "For URLs whose content can change, retain the run ID from the first
+  HTTP 202 response ... Alternatively, upload the file." Not done yet (see docs/vendors.md).
 """
 
 from __future__ import annotations
