@@ -13,7 +13,7 @@ stay at Cloudsquid, which documents no delete.
 
 A ``done`` row's result is its ``data`` with the DataRow's ``reasoning`` and ``review`` beside the
 columns (S002 lists them in DataRow; ``approved: false`` included); a column of the same name wins.
-"A typical poll interval is 2–5 seconds" (S000): the poll policy's 2.0/5.0. "401 Unauthorized" (S002) on
+"A typical poll interval is 2-5 seconds" (S000): the poll policy's 2.0/5.0. "401 Unauthorized" (S002) on
 a poll ends the run (``vendor_rejected``).
 
 Where the documents are silent (not documented; we do X because Y):

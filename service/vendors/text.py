@@ -71,14 +71,13 @@ def scrub(text: str) -> str:
 
 def clean(text: Any, limit: int = MAX_TEXT) -> str:
     """A vendor string made safe to keep: credentials scrubbed, cut to ``limit`` characters (with a mark)."""
-    if not isinstance(text, str):
-        text = "" if text is None else str(text)
+    said: str = text if isinstance(text, str) else "" if text is None else str(text)
     # Scrub a little past the cut, so that a key straddling it is not left half in.
     longest = len(_ordered[0]) if _ordered else 0
-    text = scrub(text[: limit + longest])
-    if len(text) > limit:
-        return text[: limit - 13] + " [truncated]"
-    return text
+    said = scrub(said[: limit + longest])
+    if len(said) > limit:
+        return said[: limit - 13] + " [truncated]"
+    return said
 
 
 def clean_optional(text: Any, limit: int = MAX_TEXT) -> str | None:

@@ -28,7 +28,7 @@ from service.metrics import VENDOR_CREDITS, client_label
 from service.records import Run
 from service.settings import Settings, VendorSettings
 from service.store import ClaimedRun, Store
-from service.vendors import base
+from service.vendors import base, text
 from service.vendors.base import (
     DeletesRuns,
     Document,
@@ -42,7 +42,6 @@ from service.vendors.base import (
     VendorResultTooLarge,
     VendorTransient,
 )
-from service.vendors import text
 from service.worker import decide
 from service.worker.budget import prepaid
 from service.worker.deadlines import Deadlines
@@ -379,9 +378,7 @@ class RunStepper:
                         error = f"{run.vendor} has no API to delete its copy of a run"
         except Exception as exc:  # anything at all: a cleanup step ends recorded, never in a lease loop
             attempts = run.vendor_attempts + 1
-            message = text.clean(
-                getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}".rstrip(": ")
-            )
+            message = text.clean(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}".rstrip(": "))
             final = isinstance(exc, VendorRejected) or attempts >= self.settings.vendor_max_transient_failures
             log.warning(
                 "telling the vendor failed",

@@ -425,8 +425,12 @@ async def test_nutrient_replays_a_lost_submit_with_its_key(make_clocked: Clocked
     assert len(runs) == 1
 
 
-@pytest.mark.parametrize(("shape", "ends"), [("object", "succeeded"), ("list", "succeeded"), ("ids", "failed")])
-async def test_uptiq_multi_extraction_202_readings(make_clocked: ClockedFactory, shape: str, ends: str) -> None:
+@pytest.mark.parametrize(
+    ("shape", "ends"), [("object", "succeeded"), ("list", "succeeded"), ("ids", "failed")]
+)
+async def test_uptiq_multi_extraction_202_readings(
+    make_clocked: ClockedFactory, shape: str, ends: str
+) -> None:
     """S004 does not show the 202 of a multi-extraction: under every reading the run ends right (read, or
     refused as ambiguous), after exactly one POST /extract."""
     c = await make_clocked()
@@ -456,7 +460,9 @@ async def test_cloudsquid_answers_without_status_still_end_right(make_clocked: C
 
 
 @pytest.mark.parametrize("route", ["404", "405"])
-async def test_nutrient_without_a_delete_route_reports_not_deleted(make_clocked: ClockedFactory, route: str) -> None:
+async def test_nutrient_without_a_delete_route_reports_not_deleted(
+    make_clocked: ClockedFactory, route: str
+) -> None:
     """A reported deletion is a confirmed one: a 404 or 405 on delete leaves vendor_deleted false, with
     why (zero retention), and answers without status on the way do not end the run."""
     c = await make_clocked()

@@ -14,7 +14,6 @@ import pytest
 from service.settings import VendorSettings
 from service.vendors import cloudsquid, nutrient, uptiq
 from service.vendors.base import (
-    FAILED,
     SUCCEEDED,
     Document,
     SubmitRequest,
@@ -55,8 +54,8 @@ def answer(status: int, body: Any = None) -> Handler:
 @pytest.mark.parametrize(
     ("spec", "field", "value", "sentence"),
     [
-        (cloudsquid.SPEC, "poll_initial_s", 2.0, "S000: A typical poll interval is 2–5 seconds"),
-        (cloudsquid.SPEC, "poll_max_s", 5.0, "S000: A typical poll interval is 2–5 seconds"),
+        (cloudsquid.SPEC, "poll_initial_s", 2.0, "S000: A typical poll interval is 2-5 seconds"),
+        (cloudsquid.SPEC, "poll_max_s", 5.0, "S000: A typical poll interval is 2-5 seconds"),
         (uptiq.SPEC, "poll_initial_s", 5.0, "S004: Poll every 5-10 seconds"),
         (uptiq.SPEC, "poll_max_s", 10.0, "S004: Poll every 5-10 seconds"),
         (nutrient.SPEC, "poll_initial_s", 2.0, "S003: Wait at least two seconds between polling requests"),
