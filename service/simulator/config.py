@@ -49,6 +49,19 @@ Each line: variable -> field (default): meaning.
   ``X-API-Key`` expected.
 - ``HOOKBRIDGE_SIM_UPTIQ_API_KEY`` -> ``uptiq_api_key`` ("sim-uptiq-key"): the ``X-Api-Key`` expected.
 
+Silent-document readings: where a document says nothing, a real vendor may do any of these; the simulator
+plays the one chosen, so that no adapter rests on a guess only the simulator shares.
+
+- ``HOOKBRIDGE_SIM_UPTIQ_MULTI_SHAPE`` -> ``uptiq_multi_shape`` ("object"): the 202 of a multi-extraction
+  (``documentTypes``), which S004 does not show: ``object`` ``{"data": {"_id"}}`` as for one type, ``list``
+  ``{"data": [{"_id"}]}`` one record per type, ``ids`` ``{"data": {"_ids": [...]}}``.
+- ``HOOKBRIDGE_SIM_NUTRIENT_DELETE`` -> ``nutrient_delete`` ("delete"): the delete route, an inference:
+  ``delete`` answers ``DELETE /extraction/runs/{id}`` 204; ``404`` and ``405`` play a vendor without it.
+- ``HOOKBRIDGE_SIM_NUTRIENT_DOWNLOAD_HOST`` -> ``nutrient_download_host`` ("own"): ``other`` gives a split
+  zip's ``output.downloadUrl`` on another host (a presigned storage URL), which S003 does not rule out.
+- ``HOOKBRIDGE_SIM_RATE_NO_STATUS`` -> ``rate_no_status`` (0): share of polls (every vendor) answered 200
+  without the run's ``status`` field: no document lists it as always present.
+
 Booleans accept 1/0, true/false, yes/no, on/off. Rates are fractions in [0, 1]; the two fault rates
 together must not exceed 1, since one draw per request picks at most one fault.
 """
@@ -89,11 +102,18 @@ class SimulatorConfig:
     cloudsquid_burst: int = 10
     uptiq_rps: float = 0.0
     uptiq_burst: int = 10
+    uptiq_multi_shape: str = "object"
+    nutrient_delete: str = "delete"
+    nutrient_download_host: str = "own"
+    rate_no_status: float = 0.0
 
     def __post_init__(self) -> None:
         _check_range("latency_ms", self.latency_ms)
         _check_range("duration_s", self.duration_s)
-        for name in ("rate_5xx", "rate_drop", "nutrient_rate_enqueue_fail"):
+        for name, allowed in _READINGS.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}: one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        for name in ("rate_5xx", "rate_drop", "nutrient_rate_enqueue_fail", "rate_no_status"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name}: must be between 0 and 1, got {value}")
@@ -254,6 +274,17 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "cloudsquid_burst": _parse_int,
     "uptiq_rps": _parse_float,
     "uptiq_burst": _parse_int,
+    "uptiq_multi_shape": _parse_str,
+    "nutrient_delete": _parse_str,
+    "nutrient_download_host": _parse_str,
+    "rate_no_status": _parse_float,
+}
+
+# The readings each silent-document knob can play.
+_READINGS: dict[str, tuple[str, ...]] = {
+    "uptiq_multi_shape": ("object", "list", "ids"),
+    "nutrient_delete": ("delete", "404", "405"),
+    "nutrient_download_host": ("own", "other"),
 }
 
 
