@@ -53,8 +53,9 @@ Each line: variable -> field (default): meaning.
   ``Ocp-Apim-Subscription-Key`` expected by the Azure AI Document Intelligence simulator (``azure_di.py``).
 - ``HOOKBRIDGE_SIM_AZURE_DI_BEARER_TOKEN`` -> ``azure_di_bearer_token`` ("sim-azure-di-token"): the Entra ID
   bearer token it accepts instead of the key.
-- ``HOOKBRIDGE_SIM_AZURE_DI_RPS`` / ``_BURST`` -> ``azure_di_rps`` (0) / ``azure_di_burst`` (10): the shared
-  bucket of every Azure request, like the other vendors'.
+- ``HOOKBRIDGE_SIM_AZURE_DI_RPS`` -> ``azure_di_rps`` (0): the shared bucket of every Azure request, like
+  the other vendors'.
+- ``HOOKBRIDGE_SIM_AZURE_DI_BURST`` -> ``azure_di_burst`` (10).
 - ``HOOKBRIDGE_SIM_AZURE_DI_ANALYZE_TPS`` -> ``azure_di_analyze_tps`` (15): submits a second per key, the
   documented S0 default; 0 = no limit.
 - ``HOOKBRIDGE_SIM_AZURE_DI_GET_TPS`` -> ``azure_di_get_tps`` (50): reads and deletes a second per key.
@@ -72,9 +73,11 @@ Each line: variable -> field (default): meaning.
   after their submit.
 - ``HOOKBRIDGE_SIM_LLAMAPARSE_API_KEY`` -> ``llamaparse_api_key`` ("llx-sim-llamaparse-key"): the Bearer key
   the LlamaParse simulator (``llamaparse.py``) expects.
-- ``HOOKBRIDGE_SIM_LLAMAPARSE_RPS`` / ``_BURST`` -> ``llamaparse_rps`` (0) / ``llamaparse_burst`` (10).
-- ``HOOKBRIDGE_SIM_LLAMAPARSE_WINDOW_LIMIT`` -> ``llamaparse_window_limit`` (50) submits per
-  ``HOOKBRIDGE_SIM_LLAMAPARSE_WINDOW_S`` -> ``llamaparse_window_s`` (10) per key; 0 = no limit.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_RPS`` -> ``llamaparse_rps`` (0): the shared bucket of every LlamaParse request.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_BURST`` -> ``llamaparse_burst`` (10).
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_WINDOW_LIMIT`` -> ``llamaparse_window_limit`` (50): submits allowed per window
+  and key; 0 = no limit.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_WINDOW_S`` -> ``llamaparse_window_s`` (10): the window.
 - ``HOOKBRIDGE_SIM_LLAMAPARSE_429_RETRY_AFTER`` -> ``llamaparse_429_retry_after`` ("random"): ``always``,
   ``never`` or ``random``.
 - ``HOOKBRIDGE_SIM_LLAMAPARSE_ID_SHAPE`` -> ``llamaparse_id_shape`` ("flat"): the create answer's shape,

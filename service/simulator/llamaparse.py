@@ -43,14 +43,14 @@ Answers:
   ``...FailedStructuredPage`` entries", §4.5): with ``llamaparse_failed_pages`` the last page of every
   completed job is such an entry (§4.9.4).
 - "Presigned entries sit in ``result_content_metadata{<name>: {size_bytes (req), exists, presigned_url}}``"
-  and are to be used "when the result is large" (§4.5): every ``*_content_metadata`` expand gives one, keyed
-  by the name before ``_content_metadata``, whose URL is served by the simulator itself at
+  and are to be used "when the result is large" (§4.5): every ``*_content_metadata`` expand gives one,
+  keyed by the name before ``_content_metadata``, whose URL is served by the simulator itself at
   ``/llamaparse-storage/...`` without the API key, on another host where it can
   (``llamaparse_storage_base_url``, else ``127.0.0.1`` and ``localhost`` swapped), like a storage
-  bucket's. "Expiry of presigned URLs ...: **NOT FOUND**": ``llamaparse_presign_ttl_s`` (§4.9.3), then 403 as a storage service answers. Inline
-  content larger than ``llamaparse_inline_max_bytes`` (0 = no cap) is left out, so that only the presigned
-  URL carries it: the document does not say that the API ever does so; it is the reading that makes a
-  client follow the URLs.
+  bucket's. "Expiry of presigned URLs ...: **NOT FOUND**": ``llamaparse_presign_ttl_s`` (§4.9.3), then
+  403 as a storage service answers. Inline content larger than ``llamaparse_inline_max_bytes`` (0 = no
+  cap) is left out, so that only the presigned URL carries it: the document does not say that the API
+  ever does so; it is the reading that makes a client follow the URLs.
 - Cancel: "``POST /api/v2/parse/{job_id}/cancel`` returns the updated job. 'Jobs already in a terminal state
   (COMPLETED, FAILED, CANCELLED) cannot be cancelled'"; "The HTTP status for cancelling a terminal job is
   **NOT FOUND**" (§4.6): ``llamaparse_refusal_status`` (default 400; not 409, which the SDK retries).
