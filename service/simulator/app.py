@@ -8,8 +8,8 @@ Vendor routes (each prefix is the vendor's base URL):
 - ``POST /cloudsquid/api/projects/{project}/tables/{table_id}/files``, ``.../run``, ``.../extract``;
   ``GET .../run/{run_id}``
 - ``POST /uptiq/extract``, ``GET /uptiq/document-extractions/{extraction_id}``
-- ``POST /azure-di/documentintelligence/documentModels/{modelId}:analyze``, ``GET|DELETE
-  .../documentModels/{modelId}/analyzeResults/{resultId}`` (``azure_di.py``)
+- ``POST /documentintelligence/documentModels/{modelId}:analyze``, ``GET|DELETE
+  .../documentModels/{modelId}/analyzeResults/{resultId}`` (``azure_di.py``; the endpoint is the root)
 - ``POST /llamaparse/api/v2/parse``, ``.../parse/upload``, ``GET|DELETE .../parse/{id}``, ``POST
   .../parse/{id}/cancel``; presigned downloads at ``/llamaparse-storage/...`` (``llamaparse.py``)
 
@@ -41,7 +41,8 @@ from ._state import Clock, LogEntry, SimState, SystemClock, VendorStore, sim_sta
 from .config import VENDORS, SimulatorConfig
 
 PREFIXES: dict[str, str] = {"nutrient": "/nutrient", "cloudsquid": "/cloudsquid/api", "uptiq": "/uptiq"}
-PREFIXES.update({"azure_di": "/azure-di", "llamaparse": "/llamaparse"})
+# Azure's endpoint is the simulator's root: its SDK parses the result id from a host-only endpoint.
+PREFIXES.update({"azure_di": "/documentintelligence", "llamaparse": "/llamaparse"})
 _DROP_DRAIN_TIMEOUT_S = 5.0
 
 

@@ -1,7 +1,11 @@
-"""Azure AI Document Intelligence, REST 2024-11-30 (next-vendors.md §1), under ``/azure-di``.
+"""Azure AI Document Intelligence, REST 2024-11-30 (next-vendors.md §1), under ``/documentintelligence``.
 
-The prefix is the resource endpoint: a client configured with ``endpoint = http://host/azure-di`` sends
-``POST {endpoint}/documentintelligence/documentModels/{modelId}:analyze?api-version=2024-11-30``. Each rule
+The simulator's root is the resource endpoint: a client configured with ``endpoint = http://host:port``
+sends ``POST {endpoint}/documentintelligence/documentModels/{modelId}:analyze?api-version=2024-11-30``
+("Host template is ``{endpoint}/documentintelligence``", §1.1). The endpoint cannot carry a path of its
+own: the official SDK (``azure-ai-documentintelligence`` 1.0.2, ``AnalyzeDocumentLROPoller.details``)
+reads the result id out of ``Operation-Location`` with ``[^:]+://[^/]+/documentintelligence/.+/([^?/]+)``,
+so the simulator serves these routes at the root's ``/documentintelligence``. Each rule
 below cites the sentence of next-vendors.md it rests on, or says that the document is silent and which
 readings the simulator plays.
 
@@ -41,7 +45,8 @@ Answers:
   ``azure_di_running_polls`` holds a finished operation at ``running`` for that many polls (the document is
   silent on how many polls it takes). "``canceled``" is in the enum but "the 2024-11-30 spec has no cancel
   operation" (§1.7), so it never appears. ``azure_di_unknown_status`` (for example ``skipped``, "future
-  values can appear", §1.4) replaces ``running`` with that value (§1.10.4).
+  values can appear", §1.4) replaces ``running`` with that value and holds finished operations at it while
+  it is set (§1.10.4).
 - "A failed analysis is **HTTP 200** with ``"status":"failed"`` and an ``error`` object", "the rest are in
   ``error.details[]`` with a ``target``" (§1.4): a ``fail`` document ends so.
 - Whether a poll 200 carries ``Retry-After`` is "**NOT FOUND**" (§1.4): the same ``azure_di_retry_after``
@@ -535,7 +540,8 @@ async def get_result(request: Request) -> Response:
     status = operation.status(now)
     if status in ("succeeded", "failed") and operation.polls <= config.azure_di_running_polls:
         status = "running"
-    if status == "running" and config.azure_di_unknown_status:
+    if status != "notStarted" and config.azure_di_unknown_status:
+        # Held there while the knob is set: the adapter must keep polling and never call it finished.
         status = config.azure_di_unknown_status
     response = JSONResponse(operation_json(operation, state, now, status))
     if status not in ("succeeded", "failed") and _plays_retry_after(
@@ -562,15 +568,15 @@ async def not_found(request: Request) -> Response:
 
 def routes() -> list[BaseRoute]:
     return [
-        Route("/documentintelligence/documentModels/{model_id}:analyze", analyze, methods=["POST"]),
+        Route("/documentModels/{model_id}:analyze", analyze, methods=["POST"]),
         Route(
-            "/documentintelligence/documentModels/{model_id}/analyzeResults/{result_id}",
+            "/documentModels/{model_id}/analyzeResults/{result_id}",
             get_result,
             methods=["GET"],
             name="azure_di_result",
         ),
         Route(
-            "/documentintelligence/documentModels/{model_id}/analyzeResults/{result_id}",
+            "/documentModels/{model_id}/analyzeResults/{result_id}",
             delete_result,
             methods=["DELETE"],
         ),
