@@ -308,3 +308,55 @@ async def test_injected_faults_use_the_error_envelope(clock: ManualClock) -> Non
         log = (await client.get("/_sim/requests", params={"vendor": "azure_di"})).json()["data"]
     assert (503, "ServiceUnavailable") in statuses and (500, "InternalServerError") in statuses
     assert len(log) == 12 and {e["fault"] for e in log} == {"5xx"}
+
+
+async def test_sim_routes_know_the_vendor(client: httpx.AsyncClient, clock: ManualClock) -> None:
+    submitted_at = clock.time()
+    location = (await analyze(client)).headers["operation-location"]
+    await poll(client, location)
+    runs = (await client.get("/_sim/runs", params={"vendor": "azure_di"})).json()["data"]
+    assert [(r["id"], r["status"]) for r in runs] == [(location.split("/")[-1].split("?")[0], "notStarted")]
+    assert runs[0]["created_t"] == pytest.approx(submitted_at)
+    assert runs[0]["finish_t"] == pytest.approx(submitted_at + 10.0)
+    assert (await client.get("/_sim/stats")).json()["azure_di"] == {"notStarted": 1}
+    log = (await client.get("/_sim/requests", params={"vendor": "azure_di"})).json()["data"]
+    assert [(e["method"], e["status"]) for e in log] == [("POST", 202), ("GET", 200)]
+
+
+def test_knobs_from_the_environment_and_patch() -> None:
+    config = SimulatorConfig.from_env(
+        {
+            "HOOKBRIDGE_SIM_AZURE_DI_RETRY_AFTER": "never",
+            "HOOKBRIDGE_SIM_AZURE_DI_RUNNING_POLLS": "3",
+            "HOOKBRIDGE_SIM_AZURE_DI_ANALYZE_TPS": "1",
+            "HOOKBRIDGE_SIM_AZURE_DI_UNKNOWN_STATUS": "paused",
+        }
+    )
+    assert (config.azure_di_retry_after, config.azure_di_running_polls) == ("never", 3)
+    assert (config.azure_di_analyze_tps, config.azure_di_unknown_status) == (1.0, "paused")
+    patched = config.patched(
+        {"azure_di_min_poll_s": 0, "azure_di_retry_after_s": 5, "azure_di_retry_after": "always"}
+    )
+    assert (patched.azure_di_min_poll_s, patched.azure_di_retry_after_s) == (0.0, 5)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"azure_di_retry_after": "sometimes"},
+        {"azure_di_429_retry_after": True},
+        {"azure_di_running_polls": -1},
+        {"azure_di_running_polls": 1.5},
+        {"azure_di_get_tps": -1},
+        {"azure_di_api_key": ""},
+        {"azure_di_bearer_token": 5},
+    ],
+)
+def test_bad_knobs_are_refused(changes: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=next(iter(changes))):
+        SimulatorConfig().patched(changes)
+
+
+def test_bad_environment_names_the_variable() -> None:
+    with pytest.raises(ValueError, match="HOOKBRIDGE_SIM_AZURE_DI_RETRY_AFTER"):
+        SimulatorConfig.from_env({"HOOKBRIDGE_SIM_AZURE_DI_RETRY_AFTER": "maybe"})

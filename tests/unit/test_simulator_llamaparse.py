@@ -296,3 +296,64 @@ async def test_list_jobs_by_status(client: httpx.AsyncClient, clock: ManualClock
     assert listed["next_page_token"] is None
     everything = (await client.get(PARSE, headers=AUTH)).json()
     assert {j["id"] for j in everything["items"]} == {first, second}
+
+
+async def test_sim_routes_know_the_vendor(client: httpx.AsyncClient, clock: ManualClock) -> None:
+    job_id = (await create(client)).json()["id"]
+    clock.advance(3)
+    await get(client, job_id)
+    runs = (await client.get("/_sim/runs", params={"vendor": "llamaparse"})).json()["data"]
+    assert [(r["id"], r["status"]) for r in runs] == [(job_id, "RUNNING")]
+    assert (await client.get("/_sim/stats")).json()["llamaparse"] == {"RUNNING": 1}
+    log = (await client.get("/_sim/requests", params={"vendor": "llamaparse"})).json()["data"]
+    assert [(e["method"], e["path"], e["status"]) for e in log] == [
+        ("POST", PARSE, 200),
+        ("GET", f"{PARSE}/{job_id}", 200),
+    ]
+
+
+async def test_rps_bucket_answers_429_in_the_vendor_shape(clock: ManualClock) -> None:
+    async with make_client(clock, llamaparse_rps=1, llamaparse_burst=1) as client:
+        assert (await create(client)).status_code == 200
+        limited = await create(client)
+    assert limited.status_code == 429 and limited.json() == {"detail": "Too Many Requests"}
+
+
+def test_knobs_from_the_environment_and_patch() -> None:
+    config = SimulatorConfig.from_env(
+        {
+            "HOOKBRIDGE_SIM_LLAMAPARSE_ID_SHAPE": "both",
+            "HOOKBRIDGE_SIM_LLAMAPARSE_CREDITS": "unlimited",
+            "HOOKBRIDGE_SIM_LLAMAPARSE_FAILED_PAGES": "yes",
+            "HOOKBRIDGE_SIM_LLAMAPARSE_WINDOW_LIMIT": "20",
+            "HOOKBRIDGE_SIM_LLAMAPARSE_WINDOW_S": "60",
+        }
+    )
+    assert (config.llamaparse_id_shape, config.llamaparse_credits) == ("both", None)
+    assert config.llamaparse_failed_pages is True
+    assert (config.llamaparse_window_limit, config.llamaparse_window_s) == (20, 60.0)
+    patched = config.patched(
+        {"llamaparse_credits": 5, "llamaparse_failed_pages": False, "llamaparse_burst": 2}
+    )
+    assert (patched.llamaparse_credits, patched.llamaparse_failed_pages, patched.llamaparse_burst) == (
+        5.0,
+        False,
+        2,
+    )
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"llamaparse_id_shape": "deep"},
+        {"llamaparse_refusal_status": 500},
+        {"llamaparse_refusal_status": "x"},
+        {"llamaparse_failed_pages": 1},
+        {"llamaparse_credits": -1},
+        {"llamaparse_window_s": 0},
+        {"llamaparse_api_key": ""},
+    ],
+)
+def test_bad_knobs_are_refused(changes: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=next(iter(changes))):
+        SimulatorConfig().patched(changes)
