@@ -23,10 +23,16 @@ from service import domain, logs
 from service.api.body import query
 from service.api.context import Context
 from service.api.models import EventQuery, FeedQuery
-from service.api.problems import InvalidIterator, IteratorExpired, TooManyStreams, ValidationFailed
+from service.api.problems import (
+    InvalidIterator,
+    IteratorExpired,
+    RateLimited,
+    TooManyStreams,
+    ValidationFailed,
+)
 from service.api.views import JSONResponse
 from service.store import feed as feeds
-from service.store.feed import Feed, FeedFilter, FeedRead, valid_iterator
+from service.store.feed import Feed, FeedFilter, FeedRead, ScanRate, valid_iterator
 
 log = logs.get("hookbridge.api")
 # A waiting reader blocks in slices this long: the blocking client's socket timeout (10 s) stays far.
@@ -65,12 +71,30 @@ def position(value: str | None, name: str) -> str:
     return value
 
 
+def scan_rate(ctx: Context) -> ScanRate:
+    """The client's feed entries scanned per second over all its reads (``FEED_SCAN_RATE_PER_S``), and
+    one request's budget (``FEED_SCAN_BUDGET``) at once."""
+    return ScanRate(ctx.settings.feed_scan_rate_per_s, ctx.settings.feed_scan_budget)
+
+
 async def read(
-    feed: Feed, client: str, after: str, *, limit: int, only: FeedFilter, scan: int = feeds.SCAN
+    ctx: Context,
+    client: str,
+    after: str,
+    *,
+    limit: int,
+    only: FeedFilter,
+    scan: int = feeds.SCAN,
+    hold: bool = False,
 ) -> FeedRead:
-    """One page (``scan`` entries read at most), with the feed's refusals as problems."""
+    """One page (``scan`` entries read at most, charged to the client's scan rate), with the feed's
+    refusals as problems. A read over the client's scan rate is ``429 rate_limited`` with ``Retry-After``,
+    unless the caller ``hold``s its reader (a long-poll, a stream): it then gets the empty page with
+    ``throttled_s`` and waits that long itself."""
     try:
-        return await feed.read(client, after, limit=limit, now_ms=domain.now_ms(), only=only, scan=scan)
+        page = await feed_of(ctx).read(
+            client, after, limit=limit, now_ms=domain.now_ms(), only=only, scan=scan, rate=scan_rate(ctx)
+        )
     except feeds.IteratorTrimmed:
         raise IteratorExpired(
             "The iterator is older than the retention window (HOOKBRIDGE_RETENTION_S): events after it may "
@@ -78,6 +102,15 @@ async def read(
         ) from None
     except feeds.IteratorInvalid:
         raise InvalidIterator("iterator: not an iterator this API gave out.") from None
+    if page.throttled_s and not hold:
+        rate = ctx.settings.feed_scan_rate_per_s
+        raise RateLimited(
+            f"This client scanned more than {rate:g} feed entries per second over its reads "
+            "(HOOKBRIDGE_FEED_SCAN_RATE_PER_S): a filter that matches little in a long feed; retry after the "
+            "time in Retry-After, or wait with ?wait=.",
+            retry_after=max(1, math.ceil(page.throttled_s)),
+        )
+    return page
 
 
 async def take_slot(ctx: Context, client: str) -> str:
@@ -152,7 +185,13 @@ async def _long_poll(
             remaining = deadline - time.monotonic()
             if remaining <= 0 or await request.is_disconnected():  # nobody left to answer
                 break
-            if page.done:
+            if page.throttled_s:
+                # The client's scan rate is spent (its other reads count too): held until it refills,
+                # within the wait it asked for, rather than answered at once to loop again.
+                await anyio.sleep(min(remaining, page.throttled_s, WAIT_SLICE_S))
+                if not await renew_slot(ctx, client, token):
+                    break
+            elif page.done:
                 await feed.wait(client, page.iterator, min(remaining, WAIT_SLICE_S))
                 if not await renew_slot(ctx, client, token):
                     break
@@ -160,7 +199,9 @@ async def _long_poll(
                 # The request's scan budget is spent (a filter that matches nothing in a long feed): it
                 # answers what it has and the iterator to resume from, rather than rescanning.
                 break
-            page = await read(feed, client, page.iterator, limit=limit, only=only, scan=budget - scanned)
+            page = await read(
+                ctx, client, page.iterator, limit=limit, only=only, scan=budget - scanned, hold=True
+            )
             scanned += page.scanned
     return page
 
@@ -171,7 +212,7 @@ class Events(HTTPEndpoint):
         q = query(request, EventQuery, lists=("type",))
         only = filters(q, ctx)
         after = position(q.iterator, "iterator")
-        page = await read(feed_of(ctx), client, after, limit=q.limit, only=only)
+        page = await read(ctx, client, after, limit=q.limit, only=only, hold=q.wait > 0)
         if not page.events and q.wait > 0:
             page = await _long_poll(request, client, page, limit=q.limit, only=only, wait=q.wait)
         return JSONResponse(
