@@ -18,13 +18,14 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from service import domain
 from service import settings as settings_mod
 from service._uvicorn import EmbeddedServer, api_config
 from service.api import events
 from service.api.app import create_app
 from service.dev.embedded_redis import EmbeddedRedis, free_port
-from service.store import bodies, keys
-from service.store.feed import Lanes, admit
+from service.store import bodies, connect, keys
+from service.store.feed import Feed, FeedFilter, Lanes, ScanRate, admit
 from tests.conftest import ALICE, BOB, base_env, eventually
 
 
@@ -249,6 +250,51 @@ async def test_a_filter_that_matches_nothing_costs_one_budget_per_request(redis_
                 assert resumed.status_code == 200
     finally:
         await redis.delete(keys.client_feed("alice"))
+        await redis.aclose()
+
+
+@pytest.mark.parametrize(
+    ("burst", "asks", "expected"),
+    [
+        (5000, [1000, 1000, 1000], [1000, 1000, 1000]),  # within the burst: what each read asks
+        (500, [1000, 1000], [500, None]),  # what is left, then nothing until it refills
+        (1050, [1000, 1000], [1000, None]),  # 50 left: less than MIN_SCAN, so no read of 50
+        (1050, [1000, 50], [1000, 50]),  # ... unless the read asks for no more than that
+        (150, [40, 1000, 1000], [40, 110, None]),
+        (None, [1000, 1000, 1000], [1000, 1000, 1000]),  # no rate: the per-read bound only
+    ],
+)
+async def test_what_a_read_may_scan_of_the_clients_rate(
+    redis_url: str, burst: int | None, asks: list[int], expected: list[int | None]
+) -> None:
+    """The scan rate's decisions (``read_feed.lua`` with ``_gcra.lua``), as a table: a rate so slow that
+    nothing refills while the test runs (one entry per 100 s), so each row is exact."""
+    client = f"scan{burst}-{len(asks)}-{asks[-1]}"
+    await fill_feed(redis_url, client, 3500, 10)
+    settings = settings_mod.load(base_env(redis_url))
+    redis = Redis.from_url(redis_url)
+    feed = Feed(redis, connect(settings), 3600)
+    rate = None if burst is None else ScanRate(0.01, burst)
+    try:
+        after, got = "", []
+        for ask in asks:
+            page = await feed.read(
+                client,
+                after,
+                limit=100,
+                now_ms=domain.now_ms(),
+                only=FeedFilter(run_id="x"),
+                scan=ask,
+                rate=rate,
+            )
+            got.append(None if page.throttled_s else page.scanned)
+            if page.throttled_s:
+                assert page.iterator == after and not page.done and page.throttled_s > 50
+            after = page.iterator
+        assert got == expected
+    finally:
+        await feed.close()
+        await redis.delete(keys.client_feed(client), keys.client_rate("feed_scan", client))
         await redis.aclose()
 
 
