@@ -627,7 +627,10 @@ async def feed_scan_case(entries: int, loops: int, attack_s: float, extra: dict[
     async with Cluster("hostile-scan", _overrides(extra), worker=False, simulator=False, receiver=False) as c:
         await _fill_feed(c, "bench", entries, 40)
         redis = Redis.from_url(c.redis.url)
+        cpu0, t0 = await redis.info("cpu"), time.monotonic()
         alone = await _victim_p50(c, "/v1/runs?limit=1", 30)
+        cpu1 = await redis.info("cpu")
+        idle = sum(cpu1[k] - cpu0[k] for k in ("used_cpu_sys", "used_cpu_user")) / (time.monotonic() - t0)
         requests = 0
 
         async def loop() -> None:
@@ -650,7 +653,10 @@ async def feed_scan_case(entries: int, loops: int, attack_s: float, extra: dict[
         await redis.aclose()
     result.add(
         Figure(
-            f"Redis busy with {loops} looping readers", round(busy * 100), "%", note=f"{requests} requests"
+            f"Redis busy with {loops} looping readers",
+            round(busy * 100),
+            "%",
+            note=f"{requests} requests; {round(idle * 100)} % while the victim alone was timed",
         ),
         Figure(
             "victim p50 during",
