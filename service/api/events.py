@@ -39,6 +39,10 @@ log = logs.get("hookbridge.api")
 WAIT_SLICE_S = 5.0
 # A slot's lease, renewed after every slice: a pod that dies frees its slots this long after.
 SLOT_LEASE_S = 4 * WAIT_SLICE_S
+# A held reader over its client's scan rate sleeps at least this long before it reads again: a few reads a
+# second per reader, however many readers share the rate (they would otherwise all wake each time the
+# rate has room for one more read, and race for it).
+THROTTLED_MIN_S = 0.1
 _TYPE_CHOICES = (*domain.EVENT_TYPES, "run.*")
 
 
@@ -181,6 +185,7 @@ async def _long_poll(
     budget = ctx.settings.feed_scan_budget
     scanned = page.scanned
     async with stream_slot(ctx, client) as token:
+        renewed_at = time.monotonic()  # the slot's lease is SLOT_LEASE_S: four slices
         while not page.events:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or await request.is_disconnected():  # nobody left to answer
@@ -188,11 +193,12 @@ async def _long_poll(
             if page.throttled_s:
                 # The client's scan rate is spent (its other reads count too): held until it refills,
                 # within the wait it asked for, rather than answered at once to loop again.
-                await anyio.sleep(min(remaining, page.throttled_s, WAIT_SLICE_S))
-                if not await renew_slot(ctx, client, token):
-                    break
+                await anyio.sleep(min(remaining, max(page.throttled_s, THROTTLED_MIN_S), WAIT_SLICE_S))
             elif page.done:
                 await feed.wait(client, page.iterator, min(remaining, WAIT_SLICE_S))
+                renewed_at = 0.0  # after every slice, as before the scan rate
+            if time.monotonic() - renewed_at >= WAIT_SLICE_S:  # not after every sleep of a held reader
+                renewed_at = time.monotonic()
                 if not await renew_slot(ctx, client, token):
                     break
             if scanned >= budget:

@@ -27,6 +27,7 @@ from service.api import events
 from service.api.body import query
 from service.api.context import Context
 from service.api.events import (
+    THROTTLED_MIN_S,
     WAIT_SLICE_S,
     drop_slot,
     feed_of,
@@ -85,7 +86,7 @@ async def _events(
                 return
             idle_since = time.monotonic()
         if page.throttled_s:
-            await anyio.sleep(min(page.throttled_s, WAIT_SLICE_S, heartbeat_s))
+            await anyio.sleep(min(max(page.throttled_s, THROTTLED_MIN_S), WAIT_SLICE_S, heartbeat_s))
         elif page.done:
             if run_ended:
                 return
