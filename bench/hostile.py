@@ -17,6 +17,10 @@
   has ``--shared`` subscriptions whose receivers on that host never answer; client A's callback delay to
   its own quick receiver on the same host, alone and then under the attack (median, p50 over its usual,
   worst over its usual).
+- **pool**: ``--tenants`` clients open 10 streams each (one connection per stream), then another client's
+  long-polls: how many streams opened, how many were cut, whether the other client is answered.
+- **feed-scan**: ``--loops`` readers of one client loop long-polls with a filter that matches nothing over
+  ``--entries`` feed entries: Redis busy, and another client's p50 and worst (``GET /v1/runs``).
 
 ``hookbridge api``, ``hookbridge worker`` and ``redis-server`` are subprocesses with production defaults;
 the receivers run in this process (aiohttp's server). Run it from another checkout (``cd`` there, with
