@@ -26,7 +26,6 @@ from redis.exceptions import RedisError
 from service import lifecycle, logs, tracing
 from service.clock import SYSTEM, Clock
 from service.core import runs
-from service.core.backoff import jittered, poll_delay
 from service.domain import QUEUED, TERMINAL, FaultKind
 from service.lifecycle import Transition
 from service.metrics import RUN_TIMEOUTS, VENDOR_CREDITS, client_label
@@ -48,10 +47,6 @@ from service.worker.deadlines import Deadlines
 from service.worker.transitions import TransitionBatcher
 
 log = logs.get("hookbridge.worker")
-
-# The poll policy lives with the other backoffs (service/core/backoff.py); these names stay for callers.
-next_delay = poll_delay
-__all__ = ["RunStepper", "jittered", "next_delay"]
 
 
 @dataclass

@@ -378,3 +378,30 @@ def test_a_resend_starts_a_new_series(attempts: int, series: int, failures: int)
         series=series,
     )
     assert deliveries.failures_in_series(dlv) == failures
+
+
+# From what the vendor call raised to the run's end, through the one map and the decision ---------------
+@pytest.mark.parametrize(
+    ("exc", "status", "idempotent", "code"),
+    [
+        # A poll answered 401/403: the key is refused for good, the run ends (vendor-fidelity).
+        (VendorRejected("HTTP 401", status_code=401), RunStatus.RUNNING, True, "vendor_rejected"),
+        (VendorRejected("HTTP 403", status_code=403), RunStatus.RUNNING, True, "vendor_rejected"),
+        # A poll whose answer has no status: a transient fault, the run polls again.
+        (KeyError("status"), RunStatus.RUNNING, True, None),
+        # A submit that may have created a job: ends where the vendor has no idempotency key ...
+        (VendorSubmitUncertain("read timeout"), RunStatus.QUEUED, False, "vendor_submit_ambiguous"),
+        # ... and is sent again where it has one (Nutrient).
+        (VendorSubmitUncertain("read timeout"), RunStatus.QUEUED, True, None),
+        (VendorExpired("HTTP 404", status_code=404), RunStatus.RUNNING, True, "vendor_expired"),
+        (VendorResultTooLarge("too big"), RunStatus.RUNNING, True, "result_too_large"),
+    ],
+)
+def test_from_exception_to_the_runs_end(
+    exc: Exception, status: str, idempotent: bool, code: str | None
+) -> None:
+    before = run(status)
+    fault = decide.fault_of(exc, submitting=status == RunStatus.QUEUED, idempotent=idempotent)
+    change = runs.after_fault(before, fault, POLICY, LIMITS, MAX_TRANSIENT, now_ms=NOW, jitter=LOW)
+    assert error_code(change) == code
+    assert change.run.status == (RunStatus.FAILED if code else status)
