@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from service.core import backoff
 from service.core.backoff import Jitter
 from service.domain import AttemptOutcome
-from service.records import Delivery
+from service.records import Delivery, Subscription
 
 # The answers whose Retry-After a receiver may set (RFC 9110 §10.2.3: 503; RFC 6585: 429).
 RETRY_AFTER_STATUSES = frozenset({429, 503})
@@ -25,6 +25,17 @@ RETRY_AFTER_STATUSES = frozenset({429, 503})
 class Verdict:
     outcome: AttemptOutcome
     next_at_ms: int | None = None  # for RETRY: when the delivery is due again
+
+
+def skip_reason(subscription: Subscription | None, body: bytes | None) -> str | None:
+    """Why a claimed delivery is not attempted (it ends ``skipped``, failed without counting), or None."""
+    if subscription is None:
+        return "the subscription was deleted"
+    if subscription.disabled:
+        return f"the subscription is disabled: {subscription.disabled_reason or 'by its owner'}"
+    if body is None:
+        return "the event is no longer kept (zero retention or past retention)"
+    return None
 
 
 def failures_in_series(delivery: Delivery) -> int:

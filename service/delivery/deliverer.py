@@ -74,14 +74,9 @@ class Deliverer:
         """Returns the outcome: succeeded, retry, failed, gone or skipped."""
         dlv, sub = claimed.delivery, claimed.subscription
         with logs_bound(dlv):
-            if sub is None:
-                return await self._skip(dlv, "the subscription was deleted")
-            if sub.disabled:
-                return await self._skip(
-                    dlv, f"the subscription is disabled: {sub.disabled_reason or 'by its owner'}"
-                )
-            if claimed.body is None:
-                return await self._skip(dlv, "the event is no longer kept (zero retention or past retention)")
+            reason = deliveries.skip_reason(sub, claimed.body)
+            if reason is not None or sub is None or claimed.body is None:  # (the last two: for the types)
+                return await self._skip(dlv, reason or "")
             async with tracing.delivery_attempt(self.store, dlv):
                 return await self._send(dlv, sub, claimed.body)
 

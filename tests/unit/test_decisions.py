@@ -12,7 +12,7 @@ from service import domain
 from service.core import deliveries, runs
 from service.core.runs import Fault
 from service.domain import AttemptOutcome, FaultKind, RunStatus
-from service.records import Delivery, Run
+from service.records import Delivery, Run, Subscription
 from service.settings import RunPolicy, VendorSettings
 from service.vendors import base
 from service.vendors.base import (
@@ -405,3 +405,26 @@ def test_from_exception_to_the_runs_end(
     change = runs.after_fault(before, fault, POLICY, LIMITS, MAX_TRANSIENT, now_ms=NOW, jitter=LOW)
     assert error_code(change) == code
     assert change.run.status == (RunStatus.FAILED if code else status)
+
+
+def subscription(**fields: Any) -> Subscription:
+    values: dict[str, Any] = {"id": "sub_0", "client": "acme", "url": "https://r.test/hook", "created": T0}
+    return Subscription.model_construct(**{**values, **fields})
+
+
+@pytest.mark.parametrize(
+    ("sub", "body", "reason"),
+    [
+        (None, b"{}", "the subscription was deleted"),
+        (subscription(disabled=True), b"{}", "the subscription is disabled: by its owner"),
+        (
+            subscription(disabled=True, disabled_reason="the endpoint answered 410 Gone"),
+            b"{}",
+            "the subscription is disabled: the endpoint answered 410 Gone",
+        ),
+        (subscription(), None, "the event is no longer kept (zero retention or past retention)"),
+        (subscription(), b"{}", None),  # sent
+    ],
+)
+def test_skip_reason(sub: Subscription | None, body: bytes | None, reason: str | None) -> None:
+    assert deliveries.skip_reason(sub, body) == reason
