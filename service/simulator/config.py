@@ -407,13 +407,6 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "nutrient_delete": _parse_str,
     "nutrient_download_host": _parse_str,
     "rate_no_status": _parse_float,
-}
-
-# The readings each silent-document knob can play.
-_READINGS: dict[str, tuple[str, ...]] = {
-    "uptiq_multi_shape": ("object", "list", "ids"),
-    "nutrient_delete": ("delete", "404", "405"),
-    "nutrient_download_host": ("own", "other"),
     "azure_di_rps": _parse_float,
     "azure_di_burst": _parse_int,
     "azure_di_analyze_tps": _parse_float,
@@ -429,6 +422,13 @@ _READINGS: dict[str, tuple[str, ...]] = {
     "llamaparse_refusal_status": _parse_int,
     **{name: _parse_int for name in _NEW_INTS},
     **{name: _parse_str for name in _NEW_STRS},
+}
+
+# The readings each silent-document knob can play.
+_READINGS: dict[str, tuple[str, ...]] = {
+    "uptiq_multi_shape": ("object", "list", "ids"),
+    "nutrient_delete": ("delete", "404", "405"),
+    "nutrient_download_host": ("own", "other"),
 }
 
 
