@@ -7,7 +7,7 @@ state change the same way and the store applies it in one atomic step.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from service import domain
 from service.domain import (
@@ -21,9 +21,20 @@ from service.domain import (
     TERMINAL_EVENT,
 )
 from service.records import Event, Run, Transition, public_run, replace
-from service.settings import Settings
 
-__all__ = ["Run", "Transition", "public"]
+__all__ = ["Run", "RunLimits", "Transition", "public"]
+
+
+class RunLimits(Protocol):
+    """What the lifecycle reads of the run policy (``settings.RunPolicy``; the whole ``Settings`` has the
+    same fields, which the API's cancel passes): nothing else of the configuration reaches a transition."""
+
+    @property
+    def progress_min_interval_s(self) -> float: ...
+    @property
+    def retention_s(self) -> float: ...
+    @property
+    def max_inline_result_bytes(self) -> int: ...
 
 
 def new_run(*, run_id: str, now_ms: int, **fields: Any) -> Run:
@@ -107,7 +118,7 @@ def polled(
     progress: dict[str, Any] | None,
     delay_s: float,
     due_ms: float,
-    settings: Settings,
+    settings: RunLimits,
     also: dict[str, Any] | None = None,
 ) -> Transition:
     """A poll that found the vendor still working. Emits ``run.progress`` when progress moved, at most once
@@ -138,7 +149,7 @@ def finished(
     now_ms: int,
     *,
     status: str,
-    settings: Settings,
+    settings: RunLimits,
     vendor_status: str | None = None,
     result: Any = None,
     error: dict[str, Any] | None = None,
@@ -197,7 +208,7 @@ def _result(
     status: str,
     result: Any,
     result_file: tuple[bytes, str] | None,
-    settings: Settings,
+    settings: RunLimits,
     changes: dict[str, Any],
 ) -> tuple[bytes | None, Any, str | None]:
     """What to keep, what goes inline in the event and the event's ``result_url`` (see :func:`finished`)."""
@@ -220,7 +231,7 @@ def failed(
     *,
     code: str,
     message: str,
-    settings: Settings,
+    settings: RunLimits,
     details: dict[str, Any] | None = None,
     **kw: Any,
 ) -> Transition:
@@ -236,7 +247,7 @@ def failed(
     return finished(run, now_ms, status=FAILED, settings=settings, error=error, **kw)
 
 
-def canceled(run: Run, now_ms: int, *, settings: Settings, vendor_can_cancel: bool) -> Transition:
+def canceled(run: Run, now_ms: int, *, settings: RunLimits, vendor_can_cancel: bool) -> Transition:
     """Canceled here. The vendor is told by the worker (``vendor_cancel_pending``) when it has the run and
     can."""
     tell_vendor = vendor_can_cancel and bool(run.vendor_run_id)

@@ -1,4 +1,5 @@
-"""One delivery attempt: sign the event, POST it, record the attempt and what follows from it."""
+"""One delivery attempt: send (sign the event, POST it), decide (``service.core.deliveries``: what the
+answer means), apply (record the attempt and its outcome in one atomic step)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import structlog
 
 from service import __version__, domain, logs, tracing
 from service.clock import SYSTEM, Clock
-from service.delivery import schedule, signing
+from service.core import deliveries
+from service.delivery import signing
 from service.delivery.client import CallbackClient
 from service.delivery.urlsafety import Policy, UnsafeURL
 from service.domain import AttemptOutcome
@@ -64,34 +66,58 @@ class Deliverer:
     clock: Clock = SYSTEM
 
     def __post_init__(self) -> None:
-        self.policy = Policy(self.settings.callback_allowed_networks, self.settings.callback_blocked_networks)
+        # What the deliverer reads of the configuration: the delivery policy.
+        self.delivery = self.settings.delivery
+        self.policy = Policy(self.delivery.callback_allowed_networks, self.delivery.callback_blocked_networks)
 
     async def attempt(self, claimed: ClaimedDelivery) -> str:
         """Returns the outcome: succeeded, retry, failed, gone or skipped."""
         dlv, sub = claimed.delivery, claimed.subscription
         with logs_bound(dlv):
-            if sub is None:
-                return await self._skip(dlv, "the subscription was deleted")
-            if sub.disabled:
-                return await self._skip(
-                    dlv, f"the subscription is disabled: {sub.disabled_reason or 'by its owner'}"
-                )
-            if claimed.body is None:
-                return await self._skip(dlv, "the event is no longer kept (zero retention or past retention)")
+            reason = deliveries.skip_reason(sub, claimed.body)
+            if reason is not None or sub is None or claimed.body is None:  # (the last two: for the types)
+                return await self._skip(dlv, reason or "")
             async with tracing.delivery_attempt(self.store, dlv):
                 return await self._send(dlv, sub, claimed.body)
 
     async def _send(self, dlv: Delivery, sub: Subscription, body: bytes) -> str:
+        """Send, decide, apply: the POST, the core's verdict on its answer, the attempt's record."""
         started = self.clock.time()
+        attempt, retry_after = await self._post(dlv, sub, body, started)
+        done_ms = self.clock.now_ms()
+        verdict = deliveries.after_attempt(
+            attempt.status_code,
+            retry_after,
+            failures=deliveries.failures_in_series(dlv),
+            schedule=self.delivery.retry_schedule,
+            now_ms=done_ms,
+            jitter=self.rng,
+        )
+        await self.store.record_attempt(
+            dlv.id,
+            verdict.outcome,
+            now_ms=done_ms,
+            attempt=attempt,
+            next_at_ms=verdict.next_at_ms,
+            status_code=attempt.status_code,
+        )
+        self._count(dlv, verdict.outcome, attempt, done_ms)
+        return verdict.outcome
+
+    async def _post(
+        self, dlv: Delivery, sub: Subscription, body: bytes, started: float
+    ) -> tuple[Attempt, float | None]:
+        """The signed POST and what came of it: the attempt as recorded, and the receiver's Retry-After."""
         wall_start = time.time()
         now_ms = int(started * 1000)
         status_code: int | None = None
         error: str | None = None
         response_body = ""
         retry_after: float | None = None
+        timeout_s = self.delivery.callback_timeout_s
         try:
-            # Whatever this raises is a failed attempt, recorded below: never a lease loop.
-            async with asyncio.timeout(self.settings.callback_timeout_s):
+            # Whatever this raises is a failed attempt, recorded: never a lease loop.
+            async with asyncio.timeout(timeout_s):
                 url = self.policy.check_syntax(sub.url)
                 secrets = active_secrets(self.store.open_secrets(sub), now_ms)
                 headers = signing.headers(secrets, dlv.event_id, int(started), body, USER_AGENT)
@@ -101,55 +127,44 @@ class Deliverer:
                 )
             status_code = answer.status
             response_body = answer.body.decode("utf-8", "replace")
-            if status_code in (429, 503):
-                retry_after = retry_after_seconds(answer.headers.get("Retry-After"))
+            retry_after = retry_after_seconds(answer.headers.get("Retry-After"))
             if 300 <= status_code < 400:
                 error = f"redirect to {answer.headers.get('Location', '?')} not followed"
         except UnsafeURL as exc:
             error = f"callback_url_not_allowed: {exc}"
         except TimeoutError:
-            error = f"timed out after {self.settings.callback_timeout_s:g}s"
+            error = f"timed out after {timeout_s:g}s"
         except SecretUnavailable as exc:
             error = f"secret_unavailable: {exc}"
             log.error("subscription secret cannot be decrypted", error=str(exc))
         except Exception as exc:
             error = _describe(exc)
-        if error is not None:
-            error = redact(error, sub.url)
-        # The duration is the request's own, on the system's clock even when a test moves self.clock.
-        duration_ms = round((time.time() - wall_start) * 1000, 1)
         attempt = Attempt(
             at=domain.rfc3339(now_ms) or "",
             status_code=status_code,
-            duration_ms=duration_ms,
-            error=error,
+            # The request's own duration, on the system's clock even when a test moves self.clock.
+            duration_ms=round((time.time() - wall_start) * 1000, 1),
+            error=None if error is None else redact(error, sub.url),
             response_body=response_body,
         )
-        done_ms = self.clock.now_ms()
-        if status_code is not None and 200 <= status_code < 300:
-            outcome, next_at = AttemptOutcome.SUCCEEDED, None
-        elif status_code == 410:
-            outcome, next_at = AttemptOutcome.GONE, None
-        else:
-            failures = dlv.attempts - dlv.series + 1
-            wait = schedule.next_wait(self.settings.retry_schedule, failures, retry_after, self.rng)
-            outcome = AttemptOutcome.FAILED if wait is None else AttemptOutcome.RETRY
-            next_at = None if wait is None else done_ms + int(wait * 1000)
-        await self.store.record_attempt(
-            dlv.id, outcome, now_ms=done_ms, attempt=attempt, next_at_ms=next_at, status_code=status_code
-        )
-        tracing.outcome(outcome, status_code)
+        return attempt, retry_after
+
+    def _count(self, dlv: Delivery, outcome: AttemptOutcome, attempt: Attempt, done_ms: int) -> None:
+        tracing.outcome(outcome, attempt.status_code)
         client = client_label(dlv.client)
         DELIVERY_ATTEMPTS.labels(outcome, client).inc()
-        CALLBACK_ATTEMPT_SECONDS.labels(outcome).observe(duration_ms / 1000)
+        CALLBACK_ATTEMPT_SECONDS.labels(outcome).observe(attempt.duration_ms / 1000)
         if outcome != AttemptOutcome.RETRY:
             DELIVERIES.labels(client, outcome).inc()
         if outcome == AttemptOutcome.SUCCEEDED and dlv.attempts == 0:
             DELIVERY_LATENCY.observe(max(0.0, done_ms - dlv.created_at) / 1000)
         log.info(
-            "delivery attempt", outcome=outcome, status_code=status_code, error=error, duration_ms=duration_ms
+            "delivery attempt",
+            outcome=outcome,
+            status_code=attempt.status_code,
+            error=attempt.error,
+            duration_ms=attempt.duration_ms,
         )
-        return outcome
 
     async def _skip(self, dlv: Delivery, reason: str) -> str:
         now_ms = self.clock.now_ms()

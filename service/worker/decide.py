@@ -1,5 +1,6 @@
-"""What the worker does after a submit did not come back cleanly: pure functions, tested as tables
-(tests/unit/test_submit_decision.py).
+"""The one map from what a vendor call raised to a :class:`~service.core.runs.Fault` of the core, and
+what the worker does after a submit did not come back cleanly: pure functions, tested as tables
+(tests/unit/test_submit_decision.py, test_decisions.py).
 
 The rule: a request that may have created a job at the vendor is sent again only to a vendor whose
 adapter says ``submit_idempotent`` (a documented idempotency key makes the repeat return the first job).
@@ -14,7 +15,17 @@ from enum import Enum
 import httpx
 
 from service import domain
-from service.vendors.base import VendorRateLimited, VendorSubmitUncertain, VendorTransient
+from service.core.runs import Fault
+from service.domain import FaultKind
+from service.vendors import text
+from service.vendors.base import (
+    VendorExpired,
+    VendorRateLimited,
+    VendorRejected,
+    VendorResultTooLarge,
+    VendorSubmitUncertain,
+    VendorTransient,
+)
 from service.vendors.http import nothing_sent
 
 # The run's error code when a submit may have created a vendor job that we cannot name (README, errors).
@@ -53,3 +64,37 @@ def after_submit_fault(*, idempotent: bool, fault: SubmitFault) -> AfterSubmit:
     if fault is SubmitFault.MAYBE_CREATED and not idempotent:
         return AfterSubmit.END_AMBIGUOUS
     return AfterSubmit.RETRY
+
+
+# What a vendor call raised → the fault's kind (a 429 is a VendorRateLimited, checked first: it is also a
+# VendorTransient).
+# Anything else an adapter raises (a non-JSON answer, a field of the wrong type, an URL that httpx refuses)
+# is transient: it counts toward VENDOR_MAX_TRANSIENT_FAILURES, a bounded outcome instead of a lease that
+# comes back for ever. (A RedisError never gets here: the worker lets the lease hand the step back.)
+KINDS: tuple[tuple[type[BaseException], FaultKind], ...] = (
+    (VendorResultTooLarge, FaultKind.TOO_LARGE),
+    (VendorExpired, FaultKind.EXPIRED),
+    (VendorRejected, FaultKind.REJECTED),
+)
+
+
+def said(exc: BaseException) -> str:
+    """What a fault said: the vendor's own (scrubbed) message, else the exception's type and text."""
+    return text.clean(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}".rstrip(": "))
+
+
+def fault_of(exc: BaseException, *, submitting: bool = False, idempotent: bool = True) -> Fault:
+    """The one exception → outcome map. ``submitting``: the fault cut a submit (of a run still queued),
+    where a request that may have created a job is ambiguous unless the vendor is ``idempotent``."""
+    retry_after = getattr(exc, "retry_after", None)
+    if isinstance(exc, VendorRateLimited):
+        return Fault(FaultKind.RATE_LIMITED, said(exc), retry_after)
+    if isinstance(exc, VendorTransient | TimeoutError):
+        if submitting and after_submit_fault(idempotent=idempotent, fault=submit_fault(exc)) is (
+            AfterSubmit.END_AMBIGUOUS
+        ):
+            answer = getattr(exc, "answer", None)
+            return Fault(FaultKind.AMBIGUOUS, said(exc), retry_after, answer)
+        return Fault(FaultKind.TRANSIENT, said(exc), retry_after)
+    kind = next((k for cls, k in KINDS if isinstance(exc, cls)), FaultKind.TRANSIENT)
+    return Fault(kind, said(exc), retry_after)

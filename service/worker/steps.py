@@ -1,4 +1,9 @@
-"""One step of one run: submit it, poll it, finish it, or tell the vendor it was canceled.
+"""One step of one run: claim → call → decide → apply.
+
+The step calls the vendor (submit, poll, or cancel at ``MAX_RUN_S``), asks the core what the answer means
+(``service.core.runs``: pure decisions that return the one transition to apply) and applies it (one
+atomic script, batched with the other steps of the same turn). A fault is mapped once to the core's
+:class:`~service.core.runs.Fault` (``worker/decide.py``), and the core decides again.
 
 A step is idempotent: it may run twice (a worker died after the vendor call, before the write), and the
 second time changes nothing twice. The vendor idempotency key (Nutrient) or the adapter's checkpoint
@@ -9,8 +14,6 @@ store's transition keeps a late or duplicate write from landing.
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -20,9 +23,10 @@ from typing import Any
 import structlog
 from redis.exceptions import RedisError
 
-from service import domain, lifecycle, logs, tracing, trail
+from service import lifecycle, logs, tracing
 from service.clock import SYSTEM, Clock
-from service.domain import QUEUED, TERMINAL
+from service.core import runs
+from service.domain import QUEUED, TERMINAL, FaultKind
 from service.lifecycle import Transition
 from service.metrics import RUN_TIMEOUTS, VENDOR_CREDITS, client_label
 from service.records import Run
@@ -32,14 +36,9 @@ from service.vendors import base, text
 from service.vendors.base import (
     DeletesRuns,
     Document,
-    FileResult,
     PollResult,
     SubmitRequest,
     VendorAdapter,
-    VendorExpired,
-    VendorRateLimited,
-    VendorRejected,
-    VendorResultTooLarge,
     VendorTransient,
 )
 from service.worker import decide
@@ -49,36 +48,10 @@ from service.worker.transitions import TransitionBatcher
 
 log = logs.get("hookbridge.worker")
 
-# The vendor's own usage object is kept on the run up to this size; past it only the credits are kept.
-MAX_USAGE_BYTES = 1024
-
-
-def next_delay(policy: VendorSettings, current: float | None, rng: random.Random) -> tuple[float, float]:
-    """The vendor's poll policy: start at ``POLL_INITIAL_S``, grow by the multiplier up to ``POLL_MAX_S``.
-
-    Returns the planned interval (kept with the run, the base of the next one) and the interval to wait:
-    the planned one plus up to 15 % jitter, so that runs submitted together do not poll together, but
-    never past ``POLL_MAX_S``: the documented intervals (Cloudsquid 2-5 s, Uptiq 5-10 s) hold with the
-    jitter included. At the maximum the jitter goes below it instead, never below ``POLL_INITIAL_S``.
-    """
-    planned = (
-        policy.poll_initial_s if current is None else min(policy.poll_max_s, current * policy.poll_multiplier)
-    )
-    return planned, jittered(planned, policy.poll_initial_s, policy.poll_max_s, rng.uniform(0.0, 0.15))
-
-
-def jittered(planned: float, floor: float, ceiling: float, share: float) -> float:
-    """``planned`` moved by ``share`` of itself, up where there is room below ``ceiling``, else down;
-    always within [floor, ceiling]."""
-    up = planned * (1.0 + share)
-    wait = up if up <= ceiling else planned * (1.0 - share)
-    return min(ceiling, max(floor, wait))
-
 
 @dataclass
 class RunStepper:
-    """One step of a run: submit, poll, fetch the result, time out, tell the vendor; each ends in one
-    transition."""
+    """One step of a run: call the vendor, ask the core what follows, apply it."""
 
     store: Store
     settings: Settings
@@ -93,6 +66,9 @@ class RunStepper:
         self._transitions = TransitionBatcher(self.store)
         # The steps' timeouts, on one loop timer (asyncio.timeout arms one per step).
         self._deadlines = Deadlines()
+        # What the decisions read of the configuration: the run policy, not the whole settings.
+        self.limits = self.settings.run_policy
+        self.max_transient = self.limits.vendor_max_transient_failures
 
     async def close(self) -> None:
         """Waits for the changes of the steps that ended (before the store closes)."""
@@ -100,107 +76,67 @@ class RunStepper:
 
     async def step(self, claimed: ClaimedRun) -> None:
         prepaid.set((claimed.slot_ms, claimed.due_ms))
-        # A submit may checkpoint (a newer version of the run): the fault handlers must see that one.
-        latest = [claimed.run]
         run = claimed.run
-        policy = self.settings.vendor(run.vendor)
-        adapter = self.adapters[run.vendor]
-        timeout = self.settings.vendor_timeout_s * 2  # a step makes at most two vendor calls in a row
         # Tokens, not bound_contextvars(): that one reads the whole logging context first, on every step.
         tokens = structlog.contextvars.bind_contextvars(run_id=run.id, vendor=run.vendor)
         try:
-            await self._step(claimed, latest, policy, adapter, timeout)
+            await self._step(claimed)
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
 
-    async def _step(
-        self,
-        claimed: ClaimedRun,
-        latest: list[Run],
-        policy: VendorSettings,
-        adapter: VendorAdapter,
-        timeout: float,
-    ) -> None:
+    async def _step(self, claimed: ClaimedRun) -> None:
         run = claimed.run
-        timeout += max(0.0, claimed.slot_ms / 1000 - self.clock.time())
+        policy = self.settings.vendor(run.vendor)
+        adapter = self.adapters[run.vendor]
+        # A step makes at most two vendor calls in a row; the slot the budget gave it counts on top.
+        timeout = self.limits.vendor_timeout_s * 2 + max(0.0, claimed.slot_ms / 1000 - self.clock.time())
         if run.status in TERMINAL:
-            # Its own bounded retries: a terminal run must never go through the transient path below. Up to
-            # four vendor calls in a row: cancel, delete, and on 409 run_in_flight cancel and delete again.
+            # Its own bounded retries: a terminal run never goes through the fault path below. Up to four
+            # vendor calls in a row: cancel, delete, and on 409 run_in_flight cancel and delete again.
             await self._tell_vendor(run, adapter, policy, timeout * 2)
             return
+        # A submit may checkpoint (a newer version of the run): the fault's decision must see that one.
+        latest = [run]
         try:
             async with self._deadlines.timeout(timeout):
-                if self._now() - run.created_at > policy.max_run_s * 1000:
-                    await self._time_out(run, adapter, policy)
+                if runs.is_overdue(run, policy, self._now()):
+                    await self._cancel_at_vendor(adapter, run.vendor_run_id, run.state)
+                    await self._apply(runs.timed_out(run, policy, self.limits, now_ms=self._now()))
+                    RUN_TIMEOUTS.labels(run.vendor).inc()
                 elif run.status == QUEUED:
                     await self._submit(latest, adapter, policy)
                 else:
                     await self._poll(run, adapter, policy)
-        except VendorRateLimited as exc:
-            # The transport already paused the whole vendor; this run waits its turn, it does not fail.
-            delay = exc.retry_after if exc.retry_after is not None else policy.poll_initial_s
-            now = self._now()
-            change = lifecycle.touched(latest[0], now, due_ms=now + delay * 1000)
-            await self._apply(
-                trail.record(change, "rate_limited", at_ms=now, detail=f"retry after {delay:g}s")
-            )
-        except (VendorTransient, TimeoutError) as exc:
-            submitting = run.status == QUEUED and latest[0].status == QUEUED
-            idempotent = bool(getattr(adapter, "submit_idempotent", False))
-            action = decide.after_submit_fault(idempotent=idempotent, fault=decide.submit_fault(exc))
-            if submitting and action is decide.AfterSubmit.END_AMBIGUOUS:
-                await self._ambiguous(latest[0], exc)
-            else:
-                await self._transient(latest[0], policy, exc)
-        except VendorResultTooLarge as exc:
-            await self._finish(
-                latest[0],
-                lifecycle.failed(
-                    latest[0],
-                    self._now(),
-                    code=domain.RESULT_TOO_LARGE,
-                    message=exc.message,
-                    settings=self.settings,
-                ),
-            )
-        except (VendorExpired, VendorRejected) as exc:
-            # The vendor said no for good (an unknown run, a refused cancel: 401/403/404): one outcome.
-            code = domain.VENDOR_EXPIRED if isinstance(exc, VendorExpired) else domain.VENDOR_REJECTED
-            await self._refused(latest[0], code, exc.message)
         except RedisError:
             raise  # Redis is unreachable: the lease hands the step back once it returns
         except Exception as exc:
-            # Anything else the adapter raised (a non-JSON answer, a field of the wrong type, an URL
-            # that httpx refuses) is a transient fault: it counts toward VENDOR_MAX_TRANSIENT_FAILURES,
-            # so it ends in a bounded outcome instead of a lease that comes back for ever.
-            await self._transient(latest[0], policy, exc)
+            submitting = run.status == QUEUED and latest[0].status == QUEUED
+            idempotent = bool(getattr(adapter, "submit_idempotent", False))
+            fault = decide.fault_of(exc, submitting=submitting, idempotent=idempotent)
+            change = runs.after_fault(
+                latest[0], fault, policy, self.limits, self.max_transient, now_ms=self._now(), jitter=self.rng
+            )
+            if fault.kind in (FaultKind.TRANSIENT, FaultKind.AMBIGUOUS):
+                log.warning(
+                    "vendor fault", kind=fault.kind, error=fault.message, attempt=change.run.transient
+                )
+            await self._apply(change)
 
-    # Steps --------------------------------------------------------------------------------------
+    # The calls ----------------------------------------------------------------------------------
 
     async def _submit(self, latest: list[Run], adapter: VendorAdapter, policy: VendorSettings) -> None:
         run = latest[0]
         document = await self._document(run)
         if document is None:
-            # Accepted with a document that is no longer here: the run cannot be submitted.
-            await self._apply(
-                lifecycle.failed(
-                    run,
-                    self._now(),
-                    code=domain.VENDOR_REJECTED,
-                    message="the document is gone",
-                    settings=self.settings,
-                )
-            )
+            await self._apply(runs.document_gone(run, self.limits, now_ms=self._now()))
             return
-
         state = dict(run.state)
 
         async def checkpoint(update: dict[str, Any]) -> None:
             nonlocal run
             state.update(update)
-            change = lifecycle.touched(
-                run, self._now(), due_ms=self._now() + self.settings.lease_s * 1000, state=dict(state)
-            )
+            now = self._now()
+            change = lifecycle.touched(run, now, due_ms=now + self.settings.lease_s * 1000, state=dict(state))
             # A touch never ends a run: no end to count here.
             if not isinstance(await self.store.transition(change), Applied):
                 raise VendorTransient("the run changed while it was being submitted")
@@ -216,156 +152,48 @@ class RunStepper:
             checkpoint=checkpoint,
         )
         started = time.perf_counter()
-        try:
-            with tracing.vendor_call("submit", run):
-                accepted = await adapter.submit(request)
-        except VendorRejected as exc:
-            now = self._now()
-            refused = lifecycle.failed(
-                run, now, code=domain.VENDOR_REJECTED, message=exc.message, settings=self.settings
-            )
-            await self._apply(
-                trail.record(refused, "error", at_ms=now, latency_ms=_ms(started), detail=exc.message)
-            )
-            return
-        shown, delay = next_delay(policy, None, self.rng)
-        change = lifecycle.submitted(
-            run,
-            self._now(),
-            vendor_run_id=accepted.vendor_run_id,
-            vendor_status=text.clean_optional(accepted.vendor_status, 200),
-            state={**state, **accepted.state},
-            due_ms=self._now() + delay * 1000,
-            delay_s=shown,
-        )
-        change = trail.record(
-            change,
-            "submitted",
-            at_ms=self._now(),
-            vendor_status=text.clean_optional(accepted.vendor_status, 200),
-            latency_ms=_ms(started),
+        with tracing.vendor_call("submit", run):
+            accepted = await adapter.submit(request)
+        change = runs.after_submit(
+            run, accepted, state, policy, now_ms=self._now(), jitter=self.rng, latency_ms=_ms(started)
         )
         outcome = await self._apply(change)
         if isinstance(outcome, Conflict) and outcome.current.status in TERMINAL:
             # Canceled while we were submitting: the vendor has a run nobody wants any more.
-            vendor_state = {**state, **accepted.state}
-            if adapter.supports_cancel:
-                await self._cancel_quietly(adapter, accepted.vendor_run_id, vendor_state)
-            if run.zero_retention and isinstance(adapter, DeletesRuns):
-                try:
-                    await adapter.delete(accepted.vendor_run_id, vendor_state)
-                except base.VendorError as exc:
-                    log.warning("vendor delete failed", vendor=adapter.name, error=exc.message)
+            await self._withdraw(run, adapter, accepted.vendor_run_id, {**state, **accepted.state})
         log.info("run submitted", run_id=run.id, vendor=run.vendor, vendor_run_id=accepted.vendor_run_id)
 
     async def _poll(self, run: Run, adapter: VendorAdapter, policy: VendorSettings) -> None:
-        state = run.state
         # Past the submit a run has a vendor id; a record without one fails its polls (a bounded outcome).
         vendor_run_id = run.vendor_run_id or ""
         started = time.perf_counter()
         with tracing.vendor_call("poll", run):
-            result = _untrusted(await adapter.poll(vendor_run_id, state))
-        now = self._now()
-        if result.status == base.SUCCEEDED:
-            payload = result.result
-            if result.needs_fetch:
-                with tracing.vendor_call("fetch_result", run):
-                    payload = await adapter.fetch_result(vendor_run_id, state)
-            payload = _scrubbed_payload(payload)
-            result_file = None
-            if isinstance(payload, FileResult):
-                payload, result_file = _file_result(run, payload)
-            done = lifecycle.finished(
-                run,
-                self._now(),
-                status=domain.SUCCEEDED,
-                settings=self.settings,
-                vendor_status=result.vendor_status,
-                result=payload,
-                usage=_bounded_usage(result.usage),
-                result_file=result_file,
-            )
-            status, latency = result.vendor_status, _ms(started)
-            await self._finish(
-                run, trail.record(done, "result", at_ms=now, vendor_status=status, latency_ms=latency)
-            )
-        elif result.status in (base.FAILED, base.CANCELED):
-            # Canceled at the vendor by someone else than us: for our client the run failed there.
-            message = result.error or "the vendor reported a failure"
-            if result.status == base.CANCELED:
-                message = "the run was canceled at the vendor"
-            change = lifecycle.failed(
-                run,
-                now,
-                code=domain.VENDOR_FAILED,
-                message=message,
-                details=result.error_details,
-                settings=self.settings,
-                vendor_status=result.vendor_status,
-            )
-            status, latency = result.vendor_status, _ms(started)
-            change = trail.record(
-                change, "error", at_ms=now, vendor_status=status, latency_ms=latency, detail=message
-            )
-            await self._finish(run, change)
-        else:
-            shown, delay = next_delay(policy, run.delay_s, self.rng)
-            progress = _progress(result)
-            moved = progress is not None and progress != run.progress
-            # The trail's entry goes in the same copy of the run as the poll's own fields.
-            entry = trail.appended(
-                run,
-                "progress" if moved else "poll",
-                at_ms=now,
-                vendor_status=result.vendor_status,
-                latency_ms=_ms(started),
-                detail=_progress_text(progress) if moved else None,
-            )
-            change = lifecycle.polled(
-                run,
-                now,
-                running=result.status == base.RUNNING,
-                vendor_status=result.vendor_status,
-                progress=progress,
-                delay_s=shown,
-                due_ms=now + delay * 1000,
-                settings=self.settings,
-                also=entry,
-            )
-            await self._apply(change)
-
-    async def _time_out(self, run: Run, adapter: VendorAdapter, policy: VendorSettings) -> None:
-        message = f"no result after {policy.max_run_s:g}s (HOOKBRIDGE_{run.vendor.upper()}_MAX_RUN_S)"
-        progress = run.progress or {}
-        if progress.get("message"):
-            # What the vendor last said it was doing (Uptiq: "check processingStage.message").
-            message += f"; the vendor last said: {progress['message']}"
-        if run.vendor_run_id and adapter.supports_cancel:
-            await self._cancel_quietly(adapter, run.vendor_run_id, run.state)
-        now = self._now()
-        change = lifecycle.failed(
+            result = _untrusted(await adapter.poll(vendor_run_id, run.state))
+        payload = None
+        if result.status == base.SUCCEEDED and result.needs_fetch:
+            with tracing.vendor_call("fetch_result", run):
+                payload = await adapter.fetch_result(vendor_run_id, run.state)
+        change = runs.after_poll(
             run,
-            now,
-            code=domain.TIMED_OUT,
-            message=message,
-            details={"last_progress": progress} if progress else None,
-            settings=self.settings,
-            count_poll=False,
+            result,
+            policy,
+            self.limits,
+            now_ms=self._now(),
+            jitter=self.rng,
+            payload=payload,
+            latency_ms=_ms(started),
         )
-        await self._finish(run, trail.record(change, "timeout", at_ms=now, detail=message))
-        RUN_TIMEOUTS.labels(run.vendor).inc()
+        await self._apply(change)
 
     async def _tell_vendor(
         self, run: Run, adapter: VendorAdapter, policy: VendorSettings, timeout: float
     ) -> None:
-        """Cancels (canceled here) and deletes (zero retention) the vendor's run, with bounded retries.
-
-        Every way out is recorded: the vendor told, or after ``VENDOR_MAX_TRANSIENT_FAILURES`` attempts (or
-        a refusal) the run says ``vendor_deleted: false`` with ``vendor_delete_error``. It never loops.
-        """
+        """Cancels (canceled here) and deletes (zero retention) the vendor's run; what follows a failure
+        (again later, or given up and recorded) is the core's ``after_telling``. It never loops."""
         vendor_run_id, state = run.vendor_run_id, run.state
         deleted: bool | None = None
         error: str | None = None
+        fault = None
         try:
             async with asyncio.timeout(timeout):
                 if run.vendor_cancel_pending and vendor_run_id and adapter.supports_cancel:
@@ -378,159 +206,85 @@ class RunStepper:
                     else:
                         error = f"{run.vendor} has no API to delete its copy of a run"
         except Exception as exc:  # anything at all: a cleanup step ends recorded, never in a lease loop
-            attempts = run.vendor_attempts + 1
-            message = text.clean(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}".rstrip(": "))
-            final = isinstance(exc, VendorRejected) or attempts >= self.settings.vendor_max_transient_failures
-            log.warning(
-                "telling the vendor failed",
-                run_id=run.id,
-                vendor=run.vendor,
-                error=message,
-                attempt=attempts,
-            )
-            if not final:
-                backoff = min(policy.poll_max_s, policy.poll_initial_s * 2 ** (attempts - 1))
-                delay = max(backoff, getattr(exc, "retry_after", None) or 0.0) * self.rng.uniform(1.0, 1.2)
-                await self._apply(
-                    lifecycle.vendor_retry(run, due_ms=self._now() + delay * 1000, attempts=attempts)
-                )
-                return
-            error = f"gave up after {attempts} attempt{'s' if attempts > 1 else ''}: {message}"
-        await self._apply(lifecycle.vendor_told(run, deleted=deleted, error=error))
-
-    async def _ambiguous(self, run: Run, exc: BaseException) -> None:
-        """A submit that may have created a job at a vendor without idempotency: the run ends here, with
-        what the vendor said in its trail, and is never submitted again."""
-        said = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}".rstrip(": ")
-        answer = getattr(exc, "answer", None)
-        message = text.clean(
-            f"the submit may have created a job at {run.vendor}, which takes no idempotency key, so it "
-            f"is not sent again; check the vendor before resubmitting ({said})"
-        )
-        now = self._now()
-        change = lifecycle.failed(
+            fault = decide.fault_of(exc)
+            log.warning("telling the vendor failed", error=fault.message, attempt=run.vendor_attempts + 1)
+        change = runs.after_telling(
             run,
-            now,
-            code=decide.VENDOR_SUBMIT_AMBIGUOUS,
-            message=message,
-            details={"vendor_answer": answer} if answer else None,
-            settings=self.settings,
-            count_poll=False,
+            policy,
+            self.max_transient,
+            now_ms=self._now(),
+            jitter=self.rng,
+            deleted=deleted,
+            error=error,
+            fault=fault,
         )
-        detail = text.clean(f"{said}; vendor answered: {answer}" if answer else said, 1024)
-        log.warning("vendor submit ambiguous", run_id=run.id, vendor=run.vendor, error=detail)
-        await self._finish(run, trail.record(change, "error", at_ms=now, detail=detail))
+        await self._apply(change)
 
-    async def _refused(self, run: Run, code: str, message: str) -> None:
-        # Terminal runs never reach here: telling the vendor has its own bounded retries (_tell_vendor).
-        await self._apply(
-            lifecycle.failed(run, self._now(), code=code, message=message, settings=self.settings)
-        )
-
-    async def _transient(self, run: Run, policy: VendorSettings, exc: Exception) -> None:
-        count = run.transient + 1
-        message = text.clean(
-            getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}" or type(exc).__name__
-        )
-        now = self._now()
-        if count >= self.settings.vendor_max_transient_failures:
-            change = lifecycle.failed(
-                run,
-                now,
-                code=domain.VENDOR_UNREACHABLE,
-                message=text.clean(f"{count} transient faults in a row; the last: {message}"),
-                settings=self.settings,
-                count_poll=False,
-            )
-            await self._finish(run, trail.record(change, "error", at_ms=now, detail=message))
-            return
-        retry_after = getattr(exc, "retry_after", None)
-        backoff = min(policy.poll_max_s, policy.poll_initial_s * 2 ** (count - 1))
-        delay = max(backoff, retry_after or 0.0) * self.rng.uniform(1.0, 1.2)
-        log.warning("vendor fault", run_id=run.id, vendor=run.vendor, error=message, attempt=count)
-        change = lifecycle.touched(run, now, due_ms=now + delay * 1000, transient=count)
-        await self._apply(trail.record(change, "error", at_ms=now, detail=message))
-
-    # Helpers ------------------------------------------------------------------------------------
+    # Applying -----------------------------------------------------------------------------------
 
     def _now(self) -> int:
         return self.clock.now_ms()
 
-    async def _finish(self, run: Run, change: Transition) -> None:
-        with tracing.run_finish(change.run):
-            outcome = await self._apply(change)
+    async def _apply(self, change: Transition) -> Outcome:
+        """The change, in the batch of this turn. A run's end (the only change that sets ``ttl_ms``) is
+        traced, its credits counted, and the delivery pump woken; the batcher counts it in
+        hookbridge_runs_total."""
+        new = change.run
+        if change.ttl_ms is None:
+            outcome = await self._transitions.apply(change)
+            if isinstance(outcome, Applied) and outcome.deliveries:
+                self.on_delivery_due()
+            return outcome
+        with tracing.run_finish(new):
+            outcome = await self._transitions.apply(change)
         if isinstance(outcome, Applied):
-            credits = (change.run.usage or {}).get("credits")
+            error = (new.error or {}).get("code")
+            log.info("run finished", run_id=new.id, vendor=new.vendor, status=new.status, error=error)
+            credits = (new.usage or {}).get("credits")
             if isinstance(credits, int | float) and credits > 0:
                 # Labels stay bounded: vendors are a fixed set, clients come from HOOKBRIDGE_API_KEYS.
-                VENDOR_CREDITS.labels(run.vendor, client_label(run.client)).inc(credits)
-        elif isinstance(outcome, Conflict):
-            log.info("late result discarded", run_id=run.id, vendor=run.vendor)
-
-    async def _apply(self, change: Transition) -> Outcome:
-        # The batcher counts every run's end it applies in hookbridge_runs_total.
-        outcome = await self._transitions.apply(change)
-        new = change.run
-        if not isinstance(outcome, Applied):
-            return outcome
-        if change.ttl_ms is not None:  # only a run's end sets its expiry
-            log.info(
-                "run finished",
-                run_id=new.id,
-                vendor=new.vendor,
-                status=new.status,
-                error=(new.error or {}).get("code"),
-            )
+                VENDOR_CREDITS.labels(new.vendor, client_label(new.client)).inc(credits)
             # The delivery pump learns that work is due now without waiting for its next tick.
             self.on_delivery_due()
-        elif outcome.deliveries:
-            self.on_delivery_due()
+        elif isinstance(outcome, Conflict):
+            log.info("late result discarded", run_id=new.id, vendor=new.vendor)
         return outcome
 
     async def _document(self, run: Run) -> Document | None:
         doc = run.document or {}
+        filename = doc.get("filename") or "document"
+        media_type = doc.get("media_type") or "application/octet-stream"
         if doc.get("url"):
-            return Document(
-                url=doc["url"],
-                filename=doc.get("filename") or "document",
-                media_type=doc.get("media_type") or "application/octet-stream",
-            )
+            return Document(url=doc["url"], filename=filename, media_type=media_type)
         content = await self.store.get_document(run.id)
         if content is None:
             return None
-        return Document(
-            content=content,
-            filename=doc.get("filename") or "document",
-            media_type=doc.get("media_type") or "application/octet-stream",
-        )
+        return Document(content=content, filename=filename, media_type=media_type)
+
+    async def _withdraw(
+        self, run: Run, adapter: VendorAdapter, vendor_run_id: str, state: dict[str, Any]
+    ) -> None:
+        """The run ended here while the vendor took it: cancel it there, and delete it (zero retention)."""
+        await self._cancel_at_vendor(adapter, vendor_run_id, state)
+        if run.zero_retention and isinstance(adapter, DeletesRuns):
+            try:
+                await adapter.delete(vendor_run_id, state)
+            except base.VendorError as exc:
+                log.warning("vendor delete failed", vendor=adapter.name, error=exc.message)
 
     @staticmethod
-    async def _cancel_quietly(adapter: VendorAdapter, vendor_run_id: str, state: dict[str, Any]) -> None:
+    async def _cancel_at_vendor(
+        adapter: VendorAdapter, vendor_run_id: str | None, state: dict[str, Any]
+    ) -> None:
+        """Best effort: whatever the cancel raised, the run's outcome stands."""
+        if not (vendor_run_id and adapter.supports_cancel):
+            return
         try:
             await adapter.cancel(vendor_run_id, state)
         except RedisError:
             raise
-        except Exception as exc:  # best effort: whatever the cancel raised, the run's outcome stands
-            message = text.clean(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
-            log.warning("vendor cancel failed", vendor=adapter.name, error=message)
-
-
-def _file_result(run: Run, file: FileResult) -> tuple[Any, tuple[bytes, str] | None]:
-    """The event's JSON and the file to keep. The vendor's ``downloadUrl`` needs the vendor's key, so it
-    becomes ours; with zero retention nothing is kept and the file travels inline, base64 encoded."""
-    data = json.loads(json.dumps(file.data)) if file.data is not None else {}
-    if not isinstance(data, dict):
-        data = {"result": data}
-    output = data.get("output")
-    if not isinstance(output, dict):
-        output = data["output"] = {}
-    if run.zero_retention:
-        output.pop("downloadUrl", None)
-        output["file_base64"] = base64.b64encode(file.content).decode("ascii")
-        output["file_media_type"] = file.media_type
-        return data, None
-    output["downloadUrl"] = f"/v1/runs/{run.id}/result"
-    return data, (file.content, file.media_type)
+        except Exception as exc:
+            log.warning("vendor cancel failed", vendor=adapter.name, error=decide.said(exc))
 
 
 def _untrusted(result: PollResult) -> PollResult:
@@ -552,35 +306,6 @@ def _untrusted(result: PollResult) -> PollResult:
         usage=text.scrub_json(result.usage),
         result=text.scrub_json(result.result),
     )
-
-
-def _scrubbed_payload(payload: Any) -> Any:
-    if isinstance(payload, FileResult):
-        return replace(payload, data=text.scrub_json(payload.data))
-    return text.scrub_json(payload)
-
-
-def _bounded_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
-    if usage is None:
-        return None
-    if len(json.dumps(usage, separators=(",", ":"), default=str)) <= MAX_USAGE_BYTES:
-        return usage
-    return {"credits": usage.get("credits"), "reported": None}
-
-
-def _progress(result: PollResult) -> dict[str, Any] | None:
-    if result.progress is None:
-        return None
-    p = result.progress
-    return {"percent": p.percent, "phase": p.phase, "message": p.message}
-
-
-def _progress_text(progress: dict[str, Any] | None) -> str | None:
-    if not progress:
-        return None
-    parts = [f"{progress['percent']:g}%" if progress.get("percent") is not None else None]
-    parts += [progress.get("phase"), progress.get("message")]
-    return " ".join(str(p) for p in parts if p) or None
 
 
 def _ms(started: float) -> float:

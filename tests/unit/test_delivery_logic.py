@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks import Webhook
 
-from service.delivery import schedule, signing
+from service.core import backoff
+from service.delivery import signing
 from service.delivery.urlsafety import Policy, UnsafeURL, normalise
 from service.domain import new_id
 from service.settings import DEFAULT_BLOCKED_NETWORKS, parse_networks
@@ -30,17 +31,17 @@ def test_signatures_verify_with_the_reference_library_and_list_every_secret() ->
 def test_schedule_jitters_within_twenty_percent_and_ends() -> None:
     rng = random.Random(1)
     steps = (5.0, 300.0)
-    waits = [schedule.next_wait(steps, 1, None, rng) for _ in range(200)]
+    waits = [backoff.delivery_wait(steps, 1, None, rng) for _ in range(200)]
     assert all(w is not None and 4.0 <= w <= 6.0 for w in waits)
-    assert schedule.next_wait(steps, 3, None, rng) is None
+    assert backoff.delivery_wait(steps, 3, None, rng) is None
 
 
 def test_retry_after_is_honoured_within_the_schedule() -> None:
     rng = random.Random(2)
-    assert schedule.next_wait((1.0, 10.0), 1, 5.0, rng) == 5.0
-    wait = schedule.next_wait((1.0, 10.0), 1, 999.0, rng)
+    assert backoff.delivery_wait((1.0, 10.0), 1, 5.0, rng) == 5.0
+    wait = backoff.delivery_wait((1.0, 10.0), 1, 999.0, rng)
     assert wait == 10.0  # never later than the longest step
-    assert schedule.next_wait((1.0, 10.0), 1, 0.0, rng) >= 0.8  # never earlier than the step
+    assert backoff.delivery_wait((1.0, 10.0), 1, 0.0, rng) >= 0.8  # never earlier than the step
 
 
 @pytest.mark.parametrize(

@@ -38,13 +38,16 @@ LAYERS: dict[str, int] = {
     "vendors": 8,
     "_uvicorn": 8,
     "console": 8,
-    "delivery": 9,
-    "worker": 10,
-    "api": 10,
-    "simulator": 11,
-    "dev": 12,
-    "cli": 13,
-    "__main__": 14,
+    # The decisions: what a vendor's or a callback's answer means. They read the vendor seam's shapes
+    # (PollResult, FileResult), so they sit above the vendors and below every shell that calls them.
+    "core": 9,
+    "delivery": 10,
+    "worker": 11,
+    "api": 11,
+    "simulator": 12,
+    "dev": 13,
+    "cli": 14,
+    "__main__": 15,
 }
 
 # Arrows known to point up, each with the work that removes it. Reading the settings loads the vendor

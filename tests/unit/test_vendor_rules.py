@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from service.core.backoff import jittered
+from service.core.backoff import poll_delay as next_delay
 from service.settings import VendorSettings
 from service.vendors import cloudsquid, nutrient, uptiq
 from service.vendors.base import (
@@ -22,7 +24,6 @@ from service.vendors.base import (
     VendorSubmitUncertain,
     VendorTransient,
 )
-from service.worker.steps import jittered, next_delay
 
 Handler = Callable[[httpx.Request], httpx.Response]
 PDF = Document(content=b"%PDF-1.4", filename="a.pdf", media_type="application/pdf")

@@ -1,0 +1,372 @@
+"""What follows a vendor's answer for a run: pure decisions, each returning the one :class:`Transition`
+the worker applies (tests/unit/test_decisions.py).
+
+- :func:`after_submit`: the vendor took the run; its first poll is due after the poll policy's first step.
+- :func:`after_poll`: still working (next poll with the grown interval and its jitter), succeeded (the
+  result, a file result made ours), failed or canceled at the vendor (``vendor_failed``).
+- :func:`after_fault`: a :class:`Fault` (its kind from ``worker/decide.py``'s one exception map): wait for a
+  429's ``Retry-After``, retry a transient fault with backoff until ``VENDOR_MAX_TRANSIENT_FAILURES``, or
+  fail with the kind's error code.
+- :func:`is_overdue` / :func:`timed_out`: ``MAX_RUN_S``.
+- :func:`after_telling`: telling the vendor (cancel, delete) succeeded, failed for now, or is given up.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from service import domain, lifecycle, trail
+from service.core import backoff
+from service.core.backoff import Jitter
+from service.domain import FaultKind
+from service.lifecycle import RunLimits, Transition
+from service.records import Run
+from service.settings import VendorSettings
+from service.vendors import base, text
+from service.vendors.base import FileResult, PollResult, Submitted
+
+# The vendor's own usage object is kept on the run up to this size; past it only the credits are kept.
+MAX_USAGE_BYTES = 1024
+
+# The error code a fault of each kind ends a run with (TRANSIENT and RATE_LIMITED end it only when
+# transient faults reach VENDOR_MAX_TRANSIENT_FAILURES: vendor_unreachable).
+FAULT_CODE: dict[FaultKind, str] = {
+    FaultKind.RATE_LIMITED: domain.VENDOR_UNREACHABLE,
+    FaultKind.TRANSIENT: domain.VENDOR_UNREACHABLE,
+    FaultKind.REJECTED: domain.VENDOR_REJECTED,
+    FaultKind.EXPIRED: domain.VENDOR_EXPIRED,
+    FaultKind.TOO_LARGE: domain.RESULT_TOO_LARGE,
+    FaultKind.AMBIGUOUS: domain.VENDOR_SUBMIT_AMBIGUOUS,
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A vendor call that did not answer as hoped, in the core's words."""
+
+    kind: FaultKind
+    message: str  # what the vendor (or the transport) said, already cleaned
+    retry_after: float | None = None  # seconds, when the vendor said (429, 503)
+    answer: str | None = None  # the vendor's answer to an ambiguous submit, when it gave one
+
+
+# After a submit -------------------------------------------------------------------------------------------
+
+
+def after_submit(
+    run: Run,
+    accepted: Submitted,
+    state: dict[str, Any],
+    policy: VendorSettings,
+    *,
+    now_ms: int,
+    jitter: Jitter,
+    latency_ms: float | None = None,
+) -> Transition:
+    """The vendor accepted the run: ``submitted``, first poll after ``POLL_INITIAL_S`` (+ jitter)."""
+    shown, delay = backoff.poll_delay(policy, None, jitter)
+    status = text.clean_optional(accepted.vendor_status, 200)
+    change = lifecycle.submitted(
+        run,
+        now_ms,
+        vendor_run_id=accepted.vendor_run_id,
+        vendor_status=status,
+        state={**state, **accepted.state},
+        due_ms=now_ms + delay * 1000,
+        delay_s=shown,
+    )
+    return trail.record(change, "submitted", at_ms=now_ms, vendor_status=status, latency_ms=latency_ms)
+
+
+def document_gone(run: Run, limits: RunLimits, *, now_ms: int) -> Transition:
+    """Accepted with a document that is no longer here: the run cannot be submitted."""
+    return lifecycle.failed(
+        run, now_ms, code=domain.VENDOR_REJECTED, message="the document is gone", settings=limits
+    )
+
+
+# After a poll ---------------------------------------------------------------------------------------------
+
+
+def after_poll(
+    run: Run,
+    result: PollResult,
+    policy: VendorSettings,
+    limits: RunLimits,
+    *,
+    now_ms: int,
+    jitter: Jitter,
+    payload: Any = None,
+    latency_ms: float | None = None,
+) -> Transition:
+    """A poll's answer (already scrubbed, ``untrusted``) → the run's change. ``payload``: the result when
+    it was fetched apart (``needs_fetch``), else the poll's own ``result``."""
+    if result.status == base.SUCCEEDED:
+        body = payload if result.needs_fetch else result.result
+        return _succeeded(run, result, body, limits, now_ms=now_ms, latency_ms=latency_ms)
+    if result.status in (base.FAILED, base.CANCELED):
+        return _failed_at_vendor(run, result, limits, now_ms=now_ms, latency_ms=latency_ms)
+    return _still_working(run, result, policy, limits, now_ms=now_ms, jitter=jitter, latency_ms=latency_ms)
+
+
+def _succeeded(
+    run: Run, result: PollResult, body: Any, limits: RunLimits, *, now_ms: int, latency_ms: float | None
+) -> Transition:
+    body = scrubbed_payload(body)
+    result_file = None
+    if isinstance(body, FileResult):
+        body, result_file = file_result(run, body)
+    done = lifecycle.finished(
+        run,
+        now_ms,
+        status=domain.SUCCEEDED,
+        settings=limits,
+        vendor_status=result.vendor_status,
+        result=body,
+        usage=bounded_usage(result.usage),
+        result_file=result_file,
+    )
+    status = result.vendor_status
+    return trail.record(done, "result", at_ms=now_ms, vendor_status=status, latency_ms=latency_ms)
+
+
+def _failed_at_vendor(
+    run: Run, result: PollResult, limits: RunLimits, *, now_ms: int, latency_ms: float | None
+) -> Transition:
+    # Canceled at the vendor by someone else than us: for our client the run failed there.
+    message = result.error or "the vendor reported a failure"
+    if result.status == base.CANCELED:
+        message = "the run was canceled at the vendor"
+    status = result.vendor_status
+    change = lifecycle.failed(
+        run,
+        now_ms,
+        code=domain.VENDOR_FAILED,
+        message=message,
+        details=result.error_details,
+        settings=limits,
+        vendor_status=status,
+    )
+    return trail.record(
+        change, "error", at_ms=now_ms, vendor_status=status, latency_ms=latency_ms, detail=message
+    )
+
+
+def _still_working(
+    run: Run,
+    result: PollResult,
+    policy: VendorSettings,
+    limits: RunLimits,
+    *,
+    now_ms: int,
+    jitter: Jitter,
+    latency_ms: float | None,
+) -> Transition:
+    """Queued or running at the vendor: the next poll after the grown interval (+ jitter); the progress
+    kept, and told when it moved (``lifecycle.polled``)."""
+    shown, delay = backoff.poll_delay(policy, run.delay_s, jitter)
+    progress = progress_of(result)
+    moved = progress is not None and progress != run.progress
+    # The trail's entry goes in the same copy of the run as the poll's own fields.
+    entry = trail.appended(
+        run,
+        "progress" if moved else "poll",
+        at_ms=now_ms,
+        vendor_status=result.vendor_status,
+        latency_ms=latency_ms,
+        detail=progress_text(progress) if moved else None,
+    )
+    return lifecycle.polled(
+        run,
+        now_ms,
+        running=result.status == base.RUNNING,
+        vendor_status=result.vendor_status,
+        progress=progress,
+        delay_s=shown,
+        due_ms=now_ms + delay * 1000,
+        settings=limits,
+        also=entry,
+    )
+
+
+# After a fault --------------------------------------------------------------------------------------------
+
+
+def after_fault(
+    run: Run,
+    fault: Fault,
+    policy: VendorSettings,
+    limits: RunLimits,
+    max_transient: int,
+    *,
+    now_ms: int,
+    jitter: Jitter,
+) -> Transition:
+    """A fault of a step → wait, retry with backoff, or fail with the kind's code.
+
+    - rate-limited: the transport already paused the whole vendor; this run waits its turn
+      (:func:`rate_limited_wait`) and does not fail, nor count a fault;
+    - transient: the ``n``-th in a row waits :func:`backoff.fault_delay`; the ``max_transient``-th ends
+      the run ``vendor_unreachable``;
+    - rejected, expired, too large: the run fails with ``vendor_rejected``, ``vendor_expired``,
+      ``result_too_large``;
+    - ambiguous (a submit that may have created a job at a vendor without idempotency): the run fails
+      ``vendor_submit_ambiguous`` and is never submitted again.
+    """
+    if fault.kind is FaultKind.RATE_LIMITED:
+        delay = rate_limited_wait(policy, fault.retry_after)
+        change = lifecycle.touched(run, now_ms, due_ms=now_ms + delay * 1000)
+        return trail.record(change, "rate_limited", at_ms=now_ms, detail=f"retry after {delay:g}s")
+    if fault.kind is FaultKind.TRANSIENT:
+        count = run.transient + 1
+        if count >= max_transient:
+            message = text.clean(f"{count} transient faults in a row; the last: {fault.message}")
+            change = lifecycle.failed(
+                run, now_ms, code=FAULT_CODE[fault.kind], message=message, settings=limits, count_poll=False
+            )
+            return trail.record(change, "error", at_ms=now_ms, detail=fault.message)
+        delay = backoff.fault_delay(policy, count, fault.retry_after, jitter)
+        change = lifecycle.touched(run, now_ms, due_ms=now_ms + delay * 1000, transient=count)
+        return trail.record(change, "error", at_ms=now_ms, detail=fault.message)
+    if fault.kind is FaultKind.AMBIGUOUS:
+        message = text.clean(
+            f"the submit may have created a job at {run.vendor}, which takes no idempotency key, so it "
+            f"is not sent again; check the vendor before resubmitting ({fault.message})"
+        )
+        change = lifecycle.failed(
+            run,
+            now_ms,
+            code=FAULT_CODE[fault.kind],
+            message=message,
+            details={"vendor_answer": fault.answer} if fault.answer else None,
+            settings=limits,
+            count_poll=False,
+        )
+        return trail.record(change, "error", at_ms=now_ms, detail=ambiguous_detail(fault))
+    # Rejected, expired, too large: the vendor said no for good (401/403/404, a result past the limit).
+    change = lifecycle.failed(
+        run, now_ms, code=FAULT_CODE[fault.kind], message=fault.message, settings=limits
+    )
+    return trail.record(change, "error", at_ms=now_ms, detail=fault.message)
+
+
+def rate_limited_wait(policy: VendorSettings, retry_after: float | None) -> float:
+    """How long a run waits after a 429: the vendor's ``Retry-After``, within the bounds of the vendor's
+    own pause (``worker/budget.py``): never under ``POLL_INITIAL_S`` (the vendor's documented minimum
+    between two requests), never past ``PAUSE_MAX_S``."""
+    wanted = retry_after if retry_after is not None else policy.poll_initial_s
+    return min(policy.pause_max_s, max(policy.poll_initial_s, wanted))
+
+
+def ambiguous_detail(fault: Fault) -> str:
+    """The trail's (and the log's) words for an ambiguous submit: what was said, and the vendor's answer."""
+    return text.clean(
+        f"{fault.message}; vendor answered: {fault.answer}" if fault.answer else fault.message, 1024
+    )
+
+
+# MAX_RUN_S ------------------------------------------------------------------------------------------------
+
+
+def is_overdue(run: Run, policy: VendorSettings, now_ms: int) -> bool:
+    """Whether the run has been running for longer than the vendor's ``MAX_RUN_S``."""
+    return now_ms - run.created_at > policy.max_run_s * 1000
+
+
+def timed_out(run: Run, policy: VendorSettings, limits: RunLimits, *, now_ms: int) -> Transition:
+    """The run ends ``timed_out``, with what the vendor last said it was doing (Uptiq: "check
+    processingStage.message")."""
+    message = f"no result after {policy.max_run_s:g}s (HOOKBRIDGE_{run.vendor.upper()}_MAX_RUN_S)"
+    progress = run.progress or {}
+    if progress.get("message"):
+        message += f"; the vendor last said: {progress['message']}"
+    change = lifecycle.failed(
+        run,
+        now_ms,
+        code=domain.TIMED_OUT,
+        message=message,
+        details={"last_progress": progress} if progress else None,
+        settings=limits,
+        count_poll=False,
+    )
+    return trail.record(change, "timeout", at_ms=now_ms, detail=message)
+
+
+# Telling the vendor ---------------------------------------------------------------------------------------
+
+
+def after_telling(
+    run: Run,
+    policy: VendorSettings,
+    max_transient: int,
+    *,
+    now_ms: int,
+    jitter: Jitter,
+    deleted: bool | None = None,
+    error: str | None = None,
+    fault: Fault | None = None,
+) -> Transition:
+    """Cancel and delete at the vendor, done (``fault`` None), or failed: again after the fault backoff,
+    until ``max_transient`` attempts or a refusal, then given up with the reason recorded
+    (``vendor_deleted: false``, ``vendor_delete_error``). It never loops."""
+    if fault is not None:
+        attempts = run.vendor_attempts + 1
+        if fault.kind is not FaultKind.REJECTED and attempts < max_transient:
+            delay = backoff.fault_delay(policy, attempts, fault.retry_after, jitter)
+            return lifecycle.vendor_retry(run, due_ms=now_ms + delay * 1000, attempts=attempts)
+        error = f"gave up after {attempts} attempt{'s' if attempts > 1 else ''}: {fault.message}"
+    return lifecycle.vendor_told(run, deleted=deleted, error=error)
+
+
+# The result's shape ---------------------------------------------------------------------------------------
+
+
+def file_result(run: Run, file: FileResult) -> tuple[Any, tuple[bytes, str] | None]:
+    """The event's JSON and the file to keep. The vendor's ``output.downloadUrl`` (Nutrient split) needs
+    the vendor's key, so it becomes ours; with zero retention nothing is kept and the file travels
+    inline, base64 encoded."""
+    data = json.loads(json.dumps(file.data)) if file.data is not None else {}
+    if not isinstance(data, dict):
+        data = {"result": data}
+    output = data.get("output")
+    if not isinstance(output, dict):
+        output = data["output"] = {}
+    if run.zero_retention:
+        output.pop("downloadUrl", None)
+        output["file_base64"] = base64.b64encode(file.content).decode("ascii")
+        output["file_media_type"] = file.media_type
+        return data, None
+    output["downloadUrl"] = f"/v1/runs/{run.id}/result"
+    return data, (file.content, file.media_type)
+
+
+def scrubbed_payload(payload: Any) -> Any:
+    if isinstance(payload, FileResult):
+        return FileResult(payload.content, payload.media_type, text.scrub_json(payload.data))
+    return text.scrub_json(payload)
+
+
+def bounded_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    if len(json.dumps(usage, separators=(",", ":"), default=str)) <= MAX_USAGE_BYTES:
+        return usage
+    return {"credits": usage.get("credits"), "reported": None}
+
+
+def progress_of(result: PollResult) -> dict[str, Any] | None:
+    if result.progress is None:
+        return None
+    p = result.progress
+    return {"percent": p.percent, "phase": p.phase, "message": p.message}
+
+
+def progress_text(progress: dict[str, Any] | None) -> str | None:
+    if not progress:
+        return None
+    parts = [f"{progress['percent']:g}%" if progress.get("percent") is not None else None]
+    parts += [progress.get("phase"), progress.get("message")]
+    return " ".join(str(p) for p in parts if p) or None
