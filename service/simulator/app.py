@@ -8,6 +8,12 @@ Vendor routes (each prefix is the vendor's base URL):
 - ``POST /cloudsquid/api/projects/{project}/tables/{table_id}/files``, ``.../run``, ``.../extract``;
   ``GET .../run/{run_id}``
 - ``POST /uptiq/extract``, ``GET /uptiq/document-extractions/{extraction_id}``
+- ``POST /textract`` (AWS JSON 1.1, ``X-Amz-Target: Textract.*``; textract.py)
+- ``POST /google_docai/v1/projects/{p}/locations/{l}/processors/{id}[/processorVersions/{v}]:batchProcess``,
+  ``GET .../operations/{id}``, ``POST .../operations/{id}:cancel`` (google_docai.py)
+- ``POST /token``: Google's OAuth token endpoint (oauth.py); S3 and GCS on ports of their own
+  (storage.py), listed by ``GET /_sim/storage``; ``POST /_sim/google/service-account`` makes a trusted
+  throwaway service-account key
 
 Every vendor request takes a token from its vendor's bucket for the API key it presents (when that
 vendor's ``*_rps`` is set); an empty bucket answers 429. Control routes, unauthenticated, never limited
@@ -20,7 +26,9 @@ requests, optionally ``?vendor=``), ``GET|PATCH /_sim/config``, ``GET /_sim/stat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -32,11 +40,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import cloudsquid, nutrient, uptiq
+from . import cloudsquid, google_docai, nutrient, oauth, textract, uptiq
 from ._state import Clock, LogEntry, SimState, SystemClock, sim_state
 from .config import VENDORS, SimulatorConfig
+from .storage import Storage
 
 PREFIXES: dict[str, str] = {"nutrient": "/nutrient", "cloudsquid": "/cloudsquid/api", "uptiq": "/uptiq"}
+PREFIXES.update({"textract": "/textract", "google_docai": "/google_docai"})
 _DROP_DRAIN_TIMEOUT_S = 5.0
 
 
@@ -49,6 +59,18 @@ def _vendor_of(path: str) -> str | None:
 
 # The header each vendor takes its API key from: the rate limit is per key.
 _KEY_HEADERS = {"nutrient": "authorization", "cloudsquid": "x-api-key", "uptiq": "x-api-key"}
+_KEY_HEADERS.update({"textract": "authorization", "google_docai": "authorization"})
+# The cloud vendors' own refusal shapes: Textract never answers 429 (its limit is a 400), Document AI's
+# is a google.rpc.Status.
+_CLOUD_FAULTS = {"textract": textract.fault_response, "google_docai": google_docai.fault_response}
+
+
+def _rate_key(vendor: str, headers: Headers) -> str:
+    """The key a request is limited by; a SigV4 header changes on every request, its access key does not."""
+    value = headers.get(_KEY_HEADERS[vendor], "")
+    if vendor == "textract":
+        return value.partition("Credential=")[2].partition("/")[0]
+    return value
 
 
 def _fault_response(vendor: str, status: int, state: SimState) -> Response:
@@ -63,6 +85,8 @@ def _fault_response(vendor: str, status: int, state: SimState) -> Response:
     message = (
         "rate limit exceeded for your subscription" if status == 429 else "backend temporarily unavailable"
     )
+    if vendor in _CLOUD_FAULTS:
+        return _CLOUD_FAULTS[vendor](status)
     if vendor == "nutrient":
         body: dict[str, Any] = {"status": status, "requestId": state.new_uuid(), "errorMessage": message}
         response: Response = JSONResponse(body, status_code=status)
@@ -117,7 +141,7 @@ class VendorTrafficMiddleware:
         draw = state.fault_rng.random()
         if latency_ms > 0:
             await asyncio.sleep(latency_ms / 1000)
-        key = Headers(scope=scope).get(_KEY_HEADERS[vendor], "")
+        key = _rate_key(vendor, Headers(scope=scope))
         if not state.admit(vendor, key):
             entry.fault, entry.status = "429", 429
             await _fault_response(vendor, 429, state)(scope, receive, send)
@@ -173,7 +197,7 @@ async def _config(request: Request) -> Response:
 
 async def _stats(request: Request) -> Response:
     app_state, now = request.app.state, sim_state(request).now()
-    stores = {"nutrient": app_state.nutrient, "cloudsquid": app_state.cloudsquid, "uptiq": app_state.uptiq}
+    stores = {vendor: getattr(app_state, vendor) for vendor in VENDORS}
     return JSONResponse({vendor: stores[vendor].status_counts(now) for vendor in VENDORS})
 
 
@@ -186,7 +210,7 @@ async def _runs(request: Request) -> Response:
     # Monotonic instants become Unix times by the same offset that ``SimState.wall_iso`` uses.
     offset = state.clock.time() - now
     app_state = request.app.state
-    stores = {"nutrient": app_state.nutrient, "cloudsquid": app_state.cloudsquid, "uptiq": app_state.uptiq}
+    stores = {vendor: getattr(app_state, vendor) for vendor in VENDORS}
     data = [
         {
             "id": run_id,
@@ -202,6 +226,21 @@ async def _runs(request: Request) -> Response:
     return JSONResponse({"data": data})
 
 
+async def _storage(request: Request) -> Response:
+    storage: Storage = request.app.state.storage
+    return JSONResponse(storage.to_json())
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    storage: Storage = app.state.storage
+    await asyncio.to_thread(storage.start)
+    try:
+        yield
+    finally:
+        await storage.stop()
+
+
 def create_app(config: SimulatorConfig, *, clock: Clock | None = None) -> Starlette:
     """The simulator app; ``clock`` replaces the system clock (tests pass a ``ManualClock``)."""
     control = [
@@ -209,18 +248,36 @@ def create_app(config: SimulatorConfig, *, clock: Clock | None = None) -> Starle
         Route("/config", _config, methods=["GET", "PATCH"]),
         Route("/stats", _stats, methods=["GET"]),
         Route("/runs", _runs, methods=["GET"]),
+        Route("/storage", _storage, methods=["GET"]),
+        Route("/google/service-account", oauth.new_service_account, methods=["POST"]),
     ]
     app = Starlette(
         routes=[
             Mount(PREFIXES["nutrient"], routes=nutrient.routes()),
             Mount(PREFIXES["cloudsquid"], routes=cloudsquid.routes()),
             Mount(PREFIXES["uptiq"], routes=uptiq.routes()),
+            Mount(PREFIXES["textract"], routes=textract.routes()),
+            Route(PREFIXES["textract"], textract.dispatch, methods=["POST"]),
+            Mount(PREFIXES["google_docai"], routes=google_docai.routes()),
+            Route("/token", oauth.token, methods=["POST"]),
             Mount("/_sim", routes=control),
         ],
         middleware=[Middleware(VendorTrafficMiddleware)],
+        lifespan=_lifespan,
     )
     app.state.sim = SimState(config=config, clock=clock or SystemClock())
     app.state.nutrient = nutrient.NutrientStore()
     app.state.cloudsquid = cloudsquid.CloudsquidStore()
     app.state.uptiq = uptiq.UptiqStore()
+    app.state.textract = textract.TextractStore()
+    app.state.google_docai = google_docai.DocaiStore()
+    app.state.oauth = oauth.OAuthStore()
+    if config.google_sa_key_file:
+        app.state.oauth.trust_key_file(config.google_sa_key_file)
+    app.state.storage = Storage(
+        s3_port=config.s3_port,
+        gcs_port=config.gcs_port,
+        access_key=config.textract_access_key_id,
+        secret_key=config.textract_secret_access_key,
+    )
     return app
