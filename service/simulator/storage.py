@@ -112,13 +112,13 @@ class Storage:
 
     # GCS ----------------------------------------------------------------------------------------------
 
-    def _gcs(self) -> str:
+    def _gcs_base(self) -> str:
         if self.gcs_url is None:
             raise StorageDown("GCS emulator not running")
         return self.gcs_url
 
     async def gcs_sample(self, bucket: str, name: str) -> ObjectSample | None:
-        base = self._gcs()
+        base = self._gcs_base()
         url = f"{base}/storage/v1/b/{_q(bucket)}/o/{_q(name)}?alt=media"
         response = await self.client.get(url, headers={"Range": f"bytes=0-{SAMPLE_BYTES - 1}"})
         if response.status_code == 404:
@@ -130,7 +130,7 @@ class Storage:
 
     async def gcs_list(self, bucket: str, prefix: str, limit: int) -> list[str] | None:
         """Names under ``prefix`` (at most ``limit``, in the API's order); None when the bucket is missing."""
-        base, names, token = self._gcs(), [], None
+        base, names, token = self._gcs_base(), [], None
         while len(names) < limit:
             params = {"prefix": prefix, "maxResults": str(min(1000, limit - len(names)))}
             if token:
@@ -161,7 +161,7 @@ class Storage:
             )
         )
         response = await self.client.post(
-            f"{self._gcs()}/upload/storage/v1/b/{_q(bucket)}/o",
+            f"{self._gcs_base()}/upload/storage/v1/b/{_q(bucket)}/o",
             params={"uploadType": "multipart"},
             content=body,
             headers={"Content-Type": f"multipart/related; boundary={_BOUNDARY}"},
