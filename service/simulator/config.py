@@ -52,30 +52,43 @@ Each line: variable -> field (default): meaning.
 AWS Textract, Google Document AI and their storage (service/simulator/textract.py, google_docai.py,
 storage.py, oauth.py):
 
-- ``HOOKBRIDGE_SIM_TEXTRACT_RPS`` / ``_BURST``, ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_RPS`` / ``_BURST``: the token
-  buckets as above; an empty one answers Textract's 400 ``ProvisionedThroughputExceededException`` and
-  Document AI's 429 ``RESOURCE_EXHAUSTED`` (Textract's bucket is per access key id).
-- ``HOOKBRIDGE_SIM_S3_PORT`` -> ``s3_port`` (0 = a free port), ``HOOKBRIDGE_SIM_GCS_PORT`` -> ``gcs_port``
-  (0): the loopback ports of the S3 (moto) and GCS (gcp-storage-emulator) emulators; ``GET /_sim/storage``
-  tells where they are.
-- ``HOOKBRIDGE_SIM_TEXTRACT_REGION`` ("us-east-1"), ``..._TEXTRACT_ACCESS_KEY_ID`` ("AKIASIMULATOR0000001"),
-  ``..._TEXTRACT_SECRET_ACCESS_KEY``: the region and the dummy credentials whose SigV4 signatures Textract
-  accepts; ``..._TEXTRACT_SIGV4`` ("verify"): "verify" recomputes the signature with botocore's signer,
-  "form" checks only the header's form and its scope.
-- ``..._TEXTRACT_JOB_LIFETIME_S`` (604800): a JobId (and its ClientRequestToken) lives this long.
-- ``..._TEXTRACT_MAX_CONCURRENT_JOBS`` (0 = no cap): running jobs per Start operation before a Start
-  answers 400 ``LimitExceededException``.
-- ``..._TEXTRACT_PAGE_BLOCKS`` (1000): most Blocks in one Get page, whatever ``MaxResults`` says.
-- ``..._TEXTRACT_RATE_THROUGHPUT`` / ``..._TEXTRACT_RATE_THROTTLING`` (0): share of Textract requests
-  answered 400 ``ProvisionedThroughputExceededException`` / 500 ``ThrottlingException``.
-- ``..._GOOGLE_DOCAI_PROJECT_ID`` ("sim-project"), ``..._GOOGLE_DOCAI_PROJECT_NUMBER`` ("123456789012"),
-  ``..._GOOGLE_DOCAI_LOCATION`` ("us"): the one project (by id or number) and location served.
-- ``..._GOOGLE_DOCAI_MAX_CONCURRENT`` (10): unfinished batch operations per project;
-  ``..._GOOGLE_DOCAI_OVER_QUOTA`` ("429"): past it a batchProcess answers 429 ``RESOURCE_EXHAUSTED``, or
-  with "wait" the new operation sits in ``WAITING`` until fewer are running.
-- ``..._GOOGLE_DOCAI_RETENTION_S`` (2592000): a finished operation answers 404 this long after it ended.
-- ``..._GOOGLE_SA_KEY_FILE`` (unset): a service-account key file whose key the token endpoint and Document
-  AI trust (``POST /_sim/google/service-account`` makes more).
+- ``HOOKBRIDGE_SIM_TEXTRACT_RPS`` -> ``textract_rps`` (0): Textract's token bucket, one per access key id;
+  an empty one answers 400 ``ProvisionedThroughputExceededException`` (Textract never answers 429).
+- ``HOOKBRIDGE_SIM_TEXTRACT_BURST`` -> ``textract_burst`` (10).
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_RPS`` -> ``google_docai_rps`` (0): Document AI's, one per bearer token;
+  an empty one answers 429 ``RESOURCE_EXHAUSTED``.
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_BURST`` -> ``google_docai_burst`` (10).
+- ``HOOKBRIDGE_SIM_S3_PORT`` -> ``s3_port`` (0 = a free port): the loopback port of the S3 emulator
+  (moto); ``GET /_sim/storage`` tells where it and the GCS one are.
+- ``HOOKBRIDGE_SIM_GCS_PORT`` -> ``gcs_port`` (0): the GCS emulator's (gcp-storage-emulator).
+- ``HOOKBRIDGE_SIM_TEXTRACT_REGION`` -> ``textract_region`` ("us-east-1"): the region a SigV4 scope must
+  name.
+- ``HOOKBRIDGE_SIM_TEXTRACT_ACCESS_KEY_ID`` -> ``textract_access_key_id`` ("AKIASIMULATOR0000001") and
+  ``HOOKBRIDGE_SIM_TEXTRACT_SECRET_ACCESS_KEY`` -> ``textract_secret_access_key``: the dummy credentials
+  whose signatures Textract accepts.
+- ``HOOKBRIDGE_SIM_TEXTRACT_SIGV4`` -> ``textract_sigv4`` ("verify"): "verify" recomputes the signature
+  with botocore's signer; "form" checks only the header's form, key, scope and date.
+- ``HOOKBRIDGE_SIM_TEXTRACT_JOB_LIFETIME_S`` -> ``textract_job_lifetime_s`` (604800): a JobId and its
+  ClientRequestToken live this long; then Get* answers 400 ``InvalidJobIdException``.
+- ``HOOKBRIDGE_SIM_TEXTRACT_MAX_CONCURRENT_JOBS`` -> ``textract_max_concurrent_jobs`` (0 = no cap):
+  running jobs per Start operation before a Start answers 400 ``LimitExceededException``.
+- ``HOOKBRIDGE_SIM_TEXTRACT_PAGE_BLOCKS`` -> ``textract_page_blocks`` (1000): most Blocks in one Get
+  page, whatever ``MaxResults`` says.
+- ``HOOKBRIDGE_SIM_TEXTRACT_RATE_THROUGHPUT`` -> ``textract_rate_throughput`` (0) and
+  ``HOOKBRIDGE_SIM_TEXTRACT_RATE_THROTTLING`` -> ``textract_rate_throttling`` (0): share of Textract
+  requests answered 400 ``ProvisionedThroughputExceededException`` / 500 ``ThrottlingException``.
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_PROJECT_ID`` -> ``google_docai_project_id`` ("sim-project") and
+  ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_PROJECT_NUMBER`` -> ``google_docai_project_number`` ("123456789012"):
+  the one project served (by id or number; operation names use the number).
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_LOCATION`` -> ``google_docai_location`` ("us").
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_MAX_CONCURRENT`` -> ``google_docai_max_concurrent`` (10; 0 = no cap):
+  unfinished batch operations per project.
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_OVER_QUOTA`` -> ``google_docai_over_quota`` ("429"): past the cap a
+  batchProcess answers 429 ``RESOURCE_EXHAUSTED``; "wait" lets the new operation sit in ``WAITING``.
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_RETENTION_S`` -> ``google_docai_retention_s`` (2592000): a finished
+  operation answers 404 this long after it ended.
+- ``HOOKBRIDGE_SIM_GOOGLE_SA_KEY_FILE`` -> ``google_sa_key_file`` (unset): a service-account key file
+  whose key the token endpoint and Document AI trust (``POST /_sim/google/service-account`` makes more).
 
 Booleans accept 1/0, true/false, yes/no, on/off. Rates are fractions in [0, 1]; the two fault rates
 together must not exceed 1, since one draw per request picks at most one fault.
@@ -336,7 +349,13 @@ _PARSERS.update(
     }
 )
 _CLOUD_INTS = frozenset(
-    ("s3_port", "gcs_port", "textract_max_concurrent_jobs", "textract_page_blocks", "google_docai_max_concurrent")
+    (
+        "s3_port",
+        "gcs_port",
+        "textract_max_concurrent_jobs",
+        "textract_page_blocks",
+        "google_docai_max_concurrent",
+    )
 )
 
 

@@ -74,12 +74,22 @@ MAX_FILES = 5000
 MAX_FILE_BYTES = 1024**3
 _METADATA_TYPE = "type.googleapis.com/google.cloud.documentai.v1.BatchProcessMetadata"
 _RESPONSE_TYPE = "type.googleapis.com/google.cloud.documentai.v1.BatchProcessResponse"
-_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-           429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE"}
+_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+}
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _LABEL_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
-_BODY_FIELDS = frozenset(("inputDocuments", "documentOutputConfig", "skipHumanReview", "processOptions", "labels"))
+_BODY_FIELDS = frozenset(
+    ("inputDocuments", "documentOutputConfig", "skipHumanReview", "processOptions", "labels")
+)
 _MIME_TYPES = frozenset(
     ("application/pdf", "image/tiff", "image/gif", "image/jpeg", "image/png", "image/bmp", "image/webp")
 )
@@ -97,13 +107,21 @@ def error_response(status: int, message: str, details: list[dict[str, Any]] | No
 def fault_response(status: int) -> Response:
     """The middleware's rate-limit refusal and injected server errors, in Google's error shape."""
     if status == 429:
-        return _quota_error("Quota exceeded for quota metric 'Requests' of service documentai.googleapis.com.")
-    return error_response(status, "The service is currently unavailable." if status != 500 else "Internal error.")
+        return _quota_error(
+            "Quota exceeded for quota metric 'Requests' of service documentai.googleapis.com."
+        )
+    return error_response(
+        status, "The service is currently unavailable." if status != 500 else "Internal error."
+    )
 
 
 def _quota_error(message: str) -> Response:
-    info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED",
-            "domain": "googleapis.com", "metadata": {"service": "documentai.googleapis.com"}}
+    info = {
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": "RATE_LIMIT_EXCEEDED",
+        "domain": "googleapis.com",
+        "metadata": {"service": "documentai.googleapis.com"},
+    }
     return error_response(429, message, [info])
 
 
@@ -256,7 +274,11 @@ def _parse_input(body: dict[str, Any]) -> tuple[list[tuple[str, str | None]] | N
 
 def _parse_output(body: dict[str, Any]) -> tuple[tuple[str, str], int]:
     config = body.get("documentOutputConfig")
-    gcs = config.get("gcsOutputConfig") if isinstance(config, dict) and set(config) == {"gcsOutputConfig"} else None
+    gcs = (
+        config.get("gcsOutputConfig")
+        if isinstance(config, dict) and set(config) == {"gcsOutputConfig"}
+        else None
+    )
     if not isinstance(gcs, dict) or set(gcs) - {"gcsUri", "fieldMask", "shardingConfig"}:
         raise BadRequest("documentOutputConfig.gcsOutputConfig is required (GCS output only)")
     located = parse_gs_uri(gcs.get("gcsUri"))
@@ -282,7 +304,10 @@ def _check_body(body: dict[str, Any]) -> None:
         isinstance(k, str) and isinstance(v, str) and _LABEL_KEY_RE.match(k) and _LABEL_VALUE_RE.match(v)
         for k, v in labels.items()
     ):
-        raise BadRequest("labels: keys and values of at most 63 lowercase letters, digits, _ or -; keys start with a letter")
+        raise BadRequest(
+            "labels: keys and values of at most 63 lowercase letters, digits, _ or -; "
+            "keys start with a letter"
+        )
     if not isinstance(body.get("skipHumanReview", False), bool):
         raise BadRequest("skipHumanReview must be a boolean")
     if not isinstance(body.get("processOptions", {}), dict):
@@ -290,7 +315,8 @@ def _check_body(body: dict[str, Any]) -> None:
 
 
 def _processor(rest: str) -> bool:
-    """Whether the path after ``processors/`` is ``ID:batchProcess`` or ``ID/processorVersions/V:batchProcess``."""
+    """Whether the path after ``processors/`` is ``ID:batchProcess`` or
+    ``ID/processorVersions/V:batchProcess``."""
     head, sep, verb = rest.rpartition(":")
     if not sep or verb != "batchProcess":
         return False
@@ -340,7 +366,10 @@ async def batch_process(request: Request) -> Response:
         return error_response(400, str(exc))
     config, store = state.config, DocaiStore.of(request)
     number = config.google_docai_project_number
-    held = bool(config.google_docai_max_concurrent) and store.unfinished(number) >= config.google_docai_max_concurrent
+    held = (
+        bool(config.google_docai_max_concurrent)
+        and store.unfinished(number) >= config.google_docai_max_concurrent
+    )
     if held and config.google_docai_over_quota == "429":
         return _quota_error(
             "Quota exceeded for quota metric 'Concurrent batch process requests' of service "
@@ -362,27 +391,41 @@ async def batch_process(request: Request) -> Response:
     return JSONResponse(operation_json(op, state, state.now()))
 
 
-def _timeline(state: SimState, documents: list[tuple[str, str | None]] | None, prefix: str | None) -> Timeline:
+def _timeline(
+    state: SimState, documents: list[tuple[str, str | None]] | None, prefix: str | None
+) -> Timeline:
     names = " ".join(uri for uri, _ in documents) if documents else (prefix or "")
     marker = Document(content=b"", filename=names)
     return state.new_timeline(slow=marker.outcome.slow, never_finishes=marker.outcome.ending is Ending.STUCK)
 
 
-def _document_json(uri: str, mime: str, document: Document, pages: tuple[int, int], count: int, index: int) -> dict[str, Any]:
+def _document_json(
+    uri: str, mime: str, document: Document, pages: tuple[int, int], count: int, index: int
+) -> dict[str, Any]:
     fields = document.fields()
-    texts = [f"Invoice {fields['invoice_number']}\nTotal {fields['total']} USD\nPage {p}\n" for p in range(pages[0], pages[1] + 1)]
+    texts = [
+        f"Invoice {fields['invoice_number']}\nTotal {fields['total']} USD\nPage {p}\n"
+        for p in range(pages[0], pages[1] + 1)
+    ]
     offset, page_json = 0, []
     for n, text in zip(range(pages[0], pages[1] + 1), texts, strict=True):
         segment = {"startIndex": str(offset), "endIndex": str(offset + len(text))}
-        page_json.append({"pageNumber": n, "dimension": {"width": 612.0, "height": 792.0, "unit": "points"},
-                          "layout": {"textAnchor": {"textSegments": [segment]}, "confidence": 0.98}})
+        page_json.append(
+            {
+                "pageNumber": n,
+                "dimension": {"width": 612.0, "height": 792.0, "unit": "points"},
+                "layout": {"textAnchor": {"textSegments": [segment]}, "confidence": 0.98},
+            }
+        )
         offset += len(text)
     return {
         "uri": uri,
         "mimeType": mime,
         "text": "".join(texts),
         "pages": page_json,
-        "entities": [{"type": "invoice_id", "mentionText": str(fields["invoice_number"]), "confidence": 0.97}],
+        "entities": [
+            {"type": "invoice_id", "mentionText": str(fields["invoice_number"]), "confidence": 0.97}
+        ],
         "shardInfo": {"shardIndex": str(index), "shardCount": str(count), "textOffset": "0"},
     }
 
@@ -391,7 +434,9 @@ def _failed(uri: str, code: int, message: str) -> dict[str, Any]:
     return {"inputGcsSource": uri, "status": {"code": code, "message": message}, "outputGcsDestination": ""}
 
 
-async def _process_one(storage: Storage, op: BatchOp, index: int, uri: str, mime: str | None) -> dict[str, Any]:
+async def _process_one(
+    storage: Storage, op: BatchOp, index: int, uri: str, mime: str | None
+) -> dict[str, Any]:
     located = parse_gs_uri(uri)
     assert located is not None
     sample = await storage.gcs_sample(*located)
@@ -427,11 +472,16 @@ async def _materialize(request: Request, op: BatchOp, now: float) -> None:
             listed = await storage.gcs_list(bucket, name, MAX_FILES + 1)
             inputs = [(f"gs://{bucket}/{n}", None) for n in (listed or [])]
         if len(inputs) > MAX_FILES:
-            op.error = {"code": CODE_INVALID_ARGUMENT, "message": f"more than {MAX_FILES} files under the prefix"}
+            op.error = {
+                "code": CODE_INVALID_ARGUMENT,
+                "message": f"more than {MAX_FILES} files under the prefix",
+            }
         elif not inputs:
             op.error = {"code": CODE_INVALID_ARGUMENT, "message": "no documents found under the input prefix"}
         else:
-            op.statuses = [await _process_one(storage, op, i, uri, mime) for i, (uri, mime) in enumerate(inputs)]
+            op.statuses = [
+                await _process_one(storage, op, i, uri, mime) for i, (uri, mime) in enumerate(inputs)
+            ]
             if all(s["status"].get("code") for s in op.statuses):
                 op.error = {"code": CODE_INVALID_ARGUMENT, "message": "Every document in the batch failed."}
     except StorageDown:
@@ -446,7 +496,11 @@ def _find(request: Request, state: SimState) -> BatchOp | Response:
         return denied
     store, now = DocaiStore.of(request), state.now()
     op = store.ops.get(request.path_params["op"].removesuffix(":cancel"))
-    if op is not None and op.ended_at is not None and now >= op.ended_at + state.config.google_docai_retention_s:
+    if (
+        op is not None
+        and op.ended_at is not None
+        and now >= op.ended_at + state.config.google_docai_retention_s
+    ):
         del store.ops[op.id]  # §3.5: an LRO disappears about 30 days after it finished
         op = None
     if op is None:

@@ -70,7 +70,7 @@ class Storage:
         self.s3_url = f"http://{host}:{port}"
         self._gcs = create_server("127.0.0.1", self._gcs_port, in_memory=True)
         self._gcs.start()
-        self.gcs_url = "http://127.0.0.1:{}".format(self._gcs._api._httpd.server_address[1])
+        self.gcs_url = f"http://127.0.0.1:{self._gcs._api._httpd.server_address[1]}"
         log.info("simulator_storage_started", s3=self.s3_url, gcs=self.gcs_url)
 
     async def stop(self) -> None:
@@ -108,7 +108,9 @@ class Storage:
             return None
         response.raise_for_status()
         size = _total_size(response)
-        return ObjectSample(size=size, head=response.content, content_type=response.headers.get("content-type"))
+        return ObjectSample(
+            size=size, head=response.content, content_type=response.headers.get("content-type")
+        )
 
     # GCS ----------------------------------------------------------------------------------------------
 
@@ -130,7 +132,8 @@ class Storage:
 
     async def gcs_list(self, bucket: str, prefix: str, limit: int) -> list[str] | None:
         """Names under ``prefix`` (at most ``limit``, in the API's order); None when the bucket is missing."""
-        base, names, token = self._gcs_base(), [], None
+        base, token = self._gcs_base(), None
+        names: list[str] = []
         while len(names) < limit:
             params = {"prefix": prefix, "maxResults": str(min(1000, limit - len(names)))}
             if token:

@@ -24,19 +24,19 @@ the simulator plays):
   ``InvalidS3ObjectException``" (§2.9.2). ``FeatureTypes`` values: TABLES, FORMS, QUERIES, SIGNATURES,
   LAYOUT (§2.2). QUERIES without ``QueriesConfig`` or the reverse: ND; refused. Unknown body fields: ND;
   400 ``InvalidParameterException`` (botocore never sends one).
-- "``ClientRequestToken`` 1–64 characters, ``^[a-zA-Z0-9-_]+$``; ``JobTag`` 1–64, ``[a-zA-Z0-9_.\\-:]+``;
+- "``ClientRequestToken`` 1-64 characters, ``^[a-zA-Z0-9-_]+$``; ``JobTag`` 1-64, ``[a-zA-Z0-9_.\\-:]+``;
   ``KMSKeyId`` ≤ 2048" and "``SNSTopicArn`` and ``RoleArn`` are both marked required" (§2.2).
 - Formats and limits "JPEG, PNG, TIFF, PDF"; "StartExpenseAnalysis lists JPEG, PNG and PDF"; "JPEG/PNG
   are limited to 10 MB, and PDF/TIFF to 500 MB" (§2.2): 400 ``UnsupportedDocumentException`` and
   ``DocumentTooLargeException``. "JPEG/PNG sent to async count as single-page" (§2.8). A PDF's pages: ND;
-  the ``/Type /Page`` objects in its first 64 KiB, else 1–5 drawn from its bytes.
-- "HTTP 200 ``{"JobId": "string"}``: 1–64 characters" (§2.3): 64 hex digits.
+  the ``/Type /Page`` objects in its first 64 KiB, else 1-5 drawn from its bytes.
+- "HTTP 200 ``{"JobId": "string"}``: 1-64 characters" (§2.3): 64 hex digits.
 - Idempotency (§2.6): "same token + same Start operation + same input → same JobId"; "any changed
   parameter → ``IdempotentParameterMismatchException`` (HTTP 400)"; "same token on a different Start
   operation → succeeds as a new job"; "the token lives 7 days" (``textract_job_lifetime_s``). See
   :func:`idempotency`.
 - Get* "``MaxResults`` ≥ 1; values above 1,000 are capped at 1,000, and the default is 1,000;
-  ``NextToken`` 1–255 characters" (§2.4); GetExpenseAnalysis pages ExpenseDocuments: ND here, the
+  ``NextToken`` 1-255 characters" (§2.4); GetExpenseAnalysis pages ExpenseDocuments: ND here, the
   simulator caps them at 20. ``textract_page_blocks`` lowers the cap so that any adapter sees pages.
   "Call Get* again with ``NextToken`` until no token comes back"; "``DocumentMetadata`` is returned in
   every page" (§2.5); see :func:`page_window`. A NextToken of another job or a made-up one: ND; 400
@@ -108,7 +108,14 @@ GETS: dict[str, Kind] = {
 }
 _START_FIELDS: dict[Kind, frozenset[str]] = {
     "text": frozenset(
-        ("ClientRequestToken", "DocumentLocation", "JobTag", "KMSKeyId", "NotificationChannel", "OutputConfig")
+        (
+            "ClientRequestToken",
+            "DocumentLocation",
+            "JobTag",
+            "KMSKeyId",
+            "NotificationChannel",
+            "OutputConfig",
+        )
     ),
 }
 _START_FIELDS["expense"] = _START_FIELDS["text"]
@@ -265,10 +272,14 @@ def _check_signature(request: Request, body: bytes, config: SimulatorConfig, now
 
 
 def _signature_matches(request: Request, body: bytes, match: re.Match[str], config: SimulatorConfig) -> bool:
-    """Recomputes the signature with botocore's own signer over the headers the client signed."""
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
+    """Recomputes the signature with botocore's own signer over the headers the client signed (without
+    botocore installed, only the form, key, scope and date are checked)."""
+    try:
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+    except ImportError:
+        return True
 
     signed = match["signed"].split(";")
     headers = {name: request.headers.get(name, "") for name in signed}
@@ -295,8 +306,14 @@ def _validate_start(kind: Kind, body: dict[str, Any]) -> tuple[str, str, str | N
     if unknown:
         raise _bad(f"Unknown parameter(s): {', '.join(unknown)}")
     location = body.get("DocumentLocation")
-    if not isinstance(location, dict) or set(location) != {"S3Object"} or not isinstance(location["S3Object"], dict):
-        raise _bad("DocumentLocation must be {S3Object: {Bucket, Name, Version?}}: documents come from S3 only")
+    if (
+        not isinstance(location, dict)
+        or set(location) != {"S3Object"}
+        or not isinstance(location["S3Object"], dict)
+    ):
+        raise _bad(
+            "DocumentLocation must be {S3Object: {Bucket, Name, Version?}}: documents come from S3 only"
+        )
     s3 = location["S3Object"]
     bucket, name, version = s3.get("Bucket"), s3.get("Name"), s3.get("Version")
     if set(s3) - {"Bucket", "Name", "Version"} or not isinstance(bucket, str) or not isinstance(name, str):
@@ -374,7 +391,9 @@ def _check_format(kind: Kind, kind_of_file: str | None, size: int) -> None:
     limit = 10 * _MB if kind_of_file in ("png", "jpeg") else 500 * _MB
     if size > limit:
         raise TextractError(
-            400, "DocumentTooLargeException", "S3 object size is more than the maximum limit (500 MB for PDF files)"
+            400,
+            "DocumentTooLargeException",
+            "S3 object size is more than the maximum limit (500 MB for PDF files)",
         )
 
 
@@ -405,7 +424,10 @@ async def _start(request: Request, kind: Kind, body: dict[str, Any], state: SimS
                 "other input parameters is different from the previous call to the operation.",
             )
     cap = config.textract_max_concurrent_jobs
-    if cap and sum(1 for j in store.jobs.values() if j.kind == kind and j.status(now) == "IN_PROGRESS") >= cap:
+    if (
+        cap
+        and sum(1 for j in store.jobs.values() if j.kind == kind and j.status(now) == "IN_PROGRESS") >= cap
+    ):
         raise TextractError(400, "LimitExceededException", "Too many concurrent jobs; try again later.")
     storage: Storage = request.app.state.storage
     try:
@@ -583,7 +605,9 @@ def _get(request: Request, kind: Kind, body: dict[str, Any], state: SimState) ->
     job_id, max_results = body.get("JobId"), body.get("MaxResults")
     if not isinstance(job_id, str) or not _TOKEN_RE.match(job_id):
         raise _bad("JobId must be 1-64 characters of [a-zA-Z0-9-_]")
-    if max_results is not None and (isinstance(max_results, bool) or not isinstance(max_results, int) or max_results < 1):
+    if max_results is not None and (
+        isinstance(max_results, bool) or not isinstance(max_results, int) or max_results < 1
+    ):
         raise _bad("MaxResults must be an integer >= 1")
     now = state.now()
     job = TextractStore.of(request).live(job_id, now, state.config.textract_job_lifetime_s)
@@ -621,7 +645,9 @@ def _throttle(store: TextractStore, config: SimulatorConfig) -> None:
         )
     if draw < config.textract_rate_throughput + config.textract_rate_throttling:
         raise TextractError(
-            500, "ThrottlingException", "Amazon Textract is temporarily unable to process the request. Try your call again."
+            500,
+            "ThrottlingException",
+            "Amazon Textract is temporarily unable to process the request. Try your call again.",
         )
 
 

@@ -63,12 +63,15 @@ def _request(bucket: str, names: list[str], **output: Any) -> documentai.BatchPr
         input_documents=documentai.BatchDocumentsInputConfig(
             gcs_documents=documentai.GcsDocuments(
                 documents=[
-                    documentai.GcsDocument(gcs_uri=f"gs://{bucket}/{n}", mime_type="application/pdf") for n in names
+                    documentai.GcsDocument(gcs_uri=f"gs://{bucket}/{n}", mime_type="application/pdf")
+                    for n in names
                 ]
             )
         ),
         document_output_config=documentai.DocumentOutputConfig(
-            gcs_output_config=documentai.DocumentOutputConfig.GcsOutputConfig(gcs_uri=f"gs://{bucket}/out/", **output)
+            gcs_output_config=documentai.DocumentOutputConfig.GcsOutputConfig(
+                gcs_uri=f"gs://{bucket}/out/", **output
+            )
         ),
     )
 
@@ -107,7 +110,9 @@ def test_batch_with_a_per_document_failure_and_shards(sim: Sim, tmp_path: Path) 
     # The shards, found from outputGcsDestination, read back with Google's storage client.
     prefix = good.output_gcs_destination.removeprefix("gs://docai-a/") + "/"
     blobs = sorted(_gcs(sim).list_blobs("docai-a", prefix=prefix), key=lambda b: b.name)
-    shards = [documentai.Document.from_json(b.download_as_bytes(), ignore_unknown_fields=False) for b in blobs]
+    shards = [
+        documentai.Document.from_json(b.download_as_bytes(), ignore_unknown_fields=False) for b in blobs
+    ]
     assert [(s.shard_info.shard_index, s.shard_info.shard_count) for s in shards] == [(0, 3), (1, 3), (2, 3)]
     assert [s.pages[0].page_number for s in shards] == [1, 2, 3]
     assert bucket.name == "docai-a"
@@ -137,7 +142,9 @@ def test_cancel(make_sim: Callable[..., Sim], tmp_path: Path) -> None:
     states = []
     deadline = time.monotonic() + 20
     while not operation.done() and time.monotonic() < deadline:
-        states.append(documentai.BatchProcessMetadata.deserialize(operation.operation.metadata.value).state.name)
+        states.append(
+            documentai.BatchProcessMetadata.deserialize(operation.operation.metadata.value).state.name
+        )
     states.append(documentai.BatchProcessMetadata.deserialize(operation.operation.metadata.value).state.name)
     assert "CANCELLING" in states and states[-1] == "CANCELLED"
     assert operation.cancelled()

@@ -18,7 +18,9 @@ BUCKET = "hookbridge-staging"
 THREE_PAGES = b"%PDF-1.7\n1 0 obj <</Type /Page>> 2 0 obj <</Type /Page>> 3 0 obj <</Type /Page>>\n"
 
 
-def _clients(sim: Sim, *, retries: int = 0, region: str = "us-east-1", secret: str = SECRET) -> tuple[Any, Any]:
+def _clients(
+    sim: Sim, *, retries: int = 0, region: str = "us-east-1", secret: str = SECRET
+) -> tuple[Any, Any]:
     common: dict[str, Any] = {
         "aws_access_key_id": KEY_ID,
         "aws_secret_access_key": secret,
@@ -86,9 +88,11 @@ def test_analysis_three_pages_and_idempotent_start(sim: Sim) -> None:
     assert {b["BlockType"] for b in blocks} >= {"QUERY", "QUERY_RESULT", "LINE", "WORD"}
 
     # botocore's paginator walks the same pages.
-    paginator = textract.get_paginator("get_document_analysis") if textract.can_paginate(
-        "get_document_analysis"
-    ) else None
+    paginator = (
+        textract.get_paginator("get_document_analysis")
+        if textract.can_paginate("get_document_analysis")
+        else None
+    )
     if paginator is not None:
         walked = list(paginator.paginate(JobId=job_id, PaginationConfig={"PageSize": 11}))
         assert len(walked) == 3
@@ -133,7 +137,9 @@ def test_expense(sim: Sim) -> None:
         ("textract_rate_throttling", 500, "ThrottlingException"),
     ],
 )
-def test_throttling_is_400_or_500_and_botocore_retries_it(make_sim: Callable[..., Sim], knob: str, status: int, code: str) -> None:
+def test_throttling_is_400_or_500_and_botocore_retries_it(
+    make_sim: Callable[..., Sim], knob: str, status: int, code: str
+) -> None:
     sim = make_sim(**{knob: 1.0})
     textract, s3 = _clients(sim, retries=2)
     location = _stage(s3, "r5/doc.pdf")
@@ -144,7 +150,7 @@ def test_throttling_is_400_or_500_and_botocore_retries_it(make_sim: Callable[...
     assert error["ResponseMetadata"]["HTTPStatusCode"] == status
     # botocore's standard retry mode classed it as a throttle and retried: three attempts.
     assert error["ResponseMetadata"]["RetryAttempts"] == 2
-    from botocore.retries.standard import ThrottledRetryableChecker, RetryContext
+    from botocore.retries.standard import RetryContext, ThrottledRetryableChecker
 
     context = RetryContext(attempt_number=1, parsed_response=error, http_response=None)
     assert ThrottledRetryableChecker().is_retryable(context)
@@ -182,7 +188,9 @@ def test_missing_object_and_wrong_format(sim: Sim) -> None:
     textract, s3 = _clients(sim)
     _stage(s3, "r8/doc.pdf")
     with pytest.raises(ClientError) as caught:
-        textract.start_document_text_detection(DocumentLocation={"S3Object": {"Bucket": BUCKET, "Name": "nope.pdf"}})
+        textract.start_document_text_detection(
+            DocumentLocation={"S3Object": {"Bucket": BUCKET, "Name": "nope.pdf"}}
+        )
     assert caught.value.response["Error"]["Code"] == "InvalidS3ObjectException"
     location = _stage(s3, "r8/notes.txt", b"plain text, not a document format")
     with pytest.raises(ClientError) as caught:
