@@ -228,13 +228,16 @@ async def _runs(request: Request) -> Response:
 
 async def _storage(request: Request) -> Response:
     storage: Storage = request.app.state.storage
+    await storage.ensure_started()
     return JSONResponse(storage.to_json())
 
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     storage: Storage = app.state.storage
-    await asyncio.to_thread(storage.start)
+    config: SimulatorConfig = app.state.sim.config
+    if config.s3_port or config.gcs_port:
+        await storage.ensure_started()
     try:
         yield
     finally:

@@ -8,8 +8,10 @@
 
 Neither is mounted under the simulator's own port: moto's S3 takes the bucket from the first path segment
 and the GCS emulator answers only on its own socket, so each keeps its port, and ``GET /_sim/storage``
-tells clients where they are. Both start with the app's lifespan (uvicorn runs it; an in-process
-``httpx.ASGITransport`` does not, and the two cloud vendors then answer that their storage is down).
+tells clients where they are. They start when first needed (``GET /_sim/storage``, or a Textract or
+Document AI request), so that the many simulators the other tests start pay nothing (moto's import alone
+takes about 1.7 s); with a fixed ``s3_port`` or ``gcs_port`` they start with the app's lifespan, since
+a client may then connect without asking. The lifespan stops them.
 
 The simulated vendors talk to the emulators over their HTTP APIs, as the real services would to S3 and
 GCS: S3 requests are signed with botocore's SigV4 signer (moto refuses anonymous reads of a private
@@ -18,6 +20,7 @@ bucket), GCS requests go to the JSON API unauthenticated (the emulator checks no
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.parse
 from dataclasses import dataclass
@@ -56,6 +59,15 @@ class Storage:
         self.s3_url: str | None = None
         self.gcs_url: str | None = None
         self.client = httpx.AsyncClient(timeout=_TIMEOUT)
+        self._lock = asyncio.Lock()
+        self._started = False
+
+    async def ensure_started(self) -> None:
+        """Starts both emulators once, off the event loop."""
+        async with self._lock:
+            if not self._started:
+                await asyncio.to_thread(self.start)
+                self._started = True
 
     def start(self) -> None:
         try:
@@ -75,10 +87,11 @@ class Storage:
 
     async def stop(self) -> None:
         await self.client.aclose()
+        # Each waits up to half a second for its serve_forever loop: off the event loop.
         if self._moto is not None:
-            self._moto.stop()
+            await asyncio.to_thread(self._moto.stop)
         if self._gcs is not None:
-            self._gcs.stop()
+            await asyncio.to_thread(self._gcs.stop)
         self._moto = self._gcs = self.s3_url = self.gcs_url = None
 
     def to_json(self) -> dict[str, str | None]:
@@ -97,6 +110,7 @@ class Storage:
 
     async def s3_sample(self, bucket: str, key: str, version: str | None = None) -> ObjectSample | None:
         """The object's size and first bytes; None when there is no such bucket, key or version."""
+        await self.ensure_started()
         if self.s3_url is None:
             raise StorageDown("S3 emulator not running")
         url = f"{self.s3_url}/{urllib.parse.quote(bucket)}/{urllib.parse.quote(key)}"
@@ -114,13 +128,14 @@ class Storage:
 
     # GCS ----------------------------------------------------------------------------------------------
 
-    def _gcs_base(self) -> str:
+    async def _gcs_base(self) -> str:
+        await self.ensure_started()
         if self.gcs_url is None:
             raise StorageDown("GCS emulator not running")
         return self.gcs_url
 
     async def gcs_sample(self, bucket: str, name: str) -> ObjectSample | None:
-        base = self._gcs_base()
+        base = await self._gcs_base()
         url = f"{base}/storage/v1/b/{_q(bucket)}/o/{_q(name)}?alt=media"
         response = await self.client.get(url, headers={"Range": f"bytes=0-{SAMPLE_BYTES - 1}"})
         if response.status_code == 404:
@@ -132,7 +147,7 @@ class Storage:
 
     async def gcs_list(self, bucket: str, prefix: str, limit: int) -> list[str] | None:
         """Names under ``prefix`` (at most ``limit``, in the API's order); None when the bucket is missing."""
-        base, token = self._gcs_base(), None
+        base, token = await self._gcs_base(), None
         names: list[str] = []
         while len(names) < limit:
             params = {"prefix": prefix, "maxResults": str(min(1000, limit - len(names)))}
@@ -164,7 +179,7 @@ class Storage:
             )
         )
         response = await self.client.post(
-            f"{self._gcs_base()}/upload/storage/v1/b/{_q(bucket)}/o",
+            f"{await self._gcs_base()}/upload/storage/v1/b/{_q(bucket)}/o",
             params={"uploadType": "multipart"},
             content=body,
             headers={"Content-Type": f"multipart/related; boundary={_BOUNDARY}"},
