@@ -556,3 +556,17 @@ NOON = 1_796_212_800.0  # 2026-12-02T12:00:00Z
 def test_scope_table(match: re.Match[str], amz_date: str | None, expected: str | None) -> None:
     problem = scope_problem(match, SimulatorConfig(), amz_date, NOON)
     assert (problem.type if problem else None) == expected
+
+
+def test_injected_faults_and_rate_limits_keep_each_vendors_shape(make_sim: Callable[..., Sim]) -> None:
+    sim = make_sim(rate_5xx=1.0, vendors_faulty=["textract"], google_docai_rps=0.001, google_docai_burst=1)
+    fault = _signed(sim, {"DocumentLocation": GOOD_LOCATION})
+    assert (fault.status_code, fault.json()["__type"]) == (500, "InternalServerError")
+    auth = {"Authorization": "Bearer " + _token(sim, _key(sim)).json()["access_token"]}
+    url = f"{sim.url}/google_docai/v1/projects/123456789012/locations/us/operations/1"
+    assert httpx.get(url, headers=auth).status_code == 404
+    limited = httpx.get(url, headers=auth)
+    assert limited.status_code == 429
+    assert limited.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    # The token endpoint is not Document AI: never limited.
+    assert _token(sim, _key(sim)).status_code == 200
