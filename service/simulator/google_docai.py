@@ -55,6 +55,7 @@ the simulator plays):
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable
@@ -66,11 +67,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ._documents import FAILURE_MESSAGE, Document, Ending
-from ._state import BadRequest, Phase, SimState, Timeline, VendorStore, json_object, sim_state
+from ._state import BadRequest, Phase, SimState, Timeline, VendorStore, bounded_body, sim_state
 from .oauth import AuthError, OAuthStore, check_bearer
 from .storage import Storage, StorageDown, parse_gs_uri
 
 MAX_FILES = 5000
+# 5,000 gcsDocuments entries of a long URI fit well within it.
+MAX_BODY = 4 * 1024 * 1024
 MAX_FILE_BYTES = 1024**3
 _METADATA_TYPE = "type.googleapis.com/google.cloud.documentai.v1.BatchProcessMetadata"
 _RESPONSE_TYPE = "type.googleapis.com/google.cloud.documentai.v1.BatchProcessResponse"
@@ -314,6 +317,19 @@ def _check_body(body: dict[str, Any]) -> None:
         raise BadRequest("processOptions must be an object")
 
 
+async def _json_body(request: Request) -> dict[str, Any]:
+    raw = await bounded_body(request, MAX_BODY)
+    if raw is None:
+        raise BadRequest(f"request body over {MAX_BODY} bytes")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadRequest("Invalid JSON payload received.") from None
+    if not isinstance(body, dict):
+        raise BadRequest("Invalid JSON payload received: the BatchProcessRequest must be an object.")
+    return body
+
+
 def _processor(rest: str) -> bool:
     """Whether the path after ``processors/`` is ``ID:batchProcess`` or
     ``ID/processorVersions/V:batchProcess``."""
@@ -358,7 +374,7 @@ async def batch_process(request: Request) -> Response:
     if not _processor(request.path_params["rest"]):
         return error_response(404, "The requested URL was not found on this server.")
     try:
-        body = await json_object(request, "BatchProcessRequest")
+        body = await _json_body(request)
         _check_body(body)
         documents, prefix = _parse_input(body)
         output, pages_per_shard = _parse_output(body)
@@ -495,7 +511,8 @@ def _find(request: Request, state: SimState) -> BatchOp | Response:
     if denied is not None:
         return denied
     store, now = DocaiStore.of(request), state.now()
-    op = store.ops.get(request.path_params["op"].removesuffix(":cancel"))
+    op_id = request.path_params["op"]
+    op = store.ops.get(op_id.removesuffix(":cancel") if request.method == "POST" else op_id)
     if (
         op is not None
         and op.ended_at is not None

@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ._state import sim_state
+from ._state import bounded_body, sim_state
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
@@ -161,8 +161,8 @@ async def token(request: Request) -> Response:
         return JSONResponse(
             {"error": "invalid_request", "error_description": "form-encoded body required"}, status_code=400
         )
-    body = await request.body()
-    if len(body) > _MAX_ASSERTION:
+    body = await bounded_body(request, _MAX_ASSERTION)
+    if body is None:
         return JSONResponse({"error": "invalid_request", "error_description": "body too large"}, 400)
     form = urllib.parse.parse_qs(body.decode("latin-1"))
     if form.get("grant_type") != [JWT_BEARER]:

@@ -76,7 +76,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ._documents import FAILURE_MESSAGE, Document, Ending
-from ._state import Phase, SimState, Timeline, VendorStore, sim_state
+from ._state import Phase, SimState, Timeline, VendorStore, bounded_body, sim_state
 from .config import SimulatorConfig
 from .storage import Storage, StorageDown
 
@@ -433,7 +433,9 @@ async def _start(request: Request, kind: Kind, body: dict[str, Any], state: SimS
     try:
         sample = await storage.s3_sample(bucket, name, version)
     except StorageDown:
-        sample = None
+        raise TextractError(
+            400, "InvalidS3ObjectException", "The simulator's S3 emulator is not running (pip install moto)."
+        ) from None
     if sample is None:
         raise TextractError(
             400,
@@ -652,8 +654,8 @@ def _throttle(store: TextractStore, config: SimulatorConfig) -> None:
 
 
 async def _parse_body(request: Request) -> tuple[bytes, dict[str, Any]]:
-    body = await request.body()
-    if len(body) > MAX_BODY:
+    body = await bounded_body(request, MAX_BODY)
+    if body is None:
         raise TextractError(400, "SerializationException", "request body too large")
     try:
         parsed = json.loads(body or b"{}")

@@ -102,6 +102,9 @@ def test_batch_with_a_per_document_failure_and_shards(sim: Sim, tmp_path: Path) 
     assert operation.operation.name.startswith(f"projects/{NUMBER}/locations/{LOCATION}/operations/")
     assert operation.operation.done is False
     operation.result(timeout=30)  # no error: the batch SUCCEEDED although one document failed
+    # Google's generated client signs its own JWTs for a service-account key (always_use_jwt_access):
+    # the token endpoint was not asked.
+    assert sim.app.state.oauth.tokens == {}
     metadata = documentai.BatchProcessMetadata.deserialize(operation.operation.metadata.value)
     assert metadata.state == documentai.BatchProcessMetadata.State.SUCCEEDED
     good, failed = metadata.individual_process_statuses

@@ -570,3 +570,13 @@ def test_injected_faults_and_rate_limits_keep_each_vendors_shape(make_sim: Calla
     assert limited.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
     # The token endpoint is not Document AI: never limited.
     assert _token(sim, _key(sim)).status_code == 200
+
+
+def test_oversized_bodies_are_refused_unread(sim: Sim) -> None:
+    big = _signed(sim, b"{" + b" " * 300_000 + b"}")
+    assert (big.status_code, big.json()["__type"]) == (400, "SerializationException")
+    form = {"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": "x" * 20_000}
+    assert httpx.post(f"{sim.url}/token", data=form).json()["error"] == "invalid_request"
+    auth = {"Authorization": "Bearer " + _token(sim, _key(sim)).json()["access_token"]}
+    huge = httpx.post(sim.url + PROCESSOR, content=b" " * (5 * 1024 * 1024), headers=auth)
+    assert huge.status_code == 400 and huge.json()["error"]["status"] == "INVALID_ARGUMENT"
