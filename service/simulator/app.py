@@ -11,8 +11,9 @@ Vendor routes (each prefix is the vendor's base URL):
 - ``POST /textract`` (AWS JSON 1.1, ``X-Amz-Target: Textract.*``; textract.py)
 - ``POST /google_docai/v1/projects/{p}/locations/{l}/processors/{id}[/processorVersions/{v}]:batchProcess``,
   ``GET .../operations/{id}``, ``POST .../operations/{id}:cancel`` (google_docai.py)
-- ``POST /token``: Google's OAuth token endpoint (oauth.py); S3 and GCS on ports of their own
-  (storage.py), listed by ``GET /_sim/storage``; ``POST /_sim/google/service-account`` makes a trusted
+- ``POST /token``: Google's OAuth token endpoint (oauth.py)
+- ``/s3/...`` and ``/gcs/...``: the S3 and GCS emulators (storage.py), forwarded to their own loopback
+  ports, which ``GET /_sim/storage`` lists; ``POST /_sim/google/service-account`` makes a trusted
   throwaway service-account key
 
 Every vendor request takes a token from its vendor's bucket for the API key it presents (when that
@@ -44,6 +45,9 @@ from . import cloudsquid, google_docai, nutrient, oauth, textract, uptiq
 from ._state import Clock, LogEntry, SimState, SystemClock, sim_state
 from .config import VENDORS, SimulatorConfig
 from .storage import Storage
+from .storage import proxy as storage_proxy
+
+_PROXIED = ["GET", "HEAD", "PUT", "POST", "DELETE", "PATCH"]
 
 PREFIXES: dict[str, str] = {"nutrient": "/nutrient", "cloudsquid": "/cloudsquid/api", "uptiq": "/uptiq"}
 PREFIXES.update({"textract": "/textract", "google_docai": "/google_docai"})
@@ -263,6 +267,8 @@ def create_app(config: SimulatorConfig, *, clock: Clock | None = None) -> Starle
             Route(PREFIXES["textract"], textract.dispatch, methods=["POST"]),
             Mount(PREFIXES["google_docai"], routes=google_docai.routes()),
             Route("/token", oauth.token, methods=["POST"]),
+            Route("/s3/{path:path}", storage_proxy, methods=_PROXIED),
+            Route("/gcs/{path:path}", storage_proxy, methods=_PROXIED),
             Mount("/_sim", routes=control),
         ],
         middleware=[Middleware(VendorTrafficMiddleware)],

@@ -4,14 +4,18 @@
 - S3: moto's own server (``moto.server.ThreadedMotoServer``, its werkzeug app in a thread). moto's
   backends are process-global, so every simulator in one process sees the same buckets.
 - GCS: ``gcp-storage-emulator`` in memory (``create_server(..., in_memory=True)``, a stdlib HTTP server in
-  a thread). It is not a WSGI or ASGI app, so it cannot be mounted in the Starlette app; it gets a port.
+  a thread).
 
-Neither is mounted under the simulator's own port: moto's S3 takes the bucket from the first path segment
-and the GCS emulator answers only on its own socket, so each keeps its port, and ``GET /_sim/storage``
-tells clients where they are. They start when first needed (``GET /_sim/storage``, or a Textract or
-Document AI request), so that the many simulators the other tests start pay nothing (moto's import alone
-takes about 1.7 s); with a fixed ``s3_port`` or ``gcs_port`` they start with the app's lifespan, since
-a client may then connect without asking. The lifespan stops them.
+Neither can be mounted in the Starlette app (the GCS emulator is a stdlib ``HTTPServer``; moto's app
+dispatches on the whole host and path), so each listens on a loopback port of its own, and the
+simulator's own port forwards ``/s3/...`` and ``/gcs/...`` to them (:func:`proxy`), streaming both ways:
+``boto3.client("s3", endpoint_url=SIM + "/s3")`` and ``storage.Client(client_options={"api_endpoint":
+SIM + "/gcs"})`` work, and so do the emulators' own URLs, which ``GET /_sim/storage`` lists.
+
+They start when first needed (``GET /_sim/storage``, ``/s3``, ``/gcs``, or a Textract or Document AI
+request), so that the many simulators the other tests start pay nothing (moto's import alone takes
+about 1.7 s); with a fixed ``s3_port`` or ``gcs_port`` they start with the app's lifespan, since a
+client may then connect without asking. The lifespan stops them.
 
 The simulated vendors talk to the emulators over their HTTP APIs, as the real services would to S3 and
 GCS: S3 requests are signed with botocore's SigV4 signer (moto refuses anonymous reads of a private
@@ -28,6 +32,9 @@ from typing import Any
 
 import httpx
 import structlog
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
 
 log = structlog.get_logger(__name__)
 
@@ -188,6 +195,38 @@ class Storage:
             return False
         response.raise_for_status()
         return True
+
+
+_HOP_BY_HOP = frozenset(
+    ("host", "connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection")
+)
+
+
+async def proxy(request: Request) -> Response:
+    """``/s3/{path}`` and ``/gcs/{path}``: the request forwarded to that emulator, streamed both ways."""
+    storage: Storage = request.app.state.storage
+    await storage.ensure_started()
+    which, _, rest = request.url.path.lstrip("/").partition("/")
+    base = storage.s3_url if which == "s3" else storage.gcs_url
+    if base is None:
+        return Response(
+            "storage emulator not running (pip install 'hookbridge[embedded]')\n", status_code=503
+        )
+    url = f"{base}/{rest}"
+    if request.url.query:
+        url += "?" + request.url.query
+    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP]
+    has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+    upstream = storage.client.build_request(
+        request.method, url, headers=headers, content=request.stream() if has_body else None
+    )
+    answer = await storage.client.send(upstream, stream=True)
+    return StreamingResponse(
+        answer.aiter_raw(),
+        status_code=answer.status_code,
+        headers={k: v for k, v in answer.headers.items() if k.lower() not in _HOP_BY_HOP},
+        background=BackgroundTask(answer.aclose),
+    )
 
 
 def _q(part: str) -> str:

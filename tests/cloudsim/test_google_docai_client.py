@@ -45,7 +45,7 @@ def _docai(sim: Sim, key: Path) -> documentai.DocumentProcessorServiceClient:
 
 def _gcs(sim: Sim) -> storage.Client:
     return storage.Client(
-        project=PROJECT, credentials=AnonymousCredentials(), client_options={"api_endpoint": sim.gcs_url}
+        project=PROJECT, credentials=AnonymousCredentials(), client_options={"api_endpoint": f"{sim.url}/gcs"}
     )
 
 

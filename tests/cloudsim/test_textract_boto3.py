@@ -28,7 +28,8 @@ def _clients(
     }
     config = Config(retries={"mode": "standard", "total_max_attempts": retries + 1})
     textract = boto3.client("textract", endpoint_url=f"{sim.url}/textract", config=config, **common)
-    s3 = boto3.client("s3", endpoint_url=sim.s3_url, **common)
+    # Through the simulator's own port (/s3 forwards to moto's).
+    s3 = boto3.client("s3", endpoint_url=f"{sim.url}/s3", **common)
     return textract, s3
 
 
