@@ -95,6 +95,8 @@ VENDOR_FAILED = "vendor_failed"
 VENDOR_UNREACHABLE = "vendor_unreachable"
 TIMED_OUT = "timed_out"
 VENDOR_EXPIRED = "vendor_expired"
+# A submit that may have created a vendor job, to a vendor without idempotency: never sent again.
+VENDOR_SUBMIT_AMBIGUOUS = "vendor_submit_ambiguous"
 RESULT_TOO_LARGE = "result_too_large"  # the vendor's result asset is past MAX_DOCUMENT_BYTES
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"

@@ -41,6 +41,7 @@ class RunErrorCode(StrEnum):
     vendor_rejected, vendor_failed = domain.VENDOR_REJECTED, domain.VENDOR_FAILED
     vendor_unreachable, timed_out = domain.VENDOR_UNREACHABLE, domain.TIMED_OUT
     vendor_expired, result_too_large = domain.VENDOR_EXPIRED, domain.RESULT_TOO_LARGE
+    vendor_submit_ambiguous = domain.VENDOR_SUBMIT_AMBIGUOUS
 
 
 class Out(BaseModel):

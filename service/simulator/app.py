@@ -15,6 +15,10 @@ Vendor routes (each prefix is the vendor's base URL):
 - ``/s3/...`` and ``/gcs/...``: the S3 and GCS emulators (storage.py), forwarded to their own loopback
   ports, which ``GET /_sim/storage`` lists; ``POST /_sim/google/service-account`` makes a trusted
   throwaway service-account key
+- ``POST /documentintelligence/documentModels/{modelId}:analyze``, ``GET|DELETE
+  .../documentModels/{modelId}/analyzeResults/{resultId}`` (``azure_di.py``; the endpoint is the root)
+- ``POST /llamaparse/api/v2/parse``, ``.../parse/upload``, ``GET|DELETE .../parse/{id}``, ``POST
+  .../parse/{id}/cancel``; presigned downloads at ``/llamaparse-storage/...`` (``llamaparse.py``)
 
 Every vendor request takes a token from its vendor's bucket for the API key it presents (when that
 vendor's ``*_rps`` is set); an empty bucket answers 429. Control routes, unauthenticated, never limited
@@ -41,8 +45,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import cloudsquid, google_docai, nutrient, oauth, textract, uptiq
-from ._state import Clock, LogEntry, SimState, SystemClock, sim_state
+from . import azure_di, cloudsquid, google_docai, llamaparse, nutrient, oauth, textract, uptiq
+from ._state import Clock, LogEntry, SimState, SystemClock, VendorStore, sim_state
 from .config import VENDORS, SimulatorConfig
 from .storage import Storage
 from .storage import proxy as storage_proxy
@@ -51,6 +55,8 @@ _PROXIED = ["GET", "HEAD", "PUT", "POST", "DELETE", "PATCH"]
 
 PREFIXES: dict[str, str] = {"nutrient": "/nutrient", "cloudsquid": "/cloudsquid/api", "uptiq": "/uptiq"}
 PREFIXES.update({"textract": "/textract", "google_docai": "/google_docai"})
+# Azure's endpoint is the simulator's root: its SDK parses the result id from a host-only endpoint.
+PREFIXES.update({"azure_di": "/documentintelligence", "llamaparse": "/llamaparse"})
 _DROP_DRAIN_TIMEOUT_S = 5.0
 
 
@@ -63,10 +69,12 @@ def _vendor_of(path: str) -> str | None:
 
 # The header each vendor takes its API key from: the rate limit is per key.
 _KEY_HEADERS = {"nutrient": "authorization", "cloudsquid": "x-api-key", "uptiq": "x-api-key"}
+_KEY_HEADERS.update({"azure_di": "ocp-apim-subscription-key", "llamaparse": "authorization"})
 _KEY_HEADERS.update({"textract": "authorization", "google_docai": "authorization"})
-# The cloud vendors' own refusal shapes: Textract never answers 429 (its limit is a 400), Document AI's
-# is a google.rpc.Status.
-_CLOUD_FAULTS = {"textract": textract.fault_response, "google_docai": google_docai.fault_response}
+# Vendors whose module answers its own 429s and injected 5xx in its documented shapes (Textract never
+# answers 429: its limit is a 400; Document AI's is a google.rpc.Status).
+_FAULT_RESPONSES = {"azure_di": azure_di.fault_response, "llamaparse": llamaparse.fault_response}
+_FAULT_RESPONSES.update({"textract": textract.fault_response, "google_docai": google_docai.fault_response})
 
 
 def _rate_key(vendor: str, headers: Headers) -> str:
@@ -86,11 +94,11 @@ def _fault_response(vendor: str, status: int, state: SimState) -> Response:
     (Cloudsquid: the OpenAPI of each path; Uptiq: the Conventions page) before going live. No vendor
     documents ``Retry-After``, so none is sent.
     """
+    if vendor in _FAULT_RESPONSES:
+        return _FAULT_RESPONSES[vendor](status, state)
     message = (
         "rate limit exceeded for your subscription" if status == 429 else "backend temporarily unavailable"
     )
-    if vendor in _CLOUD_FAULTS:
-        return _CLOUD_FAULTS[vendor](status)
     if vendor == "nutrient":
         body: dict[str, Any] = {"status": status, "requestId": state.new_uuid(), "errorMessage": message}
         response: Response = JSONResponse(body, status_code=status)
@@ -199,9 +207,14 @@ async def _config(request: Request) -> Response:
     return JSONResponse(state.config.to_json())
 
 
+def _stores(app_state: Any) -> dict[str, VendorStore]:
+    """Every vendor's store, kept on the app's state under the vendor's name."""
+    return {vendor: getattr(app_state, vendor) for vendor in VENDORS}
+
+
 async def _stats(request: Request) -> Response:
     app_state, now = request.app.state, sim_state(request).now()
-    stores = {vendor: getattr(app_state, vendor) for vendor in VENDORS}
+    stores = _stores(app_state)
     return JSONResponse({vendor: stores[vendor].status_counts(now) for vendor in VENDORS})
 
 
@@ -214,7 +227,7 @@ async def _runs(request: Request) -> Response:
     # Monotonic instants become Unix times by the same offset that ``SimState.wall_iso`` uses.
     offset = state.clock.time() - now
     app_state = request.app.state
-    stores = {vendor: getattr(app_state, vendor) for vendor in VENDORS}
+    stores = _stores(app_state)
     data = [
         {
             "id": run_id,
@@ -269,6 +282,9 @@ def create_app(config: SimulatorConfig, *, clock: Clock | None = None) -> Starle
             Route("/token", oauth.token, methods=["POST"]),
             Route("/s3/{path:path}", storage_proxy, methods=_PROXIED),
             Route("/gcs/{path:path}", storage_proxy, methods=_PROXIED),
+            Mount(PREFIXES["azure_di"], routes=azure_di.routes()),
+            Mount(PREFIXES["llamaparse"], routes=llamaparse.routes()),
+            Mount(llamaparse.STORAGE_PREFIX, routes=llamaparse.storage_routes()),
             Mount("/_sim", routes=control),
         ],
         middleware=[Middleware(VendorTrafficMiddleware)],
@@ -289,4 +305,6 @@ def create_app(config: SimulatorConfig, *, clock: Clock | None = None) -> Starle
         access_key=config.textract_access_key_id,
         secret_key=config.textract_secret_access_key,
     )
+    app.state.azure_di = azure_di.AzureDiStore()
+    app.state.llamaparse = llamaparse.LlamaParseStore()
     return app

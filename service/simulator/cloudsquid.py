@@ -239,7 +239,11 @@ async def get_run(request: Request) -> Response:
     params = request.path_params
     if run is None or (run.row.project, run.row.table_id) != (params["project"], params["table_id"]):
         return _error(404, "run not found")
-    return JSONResponse(data_row(run, state, state.now(), legacy=state.config.cloudsquid_legacy_shape))
+    row = data_row(run, state, state.now(), legacy=state.config.cloudsquid_legacy_shape)
+    # DataRow does not list status as required (S002): some answers may lack it (config.rate_no_status).
+    if state.config.rate_no_status and state.fault_rng.random() < state.config.rate_no_status:
+        row.pop("status", None)
+    return JSONResponse(row)
 
 
 async def extract_sync(request: Request) -> Response:

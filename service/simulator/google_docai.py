@@ -107,8 +107,9 @@ def error_response(status: int, message: str, details: list[dict[str, Any]] | No
     return JSONResponse({"error": body}, status_code=status)
 
 
-def fault_response(status: int) -> Response:
+def fault_response(status: int, state: SimState, retry_after_s: float | None = None) -> Response:
     """The middleware's rate-limit refusal and injected server errors, in Google's error shape."""
+    del state, retry_after_s  # no Retry-After is documented (§2.4, §3.4)
     if status == 429:
         return _quota_error(
             "Quota exceeded for quota metric 'Requests' of service documentai.googleapis.com."

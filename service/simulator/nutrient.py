@@ -447,7 +447,16 @@ async def run_resource(request: Request) -> Response:
         return run
     state = sim_state(request)
     if request.method == "GET":
+        if state.config.rate_no_status and state.fault_rng.random() < state.config.rate_no_status:
+            answer = run_json(run, state, state.now())
+            answer.pop("status", None)
+            return JSONResponse(answer)
         return _run_response(run, state)
+    # The delete route is an inference: play a vendor without it when told (config.nutrient_delete).
+    if state.config.nutrient_delete == "404":
+        return _error(state, 404, "not found", "not_found")
+    if state.config.nutrient_delete == "405":
+        return Response(status_code=405, headers={"allow": "GET"})
     if run.status(state.now()) in ("queued", "running"):
         return _error(state, 409, "the run is still queued or running: cancel it first", "run_in_flight")
     store = NutrientStore.of(request)
@@ -486,6 +495,9 @@ async def result_asset(request: Request) -> Response:
     output = _output(run.operation, run.document, run.split_output)
     if run.split_output in ("zip", "both"):
         output["downloadUrl"] = str(request.url_for("nutrient_zip", run_id=run.id))
+        if state.config.nutrient_download_host == "other":
+            # A presigned storage URL on another host (S003 says only that it "points to" the asset).
+            output["downloadUrl"] = f"https://storage.sim.invalid/zips/{run.id}.zip?signature=sim"
     return JSONResponse({"output": output, "usage": {"data_extraction_credits": credits}})
 
 

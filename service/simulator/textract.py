@@ -146,8 +146,9 @@ def error_response(status: int, type_: str, message: str) -> Response:
     )
 
 
-def fault_response(status: int) -> Response:
+def fault_response(status: int, state: SimState, retry_after_s: float | None = None) -> Response:
     """The middleware's rate-limit refusal (never a 429: §2.7) and injected server errors."""
+    del state, retry_after_s  # no Retry-After is documented (§2.4, §3.4)
     if status == 429:
         return error_response(
             400, "ProvisionedThroughputExceededException", "You exceeded your throughput limit."

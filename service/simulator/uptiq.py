@@ -202,10 +202,17 @@ async def submit(request: Request) -> Response:
         "requestId": extraction.request_id,
         "subtype": None,
     }
+    answer: Any = data
     if document_types is not None:
         data["documentTypes"] = document_types
+        # S004 does not show the 202's body: play the reading chosen (config.uptiq_multi_shape).
+        shape = state.config.uptiq_multi_shape
+        if shape == "list":
+            answer = [data]
+        elif shape == "ids":
+            answer = {k: v for k, v in data.items() if k != "_id"} | {"_ids": [extraction.id]}
     return JSONResponse(
-        {"data": data, "message": "Document queued for extraction", "status": "success"},
+        {"data": answer, "message": "Document queued for extraction", "status": "success"},
         status_code=status_code,
     )
 
@@ -221,7 +228,10 @@ async def get_extraction(request: Request) -> Response:
     # The record is not visible for a while after the submit (S004: "404 right after submitting").
     if now < extraction.timeline.created_at + state.config.uptiq_early_404_s:
         return _error(404, "Extraction not found")
-    return JSONResponse(extraction_json(extraction, state, now))
+    answer = extraction_json(extraction, state, now)
+    if state.config.rate_no_status and state.fault_rng.random() < state.config.rate_no_status:
+        answer["extraction"].pop("status", None)
+    return JSONResponse(answer)
 
 
 def routes() -> list[BaseRoute]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from service.vendors import registry
+from service.vendors import registry, text
 from service.vendors.base import VendorAdapter
 from service.vendors.http import ANSWER_ENVELOPE_BYTES, Budget, Observer, make_client
 
@@ -30,9 +30,12 @@ def build_adapters(
         spec = vendor.spec
         if spec is None:
             continue
+        auth = spec.auth_headers(vendor.api_key)
+        # Whatever a vendor answers is scrubbed of every key we send, to any vendor, before it is kept.
+        text.register([vendor.api_key, *auth.values()])
         client = make_client(
             vendor.base_url,
-            spec.auth_headers(vendor.api_key),
+            auth,
             timeout_s=settings.vendor_timeout_s,
             vendor=name,
             budget=budgets.get(name),

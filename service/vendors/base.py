@@ -10,7 +10,13 @@ the spec says what the vendor can do, its settings and their defaults, and how t
     ├── VendorExpired         the vendor no longer has the run (vendor_expired)
     ├── VendorResultTooLarge  the result asset is past MAX_DOCUMENT_BYTES (result_too_large)
     └── VendorTransient       worth retrying: 5xx, network faults, an early 404
-        └── VendorRateLimited 429; ``retry_after`` says when to ask again
+        ├── VendorRateLimited 429; ``retry_after`` says when to ask again
+        └── VendorSubmitUncertain  a submit that may have created a vendor job (a timeout or a dropped
+                              connection after the request went out, a 2xx of an unexpected shape):
+                              retried only where the adapter's ``submit_idempotent`` says so
+
+Every message is vendor text: cut short and scrubbed of our credentials as the error is made
+(``service.vendors.text``), so that no log line, span, run record or callback carries more.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from service.vendors import text
+
 if TYPE_CHECKING:
     import httpx
 
@@ -30,10 +38,11 @@ QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELED = "queued", "running", "succeeded",
 
 class VendorError(Exception):
     def __init__(self, message: str, *, status_code: int | None = None, vendor_status: str | None = None):
+        message = text.clean(message)
         super().__init__(message)
         self.message = message
         self.status_code = status_code
-        self.vendor_status = vendor_status
+        self.vendor_status = text.clean_optional(vendor_status, 200)
 
 
 class VendorRejected(VendorError):
@@ -52,6 +61,16 @@ class VendorTransient(VendorError):
 
 class VendorRateLimited(VendorTransient):
     pass
+
+
+class VendorSubmitUncertain(VendorTransient):
+    """The submit's request went out and what happened to it is unknown: a timeout or a dropped connection
+    after sending, or a 2xx whose body does not name the job. The vendor may have created a job (and may
+    bill it). ``answer`` is what the vendor said, if anything (cut and scrubbed), for the run's trail."""
+
+    def __init__(self, message: str, *, status_code: int | None = None, answer: str | None = None):
+        super().__init__(message, status_code=status_code)
+        self.answer = text.clean_optional(answer, 1024)
 
 
 @dataclass(frozen=True)
@@ -129,6 +148,10 @@ class DeletesRuns(Protocol):
 class VendorAdapter(Protocol):
     name: str
     supports_cancel: bool
+    # The one place a vendor's submit rule is named: True only where the vendor documents an idempotency
+    # key that makes a repeated submit return the first job. False: after a submit that may have created a
+    # job (VendorSubmitUncertain, a step timeout) the worker never asks again (service/worker/decide.py).
+    submit_idempotent: bool
 
     async def submit(self, request: SubmitRequest) -> Submitted: ...
 

@@ -11,10 +11,25 @@ Poll ``GET .../run/{run_id}``: the current ``DataRow`` shape carries ``data``, t
 stored (S001: "you want the final output but not intermediate artifacts stored"); the row and the result
 stay at Cloudsquid, which documents no delete.
 
-Where the documents are silent: the upload's 2xx code (any 2xx is accepted); the message of a run in
-``error`` (``errorMessage`` if present, else ``reasoning``, the only documented free-text field: a GUESS,
-check a real failed run's body before going live); a 404 on poll (taken to mean the vendor no longer has
-the run).
+A ``done`` row's result is its ``data`` with the DataRow's ``reasoning`` and ``review`` beside the
+columns (S002 lists them in DataRow; ``approved: false`` included); a column of the same name wins.
+"A typical poll interval is 2-5 seconds" (S000): the poll policy's 2.0/5.0. "401 Unauthorized" (S002) on
+a poll ends the run (``vendor_rejected``).
+
+Where the documents are silent (not documented; we do X because Y):
+
+- Idempotency: none is documented, so ``submit_idempotent = False``: a request that may have created a
+  row or a run (a drop or timeout after sending, a 2xx without ``row_id``/``run_id``) is never sent again;
+  the run ends ``vendor_submit_ambiguous`` (service/worker/decide.py).
+- The upload's 2xx code: any 2xx is accepted, since S001 shows none for the upload.
+- The message of a run in ``error``: ``errorMessage`` if present, else ``reasoning``, the only documented
+  free-text field (a GUESS: check a real failed run's body before going live).
+- A poll answer without ``status`` (DataRow does not require it): a transient fault, because it says
+  nothing about the run.
+- A 404 on poll: the vendor no longer has the run (``vendor_expired``), because an id it gave us cannot
+  come back.
+- The media-type list is the upload's ``mimetype`` enum (S000, CS-upload); anything else is refused before
+  any call, because Cloudsquid would refuse it after an upload.
 """
 
 from __future__ import annotations
@@ -43,7 +58,13 @@ from service.vendors.base import (
     VendorSpec,
     VendorTransient,
 )
-from service.vendors.http import error_message, raise_for_transient, transport_errors
+from service.vendors.http import (
+    error_message,
+    raise_for_transient,
+    submit_errors,
+    transport_errors,
+    unexpected_answer,
+)
 
 STATUSES = {"pending": QUEUED, "running": RUNNING, "done": SUCCEEDED, "error": FAILED}
 
@@ -76,6 +97,9 @@ _UNSPECIFIED = ("", "application/octet-stream")
 class CloudsquidAdapter:
     name = "cloudsquid"
     supports_cancel = False
+    # Not documented: no idempotency key on either call. A submit that may have created a row or a run is
+    # never sent again (service/worker/decide.py); the checkpoint covers a crash after an answer came.
+    submit_idempotent = False
 
     def __init__(self, client: httpx.AsyncClient, *, project: str = "", table_id: str = "") -> None:
         self._client = client
@@ -92,7 +116,7 @@ class CloudsquidAdapter:
         row_id = request.state.get("row_id")
         if not row_id:
             body = _upload_body(request)  # refuses what Cloudsquid would, before any call
-            with transport_errors():
+            with submit_errors():
                 response = await self._client.post(
                     f"{_table_path(project, table_id)}/files", json=body, extensions={"kind": "upload"}
                 )
@@ -101,7 +125,7 @@ class CloudsquidAdapter:
             if request.checkpoint is not None:
                 await request.checkpoint({"row_id": row_id, **where})
 
-        with transport_errors():
+        with submit_errors():
             response = await self._client.post(
                 f"{_table_path(project, table_id)}/run",
                 json={"row_id": row_id, "zero_retention": request.zero_retention},
@@ -121,7 +145,12 @@ class CloudsquidAdapter:
                 extensions={"kind": "poll"},
             )
         raise_for_transient(response)
+        if response.status_code in (401, 403):
+            # S002 documents 401 Unauthorized: the key is refused, and asking ten more times will not help.
+            raise VendorRejected(error_message(response), status_code=response.status_code)
         if response.status_code in (404, 410):
+            # Not documented (S002 lists 200, 400, 401): we read 404 as "no such run" because a run id we
+            # were given cannot come back; 410 is HTTP's own "gone".
             raise VendorExpired(error_message(response), status_code=response.status_code)
         if not response.is_success:
             raise VendorTransient(f"HTTP {response.status_code}: {error_message(response)}")
@@ -133,14 +162,18 @@ class CloudsquidAdapter:
             raise VendorTransient("the run status is not a JSON object")
 
         raw_status = row.get("status")
-        vendor_status = raw_status if isinstance(raw_status, str) else None
-        # A missing or unknown status is never terminal (NOTES.md §1.7).
-        status = STATUSES.get(vendor_status or "", RUNNING)
+        if not isinstance(raw_status, str) or not raw_status:
+            # DataRow does not list status as required (S002): an answer without one tells us nothing, a
+            # transient fault (bounded by VENDOR_MAX_TRANSIENT_FAILURES), never a status named "None".
+            raise VendorTransient("the run status answer has no status")
+        vendor_status = raw_status
+        # An unknown status is never terminal (NOTES.md §1.7).
+        status = STATUSES.get(vendor_status, RUNNING)
         if status == SUCCEEDED:
             data = row.get("data")
             if data is None:  # the older {status, result} shape
                 data = row.get("result")
-            return PollResult(SUCCEEDED, vendor_status, result=data if data is not None else {})
+            return PollResult(SUCCEEDED, vendor_status, result=_with_row_fields(data, row))
         if status == FAILED:
             message = _text(row.get("errorMessage")) or _text(row.get("reasoning"))
             details = {k: row[k] for k in ("errorMessage", "reasoning") if _text(row.get(k))}
@@ -237,8 +270,25 @@ def _field(response: httpx.Response, name: str) -> str:
         body = None
     value = body.get(name) if isinstance(body, dict) else None
     if not isinstance(value, str) or not value:
-        raise VendorTransient(f"the vendor answered HTTP {response.status_code} without a {name}")
+        # A 2xx that names no row or run may still have created one: never asked again (no idempotency).
+        raise unexpected_answer(response, f"a {name}")
     return value
+
+
+# DataRow fields beside ``data`` that the client gets (S002): the model's reasoning and the human review,
+# ``approved: false`` included. A column of ``data`` of the same name wins (the data is the result).
+ROW_FIELDS = ("reasoning", "review")
+
+
+def _with_row_fields(data: Any, row: dict[str, Any]) -> Any:
+    kept: Any = data if data is not None else {}
+    extras = {k: row[k] for k in ROW_FIELDS if row.get(k) is not None}
+    if not extras:
+        return kept
+    kept = dict(kept) if isinstance(kept, dict) else {"data": kept}
+    for name, value in extras.items():
+        kept.setdefault(name, value)
+    return kept
 
 
 def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> CloudsquidAdapter:

@@ -18,7 +18,13 @@ from httpx_aiohttp import AiohttpTransport
 from httpx_aiohttp.transport import map_aiohttp_exceptions
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from service.vendors.base import VendorRateLimited, VendorResultTooLarge, VendorTransient
+from service.vendors import text
+from service.vendors.base import (
+    VendorRateLimited,
+    VendorResultTooLarge,
+    VendorSubmitUncertain,
+    VendorTransient,
+)
 
 
 class Budget(Protocol):
@@ -414,11 +420,12 @@ def error_message(response: httpx.Response) -> str:
             value = body.get(key)
             if isinstance(value, str) and value:
                 code = body.get("code")
-                return f"{value} ({code})" if isinstance(code, str) and code not in value else value
+                said = f"{value} ({code})" if isinstance(code, str) and code not in value else value
+                return text.clean(said)
             if isinstance(value, dict) and isinstance(value.get("message"), str):
-                return str(value["message"])
-    text = response.text.strip()
-    return text[:300] if text else f"HTTP {response.status_code}"
+                return text.clean(value["message"])
+    body_text = response.text.strip()
+    return text.clean(body_text, 300) if body_text else f"HTTP {response.status_code}"
 
 
 def raise_for_transient(response: httpx.Response) -> None:
@@ -468,6 +475,56 @@ def _decoding_errors() -> _Mapped:
 def transport_errors() -> _Mapped:
     """Connection faults, timeouts and dropped connections become :class:`VendorTransient`."""
     return _Mapped(httpx.TransportError, _transport_fault)
+
+
+# Faults that happen before a byte of the request left: nothing can have been created at the vendor.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
+class _SubmitFaults:
+    """:func:`transport_errors` for a submit: a fault after the request may have left (a read timeout, a
+    dropped connection) is :class:`VendorSubmitUncertain`, since the vendor may have created the job."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> Literal[False]:
+        if exc is None or not isinstance(exc, httpx.TransportError):
+            return False
+        if nothing_sent(exc):
+            raise VendorTransient(_transport_fault(exc)) from exc
+        raise VendorSubmitUncertain(
+            f"the submit may have reached the vendor, but no answer came ({_transport_fault(exc)})"
+        ) from exc
+
+
+def nothing_sent(exc: httpx.TransportError) -> bool:
+    """Whether nothing of the request can have reached the vendor. httpx_aiohttp maps aiohttp's faults
+    coarsely ("Server disconnected" becomes a ConnectTimeout), so aiohttp's own exception decides where
+    there is one: only a connector's failure (refused, DNS, TLS) or a connect timeout sent nothing."""
+    cause = exc.__cause__
+    if isinstance(cause, aiohttp.ClientError | TimeoutError):
+        return isinstance(cause, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError)
+    return isinstance(exc, _NOT_SENT)
+
+
+def submit_errors() -> _SubmitFaults:
+    """Connection faults of a submit: :class:`VendorTransient` when nothing left, else
+    :class:`VendorSubmitUncertain`."""
+    return _SubmitFaults()
+
+
+def unexpected_answer(response: httpx.Response, missing: str) -> VendorSubmitUncertain:
+    """A 2xx to a submit whose body does not name the job: the vendor may have created one."""
+    return VendorSubmitUncertain(
+        f"the vendor answered HTTP {response.status_code} without {missing}; it may have created a job",
+        status_code=response.status_code,
+        answer=response.text,
+    )
 
 
 def _transport_fault(exc: Exception) -> str:

@@ -13,6 +13,24 @@ asset named by ``output.downloadUrl``, fetched with our key (only from Nutrient'
 by ``max_asset_bytes``. Cancel with ``POST /extraction/runs/{id}/cancel``. Delete with ``DELETE
 /extraction/runs/{id}`` (the path is an inference, NOTES.md §2.5): an in-flight run answers 409
 ``run_in_flight`` and is canceled first, as S003 says.
+
+Rules and the sentences they rest on (S003):
+
+- ``submit_idempotent = True``: "Retrying the same request with the same key returns HTTP 202 without
+  creating another run."
+- Polls from 2 s doubling to 30 s: "Wait at least two seconds between polling requests" and the example's
+  ``Math.min(delay * 2, 30000)``; ``max_run_s`` 1800 is above "a 15-minute processing limit".
+- 401/403 on a poll or an asset end the run (``vendor_rejected``): not documented for the poll; a refused
+  key stays refused, so asking again only spends the shared rate limit.
+- "Poll the run until its status is done, error, or canceled": an answer without ``status`` is a
+  transient fault (not documented; it says nothing of the run).
+- Delete: only a 2xx or 410 ``run_expired`` ("The run has passed its retention window") is a deletion.
+  Not documented: the route; so a 404 or 405 (a route that does not exist answers so) is "not deleted".
+- ``output.downloadUrl`` "points to" the zip asset; its host is not documented. Our key goes only to
+  Nutrient's own origin; a URL elsewhere (a presigned storage URL) is not followed, and the run's
+  ``/assets/zip`` is read instead, because the result asset is on that route and needs only our key.
+- URL input retried after a lost 202: "For URLs whose content can change, retain the run ID from the first
+  HTTP 202 response ... Alternatively, upload the file." Not done yet (see docs/vendors.md).
 """
 
 from __future__ import annotations
@@ -55,6 +73,9 @@ STATUSES = {"queued": QUEUED, "running": RUNNING, "done": SUCCEEDED, "error": FA
 class NutrientAdapter:
     name = "nutrient"
     supports_cancel = True
+    # "Retrying the same request with the same key returns HTTP 202 without creating another run" (S003):
+    # a submit that may have queued a run is sent again with the same Idempotency-Key (our run id).
+    submit_idempotent = True
 
     def __init__(self, client: httpx.AsyncClient, *, max_asset_bytes: int = MAX_ASSET_BYTES) -> None:
         self._client = client
@@ -70,6 +91,8 @@ class NutrientAdapter:
         headers = {"Idempotency-Key": request.run_id}
         path = f"/extraction/{request.operation}/async"
         doc = request.document
+        # Idempotent (S003): a submit that may have reached Nutrient is replayed with the same key, so a
+        # fault after sending is an ordinary transient one here.
         with transport_errors():
             if doc.url is not None:
                 # The JSON format: instruction fields at the top level beside the URL.
@@ -108,7 +131,12 @@ class NutrientAdapter:
             )
         self._check(response)
         run = response.json()
-        vendor_status = str(run.get("status"))
+        raw_status = run.get("status") if isinstance(run, dict) else None
+        if not isinstance(raw_status, str) or not raw_status:
+            # "Poll the run until its status is done, error, or canceled" (S003): an answer without one
+            # says nothing; a transient fault, never a status named "None".
+            raise VendorTransient("the run answer has no status")
+        vendor_status = raw_status
         status = STATUSES.get(vendor_status, RUNNING)  # an unknown status is never terminal
         progress = None
         if isinstance(run.get("progress"), dict):
@@ -165,9 +193,14 @@ class NutrientAdapter:
             with transport_errors():
                 response = await self._client.delete(path, extensions={"kind": "delete"})
         raise_for_transient(response)
-        # 404: already deleted; 410 run_expired: past its retention window, gone by itself.
-        if not response.is_success and response.status_code not in (404, 410):
-            raise VendorRejected(error_message(response), status_code=response.status_code)
+        # 410 run_expired: "The run has passed its retention window" (S003), gone by itself. Anything else
+        # that is not a 2xx, 404 and 405 included, is not a confirmed deletion: the route is an inference
+        # (not documented), and a 404 may be a route that does not exist as well as a run that does not.
+        if not response.is_success and response.status_code != 410:
+            raise VendorRejected(
+                f"not deleted: HTTP {response.status_code}: {error_message(response)}",
+                status_code=response.status_code,
+            )
 
     def _own_url(self, url: str, fallback: str) -> str:
         """``url`` if it is on Nutrient's own base URL (our key goes only there), else ``fallback``."""
@@ -192,6 +225,9 @@ class NutrientAdapter:
     @staticmethod
     def _check(response: httpx.Response) -> None:
         raise_for_transient(response)
+        if response.status_code in (401, 403):
+            # A refused key stays refused: the run ends at once (vendor_rejected), not after ten polls.
+            raise VendorRejected(error_message(response), status_code=response.status_code)
         if response.status_code in (404, 410):
             raise VendorExpired(error_message(response), status_code=response.status_code)
         if not response.is_success:

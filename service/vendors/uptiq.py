@@ -8,7 +8,8 @@ state ``data.documentStatus``: the envelope ``status`` is never read. Poll
 
 The async record carries more than the result (S004): ``creditReservation``, ``webhookStatus`` and
 ``fraudResults`` are kept in the result the client gets, beside the synchronous response's fields
-(``extractedData``, ``extractionMetrics``...), and ``creditReservation`` is also the run's ``usage``.
+(``extractedData``, ``extractionMetrics``...); ``creditReservation`` is also in the run's ``usage``, as
+reported, with no credits counted.
 
 Where the documents are silent:
 
@@ -19,9 +20,13 @@ Where the documents are silent:
   :data:`EARLY_404_WINDOW_S` after the submit, and as the vendor no longer having the run after that.
 - No cancel API is documented: :meth:`UptiqAdapter.cancel` does nothing. No delete either, so a
   ``zero_retention`` run stays at Uptiq.
-- The shape of ``creditReservation`` is a GUESS: a number, or an object whose ``credits`` (else
-  ``amount``) is the number of credits; check "Extract document data asynchronously" and "Get extraction
-  details" in Uptiq's API reference before going live. Whatever it is, it is kept as reported.
+- ``creditReservation`` is a reservation, not a charge: kept as reported in the result and in ``usage``,
+  never counted as credits spent.
+- No idempotency key (``submit_idempotent = False``): a submit that may have created an extraction (a
+  timeout or dropped connection after sending, a 2xx without one ``data._id``) ends the run
+  ``vendor_submit_ambiguous`` instead of a second ``POST /extract``.
+- 401/403 on a poll end the run ``vendor_rejected``; an ``extraction`` without ``status`` is a transient
+  fault.
 """
 
 from __future__ import annotations
@@ -51,7 +56,13 @@ from service.vendors.base import (
     VendorSpec,
     VendorTransient,
 )
-from service.vendors.http import error_message, raise_for_transient, transport_errors
+from service.vendors.http import (
+    error_message,
+    raise_for_transient,
+    submit_errors,
+    transport_errors,
+    unexpected_answer,
+)
 
 STATUSES = {"Pending": QUEUED, "Processing": RUNNING, "Processed": SUCCEEDED, "Failed": FAILED}
 
@@ -71,6 +82,9 @@ RECORD_EXTRAS = ("fraudResults", "creditReservation", "webhookStatus")
 class UptiqAdapter:
     name = "uptiq"
     supports_cancel = False
+    # Not documented: S004 names no idempotency key. A submit that may have created an extraction is never
+    # sent again (service/worker/decide.py).
+    submit_idempotent = False
 
     def __init__(self, client: httpx.AsyncClient, *, early_404_window_s: float = EARLY_404_WINDOW_S) -> None:
         self._client = client
@@ -79,7 +93,7 @@ class UptiqAdapter:
     async def submit(self, request: SubmitRequest) -> Submitted:
         body = _request_body(request)
         submitted_at = time.time()
-        with transport_errors():
+        with submit_errors():
             response = await self._client.post("/extract", json=body, extensions={"kind": "submit"})
         raise_for_transient(response)
         if not response.is_success:
@@ -88,11 +102,12 @@ class UptiqAdapter:
             envelope: Any = response.json()
         except ValueError:
             envelope = None
-        data = envelope.get("data") if isinstance(envelope, dict) else None
-        extraction_id = data.get("_id") if isinstance(data, dict) else None
-        if not isinstance(extraction_id, str) or not extraction_id:
-            raise VendorTransient(f"the vendor answered HTTP {response.status_code} without data._id")
-        assert isinstance(data, dict)
+        data = _submitted_record(envelope.get("data") if isinstance(envelope, dict) else None)
+        extraction_id = data.get("_id") if data is not None else None
+        if data is None or not isinstance(extraction_id, str) or not extraction_id:
+            # "Keep data._id. That is what you poll with." (S004). Any other 2xx (the 202 of a
+            # multi-extraction is not shown) may still have queued work: never asked again.
+            raise unexpected_answer(response, "one data._id")
         status = data.get("documentStatus")
         return Submitted(
             vendor_run_id=extraction_id,
@@ -106,6 +121,9 @@ class UptiqAdapter:
                 f"/document-extractions/{quote(vendor_run_id, safe='')}", extensions={"kind": "poll"}
             )
         raise_for_transient(response)
+        if response.status_code in (401, 403):
+            # Not documented for the poll; a refused key stays refused: the run ends at once.
+            raise VendorRejected(error_message(response), status_code=response.status_code)
         if response.status_code == 404:
             self._not_found(response, state)
         if not response.is_success:
@@ -119,8 +137,11 @@ class UptiqAdapter:
             raise VendorTransient("the answer has no extraction record")
 
         raw_status = extraction.get("status")  # the job state; the envelope's "status" is always "success"
-        vendor_status = raw_status if isinstance(raw_status, str) else None
-        status = STATUSES.get(vendor_status or "", RUNNING)  # an unknown status is never terminal
+        if not isinstance(raw_status, str) or not raw_status:
+            # "The field you want is extraction.status" (S004): without it the answer says nothing.
+            raise VendorTransient("the extraction record has no status")
+        vendor_status = raw_status
+        status = STATUSES.get(vendor_status, RUNNING)  # an unknown status is never terminal
         progress = _progress(extraction.get("processingStage"))
         result = extraction.get("result")
         if status == SUCCEEDED:
@@ -188,15 +209,23 @@ def _request_body(request: SubmitRequest) -> dict[str, Any]:
     return body
 
 
+def _submitted_record(data: Any) -> dict[str, Any] | None:
+    """The submit's ``data``: the documented object, or a list of exactly one (a reading of the 202 that
+    S004 does not show). A list of several names several jobs, which one run cannot track: None."""
+    if isinstance(data, dict):
+        return data
+    if isinstance(data, list) and len(data) == 1 and isinstance(data[0], dict):
+        return data[0]
+    return None
+
+
 def _usage(reservation: Any) -> dict[str, Any] | None:
-    """``{"credits", "reported"}`` from ``creditReservation`` (its shape is a GUESS, see above)."""
+    """``{"credits": None, "reported": {"creditReservation": ...}}``: S004 lists ``creditReservation`` among
+    the record's fields and says nothing of a charge. A reservation is not a charge, so no spend is
+    reported (``credits`` stays None and ``hookbridge_vendor_credits_total`` does not count it)."""
     if reservation is None:
         return None
-    number: Any = reservation
-    if isinstance(reservation, dict):
-        number = next((reservation[k] for k in ("credits", "amount") if k in reservation), None)
-    credits = float(number) if isinstance(number, int | float) and not isinstance(number, bool) else None
-    return {"credits": credits, "reported": {"creditReservation": reservation}}
+    return {"credits": None, "reported": {"creditReservation": reservation}}
 
 
 def _submitted_at(state: dict[str, Any]) -> float | None:

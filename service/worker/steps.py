@@ -14,7 +14,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -28,7 +28,7 @@ from service.metrics import RUN_TIMEOUTS, VENDOR_CREDITS, client_label
 from service.records import Run
 from service.settings import Settings, VendorSettings
 from service.store import Applied, ClaimedRun, Conflict, Outcome, Store
-from service.vendors import base
+from service.vendors import base, text
 from service.vendors.base import (
     DeletesRuns,
     Document,
@@ -42,6 +42,7 @@ from service.vendors.base import (
     VendorResultTooLarge,
     VendorTransient,
 )
+from service.worker import decide
 from service.worker.budget import prepaid
 from service.worker.deadlines import Deadlines
 from service.worker.transitions import TransitionBatcher
@@ -56,13 +57,22 @@ def next_delay(policy: VendorSettings, current: float | None, rng: random.Random
     """The vendor's poll policy: start at ``POLL_INITIAL_S``, grow by the multiplier up to ``POLL_MAX_S``.
 
     Returns the planned interval (kept with the run, the base of the next one) and the interval to wait:
-    the planned one plus up to 15 % jitter, so that runs submitted together do not poll together, and
-    never below the vendor's minimum.
+    the planned one plus up to 15 % jitter, so that runs submitted together do not poll together, but
+    never past ``POLL_MAX_S``: the documented intervals (Cloudsquid 2-5 s, Uptiq 5-10 s) hold with the
+    jitter included. At the maximum the jitter goes below it instead, never below ``POLL_INITIAL_S``.
     """
     planned = (
         policy.poll_initial_s if current is None else min(policy.poll_max_s, current * policy.poll_multiplier)
     )
-    return planned, planned * rng.uniform(1.0, 1.15)
+    return planned, jittered(planned, policy.poll_initial_s, policy.poll_max_s, rng.uniform(0.0, 0.15))
+
+
+def jittered(planned: float, floor: float, ceiling: float, share: float) -> float:
+    """``planned`` moved by ``share`` of itself, up where there is room below ``ceiling``, else down;
+    always within [floor, ceiling]."""
+    up = planned * (1.0 + share)
+    wait = up if up <= ceiling else planned * (1.0 - share)
+    return min(ceiling, max(floor, wait))
 
 
 @dataclass
@@ -135,7 +145,13 @@ class RunStepper:
                 trail.record(change, "rate_limited", at_ms=now, detail=f"retry after {delay:g}s")
             )
         except (VendorTransient, TimeoutError) as exc:
-            await self._transient(latest[0], policy, exc)
+            submitting = run.status == QUEUED and latest[0].status == QUEUED
+            idempotent = bool(getattr(adapter, "submit_idempotent", False))
+            action = decide.after_submit_fault(idempotent=idempotent, fault=decide.submit_fault(exc))
+            if submitting and action is decide.AfterSubmit.END_AMBIGUOUS:
+                await self._ambiguous(latest[0], exc)
+            else:
+                await self._transient(latest[0], policy, exc)
         except VendorResultTooLarge as exc:
             await self._finish(
                 latest[0],
@@ -217,7 +233,7 @@ class RunStepper:
             run,
             self._now(),
             vendor_run_id=accepted.vendor_run_id,
-            vendor_status=accepted.vendor_status,
+            vendor_status=text.clean_optional(accepted.vendor_status, 200),
             state={**state, **accepted.state},
             due_ms=self._now() + delay * 1000,
             delay_s=shown,
@@ -226,7 +242,7 @@ class RunStepper:
             change,
             "submitted",
             at_ms=self._now(),
-            vendor_status=accepted.vendor_status,
+            vendor_status=text.clean_optional(accepted.vendor_status, 200),
             latency_ms=_ms(started),
         )
         outcome = await self._apply(change)
@@ -248,13 +264,14 @@ class RunStepper:
         vendor_run_id = run.vendor_run_id or ""
         started = time.perf_counter()
         with tracing.vendor_call("poll", run):
-            result = await adapter.poll(vendor_run_id, state)
+            result = _untrusted(await adapter.poll(vendor_run_id, state))
         now = self._now()
         if result.status == base.SUCCEEDED:
             payload = result.result
             if result.needs_fetch:
                 with tracing.vendor_call("fetch_result", run):
                     payload = await adapter.fetch_result(vendor_run_id, state)
+            payload = _scrubbed_payload(payload)
             result_file = None
             if isinstance(payload, FileResult):
                 payload, result_file = _file_result(run, payload)
@@ -362,7 +379,7 @@ class RunStepper:
                         error = f"{run.vendor} has no API to delete its copy of a run"
         except Exception as exc:  # anything at all: a cleanup step ends recorded, never in a lease loop
             attempts = run.vendor_attempts + 1
-            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}".rstrip(": ")
+            message = text.clean(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}".rstrip(": "))
             final = isinstance(exc, VendorRejected) or attempts >= self.settings.vendor_max_transient_failures
             log.warning(
                 "telling the vendor failed",
@@ -381,6 +398,29 @@ class RunStepper:
             error = f"gave up after {attempts} attempt{'s' if attempts > 1 else ''}: {message}"
         await self._apply(lifecycle.vendor_told(run, deleted=deleted, error=error))
 
+    async def _ambiguous(self, run: Run, exc: BaseException) -> None:
+        """A submit that may have created a job at a vendor without idempotency: the run ends here, with
+        what the vendor said in its trail, and is never submitted again."""
+        said = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}".rstrip(": ")
+        answer = getattr(exc, "answer", None)
+        message = text.clean(
+            f"the submit may have created a job at {run.vendor}, which takes no idempotency key, so it "
+            f"is not sent again; check the vendor before resubmitting ({said})"
+        )
+        now = self._now()
+        change = lifecycle.failed(
+            run,
+            now,
+            code=decide.VENDOR_SUBMIT_AMBIGUOUS,
+            message=message,
+            details={"vendor_answer": answer} if answer else None,
+            settings=self.settings,
+            count_poll=False,
+        )
+        detail = text.clean(f"{said}; vendor answered: {answer}" if answer else said, 1024)
+        log.warning("vendor submit ambiguous", run_id=run.id, vendor=run.vendor, error=detail)
+        await self._finish(run, trail.record(change, "error", at_ms=now, detail=detail))
+
     async def _refused(self, run: Run, code: str, message: str) -> None:
         # Terminal runs never reach here: telling the vendor has its own bounded retries (_tell_vendor).
         await self._apply(
@@ -389,14 +429,16 @@ class RunStepper:
 
     async def _transient(self, run: Run, policy: VendorSettings, exc: Exception) -> None:
         count = run.transient + 1
-        message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}" or type(exc).__name__
+        message = text.clean(
+            getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}" or type(exc).__name__
+        )
         now = self._now()
         if count >= self.settings.vendor_max_transient_failures:
             change = lifecycle.failed(
                 run,
                 now,
                 code=domain.VENDOR_UNREACHABLE,
-                message=f"{count} transient faults in a row; the last: {message}",
+                message=text.clean(f"{count} transient faults in a row; the last: {message}"),
                 settings=self.settings,
                 count_poll=False,
             )
@@ -469,7 +511,7 @@ class RunStepper:
         except RedisError:
             raise
         except Exception as exc:  # best effort: whatever the cancel raised, the run's outcome stands
-            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            message = text.clean(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
             log.warning("vendor cancel failed", vendor=adapter.name, error=message)
 
 
@@ -489,6 +531,33 @@ def _file_result(run: Run, file: FileResult) -> tuple[Any, tuple[bytes, str] | N
         return data, None
     output["downloadUrl"] = f"/v1/runs/{run.id}/result"
     return data, (file.content, file.media_type)
+
+
+def _untrusted(result: PollResult) -> PollResult:
+    """A poll's answer with every string the vendor wrote cut short and scrubbed of our credentials
+    (service/vendors/text.py), before any of it is stored, logged, traced or delivered."""
+    progress = result.progress
+    if progress is not None:
+        progress = replace(
+            progress,
+            phase=text.clean_optional(progress.phase, 200),
+            message=text.clean_optional(progress.message),
+        )
+    return replace(
+        result,
+        vendor_status=text.clean_optional(result.vendor_status, 200),
+        progress=progress,
+        error=text.clean_optional(result.error),
+        error_details=text.clean_json(result.error_details) if result.error_details else None,
+        usage=text.scrub_json(result.usage),
+        result=text.scrub_json(result.result),
+    )
+
+
+def _scrubbed_payload(payload: Any) -> Any:
+    if isinstance(payload, FileResult):
+        return replace(payload, data=text.scrub_json(payload.data))
+    return text.scrub_json(payload)
 
 
 def _bounded_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -9,9 +9,11 @@ leases and the API are real. At 9efe3c0 each of these cases left the run in its 
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -183,3 +185,87 @@ async def test_a_poll_answer_past_the_cap_fails_the_run_at_once(make_clocked: Cl
     assert "HOOKBRIDGE_MAX_DOCUMENT_BYTES" in ended["error"]["message"]
     assert vendor.calls["poll"] == 1
     assert await _nothing_left(c.worker.store.redis, run["id"])
+
+
+# Issue 23 rows 5 and 9: vendor text is data, not trusted -----------------------------------------------
+
+KEY = "sim-nutrient-key"  # the Nutrient key of the test settings (tests/conftest.py base_env)
+ECHOES = [
+    f"Authorization: Bearer {KEY}",
+    quote(KEY, safe=""),
+]
+MEGABYTE = "x" * (1024 * 1024)
+
+
+def _assert_clean(run: dict[str, Any], logged: str) -> None:
+    seen = json.dumps(run)  # the record, its error, progress and trail: what the events and callbacks carry
+    for secret in (KEY, base64.b64encode(KEY.encode()).decode(), quote(KEY, safe="")):
+        assert secret not in seen
+        assert secret not in logged
+    assert len(run["error"]["message"]) <= 2048
+
+
+class Echoing(Nutrient):
+    """A Nutrient that echoes our key in its error text, with a megabyte of padding, on one path."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        echo = " ".join(ECHOES) + " " + base64.b64encode(f"{KEY}:".encode()).decode() + MEGABYTE
+        if self.path == "submit" and request.url.path.endswith("/async"):
+            self.calls["submit"] += 1
+            return httpx.Response(400, json={"message": echo, "code": "invalid_request"})
+        if self.path == "poll" and request.method == "GET":
+            self.calls["poll"] += 1
+            error = {"status": 422, "message": echo, "details": {"source": "engine", "echo": echo}}
+            return httpx.Response(200, json={"id": "nr-1", "status": "error", "error": error})
+        if self.path == "transient" and request.method == "GET":
+            self.calls["poll"] += 1
+            return httpx.Response(500, json={"message": echo})
+        if self.path == "progress" and request.method == "GET":
+            self.calls["poll"] += 1
+            progress = {"phase": echo, "percent": 10}
+            return httpx.Response(200, json={"id": "nr-1", "status": "running", "progress": progress})
+        return super().__call__(request)
+
+
+@pytest.mark.parametrize("path", ["submit", "poll", "transient", "progress"])
+async def test_vendor_text_is_cut_and_scrubbed_on_every_path(
+    make_clocked: ClockedFactory, capsys: pytest.CaptureFixture[str], path: str
+) -> None:
+    """A vendor echoing the Authorization header (and its base64, URL-encoded forms) with a megabyte of
+    padding: neither the key nor the megabyte reaches the run, its trail, its events, Redis or a log line.
+    At 9706972 the key was copied into run.error.message verbatim and the run record was 2 MiB."""
+    c = await make_clocked(httpx.MockTransport(Echoing(path)), **FAST)
+    run = await c.stack.submit("nutrient")
+    for _ in range(4):
+        await c.advance(1)
+    got = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    if path != "progress":
+        assert got["status"] == "failed", got["status"]
+    else:
+        got.setdefault("error", {"message": ""})
+        got["error"] = got["error"] or {"message": ""}
+    _assert_clean(got, capsys.readouterr().out)
+    client = aioredis.from_url(c.stack.redis_url)
+    try:
+        record = await client.get(keys.run(run["id"]))
+    finally:
+        await client.aclose()
+    assert record is not None and len(record) < 64 * 1024  # was 2 MiB
+    events = await c.stack.api.get("/v1/events", params={"run_id": run["id"]})
+    assert events.status_code == 200 and run["id"] in events.text  # the feed holds the run's events
+    assert KEY not in events.text and len(events.text) < 64 * 1024
+
+
+async def test_a_refused_key_on_a_poll_ends_the_run_at_once(make_clocked: ClockedFactory) -> None:
+    """Issue 24: a 401 on a Nutrient poll was retried ten times as transient."""
+    vendor = Nutrient(poll_answer=httpx.Response(401, json={"message": "invalid API key"}))
+    c = await make_clocked(httpx.MockTransport(vendor), **FAST)
+    run = await _submitted(c)
+    await c.advance(1)
+    ended = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert ended["status"] == "failed" and ended["error"]["code"] == "vendor_rejected"
+    assert vendor.calls["poll"] == 1

@@ -182,14 +182,20 @@ async def test_the_older_status_result_shape_is_read(
 
 @pytest.mark.parametrize("body", [{"status": "reviewing", "data": {}}, {"data": {}}, {"status": None}])
 async def test_an_unknown_or_missing_status_is_not_terminal(body: dict[str, Any]) -> None:
-    """The simulator only produces documented statuses, so a MockTransport plays the vendor here."""
+    """The simulator only produces documented statuses, so a MockTransport plays the vendor here. An
+    unknown status is running; a missing one is a transient fault (bounded), never the status "None"."""
 
     def vendor(req: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"row_id": "r", "created_at": "2026-01-01T00:00:00Z", **body})
 
     async with httpx.AsyncClient(base_url="http://cs.test/api", transport=httpx.MockTransport(vendor)) as c:
-        result = await CloudsquidAdapter(c).poll("run-1", {"project": "p", "table_id": "t"})
-    assert result.status == base.RUNNING and result.result is None
+        adapter = CloudsquidAdapter(c)
+        if isinstance(body.get("status"), str):
+            result = await adapter.poll("run-1", {"project": "p", "table_id": "t"})
+            assert result.status == base.RUNNING and result.result is None
+        else:
+            with pytest.raises(base.VendorTransient):
+                await adapter.poll("run-1", {"project": "p", "table_id": "t"})
 
 
 async def test_a_retried_submit_reuses_the_checkpointed_row(

@@ -285,7 +285,10 @@ async def test_delete_removes_a_finished_run(adapter: NutrientAdapter, sim: http
     await adapter.delete(submitted.vendor_run_id, submitted.state)
     with pytest.raises(VendorExpired):
         await adapter.poll(submitted.vendor_run_id, submitted.state)
-    await adapter.delete(submitted.vendor_run_id, submitted.state)  # gone already: quiet
+    # A 404 does not confirm a deletion (the route is an inference; a missing route answers 404 too):
+    # "not deleted", never reported as done.
+    with pytest.raises(VendorRejected, match="not deleted"):
+        await adapter.delete(submitted.vendor_run_id, submitted.state)
     assert [e for e in await vendor_log(sim) if e[0] == "DELETE"] == [
         ("DELETE", submitted.vendor_run_id, 204),
         ("DELETE", submitted.vendor_run_id, 404),

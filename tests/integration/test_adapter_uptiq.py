@@ -167,12 +167,17 @@ async def test_an_envelope_that_disagrees_with_the_job_is_ignored() -> None:
 
 @pytest.mark.parametrize("status", ["Reviewing", None])
 async def test_an_unknown_status_is_not_terminal(status: str | None) -> None:
-    """The simulator only produces documented statuses, so a MockTransport plays the vendor here."""
+    """The simulator only produces documented statuses, so a MockTransport plays the vendor here. An
+    unknown status is running; a missing one a transient fault (never the status "None")."""
 
     def vendor(req: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"extraction": {"_id": "x1", "status": status}, "status": "success"})
 
     async with httpx.AsyncClient(base_url="http://uptiq.test", transport=httpx.MockTransport(vendor)) as c:
+        if status is None:
+            with pytest.raises(base.VendorTransient):
+                await UptiqAdapter(c).poll("x1", {SUBMITTED_KEY: time.time()})
+            return
         result = await UptiqAdapter(c).poll("x1", {SUBMITTED_KEY: time.time()})
     assert result.status == base.RUNNING
 
@@ -200,13 +205,14 @@ async def test_the_record_extras_reach_the_result_and_the_credits_the_usage(adap
     assert final.result["creditReservation"]["status"] == "consumed"
     assert final.result["webhookStatus"] == "NotConfigured"
     assert final.usage is not None
-    assert final.usage["credits"] == final.result["creditReservation"]["credits"] > 0
+    # A reservation is not a charge: reported as the vendor gave it, never counted as credits spent.
+    assert final.usage["credits"] is None
     assert final.usage["reported"] == {"creditReservation": final.result["creditReservation"]}
 
 
 @pytest.mark.parametrize(
     ("reservation", "credits"),
-    [(12, 12.0), ({"amount": 3.5}, 3.5), ({"status": "reserved"}, None), ("n/a", None)],
+    [(12, None), ({"amount": 3.5}, None), ({"status": "reserved"}, None), ("n/a", None)],
     ids=["number", "amount", "no-number", "text"],
 )
 async def test_an_unknown_credit_reservation_shape_is_kept_as_reported(

@@ -114,6 +114,8 @@ class TestControlRoutes:
             "uptiq": {"Processed": 1},
             "textract": {},
             "google_docai": {},
+            "azure_di": {},
+            "llamaparse": {},
         }
 
         async def counted() -> bool:

@@ -1,0 +1,227 @@
+"""Each documented vendor rule, held by a test that fails when the rule is broken (docs/vendors.md lists
+them). The vendor is an ``httpx.MockTransport`` answering as the documents allow but the simulator does
+not always (an answer without ``status``, a 401 on a poll, a delete route that is missing)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from service.settings import VendorSettings
+from service.vendors import cloudsquid, nutrient, uptiq
+from service.vendors.base import (
+    SUCCEEDED,
+    Document,
+    SubmitRequest,
+    VendorExpired,
+    VendorRejected,
+    VendorSubmitUncertain,
+    VendorTransient,
+)
+from service.worker.steps import jittered, next_delay
+
+Handler = Callable[[httpx.Request], httpx.Response]
+PDF = Document(content=b"%PDF-1.4", filename="a.pdf", media_type="application/pdf")
+
+
+def client(handler: Handler, base: str = "https://vendor.test") -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url=base)
+
+
+def cs(handler: Handler) -> cloudsquid.CloudsquidAdapter:
+    return cloudsquid.CloudsquidAdapter(client(handler), project="p", table_id="t")
+
+
+def up(handler: Handler) -> uptiq.UptiqAdapter:
+    return uptiq.UptiqAdapter(client(handler))
+
+
+def nu(handler: Handler) -> nutrient.NutrientAdapter:
+    return nutrient.NutrientAdapter(client(handler))
+
+
+def answer(status: int, body: Any = None) -> Handler:
+    return lambda request: httpx.Response(status, json=body if body is not None else {"message": "no"})
+
+
+# Documented values -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "value", "sentence"),
+    [
+        (cloudsquid.SPEC, "poll_initial_s", 2.0, "S000: A typical poll interval is 2-5 seconds"),
+        (cloudsquid.SPEC, "poll_max_s", 5.0, "S000: A typical poll interval is 2-5 seconds"),
+        (uptiq.SPEC, "poll_initial_s", 5.0, "S004: Poll every 5-10 seconds"),
+        (uptiq.SPEC, "poll_max_s", 10.0, "S004: Poll every 5-10 seconds"),
+        (nutrient.SPEC, "poll_initial_s", 2.0, "S003: Wait at least two seconds between polling requests"),
+        (nutrient.SPEC, "poll_max_s", 30.0, "S003: delay = Math.min(delay * 2, 30000)"),
+        (nutrient.SPEC, "poll_multiplier", 2.0, "S003: delay * 2"),
+        (nutrient.SPEC, "max_run_s", 1800.0, "S003: a 15-minute processing limit, plus queueing"),
+    ],
+)
+def test_documented_poll_and_run_limits(spec: Any, field: str, value: float, sentence: str) -> None:
+    assert getattr(spec.defaults, field) == value, sentence
+
+
+def test_nutrient_run_limit_is_past_its_processing_limit() -> None:
+    # "Each run has a 15-minute processing limit": a run limit below it fails runs Nutrient still finishes.
+    assert nutrient.SPEC.defaults.max_run_s >= 15 * 60
+
+
+def policy(spec: Any) -> VendorSettings:
+    d = spec.defaults
+    return VendorSettings(
+        name=spec.name,
+        base_url=d.base_url,
+        api_key="k",
+        poll_initial_s=d.poll_initial_s,
+        poll_max_s=d.poll_max_s,
+        poll_multiplier=d.poll_multiplier,
+        max_run_s=d.max_run_s,
+        max_rps=d.max_rps,
+    )
+
+
+@pytest.mark.parametrize(("spec", "low", "high"), [(cloudsquid.SPEC, 2.0, 5.0), (uptiq.SPEC, 5.0, 10.0)])
+def test_polls_stay_inside_the_documented_interval_with_jitter(spec: Any, low: float, high: float) -> None:
+    rng = random.Random(7)
+    p = policy(spec)
+    for _ in range(200):
+        current = None
+        for _ in range(12):
+            current, wait = next_delay(p, current, rng)
+            assert low <= wait <= high, (current, wait)
+
+
+@pytest.mark.parametrize(
+    ("planned", "share", "expected"),
+    [(2.0, 0.1, 2.2), (5.0, 0.1, 4.5), (4.8, 0.1, 4.32), (2.0, 0.0, 2.0), (1.0, 0.1, 2.0)],
+)
+def test_jittered_table(planned: float, share: float, expected: float) -> None:
+    assert jittered(planned, 2.0, 5.0, share) == pytest.approx(expected)
+
+
+# Submits that may have created a job --------------------------------------------------------------------
+
+
+def raising(exc: type[httpx.TransportError]) -> Handler:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise exc("lost", request=request)
+
+    return handler
+
+
+def req(options: dict[str, Any]) -> SubmitRequest:
+    return SubmitRequest("run_1", "extract", PDF, options, False)
+
+
+@pytest.mark.parametrize("build", [cs, up])
+async def test_a_lost_answer_to_a_submit_without_idempotency_is_uncertain(build: Any) -> None:
+    with pytest.raises(VendorSubmitUncertain):
+        await build(raising(httpx.ReadTimeout)).submit(req({"documentType": "Invoice"}))
+    with pytest.raises(VendorSubmitUncertain):
+        await build(raising(httpx.RemoteProtocolError)).submit(req({"documentType": "Invoice"}))
+
+
+@pytest.mark.parametrize("build", [cs, up, nu])
+async def test_a_refused_connection_sent_nothing(build: Any) -> None:
+    with pytest.raises(VendorTransient) as caught:
+        await build(raising(httpx.ConnectError)).submit(req({"documentType": "Invoice"}))
+    assert not isinstance(caught.value, VendorSubmitUncertain)
+
+
+async def test_nutrient_replays_a_lost_answer_with_its_key() -> None:
+    with pytest.raises(VendorTransient) as caught:
+        await nu(raising(httpx.ReadTimeout)).submit(req({}))
+    assert not isinstance(caught.value, VendorSubmitUncertain)
+
+
+@pytest.mark.parametrize(
+    ("build", "body"),
+    [
+        (cs, {"id": "row-1"}),  # no row_id
+        (up, {"data": {"_ids": ["a", "b"]}}),  # a multi-extraction reading that names no one job
+        (up, {"data": [{"_id": "a"}, {"_id": "b"}]}),
+        (up, {"status": "success"}),
+    ],
+)
+async def test_a_2xx_of_another_shape_is_uncertain(build: Any, body: Any) -> None:
+    with pytest.raises(VendorSubmitUncertain) as caught:
+        await build(answer(202, body)).submit(req({"documentType": "Invoice"}))
+    assert caught.value.answer  # what the vendor said goes to the run's trail
+
+
+async def test_uptiq_202_as_a_list_of_one_is_read() -> None:
+    body = {"data": [{"_id": "x1", "documentStatus": "Pending"}], "status": "success"}
+    accepted = await up(answer(202, body)).submit(req({"documentTypes": ["A"]}))
+    assert accepted.vendor_run_id == "x1"
+
+
+# Polls ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [401, 403])
+@pytest.mark.parametrize("build", [cs, up, nu])
+async def test_a_refused_key_on_a_poll_ends_the_run(build: Any, status: int) -> None:
+    with pytest.raises(VendorRejected):
+        await build(answer(status)).poll("r1", {"project": "p", "table_id": "t"})
+
+
+@pytest.mark.parametrize(
+    ("build", "body"),
+    [
+        (cs, {"data": {}, "row_id": "r", "created_at": "2026-01-01T00:00:00Z"}),
+        (up, {"extraction": {"_id": "r1"}, "status": "success"}),
+        (nu, {"id": "r1", "usage": {}}),
+    ],
+)
+async def test_an_answer_without_status_is_a_transient_fault(build: Any, body: Any) -> None:
+    with pytest.raises(VendorTransient) as caught:
+        await build(answer(200, body)).poll("r1", {"project": "p", "table_id": "t"})
+    assert "None" not in caught.value.message
+
+
+async def test_cloudsquid_reasoning_and_review_reach_the_client() -> None:
+    review = {"approved": False, "comment": "totals disagree", "reviewed_by": "a@b.c", "review_date": "x"}
+    row = {"status": "done", "data": {"total": 3}, "reasoning": "read page 2", "review": review}
+    result = await cs(answer(200, row)).poll("r1", {})
+    assert result.status == SUCCEEDED
+    assert result.result == {"total": 3, "reasoning": "read page 2", "review": review}
+
+
+async def test_cloudsquid_done_without_reasoning_is_the_data() -> None:
+    result = await cs(answer(200, {"status": "done", "data": {"total": 3}})).poll("r1", {})
+    assert result.result == {"total": 3}
+
+
+async def test_uptiq_credit_reservation_is_not_spend() -> None:
+    record = {"_id": "r1", "status": "Processed", "result": {}, "creditReservation": {"credits": 5}}
+    result = await up(answer(200, {"extraction": record, "status": "success"})).poll("r1", {})
+    assert result.usage is not None
+    assert result.usage["credits"] is None
+    assert result.usage["reported"] == {"creditReservation": {"credits": 5}}
+
+
+async def test_cloudsquid_poll_404_is_expired() -> None:
+    with pytest.raises(VendorExpired):
+        await cs(answer(404)).poll("r1", {})
+
+
+# Delete -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [404, 405])
+async def test_a_delete_that_is_not_confirmed_is_not_deleted(status: int) -> None:
+    with pytest.raises(VendorRejected) as caught:
+        await nu(answer(status)).delete("r1", {})
+    assert "not deleted" in caught.value.message
+
+
+@pytest.mark.parametrize("status", [200, 204, 410])
+async def test_a_confirmed_delete(status: int) -> None:
+    await nu(lambda r: httpx.Response(status)).delete("r1", {})

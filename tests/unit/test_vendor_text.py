@@ -1,0 +1,73 @@
+"""Vendor text is data, not trusted: cut short and scrubbed of every configured credential, in the
+encodings a vendor might echo it in (service/vendors/text.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+
+from service.vendors import text
+from service.vendors.base import VendorRejected
+
+KEY = "sk-live/9f8e+7d6c5b4a3=="
+
+
+@pytest.fixture(autouse=True)
+def registered() -> Iterator[None]:
+    text.forget()
+    text.register([KEY, f"Bearer {KEY}"])
+    yield
+    text.forget()
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        KEY,
+        f"Bearer {KEY}",
+        quote(KEY, safe=""),
+        base64.b64encode(KEY.encode()).decode(),
+        base64.b64encode(f"{KEY}:".encode()).decode(),  # HTTP Basic, the key as user
+        base64.b64encode(f":{KEY}".encode()).decode(),  # HTTP Basic, the key as password
+        json.dumps(KEY)[1:-1],
+    ],
+)
+def test_every_encoding_of_a_key_is_scrubbed(echo: str) -> None:
+    said = text.clean(f"invalid credentials: {echo} (Authorization header)")
+    assert KEY not in said and echo not in said
+    assert text.REDACTED in said
+
+
+def test_vendor_text_is_cut_to_a_few_kb() -> None:
+    said = text.clean("x" * (1024 * 1024))
+    assert len(said) <= text.MAX_TEXT
+    assert said.endswith("[truncated]")
+
+
+def test_a_key_across_the_cut_is_not_left_half_in() -> None:
+    said = text.clean("y" * (text.MAX_TEXT - 5) + KEY)
+    assert KEY[:5] not in said.replace("y", "")
+
+
+def test_error_details_are_scrubbed_and_bounded() -> None:
+    details = {"echo": {"headers": [f"Bearer {KEY}"]}, KEY: 1}
+    cleaned = text.clean_json(details)
+    assert KEY not in json.dumps(cleaned)
+    big = text.clean_json({"blob": "z" * 100_000})
+    assert len(json.dumps(big)) < text.MAX_DETAILS_BYTES
+    assert big["truncated"] is True
+
+
+def test_every_vendor_error_is_cleaned_as_it_is_made() -> None:
+    exc = VendorRejected(f"401: bad token Bearer {KEY}" + "!" * 2_000_000)
+    assert KEY not in exc.message and KEY not in str(exc)
+    assert len(exc.message) <= text.MAX_TEXT
+
+
+def test_short_secrets_are_not_scrubbed_everywhere() -> None:
+    text.register(["ab"])
+    assert text.clean("a tab") == "a tab"
