@@ -169,9 +169,11 @@ async def test_delivery_rows_open_from_the_keyboard(stack: Stack, receiver: Rece
     )
     await page.goto(f"{stack.api_url}/console/#/runs")
     run_row = page.locator(f'tr[data-run-id="{made["run"]["id"]}"]')
+    await expect(run_row).to_be_visible(timeout=DEADLINE_MS)
     await run_row.focus()
+    await expect(run_row).to_be_focused(timeout=DEADLINE_MS)
     await page.keyboard.press("Enter")
-    await expect(page.locator("ol.timeline")).to_be_visible()
+    await expect(page.locator("ol.timeline")).to_be_visible(timeout=DEADLINE_MS)
     assert made["run"]["id"] in page.url
 
 
