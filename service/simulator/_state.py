@@ -269,3 +269,18 @@ def count_statuses(runs: Iterable[SimRun], now: float) -> dict[str, int]:
 def summarize(runs: Iterable[SimRun], now: float) -> list[tuple[str, str, float, float | None]]:
     """(id, status, created_at, planned end) of every run, for ``GET /_sim/runs``."""
     return [(run.id, run.status(now), run.timeline.created_at, run.timeline.finishes_at) for run in runs]
+
+
+async def bounded_body(request: Request, limit: int) -> bytes | None:
+    """The request body, read as it streams in; None as soon as it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -8,6 +8,13 @@ Vendor routes (each prefix is the vendor's base URL):
 - ``POST /cloudsquid/api/projects/{project}/tables/{table_id}/files``, ``.../run``, ``.../extract``;
   ``GET .../run/{run_id}``
 - ``POST /uptiq/extract``, ``GET /uptiq/document-extractions/{extraction_id}``
+- ``POST /textract`` (AWS JSON 1.1, ``X-Amz-Target: Textract.*``; textract.py)
+- ``POST /google_docai/v1/projects/{p}/locations/{l}/processors/{id}[/processorVersions/{v}]:batchProcess``,
+  ``GET .../operations/{id}``, ``POST .../operations/{id}:cancel`` (google_docai.py)
+- ``POST /token``: Google's OAuth token endpoint (oauth.py)
+- ``/s3/...`` and ``/gcs/...``: the S3 and GCS emulators (storage.py), forwarded to their own loopback
+  ports, which ``GET /_sim/storage`` lists; ``POST /_sim/google/service-account`` makes a trusted
+  throwaway service-account key
 - ``POST /documentintelligence/documentModels/{modelId}:analyze``, ``GET|DELETE
   .../documentModels/{modelId}/analyzeResults/{resultId}`` (``azure_di.py``; the endpoint is the root)
 - ``POST /llamaparse/api/v2/parse``, ``.../parse/upload``, ``GET|DELETE .../parse/{id}``, ``POST
@@ -24,7 +31,9 @@ requests, optionally ``?vendor=``), ``GET|PATCH /_sim/config``, ``GET /_sim/stat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -36,11 +45,16 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import azure_di, cloudsquid, llamaparse, nutrient, uptiq
+from . import azure_di, cloudsquid, google_docai, llamaparse, nutrient, oauth, textract, uptiq
 from ._state import Clock, LogEntry, SimState, SystemClock, VendorStore, sim_state
 from .config import VENDORS, SimulatorConfig
+from .storage import Storage
+from .storage import proxy as storage_proxy
+
+_PROXIED = ["GET", "HEAD", "PUT", "POST", "DELETE", "PATCH"]
 
 PREFIXES: dict[str, str] = {"nutrient": "/nutrient", "cloudsquid": "/cloudsquid/api", "uptiq": "/uptiq"}
+PREFIXES.update({"textract": "/textract", "google_docai": "/google_docai"})
 # Azure's endpoint is the simulator's root: its SDK parses the result id from a host-only endpoint.
 PREFIXES.update({"azure_di": "/documentintelligence", "llamaparse": "/llamaparse"})
 _DROP_DRAIN_TIMEOUT_S = 5.0
@@ -56,8 +70,19 @@ def _vendor_of(path: str) -> str | None:
 # The header each vendor takes its API key from: the rate limit is per key.
 _KEY_HEADERS = {"nutrient": "authorization", "cloudsquid": "x-api-key", "uptiq": "x-api-key"}
 _KEY_HEADERS.update({"azure_di": "ocp-apim-subscription-key", "llamaparse": "authorization"})
-# Vendors whose module answers its own 429s and injected 5xx in its documented shapes.
+_KEY_HEADERS.update({"textract": "authorization", "google_docai": "authorization"})
+# Vendors whose module answers its own 429s and injected 5xx in its documented shapes (Textract never
+# answers 429: its limit is a 400; Document AI's is a google.rpc.Status).
 _FAULT_RESPONSES = {"azure_di": azure_di.fault_response, "llamaparse": llamaparse.fault_response}
+_FAULT_RESPONSES.update({"textract": textract.fault_response, "google_docai": google_docai.fault_response})
+
+
+def _rate_key(vendor: str, headers: Headers) -> str:
+    """The key a request is limited by; a SigV4 header changes on every request, its access key does not."""
+    value = headers.get(_KEY_HEADERS[vendor], "")
+    if vendor == "textract":
+        return value.partition("Credential=")[2].partition("/")[0]
+    return value
 
 
 def _fault_response(vendor: str, status: int, state: SimState) -> Response:
@@ -128,7 +153,7 @@ class VendorTrafficMiddleware:
         draw = state.fault_rng.random()
         if latency_ms > 0:
             await asyncio.sleep(latency_ms / 1000)
-        key = Headers(scope=scope).get(_KEY_HEADERS[vendor], "")
+        key = _rate_key(vendor, Headers(scope=scope))
         if not state.admit(vendor, key):
             entry.fault, entry.status = "429", 429
             await _fault_response(vendor, 429, state)(scope, receive, send)
@@ -218,6 +243,24 @@ async def _runs(request: Request) -> Response:
     return JSONResponse({"data": data})
 
 
+async def _storage(request: Request) -> Response:
+    storage: Storage = request.app.state.storage
+    await storage.ensure_started()
+    return JSONResponse(storage.to_json())
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    storage: Storage = app.state.storage
+    config: SimulatorConfig = app.state.sim.config
+    if config.s3_port or config.gcs_port:
+        await storage.ensure_started()
+    try:
+        yield
+    finally:
+        await storage.stop()
+
+
 def create_app(config: SimulatorConfig, *, clock: Clock | None = None) -> Starlette:
     """The simulator app; ``clock`` replaces the system clock (tests pass a ``ManualClock``)."""
     control = [
@@ -225,23 +268,43 @@ def create_app(config: SimulatorConfig, *, clock: Clock | None = None) -> Starle
         Route("/config", _config, methods=["GET", "PATCH"]),
         Route("/stats", _stats, methods=["GET"]),
         Route("/runs", _runs, methods=["GET"]),
+        Route("/storage", _storage, methods=["GET"]),
+        Route("/google/service-account", oauth.new_service_account, methods=["POST"]),
     ]
     app = Starlette(
         routes=[
             Mount(PREFIXES["nutrient"], routes=nutrient.routes()),
             Mount(PREFIXES["cloudsquid"], routes=cloudsquid.routes()),
             Mount(PREFIXES["uptiq"], routes=uptiq.routes()),
+            Mount(PREFIXES["textract"], routes=textract.routes()),
+            Route(PREFIXES["textract"], textract.dispatch, methods=["POST"]),
+            Mount(PREFIXES["google_docai"], routes=google_docai.routes()),
+            Route("/token", oauth.token, methods=["POST"]),
+            Route("/s3/{path:path}", storage_proxy, methods=_PROXIED),
+            Route("/gcs/{path:path}", storage_proxy, methods=_PROXIED),
             Mount(PREFIXES["azure_di"], routes=azure_di.routes()),
             Mount(PREFIXES["llamaparse"], routes=llamaparse.routes()),
             Mount(llamaparse.STORAGE_PREFIX, routes=llamaparse.storage_routes()),
             Mount("/_sim", routes=control),
         ],
         middleware=[Middleware(VendorTrafficMiddleware)],
+        lifespan=_lifespan,
     )
     app.state.sim = SimState(config=config, clock=clock or SystemClock())
     app.state.nutrient = nutrient.NutrientStore()
     app.state.cloudsquid = cloudsquid.CloudsquidStore()
     app.state.uptiq = uptiq.UptiqStore()
+    app.state.textract = textract.TextractStore()
+    app.state.google_docai = google_docai.DocaiStore()
+    app.state.oauth = oauth.OAuthStore()
+    if config.google_sa_key_file:
+        app.state.oauth.trust_key_file(config.google_sa_key_file)
+    app.state.storage = Storage(
+        s3_port=config.s3_port,
+        gcs_port=config.gcs_port,
+        access_key=config.textract_access_key_id,
+        secret_key=config.textract_secret_access_key,
+    )
     app.state.azure_di = azure_di.AzureDiStore()
     app.state.llamaparse = llamaparse.LlamaParseStore()
     return app

@@ -49,6 +49,46 @@ Each line: variable -> field (default): meaning.
   ``X-API-Key`` expected.
 - ``HOOKBRIDGE_SIM_UPTIQ_API_KEY`` -> ``uptiq_api_key`` ("sim-uptiq-key"): the ``X-Api-Key`` expected.
 
+AWS Textract, Google Document AI and their storage (service/simulator/textract.py, google_docai.py,
+storage.py, oauth.py):
+
+- ``HOOKBRIDGE_SIM_TEXTRACT_RPS`` -> ``textract_rps`` (0): Textract's token bucket, one per access key id;
+  an empty one answers 400 ``ProvisionedThroughputExceededException`` (Textract never answers 429).
+- ``HOOKBRIDGE_SIM_TEXTRACT_BURST`` -> ``textract_burst`` (10).
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_RPS`` -> ``google_docai_rps`` (0): Document AI's, one per bearer token;
+  an empty one answers 429 ``RESOURCE_EXHAUSTED``.
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_BURST`` -> ``google_docai_burst`` (10).
+- ``HOOKBRIDGE_SIM_S3_PORT`` -> ``s3_port`` (0 = a free port): the loopback port of the S3 emulator
+  (moto); ``GET /_sim/storage`` tells where it and the GCS one are.
+- ``HOOKBRIDGE_SIM_GCS_PORT`` -> ``gcs_port`` (0): the GCS emulator's (gcp-storage-emulator).
+- ``HOOKBRIDGE_SIM_TEXTRACT_REGION`` -> ``textract_region`` ("us-east-1"): the region a SigV4 scope must
+  name.
+- ``HOOKBRIDGE_SIM_TEXTRACT_ACCESS_KEY_ID`` -> ``textract_access_key_id`` ("AKIASIMULATOR0000001") and
+  ``HOOKBRIDGE_SIM_TEXTRACT_SECRET_ACCESS_KEY`` -> ``textract_secret_access_key``: the dummy credentials
+  whose signatures Textract accepts.
+- ``HOOKBRIDGE_SIM_TEXTRACT_SIGV4`` -> ``textract_sigv4`` ("verify"): "verify" recomputes the signature
+  with botocore's signer; "form" checks only the header's form, key, scope and date.
+- ``HOOKBRIDGE_SIM_TEXTRACT_JOB_LIFETIME_S`` -> ``textract_job_lifetime_s`` (604800): a JobId and its
+  ClientRequestToken live this long; then Get* answers 400 ``InvalidJobIdException``.
+- ``HOOKBRIDGE_SIM_TEXTRACT_MAX_CONCURRENT_JOBS`` -> ``textract_max_concurrent_jobs`` (0 = no cap):
+  running jobs per Start operation before a Start answers 400 ``LimitExceededException``.
+- ``HOOKBRIDGE_SIM_TEXTRACT_PAGE_BLOCKS`` -> ``textract_page_blocks`` (1000): most Blocks in one Get
+  page, whatever ``MaxResults`` says.
+- ``HOOKBRIDGE_SIM_TEXTRACT_RATE_THROUGHPUT`` -> ``textract_rate_throughput`` (0) and
+  ``HOOKBRIDGE_SIM_TEXTRACT_RATE_THROTTLING`` -> ``textract_rate_throttling`` (0): share of Textract
+  requests answered 400 ``ProvisionedThroughputExceededException`` / 500 ``ThrottlingException``.
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_PROJECT_ID`` -> ``google_docai_project_id`` ("sim-project") and
+  ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_PROJECT_NUMBER`` -> ``google_docai_project_number`` ("123456789012"):
+  the one project served (by id or number; operation names use the number).
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_LOCATION`` -> ``google_docai_location`` ("us").
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_MAX_CONCURRENT`` -> ``google_docai_max_concurrent`` (10; 0 = no cap):
+  unfinished batch operations per project.
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_OVER_QUOTA`` -> ``google_docai_over_quota`` ("429"): past the cap a
+  batchProcess answers 429 ``RESOURCE_EXHAUSTED``; "wait" lets the new operation sit in ``WAITING``.
+- ``HOOKBRIDGE_SIM_GOOGLE_DOCAI_RETENTION_S`` -> ``google_docai_retention_s`` (2592000): a finished
+  operation answers 404 this long after it ended.
+- ``HOOKBRIDGE_SIM_GOOGLE_SA_KEY_FILE`` -> ``google_sa_key_file`` (unset): a service-account key file
+  whose key the token endpoint and Document AI trust (``POST /_sim/google/service-account`` makes more).
 Silent-document readings: where a document says nothing, a real vendor may do any of these; the simulator
 plays the one chosen, so that no adapter rests on a guess only the simulator shares.
 
@@ -117,7 +157,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-VENDORS: tuple[str, ...] = ("nutrient", "cloudsquid", "uptiq", "azure_di", "llamaparse")
+VENDORS: tuple[str, ...] = (
+    "nutrient",
+    "cloudsquid",
+    "uptiq",
+    "azure_di",
+    "llamaparse",
+    "textract",
+    "google_docai",
+)
 ENV_PREFIX = "HOOKBRIDGE_SIM_"
 
 
@@ -145,6 +193,29 @@ class SimulatorConfig:
     cloudsquid_burst: int = 10
     uptiq_rps: float = 0.0
     uptiq_burst: int = 10
+    # AWS Textract and Google Document AI, and their storage (textract.py, google_docai.py, storage.py).
+    textract_rps: float = 0.0
+    textract_burst: int = 10
+    google_docai_rps: float = 0.0
+    google_docai_burst: int = 10
+    s3_port: int = 0
+    gcs_port: int = 0
+    textract_region: str = "us-east-1"
+    textract_access_key_id: str = "AKIASIMULATOR0000001"
+    textract_secret_access_key: str = "sim-textract-secret-access-key"
+    textract_sigv4: str = "verify"
+    textract_job_lifetime_s: float = 7 * 86400.0
+    textract_max_concurrent_jobs: int = 0
+    textract_page_blocks: int = 1000
+    textract_rate_throughput: float = 0.0
+    textract_rate_throttling: float = 0.0
+    google_docai_project_id: str = "sim-project"
+    google_docai_project_number: str = "123456789012"
+    google_docai_location: str = "us"
+    google_docai_max_concurrent: int = 10
+    google_docai_over_quota: str = "429"
+    google_docai_retention_s: float = 30 * 86400.0
+    google_sa_key_file: str = ""
     uptiq_multi_shape: str = "object"
     nutrient_delete: str = "delete"
     nutrient_download_host: str = "own"
@@ -177,6 +248,7 @@ class SimulatorConfig:
     llamaparse_refusal_status: int = 400
 
     def __post_init__(self) -> None:
+        _check_cloud(self)
         _check_range("latency_ms", self.latency_ms)
         _check_range("duration_s", self.duration_s)
         for name, allowed in _READINGS.items():
@@ -432,6 +504,67 @@ _READINGS: dict[str, tuple[str, ...]] = {
 }
 
 
+_PARSERS.update(
+    {
+        "textract_rps": _parse_float,
+        "textract_burst": _parse_int,
+        "google_docai_rps": _parse_float,
+        "google_docai_burst": _parse_int,
+        "s3_port": _parse_int,
+        "gcs_port": _parse_int,
+        "textract_region": _parse_str,
+        "textract_access_key_id": _parse_str,
+        "textract_secret_access_key": _parse_str,
+        "textract_sigv4": _parse_str,
+        "textract_job_lifetime_s": _parse_float,
+        "textract_max_concurrent_jobs": _parse_int,
+        "textract_page_blocks": _parse_int,
+        "textract_rate_throughput": _parse_float,
+        "textract_rate_throttling": _parse_float,
+        "google_docai_project_id": _parse_str,
+        "google_docai_project_number": _parse_str,
+        "google_docai_location": _parse_str,
+        "google_docai_max_concurrent": _parse_int,
+        "google_docai_over_quota": _parse_str,
+        "google_docai_retention_s": _parse_float,
+        "google_sa_key_file": _parse_str,
+    }
+)
+_CLOUD_INTS = frozenset(
+    (
+        "s3_port",
+        "gcs_port",
+        "textract_max_concurrent_jobs",
+        "textract_page_blocks",
+        "google_docai_max_concurrent",
+    )
+)
+
+
+def _check_cloud(config: SimulatorConfig) -> None:
+    """The Textract, Document AI and storage knobs' bounds."""
+    for name in ("textract_rate_throughput", "textract_rate_throttling"):
+        if not 0.0 <= getattr(config, name) <= 1.0:
+            raise ValueError(f"{name}: must be between 0 and 1, got {getattr(config, name)}")
+    if config.textract_rate_throughput + config.textract_rate_throttling > 1.0 + 1e-9:
+        raise ValueError("textract_rate_throughput + textract_rate_throttling: must not exceed 1")
+    for name in ("s3_port", "gcs_port"):
+        if not 0 <= getattr(config, name) <= 65535:
+            raise ValueError(f"{name}: must be a port (0 = a free one), got {getattr(config, name)}")
+    if config.textract_sigv4 not in ("verify", "form"):
+        raise ValueError(f"textract_sigv4: 'verify' or 'form', got {config.textract_sigv4!r}")
+    if config.google_docai_over_quota not in ("429", "wait"):
+        raise ValueError(f"google_docai_over_quota: '429' or 'wait', got {config.google_docai_over_quota!r}")
+    if not 1 <= config.textract_page_blocks <= 1000:
+        raise ValueError(f"textract_page_blocks: must be in 1..1000, got {config.textract_page_blocks}")
+    for name in ("textract_max_concurrent_jobs", "google_docai_max_concurrent"):
+        if getattr(config, name) < 0:
+            raise ValueError(f"{name}: must be >= 0 (0 = no cap), got {getattr(config, name)}")
+    for name in ("textract_job_lifetime_s", "google_docai_retention_s"):
+        if not 0 < getattr(config, name) < math.inf:
+            raise ValueError(f"{name}: must be a finite number > 0, got {getattr(config, name)}")
+
+
 def _from_json(name: str, raw: Any) -> Any:
     """Coerce one PATCH value; strings go through the same parser as the environment."""
     if isinstance(raw, str):
@@ -453,11 +586,11 @@ def _from_json(name: str, raw: Any) -> Any:
         return raw
     if raw is None and name == "nutrient_credits":
         return None
-    if name == "seed" or name.endswith("_burst"):
+    if name == "seed" or name.endswith("_burst") or name in _CLOUD_INTS:
         if isinstance(raw, bool) or not isinstance(raw, int):
             raise ValueError("expected an integer")
         return raw
-    if name.endswith("_api_key"):
+    if name.endswith("_api_key") or _PARSERS[name] is _parse_str:
         raise ValueError("expected a string")
     return _json_number(raw)
 

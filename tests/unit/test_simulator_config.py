@@ -15,7 +15,9 @@ def test_defaults() -> None:
     config = SimulatorConfig.from_env({})
     assert config == SimulatorConfig()
     assert config.duration_s == (1.0, 3.0)
-    assert config.vendors_faulty == frozenset({"nutrient", "cloudsquid", "uptiq", "azure_di", "llamaparse"})
+    assert config.vendors_faulty == frozenset(
+        {"nutrient", "cloudsquid", "uptiq", "azure_di", "llamaparse", "textract", "google_docai"}
+    )
     assert config.uptiq_early_404_s == 1.0
     assert (config.nutrient_rps, config.cloudsquid_rps, config.uptiq_rps) == (0, 0, 0)  # no limit
     assert config.nutrient_credits is None
@@ -100,7 +102,7 @@ def test_every_field_has_a_documented_variable() -> None:
         ("HOOKBRIDGE_SIM_NUTRIENT_RPS", "inf"),
         ("HOOKBRIDGE_SIM_UPTIQ_BURST", "0"),
         ("HOOKBRIDGE_SIM_CLOUDSQUID_BURST", "1.5"),
-        ("HOOKBRIDGE_SIM_VENDORS_FAULTY", "nutrient,textract"),
+        ("HOOKBRIDGE_SIM_VENDORS_FAULTY", "nutrient,acme"),
         ("HOOKBRIDGE_SIM_CLOUDSQUID_LEGACY", "maybe"),
         ("HOOKBRIDGE_SIM_UPTIQ_EARLY_404_S", "-1"),
         ("HOOKBRIDGE_SIM_NUTRIENT_CREDITS", "-5"),
