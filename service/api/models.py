@@ -184,7 +184,7 @@ class Recover(In):
 class TestEventRequest(In):
     """Which event to send; none (or an empty body): `subscription.test`."""
 
-    event_type: EventType | NoNull = Field(
+    event_type: Annotated[EventType | NoNull, AfterValidator(_not_null)] = Field(
         None,
         description="Any concrete event type: an example of it, shaped as the real one with "
         '`"example": true` in `data`, whatever the subscription\'s `event_types`; not in the feed.',
