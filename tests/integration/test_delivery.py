@@ -124,7 +124,7 @@ async def test_410_gone_disables_the_subscription(stack: Stack, receiver: Receiv
     recovered = await stack.api.post(
         f"/v1/subscriptions/{sub['id']}/recover", json={"since": "2020-01-01T00:00:00Z"}
     )
-    assert recovered.status_code == 202 and recovered.json() == {"retried": 1}
+    assert recovered.status_code == 202 and recovered.json() == {"retried": 1, "next_cursor": None}
     await eventually(lambda: _value(len(receiver.received) == 2), what="recovered delivery")
     assert receiver.received[0].headers["webhook-id"] == receiver.received[1].headers["webhook-id"]
 
