@@ -17,6 +17,10 @@
   has ``--shared`` subscriptions whose receivers on that host never answer; client A's callback delay to
   its own quick receiver on the same host, alone and then under the attack (median, p50 over its usual,
   worst over its usual).
+- **pool**: ``--tenants`` clients open 10 streams each (one connection per stream), then another client's
+  long-polls: how many streams opened, how many were cut, whether the other client is answered.
+- **feed-scan**: ``--loops`` readers of one client loop long-polls with a filter that matches nothing over
+  ``--entries`` feed entries: Redis busy, and another client's p50 and worst (``GET /v1/runs``).
 
 ``hookbridge api``, ``hookbridge worker`` and ``redis-server`` are subprocesses with production defaults;
 the receivers run in this process (aiohttp's server). Run it from another checkout (``cd`` there, with
@@ -546,38 +550,70 @@ async def pool_case(tenants: int, extra: dict[str, str]) -> BenchResult:
     started = time.monotonic()
     async with Cluster("hostile-pool", overrides, worker=False, simulator=False, receiver=False) as c:
         alone = await _victim_p50(c, "/v1/events?wait=0.05", 10)
-        opened, statuses = [], {}
-        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
-        for i in range(tenants):
+        opened: list[aiohttp.ClientResponse] = []
+        statuses: dict[int | str, int] = {}
+        # One connection per stream, as many as are tried: aiohttp's default of 100 connections per
+        # session made the 101st open wait for a connection that an open stream never gives back (the
+        # case hung before it measured anything). Every open and every victim request has a deadline.
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=tenants * 10 + 10),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None),
+        )
+
+        async def open_stream(i: int) -> None:
+            try:
+                async with asyncio.timeout(15):
+                    r = await session.get(
+                        f"{c.api_url}/v1/events/stream", headers={"Authorization": f"Bearer t{i}-key"}
+                    )
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                statuses[type(exc).__name__] = statuses.get(type(exc).__name__, 0) + 1
+                return
+            statuses[r.status] = statuses.get(r.status, 0) + 1
+            if r.status == 200:
+                opened.append(r)
+            else:
+                r.release()
+
+        try:
+            for i in range(tenants):  # tenant by tenant, each its whole quota of 10 at once
+                await asyncio.gather(*(open_stream(i) for _ in range(10)))
+            victim_codes: dict[int | str, int] = {}
+            times = []
             for _ in range(10):
-                r = await session.get(
-                    f"{c.api_url}/v1/events/stream", headers={"Authorization": f"Bearer t{i}-key"}
-                )
-                statuses[r.status] = statuses.get(r.status, 0) + 1
-                if r.status == 200:
-                    opened.append(r)
-                else:
-                    r.release()
-        victim_codes: dict[int, int] = {}
-        times = []
-        for _ in range(10):
-            t0 = time.perf_counter()
-            async with c.http.get(f"{c.api_url}/v1/events?wait=0.05", headers=B_AUTH) as r:
-                victim_codes[r.status] = victim_codes.get(r.status, 0) + 1
-                await r.read()
-            times.append((time.perf_counter() - t0) * 1000)
-        for r in opened:
-            r.close()
-        await session.close()
+                t0 = time.perf_counter()
+                try:
+                    async with asyncio.timeout(15):
+                        async with c.http.get(f"{c.api_url}/v1/events?wait=0.05", headers=B_AUTH) as r:
+                            victim_codes[r.status] = victim_codes.get(r.status, 0) + 1
+                            await r.read()
+                except (TimeoutError, aiohttp.ClientError) as exc:
+                    victim_codes[type(exc).__name__] = victim_codes.get(type(exc).__name__, 0) + 1
+                times.append((time.perf_counter() - t0) * 1000)
+            # Are the streams opened still open (not cut when the pool ran out)? Each sends its first
+            # comment line at once; a cut one is at its end.
+            cut = sum(1 for r in opened if r.content.is_eof())
+        finally:
+            for r in opened:
+                r.close()
+            await session.close()
     result.add(
-        Figure(f"streams opened by {tenants} tenants x 10", len(opened), "", note=f"answers {statuses}"),
+        Figure(
+            f"streams opened by {tenants} tenants x 10", len(opened), "", note=f"answers {dict(statuses)}"
+        ),
+        Figure("... of them cut by the time the victim was timed", cut, ""),
         Figure(
             "victim long-polls answered 200 of 10",
             victim_codes.get(200, 0),
             "",
-            note=f"answers {victim_codes}",
+            note=f"answers {dict(victim_codes)}",
         ),
-        Figure("victim p50 during", round(statistics.median(times), 1), "ms", note=f"alone {alone[0]} ms"),
+        Figure(
+            "victim p50 during",
+            round(statistics.median(times), 1),
+            "ms",
+            note=f"alone {alone[0]} ms; worst {round(max(times), 1)} ms",
+        ),
     )
     result.elapsed_s = time.monotonic() - started
     return result
@@ -595,7 +631,10 @@ async def feed_scan_case(entries: int, loops: int, attack_s: float, extra: dict[
     async with Cluster("hostile-scan", _overrides(extra), worker=False, simulator=False, receiver=False) as c:
         await _fill_feed(c, "bench", entries, 40)
         redis = Redis.from_url(c.redis.url)
+        cpu0, t0 = await redis.info("cpu"), time.monotonic()
         alone = await _victim_p50(c, "/v1/runs?limit=1", 30)
+        cpu1 = await redis.info("cpu")
+        idle = sum(cpu1[k] - cpu0[k] for k in ("used_cpu_sys", "used_cpu_user")) / (time.monotonic() - t0)
         requests = 0
 
         async def loop() -> None:
@@ -618,7 +657,10 @@ async def feed_scan_case(entries: int, loops: int, attack_s: float, extra: dict[
         await redis.aclose()
     result.add(
         Figure(
-            f"Redis busy with {loops} looping readers", round(busy * 100), "%", note=f"{requests} requests"
+            f"Redis busy with {loops} looping readers",
+            round(busy * 100),
+            "%",
+            note=f"{requests} requests; {round(idle * 100)} % while the victim alone was timed",
         ),
         Figure(
             "victim p50 during",

@@ -814,7 +814,9 @@ class Settings:
     client_max_in_flight: int = setting(
         100,
         _int(1, 100_000),
-        "callbacks in flight per client across every worker; keep it well under WORKER_CONCURRENCY",
+        "callbacks in flight per client across every worker; a worker applies at most half its "
+        "`WORKER_CONCURRENCY` (and says so at start when this is more), so that one client's hanging "
+        "receivers leave every worker room for everyone else's callbacks",
     )
     # Per-client quotas (a hostile or runaway tenant costs itself, not the platform).
     max_subscriptions_per_client: int = setting(
@@ -883,8 +885,15 @@ class Settings:
     feed_scan_budget: int = setting(
         10_000,
         _int(100, 1_000_000),
-        "feed entries one long-poll (or one stream, per second) may scan; a filter that matches nothing "
-        "then answers with the iterator instead of rescanning",
+        "feed entries one long-poll may scan, and a client at once (`FEED_SCAN_RATE_PER_S`'s burst); a "
+        "filter that matches nothing then answers with the iterator instead of rescanning",
+    )
+    feed_scan_rate_per_s: float = setting(
+        10_000.0,
+        _float(1, 10_000_000),
+        "feed entries a client may scan per second, across every API pod and all its reads (pages, "
+        "long-polls, streams; a GCRA in Redis, `FEED_SCAN_BUDGET` at once); past it a long-poll or a "
+        "stream waits for it to refill and a page read is `429 rate_limited` with `Retry-After`",
     )
 
     # The consumers' views, built (and so validated) with the settings.

@@ -23,16 +23,26 @@ from service import domain, logs
 from service.api.body import query
 from service.api.context import Context
 from service.api.models import EventQuery, FeedQuery
-from service.api.problems import InvalidIterator, IteratorExpired, TooManyStreams, ValidationFailed
+from service.api.problems import (
+    InvalidIterator,
+    IteratorExpired,
+    RateLimited,
+    TooManyStreams,
+    ValidationFailed,
+)
 from service.api.views import JSONResponse
 from service.store import feed as feeds
-from service.store.feed import Feed, FeedFilter, FeedRead, valid_iterator
+from service.store.feed import Feed, FeedFilter, FeedRead, ScanRate, valid_iterator
 
 log = logs.get("hookbridge.api")
 # A waiting reader blocks in slices this long: the blocking client's socket timeout (10 s) stays far.
 WAIT_SLICE_S = 5.0
 # A slot's lease, renewed after every slice: a pod that dies frees its slots this long after.
 SLOT_LEASE_S = 4 * WAIT_SLICE_S
+# A held reader over its client's scan rate sleeps at least this long before it reads again: a few reads a
+# second per reader, however many readers share the rate (they would otherwise all wake each time the
+# rate has room for one more read, and race for it).
+THROTTLED_MIN_S = 0.1
 _TYPE_CHOICES = (*domain.EVENT_TYPES, "run.*")
 
 
@@ -65,12 +75,30 @@ def position(value: str | None, name: str) -> str:
     return value
 
 
+def scan_rate(ctx: Context) -> ScanRate:
+    """The client's feed entries scanned per second over all its reads (``FEED_SCAN_RATE_PER_S``), and
+    one request's budget (``FEED_SCAN_BUDGET``) at once."""
+    return ScanRate(ctx.settings.feed_scan_rate_per_s, ctx.settings.feed_scan_budget)
+
+
 async def read(
-    feed: Feed, client: str, after: str, *, limit: int, only: FeedFilter, scan: int = feeds.SCAN
+    ctx: Context,
+    client: str,
+    after: str,
+    *,
+    limit: int,
+    only: FeedFilter,
+    scan: int = feeds.SCAN,
+    hold: bool = False,
 ) -> FeedRead:
-    """One page (``scan`` entries read at most), with the feed's refusals as problems."""
+    """One page (``scan`` entries read at most, charged to the client's scan rate), with the feed's
+    refusals as problems. A read over the client's scan rate is ``429 rate_limited`` with ``Retry-After``,
+    unless the caller ``hold``s its reader (a long-poll, a stream): it then gets the empty page with
+    ``throttled_s`` and waits that long itself."""
     try:
-        return await feed.read(client, after, limit=limit, now_ms=domain.now_ms(), only=only, scan=scan)
+        page = await feed_of(ctx).read(
+            client, after, limit=limit, now_ms=domain.now_ms(), only=only, scan=scan, rate=scan_rate(ctx)
+        )
     except feeds.IteratorTrimmed:
         raise IteratorExpired(
             "The iterator is older than the retention window (HOOKBRIDGE_RETENTION_S): events after it may "
@@ -78,6 +106,15 @@ async def read(
         ) from None
     except feeds.IteratorInvalid:
         raise InvalidIterator("iterator: not an iterator this API gave out.") from None
+    if page.throttled_s and not hold:
+        rate = ctx.settings.feed_scan_rate_per_s
+        raise RateLimited(
+            f"This client scanned more than {rate:g} feed entries per second over its reads "
+            "(HOOKBRIDGE_FEED_SCAN_RATE_PER_S): a filter that matches little in a long feed; retry after the "
+            "time in Retry-After, or wait with ?wait=.",
+            retry_after=max(1, math.ceil(page.throttled_s)),
+        )
+    return page
 
 
 async def take_slot(ctx: Context, client: str) -> str:
@@ -148,19 +185,29 @@ async def _long_poll(
     budget = ctx.settings.feed_scan_budget
     scanned = page.scanned
     async with stream_slot(ctx, client) as token:
+        renewed_at = time.monotonic()  # the slot's lease is SLOT_LEASE_S: four slices
         while not page.events:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or await request.is_disconnected():  # nobody left to answer
                 break
-            if page.done:
+            if page.throttled_s:
+                # The client's scan rate is spent (its other reads count too): held until it refills,
+                # within the wait it asked for, rather than answered at once to loop again.
+                await anyio.sleep(min(remaining, max(page.throttled_s, THROTTLED_MIN_S), WAIT_SLICE_S))
+            elif page.done:
                 await feed.wait(client, page.iterator, min(remaining, WAIT_SLICE_S))
+                renewed_at = 0.0  # after every slice, as before the scan rate
+            if time.monotonic() - renewed_at >= WAIT_SLICE_S:  # not after every sleep of a held reader
+                renewed_at = time.monotonic()
                 if not await renew_slot(ctx, client, token):
                     break
             if scanned >= budget:
                 # The request's scan budget is spent (a filter that matches nothing in a long feed): it
                 # answers what it has and the iterator to resume from, rather than rescanning.
                 break
-            page = await read(feed, client, page.iterator, limit=limit, only=only, scan=budget - scanned)
+            page = await read(
+                ctx, client, page.iterator, limit=limit, only=only, scan=budget - scanned, hold=True
+            )
             scanned += page.scanned
     return page
 
@@ -171,7 +218,7 @@ class Events(HTTPEndpoint):
         q = query(request, EventQuery, lists=("type",))
         only = filters(q, ctx)
         after = position(q.iterator, "iterator")
-        page = await read(feed_of(ctx), client, after, limit=q.limit, only=only)
+        page = await read(ctx, client, after, limit=q.limit, only=only, hold=q.wait > 0)
         if not page.events and q.wait > 0:
             page = await _long_poll(request, client, page, limit=q.limit, only=only, wait=q.wait)
         return JSONResponse(

@@ -27,6 +27,7 @@ from service.api import events
 from service.api.body import query
 from service.api.context import Context
 from service.api.events import (
+    THROTTLED_MIN_S,
     WAIT_SLICE_S,
     drop_slot,
     feed_of,
@@ -34,6 +35,7 @@ from service.api.events import (
     position,
     read,
     renew_slot,
+    scan_rate,
     take_slot,
 )
 from service.api.models import RunStreamQuery, StreamQuery
@@ -52,8 +54,6 @@ _RAW_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     *((k.lower().encode(), v.encode()) for k, v in _HEADERS.items()),
 ]
-# A stream scans at most FEED_SCAN_BUDGET feed entries per window this long.
-SCAN_WINDOW_S = 1.0
 
 
 def _last_event_id(request: Request, q: StreamQuery | RunStreamQuery) -> str:
@@ -72,13 +72,11 @@ async def _events(
 ) -> AsyncIterator[bytes]:
     """The stream's frames. ``run_ended`` is None for the client's stream; for a run's stream, whether the
     run had ended when the stream opened (its terminal event is then in the feed already, or gone with
-    retention: the stream closes at the feed's end). At most ``FEED_SCAN_BUDGET`` feed entries a second
-    are scanned: a filter that matches nothing in a long feed waits rather than rescanning."""
-    feed = feed_of(ctx)
+    retention: the stream closes at the feed's end). Every read is charged to the client's scan rate
+    (``FEED_SCAN_RATE_PER_S``, shared with its long-polls and page reads): a filter that matches nothing in
+    a long feed waits for it to refill rather than rescanning."""
     heartbeat_s = ctx.settings.sse_heartbeat_s
-    budget = ctx.settings.feed_scan_budget
-    idle_since = window_start = time.monotonic()
-    scanned = page.scanned
+    idle_since = time.monotonic()
     yield b": connected\n\n"
     while True:
         for event in page.events:
@@ -87,26 +85,20 @@ async def _events(
             if run_ended is not None and envelope["type"] in _TERMINAL_EVENTS:
                 return
             idle_since = time.monotonic()
-        if page.done:
+        if page.throttled_s:
+            await anyio.sleep(min(max(page.throttled_s, THROTTLED_MIN_S), WAIT_SLICE_S, heartbeat_s))
+        elif page.done:
             if run_ended:
                 return
-            arrived = await feed.wait(client, page.iterator, min(WAIT_SLICE_S, heartbeat_s))
-            if not arrived and time.monotonic() - idle_since >= heartbeat_s:
-                idle_since = time.monotonic()
-                yield b": keep-alive\n\n"
-        elif scanned >= budget:
-            await anyio.sleep(max(0.0, window_start + SCAN_WINDOW_S - time.monotonic()))
-        if time.monotonic() - window_start >= SCAN_WINDOW_S:
-            window_start, scanned = time.monotonic(), 0
-        page = await feed.read(
-            client,
-            page.iterator,
-            limit=PAGE,
-            now_ms=domain.now_ms(),
-            only=only,
-            scan=max(1, budget - scanned),
+            await feed_of(ctx).wait(client, page.iterator, min(WAIT_SLICE_S, heartbeat_s))
+        if time.monotonic() - idle_since >= heartbeat_s:  # waiting for events, or for its scan rate
+            idle_since = time.monotonic()
+            yield b": keep-alive\n\n"
+        # The feed's own read: an iterator that expired mid-stream ends the stream (IteratorTrimmed), not
+        # a problem answer, which can no longer be sent.
+        page = await feed_of(ctx).read(
+            client, page.iterator, limit=PAGE, now_ms=domain.now_ms(), only=only, rate=scan_rate(ctx)
         )
-        scanned += page.scanned
 
 
 class EventStream:
@@ -195,7 +187,7 @@ async def _open(
     # expired position, is a problem answer rather than a broken stream.
     token = await take_slot(ctx, client)
     try:
-        page = await read(feed_of(ctx), client, after, limit=PAGE, only=only)
+        page = await read(ctx, client, after, limit=PAGE, only=only, hold=True)
     except BaseException:
         await drop_slot(ctx, client, token)
         raise

@@ -8,6 +8,10 @@ Vendor routes (each prefix is the vendor's base URL):
 - ``POST /cloudsquid/api/projects/{project}/tables/{table_id}/files``, ``.../run``, ``.../extract``;
   ``GET .../run/{run_id}``
 - ``POST /uptiq/extract``, ``GET /uptiq/document-extractions/{extraction_id}``
+- ``POST /documentintelligence/documentModels/{modelId}:analyze``, ``GET|DELETE
+  .../documentModels/{modelId}/analyzeResults/{resultId}`` (``azure_di.py``; the endpoint is the root)
+- ``POST /llamaparse/api/v2/parse``, ``.../parse/upload``, ``GET|DELETE .../parse/{id}``, ``POST
+  .../parse/{id}/cancel``; presigned downloads at ``/llamaparse-storage/...`` (``llamaparse.py``)
 
 Every vendor request takes a token from its vendor's bucket for the API key it presents (when that
 vendor's ``*_rps`` is set); an empty bucket answers 429. Control routes, unauthenticated, never limited
@@ -32,11 +36,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import cloudsquid, nutrient, uptiq
-from ._state import Clock, LogEntry, SimState, SystemClock, sim_state
+from . import azure_di, cloudsquid, llamaparse, nutrient, uptiq
+from ._state import Clock, LogEntry, SimState, SystemClock, VendorStore, sim_state
 from .config import VENDORS, SimulatorConfig
 
 PREFIXES: dict[str, str] = {"nutrient": "/nutrient", "cloudsquid": "/cloudsquid/api", "uptiq": "/uptiq"}
+# Azure's endpoint is the simulator's root: its SDK parses the result id from a host-only endpoint.
+PREFIXES.update({"azure_di": "/documentintelligence", "llamaparse": "/llamaparse"})
 _DROP_DRAIN_TIMEOUT_S = 5.0
 
 
@@ -49,6 +55,9 @@ def _vendor_of(path: str) -> str | None:
 
 # The header each vendor takes its API key from: the rate limit is per key.
 _KEY_HEADERS = {"nutrient": "authorization", "cloudsquid": "x-api-key", "uptiq": "x-api-key"}
+_KEY_HEADERS.update({"azure_di": "ocp-apim-subscription-key", "llamaparse": "authorization"})
+# Vendors whose module answers its own 429s and injected 5xx in its documented shapes.
+_FAULT_RESPONSES = {"azure_di": azure_di.fault_response, "llamaparse": llamaparse.fault_response}
 
 
 def _fault_response(vendor: str, status: int, state: SimState) -> Response:
@@ -60,6 +69,8 @@ def _fault_response(vendor: str, status: int, state: SimState) -> Response:
     (Cloudsquid: the OpenAPI of each path; Uptiq: the Conventions page) before going live. No vendor
     documents ``Retry-After``, so none is sent.
     """
+    if vendor in _FAULT_RESPONSES:
+        return _FAULT_RESPONSES[vendor](status, state)
     message = (
         "rate limit exceeded for your subscription" if status == 429 else "backend temporarily unavailable"
     )
@@ -171,9 +182,14 @@ async def _config(request: Request) -> Response:
     return JSONResponse(state.config.to_json())
 
 
+def _stores(app_state: Any) -> dict[str, VendorStore]:
+    """Every vendor's store, kept on the app's state under the vendor's name."""
+    return {vendor: getattr(app_state, vendor) for vendor in VENDORS}
+
+
 async def _stats(request: Request) -> Response:
     app_state, now = request.app.state, sim_state(request).now()
-    stores = {"nutrient": app_state.nutrient, "cloudsquid": app_state.cloudsquid, "uptiq": app_state.uptiq}
+    stores = _stores(app_state)
     return JSONResponse({vendor: stores[vendor].status_counts(now) for vendor in VENDORS})
 
 
@@ -186,7 +202,7 @@ async def _runs(request: Request) -> Response:
     # Monotonic instants become Unix times by the same offset that ``SimState.wall_iso`` uses.
     offset = state.clock.time() - now
     app_state = request.app.state
-    stores = {"nutrient": app_state.nutrient, "cloudsquid": app_state.cloudsquid, "uptiq": app_state.uptiq}
+    stores = _stores(app_state)
     data = [
         {
             "id": run_id,
@@ -215,6 +231,9 @@ def create_app(config: SimulatorConfig, *, clock: Clock | None = None) -> Starle
             Mount(PREFIXES["nutrient"], routes=nutrient.routes()),
             Mount(PREFIXES["cloudsquid"], routes=cloudsquid.routes()),
             Mount(PREFIXES["uptiq"], routes=uptiq.routes()),
+            Mount(PREFIXES["azure_di"], routes=azure_di.routes()),
+            Mount(PREFIXES["llamaparse"], routes=llamaparse.routes()),
+            Mount(llamaparse.STORAGE_PREFIX, routes=llamaparse.storage_routes()),
             Mount("/_sim", routes=control),
         ],
         middleware=[Middleware(VendorTrafficMiddleware)],
@@ -223,4 +242,6 @@ def create_app(config: SimulatorConfig, *, clock: Clock | None = None) -> Starle
     app.state.nutrient = nutrient.NutrientStore()
     app.state.cloudsquid = cloudsquid.CloudsquidStore()
     app.state.uptiq = uptiq.UptiqStore()
+    app.state.azure_di = azure_di.AzureDiStore()
+    app.state.llamaparse = llamaparse.LlamaParseStore()
     return app

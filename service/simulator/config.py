@@ -61,6 +61,49 @@ plays the one chosen, so that no adapter rests on a guess only the simulator sha
   zip's ``output.downloadUrl`` on another host (a presigned storage URL), which S003 does not rule out.
 - ``HOOKBRIDGE_SIM_RATE_NO_STATUS`` -> ``rate_no_status`` (0): share of polls (every vendor) answered 200
   without the run's ``status`` field: no document lists it as always present.
+- ``HOOKBRIDGE_SIM_AZURE_DI_API_KEY`` -> ``azure_di_api_key`` ("sim-azure-di-key"): the
+  ``Ocp-Apim-Subscription-Key`` expected by the Azure AI Document Intelligence simulator (``azure_di.py``).
+- ``HOOKBRIDGE_SIM_AZURE_DI_BEARER_TOKEN`` -> ``azure_di_bearer_token`` ("sim-azure-di-token"): the Entra ID
+  bearer token it accepts instead of the key.
+- ``HOOKBRIDGE_SIM_AZURE_DI_RPS`` -> ``azure_di_rps`` (0): the shared bucket of every Azure request, like
+  the other vendors'.
+- ``HOOKBRIDGE_SIM_AZURE_DI_BURST`` -> ``azure_di_burst`` (10).
+- ``HOOKBRIDGE_SIM_AZURE_DI_ANALYZE_TPS`` -> ``azure_di_analyze_tps`` (15): submits a second per key, the
+  documented S0 default; 0 = no limit.
+- ``HOOKBRIDGE_SIM_AZURE_DI_GET_TPS`` -> ``azure_di_get_tps`` (50): reads and deletes a second per key.
+- ``HOOKBRIDGE_SIM_AZURE_DI_MIN_POLL_S`` -> ``azure_di_min_poll_s`` (2): a poll of one operation sooner
+  than this after its last answered poll is 429.
+- ``HOOKBRIDGE_SIM_AZURE_DI_RETRY_AFTER`` -> ``azure_di_retry_after`` ("random"): ``always``, ``never`` or
+  ``random`` (per operation, seeded): whether the 202 and unfinished polls carry ``Retry-After``.
+- ``HOOKBRIDGE_SIM_AZURE_DI_RETRY_AFTER_S`` -> ``azure_di_retry_after_s`` (2): its value.
+- ``HOOKBRIDGE_SIM_AZURE_DI_429_RETRY_AFTER`` -> ``azure_di_429_retry_after`` ("random"): the same for 429s.
+- ``HOOKBRIDGE_SIM_AZURE_DI_RUNNING_POLLS`` -> ``azure_di_running_polls`` (0): polls a finished operation
+  still answers ``running``.
+- ``HOOKBRIDGE_SIM_AZURE_DI_UNKNOWN_STATUS`` -> ``azure_di_unknown_status`` (""): when set, the status an
+  operation reports instead of ``running`` (a value the adapter does not know).
+- ``HOOKBRIDGE_SIM_AZURE_DI_RETENTION_S`` -> ``azure_di_retention_s`` (86400): results answer 404 this long
+  after their submit.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_API_KEY`` -> ``llamaparse_api_key`` ("llx-sim-llamaparse-key"): the Bearer key
+  the LlamaParse simulator (``llamaparse.py``) expects.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_RPS`` -> ``llamaparse_rps`` (0): the shared bucket of every LlamaParse request.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_BURST`` -> ``llamaparse_burst`` (10).
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_WINDOW_LIMIT`` -> ``llamaparse_window_limit`` (50): submits allowed per window
+  and key; 0 = no limit.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_WINDOW_S`` -> ``llamaparse_window_s`` (10): the window.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_429_RETRY_AFTER`` -> ``llamaparse_429_retry_after`` ("random"): ``always``,
+  ``never`` or ``random``.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_ID_SHAPE`` -> ``llamaparse_id_shape`` ("flat"): the create answer's shape,
+  ``flat``, ``nested`` (``{"job": ...}``), ``both`` or ``random``.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_CREDITS`` -> ``llamaparse_credits`` (unset = unlimited): once spent, 402.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_FAILED_PAGES`` -> ``llamaparse_failed_pages`` (false): completed jobs carry a
+  failed last page.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_INLINE_MAX_BYTES`` -> ``llamaparse_inline_max_bytes`` (0 = no cap): larger
+  inline results are left out, only the presigned URL carries them.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_PRESIGN_TTL_S`` -> ``llamaparse_presign_ttl_s`` (3600): presigned URLs' life.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_STORAGE_BASE_URL`` -> ``llamaparse_storage_base_url`` (""): the presigned
+  URLs' origin; empty = the request's, with ``127.0.0.1`` and ``localhost`` swapped.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_REFUSAL_STATUS`` -> ``llamaparse_refusal_status`` (400): the status of a cancel
+  of a finished job and of a delete of an unfinished one (undocumented).
 
 Booleans accept 1/0, true/false, yes/no, on/off. Rates are fractions in [0, 1]; the two fault rates
 together must not exceed 1, since one draw per request picks at most one fault.
@@ -74,7 +117,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-VENDORS: tuple[str, ...] = ("nutrient", "cloudsquid", "uptiq")
+VENDORS: tuple[str, ...] = ("nutrient", "cloudsquid", "uptiq", "azure_di", "llamaparse")
 ENV_PREFIX = "HOOKBRIDGE_SIM_"
 
 
@@ -106,6 +149,32 @@ class SimulatorConfig:
     nutrient_delete: str = "delete"
     nutrient_download_host: str = "own"
     rate_no_status: float = 0.0
+    azure_di_api_key: str = "sim-azure-di-key"
+    azure_di_bearer_token: str = "sim-azure-di-token"
+    azure_di_rps: float = 0.0
+    azure_di_burst: int = 10
+    azure_di_analyze_tps: float = 15.0
+    azure_di_get_tps: float = 50.0
+    azure_di_min_poll_s: float = 2.0
+    azure_di_retry_after: str = "random"
+    azure_di_retry_after_s: int = 2
+    azure_di_429_retry_after: str = "random"
+    azure_di_running_polls: int = 0
+    azure_di_unknown_status: str = ""
+    azure_di_retention_s: float = 86400.0
+    llamaparse_api_key: str = "llx-sim-llamaparse-key"
+    llamaparse_rps: float = 0.0
+    llamaparse_burst: int = 10
+    llamaparse_window_limit: int = 50
+    llamaparse_window_s: float = 10.0
+    llamaparse_429_retry_after: str = "random"
+    llamaparse_id_shape: str = "flat"
+    llamaparse_credits: float | None = None
+    llamaparse_failed_pages: bool = False
+    llamaparse_inline_max_bytes: int = 0
+    llamaparse_presign_ttl_s: float = 3600.0
+    llamaparse_storage_base_url: str = ""
+    llamaparse_refusal_status: int = 400
 
     def __post_init__(self) -> None:
         _check_range("latency_ms", self.latency_ms)
@@ -137,6 +206,7 @@ class SimulatorConfig:
         for name in ("nutrient_api_key", "cloudsquid_api_key", "uptiq_api_key"):
             if not getattr(self, name):
                 raise ValueError(f"{name}: must not be empty")
+        _check_new_vendors(self)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> SimulatorConfig:
@@ -180,6 +250,65 @@ class SimulatorConfig:
                 value = sorted(value)
             out[f.name] = value
         return out
+
+
+_MODES = ("always", "never", "random")
+_ID_SHAPES = ("flat", "nested", "both", "random")
+_NEW_INTS = frozenset(
+    {
+        "azure_di_retry_after_s",
+        "azure_di_running_polls",
+        "llamaparse_window_limit",
+        "llamaparse_inline_max_bytes",
+    }
+)
+_NEW_STRS = frozenset(
+    {
+        "azure_di_api_key",
+        "azure_di_bearer_token",
+        "azure_di_retry_after",
+        "azure_di_429_retry_after",
+        "azure_di_unknown_status",
+        "llamaparse_api_key",
+        "llamaparse_429_retry_after",
+        "llamaparse_id_shape",
+        "llamaparse_storage_base_url",
+    }
+)
+
+
+def _check_new_vendors(config: SimulatorConfig) -> None:
+    """Bounds of the Azure DI and LlamaParse knobs."""
+    for name in ("azure_di_api_key", "azure_di_bearer_token", "llamaparse_api_key"):
+        if not getattr(config, name):
+            raise ValueError(f"{name}: must not be empty")
+    for name in ("azure_di_retry_after", "azure_di_429_retry_after", "llamaparse_429_retry_after"):
+        if getattr(config, name) not in _MODES:
+            raise ValueError(f"{name}: must be one of {', '.join(_MODES)}, got {getattr(config, name)!r}")
+    if config.llamaparse_id_shape not in _ID_SHAPES:
+        raise ValueError(f"llamaparse_id_shape: must be one of {', '.join(_ID_SHAPES)}")
+    for name in (
+        "azure_di_analyze_tps",
+        "azure_di_get_tps",
+        "azure_di_min_poll_s",
+        "azure_di_retention_s",
+        "llamaparse_window_s",
+        "llamaparse_presign_ttl_s",
+    ):
+        value = getattr(config, name)
+        if not value >= 0 or math.isinf(value):
+            raise ValueError(f"{name}: must be a finite number >= 0, got {value}")
+    for name in _NEW_INTS:
+        if getattr(config, name) < 0:
+            raise ValueError(f"{name}: must be >= 0, got {getattr(config, name)}")
+    if config.llamaparse_window_limit > 0 and config.llamaparse_window_s <= 0:
+        raise ValueError("llamaparse_window_s: must be > 0 when llamaparse_window_limit is set")
+    if config.llamaparse_credits is not None and config.llamaparse_credits < 0:
+        raise ValueError(f"llamaparse_credits: must be >= 0, got {config.llamaparse_credits}")
+    if not 400 <= config.llamaparse_refusal_status <= 499:
+        raise ValueError(
+            f"llamaparse_refusal_status: must be a 4xx status, got {config.llamaparse_refusal_status}"
+        )
 
 
 # Env names that are not simply the upper-cased field name.
@@ -278,6 +407,21 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "nutrient_delete": _parse_str,
     "nutrient_download_host": _parse_str,
     "rate_no_status": _parse_float,
+    "azure_di_rps": _parse_float,
+    "azure_di_burst": _parse_int,
+    "azure_di_analyze_tps": _parse_float,
+    "azure_di_get_tps": _parse_float,
+    "azure_di_min_poll_s": _parse_float,
+    "azure_di_retention_s": _parse_float,
+    "llamaparse_rps": _parse_float,
+    "llamaparse_burst": _parse_int,
+    "llamaparse_window_s": _parse_float,
+    "llamaparse_credits": _parse_optional_float,
+    "llamaparse_failed_pages": _parse_bool,
+    "llamaparse_presign_ttl_s": _parse_float,
+    "llamaparse_refusal_status": _parse_int,
+    **{name: _parse_int for name in _NEW_INTS},
+    **{name: _parse_str for name in _NEW_STRS},
 }
 
 # The readings each silent-document knob can play.
@@ -292,6 +436,9 @@ def _from_json(name: str, raw: Any) -> Any:
     """Coerce one PATCH value; strings go through the same parser as the environment."""
     if isinstance(raw, str):
         return _PARSERS[name](raw.strip())
+    new_vendor = _new_vendor_json(name, raw)
+    if new_vendor is not None:
+        return new_vendor[0]
     if name in ("latency_ms", "duration_s"):
         if not isinstance(raw, list) or len(raw) != 2:
             raise ValueError("expected [min, max]")
@@ -319,3 +466,22 @@ def _json_number(raw: Any) -> float:
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise ValueError("expected a number")
     return float(raw)
+
+
+def _new_vendor_json(name: str, raw: Any) -> tuple[Any] | None:
+    """Coerce a non-string PATCH value of an Azure DI or LlamaParse knob; None for the other knobs."""
+    if not name.startswith(("azure_di_", "llamaparse_")):
+        return None
+    if name in _NEW_STRS:
+        raise ValueError("expected a string")
+    if name == "llamaparse_failed_pages":
+        if not isinstance(raw, bool):
+            raise ValueError("expected a boolean")
+        return (raw,)
+    if name == "llamaparse_credits" and raw is None:
+        return (None,)
+    if name in _NEW_INTS or name.endswith("_burst") or name == "llamaparse_refusal_status":
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise ValueError("expected an integer")
+        return (raw,)
+    return (_json_number(raw),)

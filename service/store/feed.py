@@ -37,6 +37,9 @@ SCAN = 1000
 # stream or one page holds in memory is bounded by bytes, not only by its count of events (inline results
 # are up to MAX_INLINE_RESULT_BYTES each).
 PAGE_BYTES = 256 * 1024
+# A read charged to a client's scan rate waits until it may scan at least this many entries (or all it
+# asked for): no loop of reads of a few entries each while the rate refills.
+MIN_SCAN = 100
 
 
 class IteratorTrimmed(Exception):
@@ -45,6 +48,15 @@ class IteratorTrimmed(Exception):
 
 class IteratorInvalid(Exception):
     """The iterator is not a position in this feed."""
+
+
+@dataclass(frozen=True)
+class ScanRate:
+    """A client's feed entries scanned per second across every API pod (a GCRA in Redis, charged in the
+    same script that scans), and how many it may scan at once."""
+
+    per_s: float
+    burst: int
 
 
 def valid_iterator(value: str) -> bool:
@@ -77,6 +89,8 @@ class FeedRead:
     iterator: str  # pass it back for what comes next
     done: bool  # the page reached the feed's end: nothing more right now
     scanned: int = 0  # feed entries read for this page (filtered out included)
+    # When > 0, nothing was read: the client's scan rate is spent for this long (``ScanRate``).
+    throttled_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -116,27 +130,37 @@ class Feed:
         only: FeedFilter = FeedFilter(),
         scan: int = SCAN,
         max_bytes: int = PAGE_BYTES,
+        rate: ScanRate | None = None,
     ) -> FeedRead:
-        """Events after ``after`` ("" = from the oldest kept), up to ``limit`` of those that match.
+        """Events after ``after`` ("" = from the oldest kept), up to ``limit`` of those that match; with
+        ``rate``, at most what the client has left of it is scanned, and what was scanned is charged; when
+        it has less than ``MIN_SCAN`` (or ``scan``) left, nothing is read, and the answer
+        says how long until it has (``throttled_s``): no read of a few entries at a time.
 
         Raises IteratorTrimmed or IteratorInvalid."""
+        scan = max(1, min(scan, SCAN))
         reply = await _whole(
             self._read(
-                keys=[keys.client_feed(client)],
+                keys=[keys.client_feed(client), keys.client_rate("feed_scan", client)],
                 args=[
                     after,
                     limit,
-                    max(1, min(scan, SCAN)),
+                    scan,
                     now_ms - self._retention_ms,
                     json.dumps(list(only.types)),
                     only.run_id,
                     only.vendor,
                     FUTURE_MS,
                     max_bytes,
+                    1000.0 / rate.per_s if rate else 0,
+                    rate.burst if rate else 0,
+                    min(scan, rate.burst, MIN_SCAN) if rate else 0,
                 ],
             )
         )
         outcome = _s(reply[0])
+        if outcome == "throttled":
+            return FeedRead([], after, False, 0, throttled_s=int(reply[1]) / 1000)
         if outcome == "expired":
             raise IteratorTrimmed(after)
         if outcome == "invalid":

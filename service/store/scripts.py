@@ -18,7 +18,7 @@ from service.store import keys
 
 _LUA = files("service.store") / "lua"
 _SHARED = ("transition", "transitions", "emit")
-_LIMITED = ("create_run", "rate_limit")  # the scripts that apply a client's rate (_gcra.lua)
+_LIMITED = ("create_run", "rate_limit", "read_feed")  # the scripts that apply a client's rate (_gcra.lua)
 
 
 def _lua_table(entries: dict[str, str | bool]) -> str:

@@ -495,14 +495,14 @@ class _SubmitFaults:
     ) -> Literal[False]:
         if exc is None or not isinstance(exc, httpx.TransportError):
             return False
-        if _not_sent(exc):
+        if nothing_sent(exc):
             raise VendorTransient(_transport_fault(exc)) from exc
         raise VendorSubmitUncertain(
             f"the submit may have reached the vendor, but no answer came ({_transport_fault(exc)})"
         ) from exc
 
 
-def _not_sent(exc: httpx.TransportError) -> bool:
+def nothing_sent(exc: httpx.TransportError) -> bool:
     """Whether nothing of the request can have reached the vendor. httpx_aiohttp maps aiohttp's faults
     coarsely ("Server disconnected" becomes a ConnectTimeout), so aiohttp's own exception decides where
     there is one: only a connector's failure (refused, DNS, TLS) or a connect timeout sent nothing."""

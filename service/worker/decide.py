@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from enum import Enum
 
+import httpx
+
 from service import domain
 from service.vendors.base import VendorRateLimited, VendorSubmitUncertain, VendorTransient
+from service.vendors.http import nothing_sent
 
 # The run's error code when a submit may have created a vendor job that we cannot name (README, errors).
 VENDOR_SUBMIT_AMBIGUOUS = domain.VENDOR_SUBMIT_AMBIGUOUS
@@ -31,13 +34,17 @@ class AfterSubmit(Enum):
 
 def submit_fault(exc: BaseException) -> SubmitFault:
     """What a fault of a submit step says about the vendor's side. A step timeout (``TimeoutError``) cut
-    a request that may have been sent."""
+    a request that may have been sent. A transport fault that an adapter mapped with the plain
+    ``transport_errors()`` (a plugin's, say) is judged by its cause, so that an adapter which forgot
+    ``submit_errors()`` cannot make a dropped submit look unsent."""
     if isinstance(exc, VendorSubmitUncertain | TimeoutError):
         return SubmitFault.MAYBE_CREATED
     if isinstance(exc, VendorRateLimited):
         return SubmitFault.NOT_SENT
     if isinstance(exc, VendorTransient) and exc.status_code is not None:
         return SubmitFault.REFUSED_TRANSIENT
+    if isinstance(exc.__cause__, httpx.TransportError) and not nothing_sent(exc.__cause__):
+        return SubmitFault.MAYBE_CREATED
     return SubmitFault.NOT_SENT
 
 

@@ -56,6 +56,8 @@ class VendorConformance:
     vendor: ClassVar[str]
     base_path: ClassVar[str] = ""  # the vendor's base URL below its simulator's root
     cancel_marker: ClassVar[str] = "cancel"  # in the path of the vendor's cancel request
+    # The adapter's ``submit_idempotent``: whether a submit that may have reached the vendor is sent again.
+    submit_idempotent: ClassVar[bool] = False
 
     # What a subclass provides ---------------------------------------------------------------------
 
@@ -165,9 +167,16 @@ class VendorConformance:
         # Five runs due together, yet after the first 429 the vendor was left alone until Retry-After.
         assert len(during) <= 5, [(round(e.t - started, 3), e.path) for e in during]
 
+    def _transient(self, h: Harness, faults: list[int | str]) -> None:
+        """Faults that are transient for this vendor: without idempotency a dropped submit is ambiguous
+        (its own test below), so the drop then waits for a poll."""
+        h.proxy.faults = faults
+        if not self.submit_idempotent:
+            h.proxy.drop_methods = frozenset({"GET"})
+
     async def test_transient_faults_are_retried(self, harness: Any) -> None:
         h: Harness = await harness()
-        h.proxy.faults = [503, "drop", 502, 500]
+        self._transient(h, [503, "drop", 502, 500])
         run = await h.submit("conformance-faults.pdf")
         done = await h.stack.wait_status(run["id"], "succeeded", "failed", "canceled")
         assert done["status"] == "succeeded", done
@@ -175,11 +184,24 @@ class VendorConformance:
 
     async def test_transient_faults_in_a_row_fail_the_run(self, harness: Any) -> None:
         h: Harness = await harness(HOOKBRIDGE_VENDOR_MAX_TRANSIENT_FAILURES="3")
-        h.proxy.faults = [503, "drop", 503, 503, 503, 503]
+        self._transient(h, [503, "drop", 503, 503, 503, 503])
         run = await h.submit("conformance-down.pdf")
         done = await h.stack.wait_status(run["id"], "succeeded", "failed", "canceled")
         assert done["status"] == "failed", done
         assert done["error"]["code"] == "vendor_unreachable", done
+
+    async def test_a_dropped_submit_is_sent_again_only_with_idempotency(self, harness: Any) -> None:
+        h: Harness = await harness()
+        h.proxy.faults = ["drop"]  # the first request: the submit (its first POST)
+        run = await h.submit("conformance-dropped.pdf")
+        done = await h.stack.wait_status(run["id"], "succeeded", "failed", "canceled")
+        dropped = [e for e in h.proxy.log if e.fault == "drop"]
+        assert len(dropped) == 1 and dropped[0].method == "POST", h.requests()
+        if self.submit_idempotent:
+            assert done["status"] == "succeeded", done
+        else:
+            assert done["status"] == "failed" and done["error"]["code"] == "vendor_submit_ambiguous", done
+            assert [e.method for e in h.proxy.log] == ["POST"], h.requests()  # never asked again
 
     async def test_timeout(self, harness: Any) -> None:
         h: Harness = await harness(**{f"HOOKBRIDGE_{self.vendor.upper()}_MAX_RUN_S": "1s"})

@@ -18,14 +18,15 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from service import domain
 from service import settings as settings_mod
 from service._uvicorn import EmbeddedServer, api_config
 from service.api import events
 from service.api.app import create_app
 from service.dev.embedded_redis import EmbeddedRedis, free_port
-from service.store import bodies, keys
-from service.store.feed import Lanes, admit
-from tests.conftest import ALICE, base_env, eventually
+from service.store import bodies, connect, keys
+from service.store.feed import Feed, FeedFilter, Lanes, ScanRate, admit
+from tests.conftest import ALICE, BOB, base_env, eventually
 
 
 @contextlib.asynccontextmanager
@@ -249,6 +250,142 @@ async def test_a_filter_that_matches_nothing_costs_one_budget_per_request(redis_
                 assert resumed.status_code == 200
     finally:
         await redis.delete(keys.client_feed("alice"))
+        await redis.aclose()
+
+
+@pytest.mark.parametrize(
+    ("burst", "asks", "expected"),
+    [
+        (5000, [1000, 1000, 1000], [1000, 1000, 1000]),  # within the burst: what each read asks
+        (500, [1000, 1000], [500, None]),  # what is left, then nothing until it refills
+        (1050, [1000, 1000], [1000, None]),  # 50 left: less than MIN_SCAN, so no read of 50
+        (1050, [1000, 50], [1000, 50]),  # ... unless the read asks for no more than that
+        (150, [40, 1000, 1000], [40, 110, None]),
+        (None, [1000, 1000, 1000], [1000, 1000, 1000]),  # no rate: the per-read bound only
+    ],
+)
+async def test_what_a_read_may_scan_of_the_clients_rate(
+    redis_url: str, burst: int | None, asks: list[int], expected: list[int | None]
+) -> None:
+    """The scan rate's decisions (``read_feed.lua`` with ``_gcra.lua``), as a table: a rate so slow that
+    nothing refills while the test runs (one entry per 100 s), so each row is exact."""
+    client = f"scan{burst}-{len(asks)}-{asks[-1]}"
+    await fill_feed(redis_url, client, 3500, 10)
+    settings = settings_mod.load(base_env(redis_url))
+    redis = Redis.from_url(redis_url)
+    feed = Feed(redis, connect(settings), 3600)
+    rate = None if burst is None else ScanRate(0.01, burst)
+    try:
+        after, got = "", []
+        for ask in asks:
+            page = await feed.read(
+                client,
+                after,
+                limit=100,
+                now_ms=domain.now_ms(),
+                only=FeedFilter(run_id="x"),
+                scan=ask,
+                rate=rate,
+            )
+            got.append(None if page.throttled_s else page.scanned)
+            if page.throttled_s:
+                assert page.iterator == after and not page.done and page.throttled_s > 50
+            after = page.iterator
+        assert got == expected
+    finally:
+        await feed.close()
+        await redis.delete(keys.client_feed(client), keys.client_rate("feed_scan", client))
+        await redis.aclose()
+
+
+async def _entries_before(redis: Redis, client: str, iterator: str) -> int:
+    """How many of the client's feed entries are at or before ``iterator``: what a reader that followed
+    it from the start has scanned."""
+    return len(await redis.xrange(keys.client_feed(client), "-", iterator)) if iterator else 0
+
+
+async def test_a_looping_client_scans_at_most_its_rate_and_another_client_is_answered(
+    redis_url: str,
+) -> None:
+    """A client looping long-polls, page reads and a stream, all with a filter that matches nothing, scans
+    at most FEED_SCAN_RATE_PER_S entries a second in all (plus one burst), not a budget per request; a
+    page read over it is 429 with Retry-After, a long-poll is held; another client is answered meanwhile."""
+    await fill_feed(redis_url, "alice", 40_000, 40)
+    await fill_feed(redis_url, "bob", 50, 40, run_id="run_bob")
+    redis = Redis.from_url(redis_url)
+    rate, burst, attack_s = 2000, 1000, 2.0
+    try:
+        async with guarded_api(
+            redis_url,
+            HOOKBRIDGE_FEED_SCAN_BUDGET=str(burst),
+            HOOKBRIDGE_FEED_SCAN_RATE_PER_S=str(rate),
+        ) as url:
+            alice = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ALICE}"}, timeout=10)
+            bob = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {BOB}"}, timeout=10)
+            iterators: list[str] = []
+            statuses: dict[int, int] = {}
+            limited: list[httpx.Response] = []
+            started = time.monotonic()
+
+            async def follow(wait: str) -> None:
+                # Each loop follows its own iterator, so how far it got is what it scanned.
+                iterator = ""
+                while time.monotonic() - started < attack_s:
+                    params = {"run_id": "run_nomatch", "wait": wait}
+                    if iterator:
+                        params["iterator"] = iterator
+                    response = await alice.get("/v1/events", params=params)
+                    statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+                    if response.status_code == 200:
+                        iterator = response.json()["iterator"]
+                    else:
+                        limited.append(response)
+                        await asyncio.sleep(0.05)
+                iterators.append(iterator)
+
+            async def stream() -> None:
+                request = alice.build_request("GET", "/v1/events/stream", params={"run_id": "run_nomatch"})
+                response = await alice.send(request, stream=True)
+                assert response.status_code == 200
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(attack_s):
+                        async for _ in response.aiter_bytes():
+                            pass
+                await response.aclose()
+
+            victim: list[int] = []
+
+            async def other_client() -> None:
+                while time.monotonic() - started < attack_s:
+                    page = await bob.get("/v1/events", params={"run_id": "run_bob", "limit": "100"})
+                    runs = await bob.get("/v1/runs", params={"limit": "1"})
+                    victim.extend([page.status_code, runs.status_code])
+                    assert len(page.json()["data"]) == 50
+                    await asyncio.sleep(0.05)
+
+            before = await _xrange_calls(redis)
+            await asyncio.gather(follow("1"), follow("1"), follow("0"), follow("0"), stream(), other_client())
+            elapsed = time.monotonic() - started
+            calls = await _xrange_calls(redis) - before
+            scanned = sum([await _entries_before(redis, "alice", i) for i in iterators])
+            # Every read of alice's (each loop's, and the stream's) is charged to one rate: what the four
+            # loops got through is at most the rate over the attack plus one burst, with slack for the
+            # second the last held long-poll may run past it. On a budget per request, ~40,000 each.
+            assert scanned <= rate * (elapsed + 1) + burst, (scanned, elapsed, statuses)
+            assert scanned >= burst, scanned  # and it did scan: the bound is a rate, not a wall
+            # Each read is a worthwhile slice (no read of a few entries at a time while throttled).
+            assert calls <= 2 * (rate * (elapsed + 1) + burst) // 100 + 20, calls
+            # Page reads over the rate are told when to come back; long-polls are held, never refused.
+            assert statuses.get(429, 0) >= 1, statuses
+            for response in limited:
+                assert response.status_code == 429 and response.json()["code"] == "rate_limited"
+                assert int(response.headers["retry-after"]) >= 1
+            # The other client is answered throughout, its reads charged to a rate of its own.
+            assert len(victim) >= 10 and set(victim) == {200}, victim
+            await alice.aclose()
+            await bob.aclose()
+    finally:
+        await redis.delete(keys.client_feed("alice"), keys.client_feed("bob"))
         await redis.aclose()
 
 

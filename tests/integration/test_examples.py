@@ -350,7 +350,9 @@ async def test_callbacks_quickstart(make_stack: StackFactory, reader: Any) -> No
     assert set(events[2:-1]) <= {"run.progress"}
     grep = next(out for out in outputs if out.startswith("verified "))
     assert "verified run.succeeded" in grep
-    assert {"retried": 0, "next_cursor": None} in [v for out in outputs for v in answers(out)]  # recover
+    assert {"retried": 0, "next_cursor": None} in [
+        v for out in outputs for v in answers(out)
+    ]  # the recover example
     # "No endpoint? Read the feed": the reader prints the events the receiver verified, the same ids.
     fed = [line.split() for out in outputs for line in out.splitlines() if line.startswith(("run.", "sub"))]
     verified = [line.split()[1:] for line in log.read_text().splitlines() if line.startswith("verified ")]

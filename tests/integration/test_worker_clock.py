@@ -40,7 +40,8 @@ async def test_a_step_lost_with_its_worker_comes_back_when_its_lease_ends(
 
 
 async def test_polls_follow_the_vendor_policy_on_the_clock(make_clocked: ClockedFactory) -> None:
-    # POLL_INITIAL_S 2 s, growing by the multiplier to POLL_MAX_S 8 s, +0 to 15 % jitter; a run of 60 s.
+    # POLL_INITIAL_S 2 s, growing by the multiplier to POLL_MAX_S 8 s, 0 to 15 % jitter (up, or down where
+    # up would pass POLL_MAX_S: the documented interval holds with the jitter); a run of 60 s.
     c = await make_clocked(
         HOOKBRIDGE_NUTRIENT_POLL_INITIAL_S="2",
         HOOKBRIDGE_NUTRIENT_POLL_MAX_S="8",
@@ -59,9 +60,11 @@ async def test_polls_follow_the_vendor_policy_on_the_clock(make_clocked: Clocked
         await c.step()
     planned = [2.0, 4.0, 8.0]
     for wait, base in zip(due, planned + [8.0] * len(due), strict=False):
-        assert base <= wait <= base * 1.15 + 0.001, due
+        up = base <= wait <= base * 1.15 + 0.001
+        down = base * 0.85 - 0.001 <= wait <= base
+        assert wait <= 8.0 + 0.001 and (up or down), due
     polls = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()["polls"]
-    assert polls == len(due) and 60 / 8 <= polls <= 60 / 8 + 3
+    assert polls == len(due) and 60 / 8 <= polls <= 60 / 6.8 + 3
 
 
 async def test_the_sweeper_reschedules_a_run_whose_due_entry_was_lost(clocked: Clocked) -> None:

@@ -112,6 +112,8 @@ class TestControlRoutes:
             "nutrient": {"done": 1, "error": 1, "running": 1},
             "cloudsquid": {},
             "uptiq": {"Processed": 1},
+            "azure_di": {},
+            "llamaparse": {},
         }
 
         async def counted() -> bool:

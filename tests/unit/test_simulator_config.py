@@ -15,7 +15,7 @@ def test_defaults() -> None:
     config = SimulatorConfig.from_env({})
     assert config == SimulatorConfig()
     assert config.duration_s == (1.0, 3.0)
-    assert config.vendors_faulty == frozenset({"nutrient", "cloudsquid", "uptiq"})
+    assert config.vendors_faulty == frozenset({"nutrient", "cloudsquid", "uptiq", "azure_di", "llamaparse"})
     assert config.uptiq_early_404_s == 1.0
     assert (config.nutrient_rps, config.cloudsquid_rps, config.uptiq_rps) == (0, 0, 0)  # no limit
     assert config.nutrient_credits is None

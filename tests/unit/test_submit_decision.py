@@ -3,6 +3,7 @@ whose adapter says ``submit_idempotent`` (service/worker/decide.py)."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from service.vendors.base import (
@@ -30,6 +31,28 @@ RETRY, END = AfterSubmit.RETRY, AfterSubmit.END_AMBIGUOUS
 )
 def test_submit_fault_kinds(exc: BaseException, fault: SubmitFault) -> None:
     assert submit_fault(exc) is fault
+
+
+def _mapped(cause: Exception) -> VendorTransient:
+    """A transport fault as the plain ``transport_errors()`` maps it (a plugin's adapter)."""
+    try:
+        raise VendorTransient(f"{type(cause).__name__}: {cause}") from cause
+    except VendorTransient as exc:
+        return exc
+
+
+@pytest.mark.parametrize(
+    ("cause", "fault"),
+    [
+        (httpx.ConnectError("refused"), SubmitFault.NOT_SENT),
+        (httpx.ConnectTimeout("connect"), SubmitFault.NOT_SENT),
+        (httpx.ReadTimeout("read"), SubmitFault.MAYBE_CREATED),
+        (httpx.RemoteProtocolError("Server disconnected"), SubmitFault.MAYBE_CREATED),
+        (httpx.WriteError("broken pipe"), SubmitFault.MAYBE_CREATED),
+    ],
+)
+def test_a_plain_transport_fault_is_judged_by_its_cause(cause: Exception, fault: SubmitFault) -> None:
+    assert submit_fault(_mapped(cause)) is fault
 
 
 @pytest.mark.parametrize(

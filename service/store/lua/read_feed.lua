@@ -4,9 +4,13 @@
 --   most), scan (entries read at most), cutoff_ms (now - retention), types (JSON list; [] = every type;
 --   'run.*' matches every run event), run_id ('' = any), vendor ('' = any), future_ms (how far past
 --   Redis's clock an iterator may point), max_bytes (the page's bodies stop growing past this many bytes:
---   a page always has its first match).
+--   a page always has its first match), interval_ms and burst of the client's scan rate (KEYS[2], a GCRA
+--   in entries: _gcra.lua; interval 0 = none), need (the least it reads: with less left, it reads
+--   nothing): a read scans at most what the client has left of it, and is charged what it scanned
+--   (at least 1).
 -- Returns {'expired'} (entries after the iterator may be gone: it is older than the retention window and
 -- nothing at or before it is kept) | {'invalid'} (it points into the future) |
+-- {'throttled', ms} (the client's scan rate is spent: none may be scanned for ms) |
 -- {'ok', iterator, done, scanned, id1, event_id1, body1, id2, ...}: done = 1 when the page reached the
 -- feed's end; scanned = the entries read (the caller's budget per request). The iterator at the end is pushed to the current millisecond, so that a consumer of a quiet feed
 -- keeps an iterator inside the retention window: entries added later get ids past it.
@@ -15,6 +19,7 @@ local after, limit, scan, cutoff = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local types = cjson.decode(ARGV[5])
 local run_id, vendor, future = ARGV[6], ARGV[7], tonumber(ARGV[8])
 local max_bytes = tonumber(ARGV[9])
+local rate_key, interval, burst, need = KEYS[2], tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -34,6 +39,12 @@ local function wanted(h)
     if ty == h['t'] or (ty == 'run.*' and string.sub(h['t'], 1, 4) == 'run.') then return true end
   end
   return false
+end
+
+if interval > 0 then
+  local room, wait_ms = gcra_room(rate_key, interval, burst, need, now)
+  if room == 0 then return {'throttled', wait_ms} end
+  scan = math.min(scan, room)
 end
 
 local rows = redis.call('XRANGE', key, after == '' and '-' or ('(' .. after), '+', 'COUNT', scan)
@@ -65,4 +76,5 @@ if not full and #rows < scan then
 end
 out[2] = last
 out[4] = scanned
+if interval > 0 then gcra_charge(rate_key, interval, math.max(1, scanned), now) end
 return out
