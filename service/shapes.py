@@ -109,9 +109,17 @@ RunList = _list("RunList", Run)
 class RunEventData(Out):
     """What a run event carries: the run, and its result inline or where to fetch it."""
 
+    # `example` is the one member a real event leaves out, so it is the one not required.
+    model_config = ConfigDict(json_schema_serialization_defaults_required=False)
+
     run: Run
     result: dict[str, Any] | list[Any] | None = Field(description="The vendor's result, inline; else null.")
     result_url: str | None = Field(description="`/v1/runs/{id}/result` when the result is not inline.")
+    example: bool = Field(
+        False,
+        description="Present (true) only in an example event (`POST /v1/subscriptions/{id}/test` with "
+        "`event_type`): its run is made up.",
+    )
 
 
 class Event(Out):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -82,20 +83,25 @@ _REDIS_DOWN = (
 
 
 async def _error(request: Request, exc: Exception) -> Response:
-    """The answer to every exception: a problem as it is, the others by what they mean."""
+    """The answer to every exception: a problem as it is, the others by what they mean. The request id
+    is set here as well as by :class:`RequestContext`: a 500 is answered outside that middleware."""
+    rid = request.scope.get(REQUEST_ID_SCOPE)
+    headers = {REQUEST_ID_HEADER: rid} if rid else None
     if isinstance(exc, ClientDisconnect):  # hung up before its request was read: nothing to answer
         log.info("client disconnected", path=request.url.path)
         return Response(status_code=CLIENT_CLOSED)
     if isinstance(exc, HTTPException):  # routing: no such path, or not this method (with Allow)
         cls = {404: NotFound, 405: MethodNotAllowed}.get(exc.status_code, InvalidRequest)
-        return problems.response(cls(str(exc.detail)), request.url.path, headers=exc.headers)
+        return problems.response(
+            cls(str(exc.detail)), request.url.path, headers={**(exc.headers or {}), **(headers or {})}
+        )
     if isinstance(exc, _REDIS_DOWN):
         log.warning("redis unavailable", error=type(exc).__name__)
         exc = Unavailable("The store is unreachable; try again shortly.")
     elif not isinstance(exc, Problem):
         log.exception("unexpected error", path=request.url.path)
         exc = InternalError("Something went wrong on our side.")
-    return problems.response(exc, request.url.path)
+    return problems.response(exc, request.url.path, headers=headers)
 
 
 _NOSNIFF = (b"x-content-type-options", b"nosniff")
@@ -113,9 +119,28 @@ def security_headers(path: str, headers: list[tuple[bytes, bytes]]) -> list[tupl
     return out
 
 
+REQUEST_ID_HEADER = "X-Request-Id"
+REQUEST_ID_SCOPE = "hookbridge.request_id"  # where the handlers (and _error) find the request's id
+_REQUEST_ID_NAME = REQUEST_ID_HEADER.lower().encode()
+# ASCII only: str.isalnum() would take "é" or "٣", which a log pipeline or a proxy may mangle.
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._-]{1,128}")
+
+
+def request_id(headers: list[tuple[bytes, bytes]]) -> str:
+    """The caller's ``X-Request-Id`` when it is 1 to 128 of ``[A-Za-z0-9._-]``; else a fresh one. Only the
+    first such header counts; any other value (too long, a space, non-ASCII) is replaced, never echoed."""
+    for name, value in headers:
+        if name == _REQUEST_ID_NAME:
+            if _REQUEST_ID.fullmatch(value):
+                return value.decode("ascii")
+            break
+    return domain.new_id("req")
+
+
 class RequestContext:
-    """Binds a request id to the logs, refuses oversized headers, adds the security headers, and counts
-    requests by route."""
+    """Gives the request its id (``X-Request-Id``, echoed or made: on every answer, in every problem
+    body and log line), refuses oversized headers, adds the security headers, and counts requests by
+    route. Pure ASGI: the API's hot path goes through it."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -125,19 +150,22 @@ class RequestContext:
             await self.app(scope, receive, send)
             return
         outer_send = send
+        rid = request_id(scope["headers"])
+        scope[REQUEST_ID_SCOPE] = rid
+        rid_header = (_REQUEST_ID_NAME, rid.encode("ascii"))
 
         async def send_secure(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = {
-                    **message,
-                    "headers": security_headers(scope["path"], list(message.get("headers", []))),
-                }
+                headers = security_headers(scope["path"], list(message.get("headers", [])))
+                headers = [h for h in headers if h[0].lower() != _REQUEST_ID_NAME]
+                headers.append(rid_header)
+                message = {**message, "headers": headers}
             await outer_send(message)
 
         send = send_secure
         if sum(len(k) + len(v) for k, v in scope["headers"]) > MAX_HEADER_BYTES:
             too_large = HeadersTooLarge(f"The request's headers exceed {MAX_HEADER_BYTES} bytes.")
-            response = problems.response(too_large, scope["path"])
+            response = problems.response(too_large, scope["path"], headers={REQUEST_ID_HEADER: rid})
             await response(scope, receive, send)
             return
         status = 500
@@ -149,7 +177,7 @@ class RequestContext:
                 status = message["status"]
             await send(message)
 
-        with structlog.contextvars.bound_contextvars(request_id=domain.new_id("req")):
+        with structlog.contextvars.bound_contextvars(request_id=rid):
             try:
                 await self.app(scope, receive, send_wrapper)
             finally:

@@ -94,10 +94,10 @@ def _parsed_or_none(raw: bytes | str) -> Any:
         return None
 
 
-def query(request: Request, model: type[M], *, lists: tuple[str, ...] = ()) -> M:
+def query(request: Request, model: type[M], *, lists: tuple[str, ...] = (), skip: str = "") -> M:
     """The query parameters, validated (an unknown one is refused); those in ``lists`` may be repeated
-    and are joined with commas."""
-    raw = dict(request.query_params)
+    and are joined with commas; those that start with ``skip`` are the caller's to check."""
+    raw = {k: v for k, v in request.query_params.items() if not (skip and k.startswith(skip))}
     for name in lists:
         if name in raw:
             raw[name] = ",".join(request.query_params.getlist(name))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import operator
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any, NotRequired
 
@@ -21,6 +22,7 @@ from pydantic import (
     AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -36,7 +38,7 @@ from service import domain
 from service.api.problems import codes_by_status
 from service.delivery.schedule import MAX_IN_FLIGHT_MAX, RATE_LIMIT_MAX_PER_S, RATE_LIMIT_MIN_PER_S
 from service.settings import Settings
-from service.shapes import DeliveryStatus, EventTypeFilter, Out, RunId, RunStatus, literal
+from service.shapes import DeliveryStatus, EventType, EventTypeFilter, Out, RunId, RunStatus, literal
 
 REF = "#/components/schemas/"
 B64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$"
@@ -66,6 +68,7 @@ class Problem(BaseModel):
     code: Annotated[str, WithJsonSchema({"x-ref": "ProblemCode"})]
     instance: str = Field("", description="The request path.")
     errors: list[FieldError] = Field([], description="With `validation_error`: every bad field, and why.")
+    request_id: str = Field("", description="The request's id, as its `X-Request-Id` header.")
 
 
 def _not_null(value: Any) -> Any:
@@ -178,6 +181,16 @@ class Recover(In):
         return self
 
 
+class TestEventRequest(In):
+    """Which event to send; none (or an empty body): `subscription.test`."""
+
+    event_type: Annotated[EventType | NoNull, AfterValidator(_not_null)] = Field(
+        None,
+        description="Any concrete event type: an example of it, shaped as the real one with "
+        '`"example": true` in `data`, whatever the subscription\'s `event_types`; not in the feed.',
+    )
+
+
 class FeedQuery(In):
     """What a feed reader asks for; unknown parameters are refused."""
 
@@ -228,13 +241,35 @@ class Page(In):
     )
 
 
+def _rfc3339(value: Any) -> Any:
+    # Lax mode would take a number ("1767225600") as Unix time: the filters take RFC 3339 only.
+    if not (isinstance(value, str) and RFC3339.fullmatch(value)):
+        raise ValueError("not an RFC 3339 time with an offset (2026-01-01T00:00:00Z)")
+    return value
+
+
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+QueryTime = Annotated[AwareDatetime, BeforeValidator(_rfc3339)]
+# Query parameters ``metadata.KEY=VALUE`` (runs): not a member of the model, which cannot name them.
+METADATA_PREFIX = "metadata."
+METADATA_KEY = re.compile(r"[\w.:-]{1,40}")
+
+
 class RunPage(Page):
     status: RunStatus | NoNull = Field(None, description="Only runs in this status.")
     vendor: str | NoNull = Field(None, description="Only runs at this vendor.")
+    created_after: QueryTime | NoNull = Field(
+        None, description="Only runs created at or after this time: RFC 3339 with an offset."
+    )
+    created_before: QueryTime | NoNull = Field(
+        None, description="Only runs created before this time (exclusive): RFC 3339 with an offset."
+    )
 
 
 class DeliveryPage(Page):
     status: DeliveryStatus | NoNull = Field(None, description="Only deliveries in this status.")
+    event_type: EventType | NoNull = Field(None, description="Only deliveries of this event type.")
+    run_id: RunId | NoNull = Field(None, description="Only deliveries of this run's events.")
 
 
 @dataclass(frozen=True)
@@ -344,7 +379,7 @@ def build(settings: Settings) -> Models:
             "description": "The stable, machine-readable error code.",
         },
     }
-    schemas = _schemas(runs, parts, create, update, _document(settings), DocumentByURL)
+    schemas = _schemas(runs, parts, create, update, _document(settings), DocumentByURL, TestEventRequest)
     return Models(runs, parts, create, update, run_page, {**schemas, **enums})
 
 

@@ -57,6 +57,7 @@ get     /v1/runs/{run_id}                         getRun                    200 
 post    /v1/runs/{run_id}/cancel                  cancelRun                 200  Run                     404,409        Cancel a run
 get     /v1/runs/{run_id}/result                  getRunResult              200  -                       404,409,410    Get the vendor's result of a succeeded run
 get     /v1/runs/{run_id}/events                  listRunEvents             200  EventList               404            List the events emitted for a run, oldest first
+get     /v1/runs/{run_id}/deliveries              listRunDeliveries         200  DeliveryList            404,422        List the run's deliveries to every subscription, newest first
 get     /v1/runs/{run_id}/stream                  streamRun                 200  -                       404,422,429    Server-sent events: the run's events from the first, closed after its end
 get     /v1/events                                listEvents                200  FeedPage                410,422,429    The client's event feed, in order; wait= holds the request until an event
 get     /v1/events/stream                         streamEvents              200  -                       410,422,429    Server-sent events: the client's events as they happen
@@ -67,11 +68,11 @@ patch   /v1/subscriptions/{sub_id}                updateSubscription        200 
 delete  /v1/subscriptions/{sub_id}                deleteSubscription        204  -                       404            Delete a subscription
 get     /v1/subscriptions/{sub_id}/secret         getSubscriptionSecret     200  Secret                  404            Get the current signing secret
 post    /v1/subscriptions/{sub_id}/rotate-secret  rotateSubscriptionSecret  200  SubscriptionWithSecret  404            Rotate the signing secret; the old one keeps signing for 24 h
-post    /v1/subscriptions/{sub_id}/test           testSubscription          202  TestEventAccepted       404,409,429    Send a `subscription.test` event now
+post    /v1/subscriptions/{sub_id}/test           testSubscription          202  TestEventAccepted       404,b,409,429  Send a `subscription.test` event, or an example of any event type, now
 get     /v1/subscriptions/{sub_id}/deliveries     listDeliveries            200  DeliveryList            404,422        The subscription's delivery log, newest first
 post    /v1/subscriptions/{sub_id}/recover        recoverDeliveries         202  RecoverAccepted         404,b,429      Send again every failed delivery since a time
 get     /v1/deliveries/{delivery_id}              getDelivery               200  DeliveryWithAttempts    404            Get a delivery with its attempts
-post    /v1/deliveries/{delivery_id}/retry        retryDelivery             202  Delivery                404,409,429    Send a delivery again now
+post    /v1/deliveries/{delivery_id}/retry        retryDelivery             202  Delivery                404,409,429    Send a delivery again now, pending ones too; its retry schedule restarts
 """  # noqa: E501
 
 
@@ -154,7 +155,30 @@ _EXTRA: dict[str, Schema] = {
             }
         ],
     },
-    "listRuns": {"query": "run_page"},
+    "listRuns": {
+        "query": "run_page",
+        "description": "Filters combine, and every page is filtered as the first. Besides the parameters "
+        "below, `metadata.KEY=VALUE` (repeatable) keeps the runs whose metadata has `KEY` equal to `VALUE` "
+        "(exact, case-sensitive; every pair given must match), for example `metadata.order_id=A-1001`. A "
+        "page may hold fewer runs than `limit` with a `next_cursor`: each request reads a bounded part of "
+        "the index.",
+    },
+    "listRunDeliveries": {
+        "query": Page,
+        "links": _links("delivery_id", "$response.body#/data/0/id", "getDelivery", "retryDelivery"),
+    },
+    "testSubscription": {
+        "body": (
+            "TestEventRequest",
+            {"event_type": "run.failed"},
+            False,
+        ),
+    },
+    "retryDelivery": {
+        "description": "Any delivery, failed, delivered or pending (the resend replaces its scheduled "
+        "attempt), unless an attempt is being sent at that moment (409 `delivery_in_flight`). If the "
+        "resend fails, the retry schedule starts again from its first step.",
+    },
     "getRunResult": {
         "content": {
             JSON: {"schema": {"type": "object"}},
@@ -214,13 +238,15 @@ def _operation(op: Op, m: Models) -> Schema:
     )
     if params:
         out["parameters"] = params
+    if "description" in extra:
+        out["description"] = extra["description"]
     if "body" in extra:
-        name, example = extra["body"]
+        name, example, *optional = extra["body"]
         content = {JSON: {"schema": {"$ref": REF + name}, "examples": _examples([example])}}
-        out["requestBody"] = {"required": True, "content": content}
+        out["requestBody"] = {"required": not optional or optional[0], "content": content}
     elif op.id == "createRun":
         out["requestBody"] = _submit_body()
-    ok = _response(op.summary, op.component, extra.get("headers"))
+    ok = _response(op.summary, op.component, {**extra.get("headers", {}), "X-Request-Id": "RequestId"})
     ok.update({key: extra[key] for key in ("content", "links") if key in extra})
     errors = sorted({*op.errors, *(EVERY_ERROR if secured else (431,))})
     out["responses"] = {op.ok: ok, **{str(s): {"$ref": f"#/components/responses/Problem{s}"} for s in errors}}
@@ -292,10 +318,12 @@ def _problem_responses() -> Schema:
             "description": f"{HTTPStatus(status).phrase} (`code`: {', '.join(codes)})",
             "content": {PROBLEM: {"schema": {"$ref": REF + "Problem"}}},
         }
+        headers = {"X-Request-Id": {"$ref": "#/components/headers/RequestId"}}
         if status == 401:
-            response["headers"] = {"WWW-Authenticate": {"$ref": "#/components/headers/WWWAuthenticate"}}
+            headers["WWW-Authenticate"] = {"$ref": "#/components/headers/WWWAuthenticate"}
         if status in (429, 503):
-            response["headers"] = {"Retry-After": {"$ref": "#/components/headers/RetryAfter"}}
+            headers["Retry-After"] = {"$ref": "#/components/headers/RetryAfter"}
+        response["headers"] = headers
         out[f"Problem{status}"] = response
     return out
 
@@ -313,6 +341,11 @@ _HEADERS = {
     "IdempotencyReplayed": _header("`true` when an earlier run is replayed.", "^true$", required=False),
     "RetryAfter": _header("Seconds to wait before trying again.", "^[0-9]+$"),
     "WWWAuthenticate": _header("The scheme to authenticate with.", "^Bearer "),
+    "RequestId": _header(
+        "The request's id: the caller's `X-Request-Id` when it is 1 to 128 of `[A-Za-z0-9._-]`, else a new "
+        "one. Problem bodies carry it as `request_id`, and the API's log lines as `request_id`.",
+        "^[A-Za-z0-9._-]{1,128}$",
+    ),
 }
 _WEBHOOK_HEADERS = [
     ("webhook-id", "The event id; the same on every retry. Deduplicate on it.", "^evt_[0-9A-Za-z]+$"),

@@ -8,7 +8,7 @@ The OpenAPI document lists the codes of each status from these classes (:func:`c
     ├── NotFound, ResultNotReady                 404
     ├── MethodNotAllowed                         405
     ├── Conflict, IdempotencyKeyReused, RunNotCancelable, RunNotSucceeded,
-    │   SubscriptionDisabled, DeliveryPending, QuotaExceeded               409
+    │   SubscriptionDisabled, DeliveryInFlight, QuotaExceeded               409
     ├── ResultGone, IteratorExpired              410
     ├── DocumentTooLarge                         413
     ├── UnsupportedMediaType                     415
@@ -88,7 +88,8 @@ class RunNotSucceeded(Problem, status=409, code="run_not_succeeded", title="No r
 class SubscriptionDisabled(Problem, status=409, code="subscription_disabled", title="Conflict"): ...
 
 
-class DeliveryPending(Problem, status=409, code="delivery_pending", title="Conflict"): ...
+class DeliveryInFlight(Problem, status=409, code="delivery_in_flight", title="Conflict"):
+    """An attempt of the delivery is being sent at this moment: ask again once it has ended."""
 
 
 class QuotaExceeded(Problem, status=409, code="quota_exceeded", title="Quota exceeded"): ...
@@ -173,4 +174,9 @@ def response(exc: Problem, instance: str, headers: Mapping[str, str] | None = No
         "instance": instance,
         **exc.extra,
     }
+    # The request's id (app.RequestContext puts it in every answer's headers): a user quotes it to an
+    # operator, who finds the request's log lines by it.
+    rid = headers.get("X-Request-Id")
+    if rid:
+        body["request_id"] = rid
     return ProblemResponse(body, status_code=exc.status, headers=headers)

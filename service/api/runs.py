@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from starlette.endpoints import HTTPEndpoint
 from starlette.requests import Request
 from starlette.responses import Response
@@ -11,6 +13,7 @@ from service import domain, lifecycle, tracing, trail
 from service.api import views
 from service.api.body import Submission, bad_cursor, idempotency_key, query, small_body, submission
 from service.api.context import Context
+from service.api.models import METADATA_KEY, METADATA_PREFIX, Page
 from service.api.problems import (
     Conflict,
     IdempotencyKeyReused,
@@ -24,6 +27,7 @@ from service.api.views import JSONResponse
 from service.domain import TERMINAL
 from service.metrics import count_run_end
 from service.records import Run
+from service.settings import Settings
 from service.store import Applied, Missing, OverRate
 
 
@@ -34,13 +38,55 @@ def _accepted(run: Run, *, replayed: bool = False) -> Response:
     return JSONResponse(views.run(run), status_code=202, headers=headers)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _ms(at: datetime | None) -> int | None:
+    """The first whole millisecond at or after ``at`` (the index's scores are ms): exact, no float."""
+    if at is None:
+        return None
+    return -(-((at - _EPOCH) // timedelta(microseconds=1)) // 1000)
+
+
+def metadata_filters(request: Request, settings: Settings) -> list[tuple[str, str]]:
+    """The ``metadata.KEY=VALUE`` parameters, checked as a run's metadata is (key, value size, count)."""
+    pairs: list[tuple[str, str]] = []
+    errors: list[dict[str, str]] = []
+    for name, value in request.query_params.multi_items():
+        if not name.startswith(METADATA_PREFIX):
+            continue
+        key = name[len(METADATA_PREFIX) :]
+        if not METADATA_KEY.fullmatch(key):
+            errors.append({"field": name, "message": "a key is 1 to 40 letters, digits, '_', '-', '.', ':'"})
+        elif len(value.encode()) > settings.max_metadata_value_bytes:
+            limit = settings.max_metadata_value_bytes
+            errors.append({"field": name, "message": f"a value takes at most {limit} bytes of UTF-8"})
+        else:
+            pairs.append((key, value))
+    if len(pairs) > settings.max_metadata_pairs:
+        errors.append(
+            {"field": "metadata", "message": f"at most {settings.max_metadata_pairs} metadata filters"}
+        )
+    if errors:
+        raise ValidationFailed("The query has invalid parameters.", errors)
+    return pairs
+
+
 class Runs(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
         ctx, client = Context.authenticated(request)
-        q = query(request, ctx.models.run_page)
+        metadata = metadata_filters(request, ctx.settings)
+        q = query(request, ctx.models.run_page, skip=METADATA_PREFIX)
         try:
             page = await ctx.store.list_runs(
-                client, limit=q.limit, cursor=q.cursor, status=q.status, vendor=q.vendor
+                client,
+                limit=q.limit,
+                cursor=q.cursor,
+                status=q.status,
+                vendor=q.vendor,
+                created_after_ms=_ms(q.created_after),
+                created_before_ms=_ms(q.created_before),
+                metadata=metadata,
             )
         except (ValueError, UnicodeDecodeError):
             raise bad_cursor() from None
@@ -170,6 +216,17 @@ class RunResult(HTTPEndpoint):
         return Response(raw, media_type=media_type, headers=headers)
 
 
+class RunDeliveries(HTTPEndpoint):
+    async def get(self, request: Request) -> Response:
+        ctx, _, run = await Context.owned(request, Run)
+        q = query(request, Page)
+        try:
+            page = await ctx.store.run_deliveries(run.id, limit=q.limit, cursor=q.cursor)
+        except (ValueError, UnicodeDecodeError):
+            raise bad_cursor() from None
+        return JSONResponse(views.page([views.delivery(d) for d in page.data], page.next_cursor))
+
+
 class RunEvents(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
         ctx, _, run = await Context.owned(request, Run)
@@ -186,4 +243,5 @@ routes = [
     Route("/v1/runs/{run_id}/cancel", CancelRun),
     Route("/v1/runs/{run_id}/result", RunResult),
     Route("/v1/runs/{run_id}/events", RunEvents),
+    Route("/v1/runs/{run_id}/deliveries", RunDeliveries),
 ]

@@ -15,10 +15,12 @@ from service import domain
 from service.api import views
 from service.api.body import bad_cursor, json_body, query
 from service.api.context import Context
-from service.api.models import DeliveryPage, Page, Recover, SubscriptionFields
+from service.api.examples import example_event
+from service.api.models import DeliveryPage, Page, Recover, SubscriptionFields, TestEventRequest
 from service.api.problems import (
     CallbackURLNotAllowed,
-    DeliveryPending,
+    DeliveryInFlight,
+    NotFound,
     QuotaExceeded,
     SubscriptionDisabled,
     Unavailable,
@@ -165,8 +167,14 @@ class RotateSecret(HTTPEndpoint):
 class TestSubscription(HTTPEndpoint):
     async def post(self, request: Request) -> Response:
         ctx, client, sub = await Context.owned(request, Subscription)
+        req = await json_body(request, ctx.settings, TestEventRequest)
         await ctx.rate("send", client, "test, retry or recover requests")
         now = domain.now_ms()
+        if req.event_type is not None and req.event_type != domain.EVENT_TEST:
+            event = example_event(str(req.event_type), client, ctx.settings, now)
+            if not await ctx.store.emit_test_event(client, sub.id, event, now, example=True):
+                raise SubscriptionDisabled("The subscription is disabled; enable it to test it.")
+            return JSONResponse({"event_id": event.id}, status_code=202)
         event_id = domain.new_id("evt")
         body = {
             "type": domain.EVENT_TEST,
@@ -186,7 +194,14 @@ class SubscriptionDeliveries(HTTPEndpoint):
         ctx, _, sub = await Context.owned(request, Subscription)
         q = query(request, DeliveryPage)
         try:
-            page = await ctx.store.list_deliveries(sub.id, limit=q.limit, cursor=q.cursor, status=q.status)
+            page = await ctx.store.list_deliveries(
+                sub.id,
+                limit=q.limit,
+                cursor=q.cursor,
+                status=q.status,
+                event_type=q.event_type,
+                run_id=q.run_id,
+            )
         except (ValueError, UnicodeDecodeError):
             raise bad_cursor() from None
         return JSONResponse(views.page([views.delivery(d) for d in page.data], page.next_cursor))
@@ -208,7 +223,7 @@ class RecoverDeliveries(HTTPEndpoint):
             raise bad_cursor() from None
         retried = 0
         for delivery_id in failed:
-            retried += await ctx.store.retry_delivery(delivery_id, now)
+            retried += await ctx.store.retry_delivery(delivery_id, now) == "ok"
         return JSONResponse({"retried": retried, "next_cursor": next_cursor}, status_code=202)
 
 
@@ -222,9 +237,16 @@ class RetryDelivery(HTTPEndpoint):
     async def post(self, request: Request) -> Response:
         ctx, client, d = await Context.owned(request, Delivery)
         await ctx.rate("send", client, "test, retry or recover requests")
-        if not await ctx.store.retry_delivery(d.id, domain.now_ms()):
-            raise DeliveryPending("The delivery is already pending.")
-        return JSONResponse(views.delivery(replace(d, status=domain.DeliveryStatus.PENDING)), status_code=202)
+        now = domain.now_ms()
+        outcome = await ctx.store.retry_delivery(d.id, now)
+        if outcome == "in_flight":
+            raise DeliveryInFlight(
+                "An attempt of this delivery is being sent right now; retry once it has ended."
+            )
+        if outcome == "missing":
+            raise NotFound(f"No delivery {d.id}.")
+        resent = replace(d, status=domain.DeliveryStatus.PENDING, next_attempt_at=now, series=d.attempts)
+        return JSONResponse(views.delivery(resent), status_code=202)
 
 
 routes = [

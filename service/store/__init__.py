@@ -71,6 +71,9 @@ class Store:
         self.settings = settings
         self.scripts = Scripts(redis)
         self._retention_ms = int(settings.retention_s * 1000)
+        # A metadata index outlives its newest run: the longest a run may take, then the retention.
+        longest_run_s = max((v.max_run_s for v in settings.vendors.values()), default=0.0)
+        self._metadata_ttl_ms = self._retention_ms + int(longest_run_s * 1000)
         self.secret_box = SecretBox(settings.secret_keys)
 
     async def ping(self) -> bool:
@@ -105,6 +108,11 @@ class Store:
         if idem:
             ks.append(keys.idempotency(run.client, idem[0]))
             args += [f"{idem[1]} {run.id}", int(self.settings.idempotency_ttl_s * 1000)]
+        else:
+            args += ["", 0]
+        # One index per metadata pair (at most MAX_METADATA_PAIRS): the metadata filter reads one.
+        args += [len(ks) + 1, self._metadata_ttl_ms]
+        ks += [keys.run_metadata(run.client, k, v) for k, v in run.metadata.items()]
         reply = await self.scripts.create_run(keys=ks, args=args)
         outcome = text(reply[0])
         if outcome == "rate_limited":
@@ -149,12 +157,47 @@ class Store:
         return sorted(kept, key=lambda item: str(item[1].get("timestamp", "")))
 
     async def list_runs(
-        self, client: str, *, limit: int, cursor: str | None, status: str | None, vendor: str | None
+        self,
+        client: str,
+        *,
+        limit: int,
+        cursor: str | None,
+        status: str | None,
+        vendor: str | None,
+        created_after_ms: int | None = None,
+        created_before_ms: int | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
     ) -> Listing[Run]:
-        def keep(run: Run) -> bool:
-            return (status is None or run.status == status) and (vendor is None or run.vendor == vendor)
+        """The client's runs, newest first, filtered. The time range [after, before) is read from the
+        index's scores; with ``metadata`` pairs (all must match) the index read is the smallest of their
+        own indexes (written at create), and the other filters check each run read, within
+        :func:`pages.page`'s bound per request."""
 
-        return await page(self.redis, keys.client_runs(client), limit, cursor, self.get_runs, keep)
+        def keep(run: Run) -> bool:
+            return (
+                (status is None or run.status == status)
+                and (vendor is None or run.vendor == vendor)
+                and all(run.metadata.get(k) == v for k, v in metadata)
+            )
+
+        index = keys.client_runs(client)
+        if metadata:
+            candidates = [keys.run_metadata(client, k, v) for k, v in dict.fromkeys(metadata)]
+            pipe = self.redis.pipeline(transaction=False)
+            for name in candidates:
+                pipe.zcard(name)
+            sizes = await pipe.execute()
+            index = min(zip(sizes, candidates, strict=True))[1]
+        return await page(
+            self.redis,
+            index,
+            limit,
+            cursor,
+            self.get_runs,
+            keep,
+            low=created_after_ms,
+            high=created_before_ms,
+        )
 
     async def transition(self, change: Transition) -> Outcome:
         """Applies ``change`` if the run is still at version ``expect_v``: :class:`Applied` (with the
@@ -368,10 +411,14 @@ class Store:
         """Seals every subscription's secrets under the primary key (``maintenance.reseal_secrets``)."""
         return await maintenance.reseal_secrets(self.redis, self.scripts, self.secret_box)
 
-    async def emit_test_event(self, client: str, sub_id: str, event: Event, now_ms: int) -> int:
+    async def emit_test_event(
+        self, client: str, sub_id: str, event: Event, now_ms: int, *, example: bool = False
+    ) -> int:
         """Emits ``event`` to the one subscription ``sub_id``; returns the deliveries created (0 when the
-        subscription is disabled or the event was emitted before)."""
+        subscription is disabled or the event was emitted before). An ``example`` goes whatever event
+        types the subscription asked for, and not into the client's feed."""
         ops = {
+            "example": example,
             "client": client,
             "now": now_ms,
             "retention_ms": self._retention_ms,
@@ -457,12 +504,33 @@ class Store:
         return [Attempt.from_json(a) for a in raws]
 
     async def list_deliveries(
-        self, sub_id: str, *, limit: int, cursor: str | None, status: str | None
+        self,
+        sub_id: str,
+        *,
+        limit: int,
+        cursor: str | None,
+        status: str | None,
+        event_type: str | None = None,
+        run_id: str | None = None,
     ) -> Listing[Delivery]:
-        def keep(d: Delivery) -> bool:
-            return status is None or d.status == status
+        """The subscription's delivery log, newest first. With ``run_id`` the run's own index is read (a
+        run has few deliveries), else the subscription's; the other filters check each delivery read,
+        within :func:`pages.page`'s bound per request."""
 
-        return await page(self.redis, keys.sub_deliveries(sub_id), limit, cursor, self.get_deliveries, keep)
+        def keep(d: Delivery) -> bool:
+            return (
+                (status is None or d.status == status)
+                and (event_type is None or d.event_type == event_type)
+                and (run_id is None or d.run_id == run_id)
+                and d.subscription_id == sub_id
+            )
+
+        index = keys.run_deliveries(run_id) if run_id else keys.sub_deliveries(sub_id)
+        return await page(self.redis, index, limit, cursor, self.get_deliveries, keep)
+
+    async def run_deliveries(self, run_id: str, *, limit: int, cursor: str | None) -> Listing[Delivery]:
+        """The run's deliveries to every subscription, newest first (the index the fan-out writes)."""
+        return await page(self.redis, keys.run_deliveries(run_id), limit, cursor, self.get_deliveries, None)
 
     async def failed_deliveries_since(
         self,
@@ -481,8 +549,10 @@ class Store:
         found = await self.get_deliveries(ids)
         return [d.id for d in found if d and d.status == DeliveryStatus.FAILED], next_cursor
 
-    async def retry_delivery(self, delivery_id: str, now_ms: int) -> bool:
-        return bool(await self.scripts.retry_delivery(keys=[keys.delivery(delivery_id)], args=[now_ms]))
+    async def retry_delivery(self, delivery_id: str, now_ms: int) -> str:
+        """Makes the delivery due now on a fresh retry series: ``"ok"``, ``"missing"``, or ``"in_flight"``
+        (an attempt is being sent: nothing changed)."""
+        return text(await self.scripts.retry_delivery(keys=[keys.delivery(delivery_id)], args=[now_ms]))
 
     # Workers and upkeep -------------------------------------------------------------------------
 

@@ -12,6 +12,9 @@ hb:run:{run}:events               list    kept run.progress ids, oldest first (t
 hb:evt:{evt}                      string  the event's body, the exact bytes sent, packed (bodies.py)
 hb:evt:{evt}:pending              string  zero retention only: deliveries of the event not yet final
 hb:client:{client}:runs           zset    run ids by creation time (listing)
+hb:client:{client}:meta:{digest}  zset    run ids by creation time, of the runs whose metadata holds one
+                                          pair (digest: sha256 of key NUL value); the metadata filter
+hb:run:{run}:deliveries           zset    the run's delivery ids by creation time (written at fan-out)
 hb:client:{client}:subs           zset    subscription ids by creation time
 hb:client:{client}:feed           stream  the client's events in emission order (GET /v1/events, SSE):
                                           event id, type, run, vendor, and the (packed) body when hb:evt does
@@ -86,6 +89,17 @@ def event_pending(event_id: str) -> str:
 
 def client_runs(client: str) -> str:
     return f"{PREFIX}client:{client}:runs"
+
+
+def run_metadata(client: str, key: str, value: str) -> str:
+    """The client's runs whose metadata has ``key`` = ``value``: hashed, since both are the tenant's own
+    text (any characters, up to MAX_METADATA_VALUE_BYTES)."""
+    digest = hashlib.sha256(f"{key}\x00{value}".encode()).hexdigest()[:32]
+    return f"{PREFIX}client:{client}:meta:{digest}"
+
+
+def run_deliveries(run_id: str) -> str:
+    return f"{PREFIX}run:{run_id}:deliveries"
 
 
 def client_subs(client: str) -> str:
@@ -180,6 +194,7 @@ _LUA_BUILDERS: dict[str, Callable[..., str]] = {
     "k_event_pending": event_pending,
     "k_client_runs": client_runs,
     "k_client_subs": client_subs,
+    "k_run_deliveries": run_deliveries,
     "k_client_feed": client_feed,
     "k_sub": subscription,
     "k_sub_deliveries": sub_deliveries,

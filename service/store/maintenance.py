@@ -55,13 +55,15 @@ async def _repair(
 async def purge_indexes(redis: Redis, cutoff_ms: int) -> int:
     """Drops listing entries older than ``cutoff_ms`` whose records have expired.
 
-    Only the listings of records that expire are walked (a client's runs, a subscription's
-    deliveries), found by the key builders' own patterns, so a subscription index can never match.
+    Only the listings of records that expire are walked (a client's runs, by creation and by metadata
+    pair, a subscription's deliveries), found by the key builders' own patterns, so a subscription
+    index can never match.
     An entry stays while its record lives: a run still in flight, a delivery still pending."""
     removed = 0
     for pattern, record in (
         (keys.client_runs("*"), keys.run),
         (keys.sub_deliveries("*"), keys.delivery),
+        (f"{keys.PREFIX}client:*:meta:*", keys.run),
     ):
         async for index in redis.scan_iter(match=pattern, count=500):
             removed += await _purge_index(redis, text(index), record, cutoff_ms)

@@ -42,19 +42,29 @@ async def page(
     cursor: str | None,
     fetch: Callable[[Sequence[str]], Awaitable[Sequence[T | None]]],
     keep: Callable[[T], bool] | None,
+    *,
+    low: int | None = None,
+    high: int | None = None,
 ) -> Listing[T]:
-    """One page of the records in the zset ``index``, newest first, that ``keep`` keeps. Scans at most 20
+    """One page of the records in the zset ``index``, newest first, scored in [``low``, ``high``) (None:
+    no bound; the range is read from the index, not filtered), that ``keep`` keeps. Scans at most 20
     chunks so that a rare filter cannot make one request unbounded; the cursor then points past what was
     scanned."""
-    max_score: float | str = "+inf"
+    max_score: float | str = "+inf" if high is None else f"({high}"
+    min_score: float | str = "-inf" if low is None else low
     after: str | None = None
     if cursor:
-        max_score, after = decode_cursor(cursor)
+        score, member = decode_cursor(cursor)
+        # A cursor from a listing of another range never reaches past this one's end.
+        if high is None or score < high:
+            max_score, after = score, member
     out: list[T] = []
     last: tuple[float, str] | None = None
     chunk = max(limit, 50)
     for _ in range(20):
-        rows = await redis.zrevrangebyscore(index, max_score, "-inf", start=0, num=chunk + 1, withscores=True)
+        rows = await redis.zrevrangebyscore(
+            index, max_score, min_score, start=0, num=chunk + 1, withscores=True
+        )
         members = [(text(m), float(s)) for m, s in rows]
         if after is not None:
             # Skip up to and including the cursor's member (several may share its score).

@@ -43,7 +43,9 @@ def _examples(doc: dict[str, Any]) -> str:
                 else {}
             )
             for name, example in content.get("examples", {}).items():
-                body = f'paths["{path}"]["{method}"]["requestBody"]["content"]["application/json"]'
+                # NonNullable: an optional body (the test event's) is typed `... | undefined`.
+                request = f'NonNullable<paths["{path}"]["{method}"]["requestBody"]>'
+                body = f'{request}["content"]["application/json"]'
                 lines.append(
                     f"export const {op['operationId']}_{name}: {body} = {json.dumps(example['value'])};"
                 )

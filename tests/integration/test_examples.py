@@ -226,7 +226,7 @@ def test_every_fenced_block_is_run_or_listed_with_a_reason() -> None:
         if not_run(b) is None and (b.lang not in RUNNABLE or b.doc not in RUN_HERE)
     ]
     assert unaccounted == [], "a block that neither runs here nor says why it cannot"
-    assert len(runnable("README.md")) == 2 and len(runnable("docs/receiving-callbacks.md")) == 8
+    assert len(runnable("README.md")) == 3 and len(runnable("docs/receiving-callbacks.md")) == 8
 
 
 async def _accepts(port: int) -> bool:
@@ -249,7 +249,7 @@ async def test_readme_examples(make_stack: StackFactory, servers: Any, reader: A
     shell: Reader = reader({"api_url": stack.api_url, "api_key": ALICE, "receiver_port": str(port)})
     (shell.workdir / "examples").symlink_to(ROOT / "examples")  # the reader is at the top of the checkout
 
-    block, feed_block = runnable("README.md")
+    block, features_block, feed_block = runnable("README.md")
     subscription, run = answers(await shell.run(block))
     assert subscription["secret"].startswith("whsec_")
     assert subscription["url"] == f"http://127.0.0.1:{port}/hooks/extraction"
@@ -267,6 +267,21 @@ async def test_readme_examples(make_stack: StackFactory, servers: Any, reader: A
     await eventually(check, what="the run's run.succeeded callback")
     for headers, body in received:
         Webhook(subscription["secret"]).verify(body, headers)  # raises if not signed with that secret
+
+    # "Resend, example events, filters, request ids": an example run.failed reaches the receiver, the
+    # run is found by its metadata, and the request id is echoed.
+    out = await shell.run(features_block)
+    example, runs, _log = answers(out)
+    assert runs["data"][0]["id"] == run["id"]
+    assert "x-request-id: order-a-1001.try-1" in out.lower()
+
+    async def example_arrived() -> bool:
+        return any(json.loads(body)["type"] == "run.failed" for _, body in received)
+
+    await eventually(example_arrived, what="the example run.failed")
+    [failed] = [json.loads(body) for h, body in received if h["webhook-id"] == example["event_id"]]
+    assert failed["data"]["example"] is True
+    received[:] = [(h, body) for h, body in received if h["webhook-id"] != example["event_id"]]
 
     # "No endpoint? Read the feed": the page, the long-poll, the stream, all with the run's events.
     page, polled, *streamed = answers(await shell.run(feed_block))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from service import domain
 from tests.conftest import StackFactory
 
 
@@ -38,3 +39,23 @@ async def test_subscriptions_list_and_patch_and_delete(make_stack: StackFactory)
     assert (await stack.bob.get(f"/v1/subscriptions/{subs[0]['id']}")).status_code == 404
     assert (await stack.api.delete(f"/v1/subscriptions/{subs[0]['id']}")).status_code == 204
     assert (await stack.api.get(f"/v1/subscriptions/{subs[0]['id']}")).status_code == 404
+
+
+async def test_the_purge_drops_metadata_index_entries_of_runs_that_expired(make_stack: StackFactory) -> None:
+    from service.store import Store, connect, keys
+
+    stack = await make_stack(worker=False)
+    gone = await stack.submit(metadata={"order": "A"})
+    kept = await stack.submit(metadata={"order": "A"})
+    store = Store(connect(stack.settings, url=stack.redis_url), stack.settings)
+    try:
+        await store.redis.delete(keys.run(gone["id"]))  # as its retention would
+        index = keys.run_metadata("alice", "order", "A")
+        assert await store.redis.zcard(index) == 2
+        retention_ms = int(stack.settings.retention_s * 1000)
+        await store.purge_indexes(domain.now_ms() + retention_ms + 1)
+        assert [m.decode() for m in await store.redis.zrange(index, 0, -1)] == [kept["id"]]
+    finally:
+        await store.close()
+    listed = (await stack.api.get("/v1/runs", params={"metadata.order": "A"})).json()["data"]
+    assert [r["id"] for r in listed] == [kept["id"]]

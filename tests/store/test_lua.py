@@ -715,9 +715,8 @@ async def test_only_the_last_hundred_attempts_are_kept(store: Store) -> None:
 
 async def test_retry_delivery_sends_an_ended_delivery_again_on_a_new_series(store: Store) -> None:
     dlv = await _one(store)
-    assert not await store.retry_delivery(dlv, T0 + 5)  # still pending: nothing to do
     await store.record_attempt(dlv, "failed", now_ms=T0 + 10, attempt=_attempt())
-    assert await store.retry_delivery(dlv, T0 + 20)
+    assert await store.retry_delivery(dlv, T0 + 20) == "ok"
     d = await store.get_delivery(dlv)
     assert d is not None and (d.status, d.series, d.next_attempt_at) == ("pending", 1, T0 + 20)
     assert (await _due_deliveries(store))[dlv] == T0 + 20
@@ -726,7 +725,25 @@ async def test_retry_delivery_sends_an_ended_delivery_again_on_a_new_series(stor
         await store.redis.pttl(keys.delivery(dlv)) == -1
         and await store.redis.pttl(keys.delivery_attempts(dlv)) == -1
     )
-    assert not await store.retry_delivery("dlv_missing", T0)
+    assert await store.retry_delivery("dlv_missing", T0) == "missing"
+
+
+async def test_retry_delivery_replaces_a_scheduled_attempt_but_not_one_being_sent(store: Store) -> None:
+    dlv = await _one(store)
+    # In backoff after two failures: the resend goes now, and its failure restarts the schedule.
+    await store.record_attempt(dlv, "retry", now_ms=T0 + 1, attempt=_attempt(), next_at_ms=T0 + 10_000)
+    await store.record_attempt(dlv, "retry", now_ms=T0 + 2, attempt=_attempt(), next_at_ms=T0 + 10_000)
+    assert await store.retry_delivery(dlv, T0 + 5) == "ok"
+    d = await store.get_delivery(dlv)
+    assert d is not None and (d.status, d.attempts, d.series, d.next_attempt_at) == ("pending", 2, 2, T0 + 5)
+    assert (await _due_deliveries(store))[dlv] == T0 + 5
+    claimed, _ = await store.claim_deliveries(T0 + 6, 10, LEASE)
+    assert [c.delivery.id for c in claimed] == [dlv]
+    # Claimed, its lease running: being sent, so a resend is refused and changes nothing.
+    assert await store.retry_delivery(dlv, T0 + 7) == "in_flight"
+    assert (await _due_deliveries(store))[dlv] == T0 + 6 + LEASE
+    # Once the lease has run out (a worker that died), it can be sent again.
+    assert await store.retry_delivery(dlv, T0 + 7 + LEASE) == "ok"
 
 
 # repair.lua -----------------------------------------------------------------------------------------

@@ -28,6 +28,11 @@ local function create_delivery(ev, sid, run_id, client, now, retention_ms)
     DF.client, client, DF.status, DLV.PENDING, DF.attempts, 0, DF.created_at, now, DF.updated_at, now,
     DF.next_attempt_at, now, DF.chained, 1, DF.counted, 0, DF.series, 0)
   redis.call('ZADD', k_sub_deliveries(sid), now, did)
+  if run_id ~= '' then
+    -- GET /v1/runs/{id}/deliveries; kept as long as the run is after its last event.
+    redis.call('ZADD', k_run_deliveries(run_id), now, did)
+    redis.call('PEXPIRE', k_run_deliveries(run_id), retention_ms)
+  end
   redis.call('SADD', K_ACTIVE_DELIVERIES, did)
   if redis.call('RPUSH', k_chain(sid, run_id), did) == 1 then
     redis.call('ZADD', K_DUE_DELIVERIES, now, did)
