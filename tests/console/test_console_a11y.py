@@ -198,8 +198,31 @@ async def test_a_pending_runs_page_reads_the_api_on_events_not_on_a_timer(
         f"a pending run's page, 8 subscriptions, 10 s: {len(requests)} API requests ({len(streams)} stream)"
     )
     assert len(streams) == 1
-    # One load: the subscriptions, the run, its events, the 8 delivery logs; and the stream.
-    assert len(requests) <= 1 + 2 + 8 + 1
+    # One load: the subscriptions, the run, its events, the run's deliveries (its own index); the stream.
+    assert len(requests) <= 1 + 2 + 1 + 1
+
+
+async def test_a_subscriptions_page_reads_the_api_on_events_not_on_a_timer(
+    make_stack: StackFactory, receiver: Receiver, page: Page
+) -> None:
+    """A subscription with nothing pending: in 6 s its page makes one load and opens one stream (main's
+    console read the subscription and its log again every 2 s)."""
+    stack = await make_stack(worker=False)
+    sub = await stack.subscribe(receiver.url, event_types=["run.*"])
+    await sign_in(page, stack)
+    await expect(page.locator("#live-mode")).to_have_text("live: event stream")  # the runs list settled
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url) if "/v1/" in r.url else None)
+    await page.goto(f"{stack.api_url}/console/#/subscriptions/{sub['id']}")
+    await expect(page.get_by_text("No deliveries.")).to_be_visible(timeout=DEADLINE_MS)
+    await page.wait_for_timeout(6_000)  # the measurement window itself, not a wait for work
+    streams = [u for u in requests if u.endswith("/stream")]
+    print(
+        f"a subscription's page, nothing pending, 6 s: {len(requests)} API requests ({len(streams)} stream)"
+    )
+    assert len(streams) == 1
+    # One load (the subscription, its log) and one more when the stream opens; the stream.
+    assert len(requests) <= 2 * 2 + 1
 
 
 async def test_a_runs_page_follows_its_stream_to_the_end(

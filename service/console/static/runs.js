@@ -1,7 +1,7 @@
 // Runs: the list with filters and live status, and one run's timeline (submit, the vendor trail, events,
 // every delivery with every attempt).
 
-import { api, collect, q } from "./api.js";
+import { api, ApiError, collect, q } from "./api.js";
 import { activatable, badge, clear, duration, excerpt, h, notice, when } from "./dom.js";
 import { follow } from "./sse.js";
 
@@ -202,16 +202,25 @@ export function runsView(root, params) {
 
 // The timeline ---------------------------------------------------------------------------------------
 
-/** Every delivery of one run, found in each subscription's log (the newest 500 of each), with attempts.
- * The subscriptions are read once per page (``subs``), not on every refresh. */
+/** Every delivery of one run, with attempts: the run's own index (``GET /v1/runs/{id}/deliveries``);
+ * an API without it (404 on that route) is read the old way, in each subscription's log. The
+ * subscriptions are read once per page (``subs``), not on every refresh. */
 async function runDeliveries(runId, since, subs) {
-  const found = [];
-  for (const sub of subs) {
-    const rows = await collect(`/v1/subscriptions/${encodeURIComponent(sub.id)}/deliveries`, {
-      max: 500,
-      stop: (d) => d.created_at < since, // newest first: older than the run, nothing more of it
-    });
-    for (const d of rows) if (d.run_id === runId) found.push({ ...d, url: sub.url });
+  const byId = new Map(subs.map((s) => [s.id, s.url]));
+  let found;
+  try {
+    const rows = await collect(`/v1/runs/${encodeURIComponent(runId)}/deliveries`, { max: 500 });
+    found = rows.map((d) => ({ ...d, url: byId.get(d.subscription_id) }));
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.status !== 404) throw err;
+    found = [];
+    for (const sub of subs) {
+      const rows = await collect(`/v1/subscriptions/${encodeURIComponent(sub.id)}/deliveries`, {
+        max: 500,
+        stop: (d) => d.created_at < since, // newest first: older than the run, nothing more of it
+      });
+      for (const d of rows) if (d.run_id === runId) found.push({ ...d, url: sub.url });
+    }
   }
   return Promise.all(
     found.map(async (d) => ({ ...d, ...(await api(`/v1/deliveries/${encodeURIComponent(d.id)}`)) })),

@@ -5,6 +5,7 @@
 import { api, ApiError, collect, q } from "./api.js";
 import { activatable, badge, clear, h, notice, when } from "./dom.js";
 import { deliveryBlock } from "./runs.js";
+import { follow } from "./sse.js";
 
 const POLL_MS = 2000;
 const HEALTH_WINDOW = 200; // the newest deliveries the success rate is computed over
@@ -342,6 +343,7 @@ export function subscriptionView(root, subId) {
   };
 
   let busy = false;
+  let pending = false;
   const load = async () => {
     if (busy) return;
     busy = true;
@@ -353,6 +355,7 @@ export function subscriptionView(root, subId) {
         ? await collect(`/v1/subscriptions/${id}/deliveries${q({ status })}`, { max: LOG_ROWS })
         : all.slice(0, LOG_ROWS);
       showHead(all);
+      pending = all.some((d) => d.status === "pending");
       const built = await Promise.all(rows.map(logRow));
       const focused = document.activeElement?.dataset?.deliveryId;
       clear(log).append(...built.flat());
@@ -365,9 +368,44 @@ export function subscriptionView(root, subId) {
       busy = false;
     }
   };
-  load();
-  const timer = setInterval(() => document.hidden || load(), POLL_MS); // not while the tab is hidden
-  return () => clearInterval(timer);
+  // Live from the client's event stream (a run's event may have made a delivery to this subscription):
+  // one read per burst of events. Attempt outcomes are not events, so while a delivery is pending the
+  // log is read again with a backoff (3 s, doubling to 60 s); without the stream, every 2 s as before.
+  let timer = null;
+  let soon = null;
+  let backoff = 3000;
+  const later = () => {
+    clearTimeout(soon);
+    soon = setTimeout(refresh, 300);
+  };
+  const refresh = async () => {
+    clearTimeout(timer);
+    await load();
+    if (pending) {
+      timer = setTimeout(() => (document.hidden ? later() : refresh()), backoff);
+      backoff = Math.min(backoff * 2, 60000);
+    } else {
+      backoff = 3000;
+    }
+  };
+  let polling = null;
+  refresh();
+  const stream = follow("/v1/events/stream", {
+    onOpen: later, // what happened while the stream was down
+    onEvent: () => {
+      backoff = 3000;
+      later();
+    },
+    onUnavailable: () => {
+      polling = setInterval(() => document.hidden || load(), POLL_MS); // not while the tab is hidden
+    },
+  });
+  return () => {
+    stream.close();
+    clearTimeout(timer);
+    clearTimeout(soon);
+    clearInterval(polling);
+  };
 }
 
 /** An example event of the chosen type; an API that takes no body for the test endpoint (422) gets the
