@@ -98,6 +98,8 @@ VENDOR_EXPIRED = "vendor_expired"
 # A submit that may have created a vendor job, to a vendor without idempotency: never sent again.
 VENDOR_SUBMIT_AMBIGUOUS = "vendor_submit_ambiguous"
 RESULT_TOO_LARGE = "result_too_large"  # the vendor's result asset is past MAX_DOCUMENT_BYTES
+# A document URL that hookbridge fetches itself (Nutrient) could not be had: blocked, refused, too large.
+DOCUMENT_UNAVAILABLE = "document_unavailable"
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 ID_BODY = "[0-9A-HJKMNP-TV-Z]{26}"  # what new_id puts after the prefix

@@ -58,7 +58,8 @@ plays the one chosen, so that no adapter rests on a guess only the simulator sha
 - ``HOOKBRIDGE_SIM_NUTRIENT_DELETE`` -> ``nutrient_delete`` ("delete"): the delete route, an inference:
   ``delete`` answers ``DELETE /extraction/runs/{id}`` 204; ``404`` and ``405`` play a vendor without it.
 - ``HOOKBRIDGE_SIM_NUTRIENT_DOWNLOAD_HOST`` -> ``nutrient_download_host`` ("own"): ``other`` gives a split
-  zip's ``output.downloadUrl`` on another host (a presigned storage URL), which S003 does not rule out.
+  zip's ``output.downloadUrl`` on another host (a presigned storage URL, the simulator under its other
+  loopback name), which S003 does not rule out; it refuses a request that carries an Authorization.
 - ``HOOKBRIDGE_SIM_RATE_NO_STATUS`` -> ``rate_no_status`` (0): share of polls (every vendor) answered 200
   without the run's ``status`` field: no document lists it as always present.
 

@@ -496,8 +496,12 @@ async def result_asset(request: Request) -> Response:
     if run.split_output in ("zip", "both"):
         output["downloadUrl"] = str(request.url_for("nutrient_zip", run_id=run.id))
         if state.config.nutrient_download_host == "other":
-            # A presigned storage URL on another host (S003 says only that it "points to" the asset).
-            output["downloadUrl"] = f"https://storage.sim.invalid/zips/{run.id}.zip?signature=sim"
+            # A presigned storage URL on another host (S003 says only that it "points to" the asset): the
+            # same server under its other loopback name, so the URL is on another origin yet answers.
+            url = request.url_for("nutrient_presigned_zip", run_id=run.id)
+            other = "localhost" if url.hostname != "localhost" else "127.0.0.1"
+            netloc = f"{other}:{url.port}" if url.port else other
+            output["downloadUrl"] = str(url.replace(netloc=netloc)) + f"?signature={_signature(run.id)}"
     return JSONResponse({"output": output, "usage": {"data_extraction_credits": credits}})
 
 
@@ -508,6 +512,25 @@ async def zip_asset(request: Request) -> Response:
     run, status = found
     if status != "done" or run.split_output not in ("zip", "both"):
         return _error(sim_state(request), 404, "the run has no zip asset")
+    return Response(zip_bytes(run), media_type="application/zip")
+
+
+def _signature(run_id: str) -> str:
+    return hashlib.sha256(b"presigned:" + run_id.encode()).hexdigest()[:32]
+
+
+async def presigned_zip(request: Request) -> Response:
+    """A storage URL: its query is the credential, and a request carrying another one is refused, as
+    presigned storage refuses a second authentication mechanism (400)."""
+    state = sim_state(request)
+    run_id = request.path_params["run_id"]
+    if request.headers.get("authorization") is not None:
+        return _error(state, 400, "only one auth mechanism allowed: the URL's signature", "invalid_request")
+    if request.query_params.get("signature") != _signature(run_id):
+        return _error(state, 403, "the signature does not match")
+    run = NutrientStore.of(request).runs.get(run_id)
+    if run is None or run.split_output not in ("zip", "both"):
+        return _error(state, 404, "no such object")
     return Response(zip_bytes(run), media_type="application/zip")
 
 
@@ -532,4 +555,5 @@ def routes() -> list[BaseRoute]:
         Route("/extraction/runs/{run_id}/assets/result", result_asset, methods=["GET"]),
         Route("/extraction/runs/{run_id}/assets/zip", zip_asset, methods=["GET"], name="nutrient_zip"),
         Route("/extraction/runs/{run_id}/cancel", cancel, methods=["POST"]),
+        Route("/_storage/{run_id}.zip", presigned_zip, methods=["GET"], name="nutrient_presigned_zip"),
     ]

@@ -24,8 +24,18 @@ def build_adapters(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> tuple[list[httpx.AsyncClient], dict[str, VendorAdapter]]:
     """One client and adapter per registered vendor; the clients are the caller's to close."""
+    from service.delivery.urlsafety import Policy
+    from service.vendors.fetch import DocumentFetcher
+
     clients: list[httpx.AsyncClient] = []
     adapters: dict[str, VendorAdapter] = {}
+    # URLs hookbridge fetches for a vendor (a document to upload, a presigned asset) get the callback
+    # address rules and the document size limit.
+    fetcher = DocumentFetcher(
+        Policy(settings.callback_allowed_networks, settings.callback_blocked_networks),
+        max_bytes=settings.max_document_bytes,
+        timeout_s=settings.vendor_timeout_s,
+    )
     for name, vendor in settings.vendors.items():
         spec = vendor.spec
         if spec is None:
@@ -45,7 +55,7 @@ def build_adapters(
         )
         clients.append(client)
         try:
-            limits = {"max_asset_bytes": settings.max_document_bytes}
+            limits = {"max_asset_bytes": settings.max_document_bytes, "fetcher": fetcher}
             adapters[name] = spec.build(client, {**vendor.extra, **limits})
         except Exception as exc:  # someone else's code: one clear line, not a traceback
             raise registry.PluginError(

@@ -7,6 +7,7 @@ the spec says what the vendor can do, its settings and their defaults, and how t
 
     VendorError
     ├── VendorRejected        the vendor refused the submission for good (run error vendor_rejected)
+    │   └── DocumentUnavailable  the document URL hookbridge fetches cannot be had (document_unavailable)
     ├── VendorExpired         the vendor no longer has the run (vendor_expired)
     ├── VendorResultTooLarge  the result asset is past MAX_DOCUMENT_BYTES (result_too_large)
     └── VendorTransient       worth retrying: 5xx, network faults, an early 404
@@ -51,6 +52,11 @@ class VendorRejected(VendorError):
 
 class VendorExpired(VendorError):
     pass
+
+
+class DocumentUnavailable(VendorRejected):
+    """The run's document URL cannot be fetched for good (a blocked address, a refused or missing document,
+    past ``MAX_DOCUMENT_BYTES``): the run fails ``document_unavailable`` and nothing reaches the vendor."""
 
 
 class VendorTransient(VendorError):
@@ -138,6 +144,15 @@ class VendorResultTooLarge(VendorError):
 
 
 @runtime_checkable
+class UploadsUrlInput(Protocol):
+    """An adapter whose vendor must get a URL input's bytes, not the URL: the worker fetches the URL once
+    (``fetch_document``), keeps the bytes as a bytes submit keeps them, and submits those on every try."""
+
+    async def fetch_document(self, url: str) -> bytes:
+        """The document at ``url``, fetched once under the callback address rules, bounded."""
+
+
+@runtime_checkable
 class DeletesRuns(Protocol):
     """An adapter whose vendor can delete its copy of a run (for ``zero_retention``)."""
 
@@ -209,7 +224,8 @@ class VendorSetting:
 
 # Builds the adapter from its HTTP client (base URL, auth headers, budget and timeouts already set) and
 # the values of the vendor's own settings (``VendorSetting.key`` -> value), beside which the host puts
-# ``max_asset_bytes``: the most bytes an adapter may read of one result asset (MAX_DOCUMENT_BYTES).
+# ``max_asset_bytes``: the most bytes an adapter may read of one result asset (MAX_DOCUMENT_BYTES), and
+# ``fetcher``: a ``service.vendors.fetch.DocumentFetcher`` for URLs outside the vendor's API (no key sent).
 AdapterFactory = Callable[["httpx.AsyncClient", Mapping[str, Any]], "VendorAdapter"]
 
 

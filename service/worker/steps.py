@@ -166,6 +166,8 @@ class RunStepper:
         except (VendorExpired, VendorRejected) as exc:
             # The vendor said no for good (an unknown run, a refused cancel: 401/403/404): one outcome.
             code = domain.VENDOR_EXPIRED if isinstance(exc, VendorExpired) else domain.VENDOR_REJECTED
+            if isinstance(exc, base.DocumentUnavailable):
+                code = domain.DOCUMENT_UNAVAILABLE
             await self._refused(latest[0], code, exc.message)
         except RedisError:
             raise  # Redis is unreachable: the lease hands the step back once it returns
@@ -179,7 +181,7 @@ class RunStepper:
 
     async def _submit(self, latest: list[Run], adapter: VendorAdapter, policy: VendorSettings) -> None:
         run = latest[0]
-        document = await self._document(run)
+        document = await self._document(run, adapter, policy)
         if document is None:
             # Accepted with a document that is no longer here: the run cannot be submitted.
             await self._apply(
@@ -487,8 +489,19 @@ class RunStepper:
             self.on_delivery_due()
         return outcome
 
-    async def _document(self, run: Run) -> Document | None:
+    async def _document(self, run: Run, adapter: VendorAdapter, policy: VendorSettings) -> Document | None:
         doc = run.document or {}
+        if doc.get("url") and isinstance(adapter, base.UploadsUrlInput):
+            # Fetched once and kept: every try (a replay after a lost answer) uploads the same bytes.
+            kept = await self.store.get_document(run.id)
+            if kept is None:
+                fetched = await adapter.fetch_document(doc["url"])
+                kept = await self.store.keep_document(run.id, fetched, policy.max_run_s)
+            return Document(
+                content=kept,
+                filename=doc.get("filename") or _url_filename(doc["url"]),
+                media_type=doc.get("media_type") or "application/octet-stream",
+            )
         if doc.get("url"):
             return Document(
                 url=doc["url"],
@@ -513,6 +526,12 @@ class RunStepper:
         except Exception as exc:  # best effort: whatever the cancel raised, the run's outcome stands
             message = text.clean(getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}")
             log.warning("vendor cancel failed", vendor=adapter.name, error=message)
+
+
+def _url_filename(url: str) -> str:
+    """The last path segment of a document URL, as the upload's filename (stable across tries)."""
+    name = url.split("?", 1)[0].split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    return name[:200] or "document"
 
 
 def _file_result(run: Run, file: FileResult) -> tuple[Any, tuple[bytes, str] | None]:
