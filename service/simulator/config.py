@@ -60,6 +60,12 @@ plays the one chosen, so that no adapter rests on a guess only the simulator sha
 - ``HOOKBRIDGE_SIM_NUTRIENT_DOWNLOAD_HOST`` -> ``nutrient_download_host`` ("own"): ``other`` gives a split
   zip's ``output.downloadUrl`` on another host (a presigned storage URL, the simulator under its other
   loopback name), which S003 does not rule out; it refuses a request that carries an Authorization.
+- ``HOOKBRIDGE_SIM_UPTIQ_BODY_FIELDS`` -> ``uptiq_body_fields`` ("camel"): the ``/extract`` body's document
+  fields, which S004 does not publish: ``camel`` ``fileUrl``/``fileBase64``/``fileName``, ``snake``
+  ``file_url``/``file_base64``/``file_name``; a body without them is refused 400, naming them.
+- ``HOOKBRIDGE_SIM_NUTRIENT_JSON_INSTRUCTIONS`` -> ``nutrient_json_instructions`` ("top"): where a JSON
+  (URL) submit's instruction fields go, shown by NU-parse for parse only: ``top`` beside ``url`` for every
+  operation; ``nested`` for every operation but parse, under ``instructions`` (top-level ones refused 400).
 - ``HOOKBRIDGE_SIM_RATE_NO_STATUS`` -> ``rate_no_status`` (0): share of polls (every vendor) answered 200
   without the run's ``status`` field: no document lists it as always present.
 
@@ -107,6 +113,8 @@ class SimulatorConfig:
     nutrient_delete: str = "delete"
     nutrient_download_host: str = "own"
     rate_no_status: float = 0.0
+    uptiq_body_fields: str = "camel"
+    nutrient_json_instructions: str = "top"
 
     def __post_init__(self) -> None:
         _check_range("latency_ms", self.latency_ms)
@@ -279,6 +287,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "nutrient_delete": _parse_str,
     "nutrient_download_host": _parse_str,
     "rate_no_status": _parse_float,
+    "uptiq_body_fields": _parse_str,
+    "nutrient_json_instructions": _parse_str,
 }
 
 # The readings each silent-document knob can play.
@@ -286,6 +296,8 @@ _READINGS: dict[str, tuple[str, ...]] = {
     "uptiq_multi_shape": ("object", "list", "ids"),
     "nutrient_delete": ("delete", "404", "405"),
     "nutrient_download_host": ("own", "other"),
+    "uptiq_body_fields": ("camel", "snake"),
+    "nutrient_json_instructions": ("top", "nested"),
 }
 
 

@@ -176,7 +176,7 @@ def _reference_document(url: Any, asset_id: Any) -> Document | None:
     return None
 
 
-async def _parse_submission(request: Request) -> tuple[Document, dict[str, Any]]:
+async def _parse_submission(request: Request, operation: str) -> tuple[Document, dict[str, Any]]:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "multipart/form-data":
         async with request.form() as form:
@@ -195,13 +195,21 @@ async def _parse_submission(request: Request) -> tuple[Document, dict[str, Any]]
             document = _reference_document(None, form.get("assetId"))
     elif content_type == "application/json":
         body = await json_object(request, "body:")
-        if "instructions" in body:
+        nested = operation != "parse" and sim_state(request).config.nutrient_json_instructions == "nested"
+        if nested:
+            # The other reading of a silent document (NU-parse shows parse only): under ``instructions``.
+            extra = sorted(set(body) - {"url", "assetId", "instructions"})
+            if extra:
+                raise BadRequest(f"{extra[0]}: not a field of a JSON request; put it under instructions")
+            instructions = _parse_instructions(body.get("instructions")) if "instructions" in body else {}
+        elif "instructions" in body:
             # The JSON format carries the instruction fields at the top level (NU-parse): a nested object
             # is not read by the real API, so it is refused here rather than silently ignored.
             raise BadRequest(
                 "instructions: not a field of a JSON request; put mode, output, schema... at the top level"
             )
-        instructions = {k: v for k, v in body.items() if k not in ("url", "assetId")}
+        else:
+            instructions = {k: v for k, v in body.items() if k not in ("url", "assetId")}
         if "url" in body and not (
             isinstance(body["url"], str) and body["url"].startswith(("https://", "http://"))
         ):
@@ -371,7 +379,7 @@ async def submit(request: Request) -> Response:
     if key is not None and not _valid_idempotency_key(key):
         return _error(state, 400, "Idempotency-Key must be 1 to 255 printable characters", "invalid_request")
     try:
-        document, instructions = await _parse_submission(request)
+        document, instructions = await _parse_submission(request, operation)
         split_output = _check_instructions(operation, instructions)
     except BadRequest as exc:
         return _error(state, 400, str(exc), "invalid_request")

@@ -605,3 +605,62 @@ async def test_nutrient_url_input_that_is_missing_fails_clearly(make_clocked: Cl
     assert got["status"] == "failed" and got["error"]["code"] == "document_unavailable"
     assert "HTTP 404" in got["error"]["message"]
     assert host.hits == 1 and await _sim_posts(c, "nutrient") == []
+
+
+# Issue 24, goal 3: readings of silent documents, each played by the simulator ---------------------------
+
+CAMEL, SNAKE = "fileUrl,fileBase64,fileName", "file_url,file_base64,file_name"
+
+
+@pytest.mark.parametrize(
+    ("reading", "fields", "ends"),
+    [("camel", CAMEL, "succeeded"), ("snake", SNAKE, "succeeded"), ("snake", CAMEL, "failed")],
+)
+async def test_uptiq_body_field_readings(
+    make_clocked: ClockedFactory, reading: str, fields: str, ends: str
+) -> None:
+    """S004 publishes no /extract body schema. The names are a setting; under a reading it does not match,
+    Uptiq's 400 ends the run vendor_rejected with its message naming the fields, after one POST."""
+    c = await make_clocked(HOOKBRIDGE_UPTIQ_BODY_FIELDS=fields)
+    await _patch_sim(c, {"uptiq_body_fields": reading, "uptiq_early_404_s": 0})
+    run = await c.stack.submit("uptiq")
+    await c.step()
+    for _ in range(10):
+        await c.advance(10)
+    got = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert got["status"] == ends, got.get("error")
+    if ends == "failed":
+        assert got["error"]["code"] == "vendor_rejected"
+        assert "file_base64" in got["error"]["message"]
+    assert len(await _sim_posts(c, "uptiq")) == 1
+
+
+@pytest.mark.parametrize("placement", ["top", "nested"])
+@pytest.mark.parametrize("operation", ["extract", "classify"])
+async def test_nutrient_url_runs_end_right_under_every_instruction_placement(
+    make_clocked: ClockedFactory, placement: str, operation: str
+) -> None:
+    """NU-parse shows the JSON format's instruction fields at the top level for parse only; for the other
+    operations a real Nutrient may read them nested. The worker uploads a URL's bytes as multipart (the
+    documented ``instructions`` part), so no run rests on that reading."""
+    c = await make_clocked()
+    await _patch_sim(c, {"nutrient_json_instructions": placement})
+    host = DocumentHost(b"%PDF-1.4 invoice INV-9")
+    url = await c.stack.servers.start(host.app, free_port()) + "/invoice-9.pdf"
+    response = await c.stack.api.post(
+        "/v1/runs",
+        json={
+            "vendor": "nutrient",
+            "operation": operation,
+            "document": {"url": url},
+            "options": {"instructions": {"schema": {"type": "object"}}},
+        },
+    )
+    assert response.status_code == 202, response.text
+    run_id = response.json()["id"]
+    await c.step()
+    for _ in range(8):
+        await c.advance(30)
+    got = (await c.stack.api.get(f"/v1/runs/{run_id}")).json()
+    assert got["status"] == "succeeded", got.get("error")
+    assert host.hits == 1 and len(await _sim_posts(c, "nutrient")) == 1
