@@ -220,8 +220,72 @@ async def test_a_delete_that_is_not_confirmed_is_not_deleted(status: int) -> Non
     with pytest.raises(VendorRejected) as caught:
         await nu(answer(status)).delete("r1", {})
     assert "not deleted" in caught.value.message
+    assert caught.value.status_code == status  # the record says which answer it was
 
 
 @pytest.mark.parametrize("status", [200, 204, 410])
 async def test_a_confirmed_delete(status: int) -> None:
     await nu(lambda r: httpx.Response(status)).delete("r1", {})
+
+
+# Nutrient poll: the mutants of issue 24's mutmut run that changed a documented value or status -----------
+
+NU_ERROR = {"status": 401, "errorMessage": "invalid token for this key"}
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [(401, VendorRejected), (403, VendorRejected), (404, VendorExpired), (410, VendorExpired)],
+)
+async def test_nutrient_poll_refusals_keep_the_vendor_answer(status: int, kind: type[Exception]) -> None:
+    with pytest.raises(kind) as caught:
+        await nu(answer(status, {**NU_ERROR, "status": status})).poll("r1", {})
+    assert isinstance(caught.value, VendorRejected | VendorExpired)
+    assert caught.value.status_code == status
+    assert "invalid token for this key" in caught.value.message
+
+
+async def test_nutrient_poll_of_an_unlisted_status_code_is_transient_with_the_vendor_text() -> None:
+    with pytest.raises(VendorTransient) as caught:
+        await nu(answer(418, NU_ERROR)).poll("r1", {})
+    message = caught.value.message
+    assert message.startswith("HTTP 418") and "invalid token for this key" in message
+
+
+@pytest.mark.parametrize("body", [[{"status": "done"}], {"status": ""}, {"status": 5}, "done"])
+async def test_nutrient_poll_of_an_answer_without_a_status_string_is_transient(body: Any) -> None:
+    with pytest.raises(VendorTransient):
+        await nu(answer(200, body)).poll("r1", {})
+
+
+async def test_nutrient_poll_of_an_unknown_status_is_running() -> None:
+    result = await nu(answer(200, {"status": "paused"})).poll("r1", {})
+    assert result.status == "running" and result.vendor_status == "paused"
+    assert result.progress is None and result.usage is None and not result.needs_fetch
+
+
+async def test_nutrient_poll_progress_without_a_percent() -> None:
+    """ "a percent estimate when available" (S003): a progress without one, or with a phase that is not
+    text, is read as far as it goes."""
+    result = await nu(answer(200, {"status": "running", "progress": {"phase": 7}})).poll("r1", {})
+    assert result.progress is not None
+    assert result.progress.percent is None and result.progress.phase is None
+    result = await nu(answer(200, {"status": "running", "progress": {"phase": "ocr", "percent": 40}})).poll(
+        "r1", {}
+    )
+    assert result.progress is not None and (result.progress.percent, result.progress.phase) == (40.0, "ocr")
+
+
+async def test_nutrient_poll_counts_usage_only_when_done() -> None:
+    usage = {"data_extraction_credits": {"cost": 3}}
+    running = await nu(answer(200, {"status": "running", "usage": usage})).poll("r1", {})
+    assert running.usage is None
+    done = await nu(answer(200, {"status": "done", "usage": usage})).poll("r1", {})
+    assert done.usage == {"credits": 3.0, "reported": usage}
+
+
+@pytest.mark.parametrize("error", ["the engine crashed", None])
+async def test_nutrient_poll_error_keeps_its_vendor_status(error: Any) -> None:
+    result = await nu(answer(200, {"status": "error", "error": error})).poll("r1", {})
+    assert result.status == "failed" and result.vendor_status == "error"
+    assert result.error == "the vendor reported an error"
