@@ -146,7 +146,10 @@ class VendorResultTooLarge(VendorError):
 @runtime_checkable
 class UploadsUrlInput(Protocol):
     """An adapter whose vendor must get a URL input's bytes, not the URL: the worker fetches the URL once
-    (``fetch_document``), keeps the bytes as a bytes submit keeps them, and submits those on every try."""
+    (``fetch_document``), keeps the bytes as a bytes submit keeps them, and submits those on every try.
+    ``uploads_url_input`` False hands the URL to the vendor as before."""
+
+    uploads_url_input: bool
 
     async def fetch_document(self, url: str) -> bytes:
         """The document at ``url``, fetched once under the callback address rules, bounded."""

@@ -37,8 +37,9 @@ Rules and the sentences they rest on (S003):
   rules, ``MAX_DOCUMENT_BYTES``, streamed), keeps the bytes as a bytes submit keeps them (the run's
   document key) and submits those with the Idempotency-Key on every try. A replay then carries the same
   bytes, so Nutrient answers with the first run, even if the URL has since changed (which would be a 409)
-  or gone (the submit would fail). :meth:`NutrientAdapter.submit` still sends a URL it is given as JSON
-  (the synchronous format), but the worker never gives it one.
+  or gone (the submit would fail). ``HOOKBRIDGE_NUTRIENT_URL_INPUT=send`` hands the URL to Nutrient
+  instead (the JSON format), for URLs whose content never changes, which the document's advice does not
+  cover ("For URLs whose content can change"); the benchmarks use it, their URLs being placeholders.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from service.vendors.base import (
     VendorExpired,
     VendorRejected,
     VendorResultTooLarge,
+    VendorSetting,
     VendorSpec,
     VendorTransient,
 )
@@ -94,10 +96,13 @@ class NutrientAdapter:
         *,
         max_asset_bytes: int = MAX_ASSET_BYTES,
         fetcher: DocumentFetcher | None = None,
+        url_input: str = "upload",
     ) -> None:
         self._client = client
         self._max_asset_bytes = max_asset_bytes
         self._fetcher = fetcher
+        # The worker uploads a URL input's bytes (fetch_document) unless told to send the URL itself.
+        self.uploads_url_input = url_input == "upload"
 
     async def fetch_document(self, url: str) -> bytes:
         """A URL input's bytes, fetched once by the worker and uploaded on every try (module docstring:
@@ -304,7 +309,15 @@ def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> NutrientAdapt
         client,
         max_asset_bytes=int(extra.get("max_asset_bytes", MAX_ASSET_BYTES)),
         fetcher=fetcher if isinstance(fetcher, DocumentFetcher) else None,
+        url_input=str(extra.get("url_input", "upload")),
     )
+
+
+def parse_url_input(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in ("upload", "send"):
+        raise ValueError("upload (fetch the URL once and upload it) or send (Nutrient downloads it)")
+    return value
 
 
 class NutrientOptions(BaseModel):
@@ -339,6 +352,15 @@ SPEC = VendorSpec(
     ),
     auth_headers=lambda key: {"Authorization": f"Bearer {key}"},
     build=_build,
+    settings=(
+        VendorSetting(
+            "URL_INPUT",
+            "upload",
+            parse_url_input,
+            description="a document URL: `upload` (fetched once under the callback address rules, "
+            "uploaded on every try) or `send` (Nutrient downloads it on every try: URLs that never change)",
+        ),
+    ),
     description="Nutrient DWS Data Extraction, async runs",
     options=NutrientOptions,
 )

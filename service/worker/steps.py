@@ -491,7 +491,7 @@ class RunStepper:
 
     async def _document(self, run: Run, adapter: VendorAdapter, policy: VendorSettings) -> Document | None:
         doc = run.document or {}
-        if doc.get("url") and isinstance(adapter, base.UploadsUrlInput):
+        if doc.get("url") and isinstance(adapter, base.UploadsUrlInput) and adapter.uploads_url_input:
             # Fetched once and kept: every try (a replay after a lost answer) uploads the same bytes.
             kept = await self.store.get_document(run.id)
             if kept is None:

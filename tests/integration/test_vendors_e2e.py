@@ -664,3 +664,20 @@ async def test_nutrient_url_runs_end_right_under_every_instruction_placement(
     got = (await c.stack.api.get(f"/v1/runs/{run_id}")).json()
     assert got["status"] == "succeeded", got.get("error")
     assert host.hits == 1 and len(await _sim_posts(c, "nutrient")) == 1
+
+
+async def test_nutrient_url_input_send_hands_the_url_to_nutrient(make_clocked: ClockedFactory) -> None:
+    """NUTRIENT_URL_INPUT=send (URLs that never change): hookbridge never fetches, Nutrient gets the URL."""
+    c = await make_clocked(HOOKBRIDGE_NUTRIENT_URL_INPUT="send")
+    host = DocumentHost(b"%PDF-1.4 invoice")
+    url = await c.stack.servers.start(host.app, free_port()) + "/fixed.pdf"
+    run = await _submit_url(c.stack, url)
+    await c.step()
+    for _ in range(8):
+        await c.advance(30)
+    got = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert got["status"] == "succeeded", got.get("error")
+    assert host.hits == 0
+    async with httpx.AsyncClient(base_url=c.stack.simulator_url) as sim:
+        runs = (await sim.get("/_sim/runs", params={"vendor": "nutrient"})).json()["data"]
+    assert len(runs) == 1

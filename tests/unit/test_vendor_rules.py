@@ -62,6 +62,9 @@ def answer(status: int, body: Any = None) -> Handler:
         (nutrient.SPEC, "poll_max_s", 30.0, "S003: delay = Math.min(delay * 2, 30000)"),
         (nutrient.SPEC, "poll_multiplier", 2.0, "S003: delay * 2"),
         (nutrient.SPEC, "max_run_s", 1800.0, "S003: a 15-minute processing limit, plus queueing"),
+        (nutrient.SPEC, "max_rps", 5.0, "S003: polling and submission requests share a rate limit"),
+        (cloudsquid.SPEC, "max_rps", 0.0, "no rate limit documented: only a 429 pauses"),
+        (uptiq.SPEC, "max_rps", 0.0, "no rate limit documented: only a 429 pauses"),
     ],
 )
 def test_documented_poll_and_run_limits(spec: Any, field: str, value: float, sentence: str) -> None:
