@@ -681,3 +681,26 @@ async def test_nutrient_url_input_send_hands_the_url_to_nutrient(make_clocked: C
     async with httpx.AsyncClient(base_url=c.stack.simulator_url) as sim:
         runs = (await sim.get("/_sim/runs", params={"vendor": "nutrient"})).json()["data"]
     assert len(runs) == 1
+
+
+async def test_a_split_zip_behind_a_presigned_url_on_another_host_is_served(
+    make_clocked: ClockedFactory,
+) -> None:
+    """The simulator's ``nutrient_download_host: other``: the zip lives on another origin that refuses a
+    request carrying our key. The worker fetches it key-less and serves it as the run's result."""
+    c = await make_clocked()
+    await _patch_sim(c, {"nutrient_download_host": "other"})
+    run = await c.stack.submit(
+        "nutrient", filename="two.pdf", operation="split", options={"instructions": {"output": "zip"}}
+    )
+    await c.step()
+    for _ in range(8):
+        await c.advance(30)
+    got = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert got["status"] == "succeeded", got.get("error")
+    served = await c.stack.api.get(f"/v1/runs/{run['id']}/result")
+    with zipfile.ZipFile(io.BytesIO(served.content)) as archive:
+        assert archive.read("invoice-1.pdf") == sent_bytes("two.pdf")
+    async with httpx.AsyncClient(base_url=c.stack.simulator_url) as sim:
+        log = (await sim.get("/_sim/requests", params={"vendor": "nutrient"})).json()["data"]
+    assert [e["status"] for e in log if "/_storage/" in e["path"]] == [200]
