@@ -4,6 +4,7 @@ not always (an answer without ``status``, a 401 on a poll, a delete route that i
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from typing import Any
@@ -292,3 +293,59 @@ async def test_nutrient_poll_error_keeps_its_vendor_status(error: Any) -> None:
     result = await nu(answer(200, {"status": "error", "error": error})).poll("r1", {})
     assert result.status == "failed" and result.vendor_status == "error"
     assert result.error == "the vendor reported an error"
+
+
+# Settings of the silent readings ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("fileUrl,fileBase64,fileName", ("fileUrl", "fileBase64", "fileName")),
+        (" file_url , file_base64,file_name ", ("file_url", "file_base64", "file_name")),
+        ("a,b", None),
+        ("a,b,c,d", None),
+        ("a,a,b", None),
+        ("a,b,c-d", None),
+        ("a,,b", None),
+        ("1a,b,c", None),
+    ],
+)
+def test_uptiq_body_fields_setting(raw: str, expected: tuple[str, str, str] | None) -> None:
+    if expected is None:
+        with pytest.raises(ValueError, match="three different field names"):
+            uptiq.parse_body_fields(raw)
+    else:
+        assert uptiq.parse_body_fields(raw) == expected
+
+
+async def test_uptiq_body_uses_the_configured_field_names() -> None:
+    sent: list[Any] = []
+
+    def vendor(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json={"data": {"_id": "x1", "documentStatus": "Pending"}})
+
+    adapter = uptiq.UptiqAdapter(client(vendor), body_fields=("file_url", "file_base64", "file_name"))
+    options = {"documentType": "Invoice", "fileBase64": "smuggled", "file_url": "smuggled"}
+    await adapter.submit(req(options))
+    await adapter.submit(SubmitRequest("r2", "extract", Document(url="https://d.test/a.pdf"), options, False))
+    assert sent[0] == {"documentType": "Invoice", "file_base64": "JVBERi0xLjQ=", "file_name": "a.pdf"}
+    assert sent[1] == {"documentType": "Invoice", "file_url": "https://d.test/a.pdf", "file_name": "document"}
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("upload", "upload"), (" SEND ", "send"), ("fetch", None)])
+def test_nutrient_url_input_setting(raw: str, expected: str | None) -> None:
+    if expected is None:
+        with pytest.raises(ValueError, match="upload"):
+            nutrient.parse_url_input(raw)
+    else:
+        assert nutrient.parse_url_input(raw) == expected
+
+
+async def test_nutrient_without_a_fetcher_refuses_to_fetch() -> None:
+    adapter = nu(answer(200))
+    assert adapter.uploads_url_input
+    with pytest.raises(VendorRejected, match="without a document fetcher"):
+        await adapter.fetch_document("https://d.test/a.pdf")
+    assert not nutrient.NutrientAdapter(client(answer(200)), url_input="send").uploads_url_input
