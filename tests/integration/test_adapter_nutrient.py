@@ -344,7 +344,7 @@ async def test_a_presigned_download_url_on_another_host_is_fetched_without_our_k
         )
         await until_terminal(adapter, submitted)
         fetched = await adapter.fetch_result(submitted.vendor_run_id, submitted.state)
-    assert isinstance(fetched, base.FileResult)
+    assert isinstance(fetched, base.FileResult) and fetched.media_type == "application/zip"
     download = fetched.data["output"]["downloadUrl"]
     assert httpx.URL(download).host != httpx.URL(simulator).host
     with zipfile.ZipFile(io.BytesIO(fetched.content)) as archive:

@@ -12,17 +12,22 @@ from typing import Any
 import httpx
 import pytest
 
+from service.delivery.urlsafety import Policy
 from service.settings import VendorSettings
 from service.vendors import cloudsquid, nutrient, uptiq
 from service.vendors.base import (
     SUCCEEDED,
     Document,
+    DocumentUnavailable,
+    FileResult,
     SubmitRequest,
     VendorExpired,
     VendorRejected,
+    VendorResultTooLarge,
     VendorSubmitUncertain,
     VendorTransient,
 )
+from service.vendors.fetch import DocumentFetcher, DocumentTooLarge
 from service.worker.steps import jittered, next_delay
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -349,3 +354,88 @@ async def test_nutrient_without_a_fetcher_refuses_to_fetch() -> None:
     with pytest.raises(VendorRejected, match="without a document fetcher"):
         await adapter.fetch_document("https://d.test/a.pdf")
     assert not nutrient.NutrientAdapter(client(answer(200)), url_input="send").uploads_url_input
+
+
+# Nutrient fetch_result: where the zip is read from ------------------------------------------------------
+
+
+class StubFetcher(DocumentFetcher):
+    """Records the URLs the adapter hands to the document fetcher; the fetcher itself is tested on a real
+    port in test_vendor_fetch.py, so here only the adapter's choice is under test."""
+
+    def __init__(self, raises: Exception | None = None) -> None:
+        super().__init__(Policy((), ()), max_bytes=1, timeout_s=1)
+        self.urls: list[str] = []
+        self.raises = raises
+
+    async def fetch(self, url: str) -> bytes:
+        self.urls.append(url)
+        if self.raises is not None:
+            raise self.raises
+        return b"PK presigned"
+
+
+def nutrient_result(download: Any, seen: list[str]) -> Handler:
+    def vendor(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        if request.url.path.endswith("/assets/result"):
+            output = {"downloadUrl": download} if download is not None else {}
+            return httpx.Response(200, json={"output": output})
+        return httpx.Response(200, content=b"PK own")
+
+    return vendor
+
+
+@pytest.mark.parametrize(
+    ("download", "fetched", "content"),
+    [
+        ("https://storage.test/z.zip?sig=1", ["https://storage.test/z.zip?sig=1"], b"PK presigned"),
+        ("http://storage.test/z.zip?sig=1", ["http://storage.test/z.zip?sig=1"], b"PK presigned"),
+        ("ftp://storage.test/z.zip", [], b"PK own"),  # not http(s): Nutrient's own zip route
+        ("//storage.test/z.zip", [], b"PK own"),
+        ("https://vendor.test/extraction/runs/R1/assets/zip", [], b"PK own"),  # its own: with our key
+    ],
+)
+async def test_nutrient_zip_is_read_from_the_right_place(
+    download: str, fetched: list[str], content: bytes
+) -> None:
+    seen: list[str] = []
+    stub = StubFetcher()
+    adapter = nutrient.NutrientAdapter(client(nutrient_result(download, seen)), fetcher=stub)
+    result = await adapter.fetch_result("R1", {})
+    assert isinstance(result, FileResult)
+    assert (result.content, result.media_type) == (content, "application/zip")
+    assert stub.urls == fetched
+    assert seen[-1].endswith("/assets/zip") is (not fetched)
+
+
+@pytest.mark.parametrize(
+    "body", [[1, 2], {"output": "text"}, {"output": {"downloadUrl": ""}}, {"output": {"downloadUrl": 5}}]
+)
+async def test_nutrient_result_without_a_zip_is_the_result(body: Any) -> None:
+    stub = StubFetcher()
+    result = await nutrient.NutrientAdapter(client(answer(200, body)), fetcher=stub).fetch_result("R1", {})
+    assert result == body and stub.urls == []
+
+
+async def test_nutrient_presigned_zip_faults() -> None:
+    url = "https://storage.test/z.zip"
+    too_large = StubFetcher(DocumentTooLarge("the document is larger than HOOKBRIDGE_MAX_DOCUMENT_BYTES"))
+    with pytest.raises(VendorResultTooLarge, match="HOOKBRIDGE_MAX_DOCUMENT_BYTES"):
+        await nutrient.NutrientAdapter(client(nutrient_result(url, [])), fetcher=too_large).fetch_result(
+            "R", {}
+        )
+    expired = StubFetcher(DocumentUnavailable("the document URL answered HTTP 403", status_code=403))
+    with pytest.raises(VendorTransient) as caught:
+        await nutrient.NutrientAdapter(client(nutrient_result(url, [])), fetcher=expired).fetch_result(
+            "R", {}
+        )
+    assert (
+        caught.value.status_code == 403
+        and caught.value.message == "the zip asset: the document URL answered HTTP 403"
+    )
+    blocked = StubFetcher(DocumentUnavailable("the document URL is not allowed: in a blocked network"))
+    with pytest.raises(VendorRejected, match="downloadUrl: the document URL is not allowed"):
+        await nutrient.NutrientAdapter(client(nutrient_result(url, [])), fetcher=blocked).fetch_result(
+            "R", {}
+        )
