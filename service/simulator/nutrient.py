@@ -27,7 +27,11 @@ Choices where the documents are silent:
 - Split's output format is the instruction ``output``: ``json`` (default), ``zip`` or ``both`` (S003 names
   the formats, not the field: a GUESS; check the split guide). With ``zip`` or ``both`` the run gains a
   ``zip`` asset at ``/extraction/runs/{id}/assets/zip`` (a GUESS by analogy with ``assets/result``), and
-  the result's ``output.downloadUrl`` is its absolute URL, fetched with the same Bearer key.
+  the result's ``output.downloadUrl`` is its absolute URL, fetched with the same Bearer key; under
+  ``nutrient_download_host: other`` it is a presigned URL on the other loopback name
+  (``/_storage/{id}.zip?signature=...``), which refuses a request carrying an Authorization (400).
+- Under ``nutrient_json_instructions: nested``, a JSON submit for extract, classify or split carries its
+  instruction fields under ``instructions`` (the other reading of NU-parse, which shows parse only).
 - ``extract`` is not refused without a ``schema`` (NU-extract says it must have one): hookbridge's tests
   submit schema-less extracts throughout. A known gap.
 """
