@@ -11,7 +11,8 @@ reference pages "Extract document data asynchronously" and "Get extraction detai
 and "Reading fraud and control checks"):
 
 - The document fields: exactly one of ``fileUrl`` (a URL) or ``fileBase64`` (standard base64), with an
-  optional ``fileName``; under ``uptiq_body_fields: snake`` their snake_case forms instead. Other JSON fields are accepted and ignored, except the echoed ``model``,
+  optional ``fileName``; under ``uptiq_body_fields: snake`` their snake_case forms instead. Other JSON
+  fields are accepted and ignored, except the echoed ``model``,
   ``enableCaching`` and ``processorId``.
 - The shapes of ``creditReservation`` (``{"credits", "status"}``), ``webhookStatus`` (a string) and
   ``fraudResults`` (``{"riskScore", "checks"}``): S004 names these fields of the async record, nothing more.
