@@ -439,3 +439,10 @@ async def test_nutrient_presigned_zip_faults() -> None:
         await nutrient.NutrientAdapter(client(nutrient_result(url, [])), fetcher=blocked).fetch_result(
             "R", {}
         )
+
+
+async def test_nutrient_fetch_document_goes_through_its_fetcher() -> None:
+    stub = StubFetcher()
+    adapter = nutrient.NutrientAdapter(client(answer(200)), fetcher=stub)
+    assert await adapter.fetch_document("https://d.test/a.pdf") == b"PK presigned"
+    assert stub.urls == ["https://d.test/a.pdf"]
