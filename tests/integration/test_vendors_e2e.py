@@ -542,7 +542,7 @@ async def test_nutrient_url_input_after_a_lost_202_keeps_the_vendor_run(
     Idempotency-Key: the replay after a lost 202 carries the same bytes, whatever the URL serves now, and
     Nutrient answers with the run it queued. Exactly one vendor run, tracked on the run."""
     transport = LoseFirstSubmitAnswer()
-    c = await make_clocked(vendor_transport=transport)
+    c = await make_clocked(vendor_transport=transport, HOOKBRIDGE_NUTRIENT_URL_INPUT="upload")
     host = DocumentHost(b"%PDF-1.4 invoice INV-7 total 42.00")
     url = await c.stack.servers.start(host.app, free_port()) + "/invoice-7.pdf"
     run = await _submit_url(c.stack, url)
@@ -582,7 +582,7 @@ async def test_nutrient_url_input_to_a_blocked_address_is_never_fetched(
     """The document URL gets the callback address rules: a blocked address (the metadata address always;
     loopback unless allowed) fails the run document_unavailable, unfetched, and Nutrient gets nothing."""
     # The callback rules of production: loopback blocked (the tests' default allows it for receivers).
-    c = await make_clocked(HOOKBRIDGE_CALLBACK_ALLOWED_NETWORKS="")
+    c = await make_clocked(HOOKBRIDGE_CALLBACK_ALLOWED_NETWORKS="", HOOKBRIDGE_NUTRIENT_URL_INPUT="upload")
     host = DocumentHost(b"%PDF-1.4 secret")
     served = await c.stack.servers.start(host.app, free_port())
     run = await _submit_url(c.stack, url.format(port=served.rsplit(":", 1)[-1]))
@@ -596,7 +596,7 @@ async def test_nutrient_url_input_to_a_blocked_address_is_never_fetched(
 
 
 async def test_nutrient_url_input_that_is_missing_fails_clearly(make_clocked: ClockedFactory) -> None:
-    c = await make_clocked()
+    c = await make_clocked(HOOKBRIDGE_NUTRIENT_URL_INPUT="upload")
     host = DocumentHost(b"")
     host.gone = True
     run = await _submit_url(c.stack, await c.stack.servers.start(host.app, free_port()) + "/x.pdf")
@@ -643,7 +643,7 @@ async def test_nutrient_url_runs_end_right_under_every_instruction_placement(
     """NU-parse shows the JSON format's instruction fields at the top level for parse only; for the other
     operations a real Nutrient may read them nested. The worker uploads a URL's bytes as multipart (the
     documented ``instructions`` part), so no run rests on that reading."""
-    c = await make_clocked()
+    c = await make_clocked(HOOKBRIDGE_NUTRIENT_URL_INPUT="upload")
     await _patch_sim(c, {"nutrient_json_instructions": placement})
     host = DocumentHost(b"%PDF-1.4 invoice INV-9")
     url = await c.stack.servers.start(host.app, free_port()) + "/invoice-9.pdf"
