@@ -143,6 +143,19 @@ class VendorResultTooLarge(VendorError):
     """A result asset larger than hookbridge keeps (``MAX_DOCUMENT_BYTES``): the run fails."""
 
 
+class DocumentTooLarge(DocumentUnavailable):
+    """A fetched document is past ``MAX_DOCUMENT_BYTES``."""
+
+
+@runtime_checkable
+class Fetcher(Protocol):
+    """Fetches a URL outside a vendor's API (a run's document, a presigned asset) without our key, under
+    the callback address rules and ``MAX_DOCUMENT_BYTES`` (``service.delivery.fetch.DocumentFetcher``).
+    Raises :class:`DocumentUnavailable` (for good) or :class:`VendorTransient`."""
+
+    async def fetch(self, url: str) -> bytes: ...
+
+
 @runtime_checkable
 class UploadsUrlInput(Protocol):
     """An adapter whose vendor must get a URL input's bytes, not the URL: the worker fetches the URL once
@@ -228,7 +241,7 @@ class VendorSetting:
 # Builds the adapter from its HTTP client (base URL, auth headers, budget and timeouts already set) and
 # the values of the vendor's own settings (``VendorSetting.key`` -> value), beside which the host puts
 # ``max_asset_bytes``: the most bytes an adapter may read of one result asset (MAX_DOCUMENT_BYTES), and
-# ``fetcher``: a ``service.vendors.fetch.DocumentFetcher`` for URLs outside the vendor's API (no key sent).
+# ``fetcher``: a :class:`Fetcher` for URLs outside the vendor's API (no key sent).
 AdapterFactory = Callable[["httpx.AsyncClient", Mapping[str, Any]], "VendorAdapter"]
 
 

@@ -29,7 +29,7 @@ Rules and the sentences they rest on (S003):
 - ``output.downloadUrl`` "points to" the zip asset; its host is not documented. Our key goes only to
   Nutrient's own origin. A URL elsewhere (a presigned storage URL, which carries its own credential) is
   fetched without our key, under the callback address rules and ``MAX_DOCUMENT_BYTES``
-  (``service.vendors.fetch``); an adapter built without that fetcher reads the run's ``/assets/zip``
+  (``service.delivery.fetch``); an adapter built without that fetcher reads the run's ``/assets/zip``
   instead.
 - URL input: "For URLs whose content can change, retain the run ID from the first HTTP 202 response ...
   Alternatively, upload the file." A lost 202 gives no run id, and no lookup of a run by key is
@@ -58,7 +58,9 @@ from service.vendors.base import (
     QUEUED,
     RUNNING,
     SUCCEEDED,
+    DocumentTooLarge,
     DocumentUnavailable,
+    Fetcher,
     FileResult,
     PollResult,
     Progress,
@@ -72,7 +74,6 @@ from service.vendors.base import (
     VendorSpec,
     VendorTransient,
 )
-from service.vendors.fetch import DocumentFetcher, DocumentTooLarge
 from service.vendors.http import error_message, get_bounded, raise_for_transient, transport_errors
 
 # What hookbridge keeps of a result asset when not told otherwise (the worker passes MAX_DOCUMENT_BYTES).
@@ -95,7 +96,7 @@ class NutrientAdapter:
         client: httpx.AsyncClient,
         *,
         max_asset_bytes: int = MAX_ASSET_BYTES,
-        fetcher: DocumentFetcher | None = None,
+        fetcher: Fetcher | None = None,
         url_input: str = "upload",
     ) -> None:
         self._client = client
@@ -308,7 +309,7 @@ def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> NutrientAdapt
     return NutrientAdapter(
         client,
         max_asset_bytes=int(extra.get("max_asset_bytes", MAX_ASSET_BYTES)),
-        fetcher=fetcher if isinstance(fetcher, DocumentFetcher) else None,
+        fetcher=fetcher if isinstance(fetcher, Fetcher) else None,
         url_input=str(extra.get("url_input", "upload")),
     )
 

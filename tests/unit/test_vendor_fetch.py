@@ -1,4 +1,4 @@
-"""The document fetcher (service/vendors/fetch.py) against a real server on a real port: the callback
+"""The document fetcher (service/delivery/fetch.py) against a real server on a real port: the callback
 address rules on every hop, the size limit, and which faults are for good and which are transient."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from service.delivery.fetch import MAX_REDIRECTS, DocumentFetcher
 from service.delivery.urlsafety import Policy
 from service.dev.embedded_redis import free_port
 from service.settings import parse_blocked_networks, parse_networks
-from service.vendors.base import DocumentUnavailable, VendorTransient
-from service.vendors.fetch import MAX_REDIRECTS, DocumentFetcher, DocumentTooLarge
+from service.vendors.base import DocumentTooLarge, DocumentUnavailable, VendorTransient
 
 LOOPBACK_ALLOWED = Policy(parse_networks("127.0.0.0/8,::1/128"), parse_blocked_networks(""))
 PRODUCTION = Policy((), parse_blocked_networks(""))

@@ -12,12 +12,14 @@ from typing import Any
 import httpx
 import pytest
 
+from service.delivery.fetch import DocumentFetcher
 from service.delivery.urlsafety import Policy
 from service.settings import VendorSettings
 from service.vendors import cloudsquid, nutrient, uptiq
 from service.vendors.base import (
     SUCCEEDED,
     Document,
+    DocumentTooLarge,
     DocumentUnavailable,
     FileResult,
     SubmitRequest,
@@ -27,7 +29,6 @@ from service.vendors.base import (
     VendorSubmitUncertain,
     VendorTransient,
 )
-from service.vendors.fetch import DocumentFetcher, DocumentTooLarge
 from service.worker.steps import jittered, next_delay
 
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -26,18 +26,16 @@ from aiohttp.abc import AbstractResolver
 from yarl import URL
 
 from service.delivery.urlsafety import Policy, SafeResolver, UnsafeURL
-from service.vendors.base import DocumentUnavailable, VendorTransient
+from service.vendors.base import DocumentTooLarge, DocumentUnavailable, VendorTransient
 
 MAX_REDIRECTS = 3
 _CHUNK = 64 * 1024
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
-class DocumentTooLarge(DocumentUnavailable):
-    """The body is past ``max_bytes``."""
-
-
 class DocumentFetcher:
+    """Implements ``service.vendors.base.Fetcher``; built by the worker, handed to the adapters."""
+
     def __init__(
         self,
         policy: Policy,
