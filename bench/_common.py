@@ -427,6 +427,10 @@ def environment(redis_url: str, sim_url: str, **overrides: str) -> dict[str, str
             "HOOKBRIDGE_SUBMIT_RATE_PER_S": "1000000",
             "HOOKBRIDGE_SUBMIT_BURST": "1000000",
             "HOOKBRIDGE_MAX_SUBSCRIPTIONS_PER_CLIENT": "100000",
+            # The benches' document URLs are placeholders the simulator never downloads: Nutrient gets the
+            # URL (not fetched and uploaded), and no request budget unless a bench sets one.
+            "HOOKBRIDGE_NUTRIENT_URL_INPUT": "send",
+            "HOOKBRIDGE_NUTRIENT_MAX_RPS": "0",
         }
     )
     for vendor, path in (("NUTRIENT", "/nutrient"), ("CLOUDSQUID", "/cloudsquid/api"), ("UPTIQ", "/uptiq")):

@@ -73,6 +73,7 @@ class FaultKind(StrEnum):
     EXPIRED = "expired"  # the vendor no longer has the run or its result
     TOO_LARGE = "too_large"  # the result is past MAX_DOCUMENT_BYTES
     AMBIGUOUS = "ambiguous"  # the request may or may not have taken effect (a submit that timed out)
+    DOCUMENT_UNAVAILABLE = "document_unavailable"  # the run's document URL cannot be fetched, for good
 
 
 EVENT_SUBMITTED = "run.submitted"
@@ -98,6 +99,8 @@ VENDOR_EXPIRED = "vendor_expired"
 # A submit that may have created a vendor job, to a vendor without idempotency: never sent again.
 VENDOR_SUBMIT_AMBIGUOUS = "vendor_submit_ambiguous"
 RESULT_TOO_LARGE = "result_too_large"  # the vendor's result asset is past MAX_DOCUMENT_BYTES
+# A document URL that hookbridge fetches itself (Nutrient) could not be had: blocked, refused, too large.
+DOCUMENT_UNAVAILABLE = "document_unavailable"
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 ID_BODY = "[0-9A-HJKMNP-TV-Z]{26}"  # what new_id puts after the prefix

@@ -42,6 +42,7 @@ class RunErrorCode(StrEnum):
     vendor_unreachable, timed_out = domain.VENDOR_UNREACHABLE, domain.TIMED_OUT
     vendor_expired, result_too_large = domain.VENDOR_EXPIRED, domain.RESULT_TOO_LARGE
     vendor_submit_ambiguous = domain.VENDOR_SUBMIT_AMBIGUOUS
+    document_unavailable = domain.DOCUMENT_UNAVAILABLE
 
 
 class Out(BaseModel):

@@ -119,6 +119,11 @@ def base_env(redis_url: str, simulator_url: str = "http://127.0.0.1:9", **overri
         env[f"HOOKBRIDGE_{vendor}_API_KEY"] = f"sim-{vendor.lower()}-key"
         env[f"HOOKBRIDGE_{vendor}_POLL_INITIAL_S"] = "50ms"
         env[f"HOOKBRIDGE_{vendor}_POLL_MAX_S"] = "200ms"
+        # No request budget unless a test sets one (Nutrient's default is 5/s): tests run many runs fast.
+        env[f"HOOKBRIDGE_{vendor}_MAX_RPS"] = "0"
+    # Tests submit placeholder document URLs (example.com) that nothing serves: Nutrient gets the URL
+    # unless a test asks for the default, upload (tests/integration/test_vendors_e2e.py does).
+    env["HOOKBRIDGE_NUTRIENT_URL_INPUT"] = "send"
     env.update(overrides)
     return env
 

@@ -40,6 +40,7 @@ FAULT_CODE: dict[FaultKind, str] = {
     FaultKind.EXPIRED: domain.VENDOR_EXPIRED,
     FaultKind.TOO_LARGE: domain.RESULT_TOO_LARGE,
     FaultKind.AMBIGUOUS: domain.VENDOR_SUBMIT_AMBIGUOUS,
+    FaultKind.DOCUMENT_UNAVAILABLE: domain.DOCUMENT_UNAVAILABLE,
 }
 
 

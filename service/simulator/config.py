@@ -98,7 +98,14 @@ plays the one chosen, so that no adapter rests on a guess only the simulator sha
 - ``HOOKBRIDGE_SIM_NUTRIENT_DELETE`` -> ``nutrient_delete`` ("delete"): the delete route, an inference:
   ``delete`` answers ``DELETE /extraction/runs/{id}`` 204; ``404`` and ``405`` play a vendor without it.
 - ``HOOKBRIDGE_SIM_NUTRIENT_DOWNLOAD_HOST`` -> ``nutrient_download_host`` ("own"): ``other`` gives a split
-  zip's ``output.downloadUrl`` on another host (a presigned storage URL), which S003 does not rule out.
+  zip's ``output.downloadUrl`` on another host (a presigned storage URL, the simulator under its other
+  loopback name), which S003 does not rule out; it refuses a request that carries an Authorization.
+- ``HOOKBRIDGE_SIM_UPTIQ_BODY_FIELDS`` -> ``uptiq_body_fields`` ("camel"): the ``/extract`` body's document
+  fields, which S004 does not publish: ``camel`` ``fileUrl``/``fileBase64``/``fileName``, ``snake``
+  ``file_url``/``file_base64``/``file_name``; a body without them is refused 400, naming them.
+- ``HOOKBRIDGE_SIM_NUTRIENT_JSON_INSTRUCTIONS`` -> ``nutrient_json_instructions`` ("top"): where a JSON
+  (URL) submit's instruction fields go, shown by NU-parse for parse only: ``top`` beside ``url`` for every
+  operation; ``nested`` for every operation but parse, under ``instructions`` (top-level ones refused 400).
 - ``HOOKBRIDGE_SIM_RATE_NO_STATUS`` -> ``rate_no_status`` (0): share of polls (every vendor) answered 200
   without the run's ``status`` field: no document lists it as always present.
 - ``HOOKBRIDGE_SIM_AZURE_DI_API_KEY`` -> ``azure_di_api_key`` ("sim-azure-di-key"): the
@@ -246,6 +253,8 @@ class SimulatorConfig:
     llamaparse_presign_ttl_s: float = 3600.0
     llamaparse_storage_base_url: str = ""
     llamaparse_refusal_status: int = 400
+    uptiq_body_fields: str = "camel"
+    nutrient_json_instructions: str = "top"
 
     def __post_init__(self) -> None:
         _check_cloud(self)
@@ -494,6 +503,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "llamaparse_refusal_status": _parse_int,
     **{name: _parse_int for name in _NEW_INTS},
     **{name: _parse_str for name in _NEW_STRS},
+    "uptiq_body_fields": _parse_str,
+    "nutrient_json_instructions": _parse_str,
 }
 
 # The readings each silent-document knob can play.
@@ -501,6 +512,8 @@ _READINGS: dict[str, tuple[str, ...]] = {
     "uptiq_multi_shape": ("object", "list", "ids"),
     "nutrient_delete": ("delete", "404", "405"),
     "nutrient_download_host": ("own", "other"),
+    "uptiq_body_fields": ("camel", "snake"),
+    "nutrient_json_instructions": ("top", "nested"),
 }
 
 

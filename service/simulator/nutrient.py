@@ -27,7 +27,11 @@ Choices where the documents are silent:
 - Split's output format is the instruction ``output``: ``json`` (default), ``zip`` or ``both`` (S003 names
   the formats, not the field: a GUESS; check the split guide). With ``zip`` or ``both`` the run gains a
   ``zip`` asset at ``/extraction/runs/{id}/assets/zip`` (a GUESS by analogy with ``assets/result``), and
-  the result's ``output.downloadUrl`` is its absolute URL, fetched with the same Bearer key.
+  the result's ``output.downloadUrl`` is its absolute URL, fetched with the same Bearer key; under
+  ``nutrient_download_host: other`` it is a presigned URL on the other loopback name
+  (``/_storage/{id}.zip?signature=...``), which refuses a request carrying an Authorization (400).
+- Under ``nutrient_json_instructions: nested``, a JSON submit for extract, classify or split carries its
+  instruction fields under ``instructions`` (the other reading of NU-parse, which shows parse only).
 - ``extract`` is not refused without a ``schema`` (NU-extract says it must have one): hookbridge's tests
   submit schema-less extracts throughout. A known gap.
 """
@@ -176,7 +180,7 @@ def _reference_document(url: Any, asset_id: Any) -> Document | None:
     return None
 
 
-async def _parse_submission(request: Request) -> tuple[Document, dict[str, Any]]:
+async def _parse_submission(request: Request, operation: str) -> tuple[Document, dict[str, Any]]:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "multipart/form-data":
         async with request.form() as form:
@@ -195,13 +199,21 @@ async def _parse_submission(request: Request) -> tuple[Document, dict[str, Any]]
             document = _reference_document(None, form.get("assetId"))
     elif content_type == "application/json":
         body = await json_object(request, "body:")
-        if "instructions" in body:
+        nested = operation != "parse" and sim_state(request).config.nutrient_json_instructions == "nested"
+        if nested:
+            # The other reading of a silent document (NU-parse shows parse only): under ``instructions``.
+            extra = sorted(set(body) - {"url", "assetId", "instructions"})
+            if extra:
+                raise BadRequest(f"{extra[0]}: not a field of a JSON request; put it under instructions")
+            instructions = _parse_instructions(body.get("instructions")) if "instructions" in body else {}
+        elif "instructions" in body:
             # The JSON format carries the instruction fields at the top level (NU-parse): a nested object
             # is not read by the real API, so it is refused here rather than silently ignored.
             raise BadRequest(
                 "instructions: not a field of a JSON request; put mode, output, schema... at the top level"
             )
-        instructions = {k: v for k, v in body.items() if k not in ("url", "assetId")}
+        else:
+            instructions = {k: v for k, v in body.items() if k not in ("url", "assetId")}
         if "url" in body and not (
             isinstance(body["url"], str) and body["url"].startswith(("https://", "http://"))
         ):
@@ -371,7 +383,7 @@ async def submit(request: Request) -> Response:
     if key is not None and not _valid_idempotency_key(key):
         return _error(state, 400, "Idempotency-Key must be 1 to 255 printable characters", "invalid_request")
     try:
-        document, instructions = await _parse_submission(request)
+        document, instructions = await _parse_submission(request, operation)
         split_output = _check_instructions(operation, instructions)
     except BadRequest as exc:
         return _error(state, 400, str(exc), "invalid_request")
@@ -496,8 +508,12 @@ async def result_asset(request: Request) -> Response:
     if run.split_output in ("zip", "both"):
         output["downloadUrl"] = str(request.url_for("nutrient_zip", run_id=run.id))
         if state.config.nutrient_download_host == "other":
-            # A presigned storage URL on another host (S003 says only that it "points to" the asset).
-            output["downloadUrl"] = f"https://storage.sim.invalid/zips/{run.id}.zip?signature=sim"
+            # A presigned storage URL on another host (S003 says only that it "points to" the asset): the
+            # same server under its other loopback name, so the URL is on another origin yet answers.
+            url = request.url_for("nutrient_presigned_zip", run_id=run.id)
+            other = "localhost" if url.hostname != "localhost" else "127.0.0.1"
+            netloc = f"{other}:{url.port}" if url.port else other
+            output["downloadUrl"] = str(url.replace(netloc=netloc)) + f"?signature={_signature(run.id)}"
     return JSONResponse({"output": output, "usage": {"data_extraction_credits": credits}})
 
 
@@ -508,6 +524,25 @@ async def zip_asset(request: Request) -> Response:
     run, status = found
     if status != "done" or run.split_output not in ("zip", "both"):
         return _error(sim_state(request), 404, "the run has no zip asset")
+    return Response(zip_bytes(run), media_type="application/zip")
+
+
+def _signature(run_id: str) -> str:
+    return hashlib.sha256(b"presigned:" + run_id.encode()).hexdigest()[:32]
+
+
+async def presigned_zip(request: Request) -> Response:
+    """A storage URL: its query is the credential, and a request carrying another one is refused, as
+    presigned storage refuses a second authentication mechanism (400)."""
+    state = sim_state(request)
+    run_id = request.path_params["run_id"]
+    if request.headers.get("authorization") is not None:
+        return _error(state, 400, "only one auth mechanism allowed: the URL's signature", "invalid_request")
+    if request.query_params.get("signature") != _signature(run_id):
+        return _error(state, 403, "the signature does not match")
+    run = NutrientStore.of(request).runs.get(run_id)
+    if run is None or run.split_output not in ("zip", "both"):
+        return _error(state, 404, "no such object")
     return Response(zip_bytes(run), media_type="application/zip")
 
 
@@ -532,4 +567,5 @@ def routes() -> list[BaseRoute]:
         Route("/extraction/runs/{run_id}/assets/result", result_asset, methods=["GET"]),
         Route("/extraction/runs/{run_id}/assets/zip", zip_asset, methods=["GET"], name="nutrient_zip"),
         Route("/extraction/runs/{run_id}/cancel", cancel, methods=["POST"]),
+        Route("/_storage/{run_id}.zip", presigned_zip, methods=["GET"], name="nutrient_presigned_zip"),
     ]

@@ -11,7 +11,8 @@ reference pages "Extract document data asynchronously" and "Get extraction detai
 and "Reading fraud and control checks"):
 
 - The document fields: exactly one of ``fileUrl`` (a URL) or ``fileBase64`` (standard base64), with an
-  optional ``fileName``. Other JSON fields are accepted and ignored, except the echoed ``model``,
+  optional ``fileName``; under ``uptiq_body_fields: snake`` their snake_case forms instead. Other JSON
+  fields are accepted and ignored, except the echoed ``model``,
   ``enableCaching`` and ``processorId``.
 - The shapes of ``creditReservation`` (``{"credits", "status"}``), ``webhookStatus`` (a string) and
   ``fraudResults`` (``{"riskScore", "checks"}``): S004 names these fields of the async record, nothing more.
@@ -71,20 +72,28 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"status": "error", "message": message}, status_code=status)
 
 
-def _document(body: dict[str, Any]) -> Document:
+# The body's document field names under each reading (``uptiq_body_fields``): S004 shows no schema.
+BODY_FIELDS = {
+    "camel": ("fileUrl", "fileBase64", "fileName"),
+    "snake": ("file_url", "file_base64", "file_name"),
+}
+
+
+def _document(body: dict[str, Any], reading: str = "camel") -> Document:
     """The document of a submission (field names are a GUESS, see the module docstring)."""
-    url, content, name = body.get("fileUrl"), body.get("fileBase64"), body.get("fileName")
+    url_key, content_key, name_key = BODY_FIELDS[reading]
+    url, content, name = body.get(url_key), body.get(content_key), body.get(name_key)
     if name is not None and not isinstance(name, str):
-        raise BadRequest("fileName must be a string")
+        raise BadRequest(f"{name_key} must be a string")
     if url is not None and content is not None:
-        raise BadRequest("send one document: fileUrl or fileBase64, not both")
+        raise BadRequest(f"send one document: {url_key} or {content_key}, not both")
     if url is not None:
         if not isinstance(url, str) or not url.startswith(("https://", "http://")):
-            raise BadRequest("fileUrl must be an http(s) URL")
+            raise BadRequest(f"{url_key} must be an http(s) URL")
         return Document(content=url.encode(), url=url, filename=name or url.rstrip("/").rsplit("/", 1)[-1])
     if content is not None:
-        return Document(content=base64_field(content, "fileBase64"), filename=name)
-    raise BadRequest("no document: send fileUrl or fileBase64")
+        return Document(content=base64_field(content, content_key), filename=name)
+    raise BadRequest(f"no document: send {url_key} or {content_key}")
 
 
 def _stage(extraction: Extraction, state: SimState, status: str, now: float) -> dict[str, Any]:
@@ -177,7 +186,7 @@ async def submit(request: Request) -> Response:
     else:
         return _error(400, "documentType (string) or documentTypes (list of strings) is required")
     try:
-        document = _document(body)
+        document = _document(body, state.config.uptiq_body_fields)
     except BadRequest as exc:
         return _error(400, str(exc))
     if document.outcome.reject:

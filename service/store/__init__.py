@@ -135,6 +135,16 @@ class Store:
         raw = await self.redis.get(keys.document(run_id))
         return bytes(raw) if raw is not None else None
 
+    async def keep_document(self, run_id: str, content: bytes, ttl_s: float) -> bytes:
+        """Keeps a fetched document under the run's document key, as a bytes submit is kept, unless one is
+        kept already; returns the kept bytes (the first fetch's, on a race). ``ttl_s`` bounds a key that
+        a run ended meanwhile would otherwise leave behind."""
+        key = keys.document(run_id)
+        if await self.redis.set(key, content, nx=True, px=max(1, int(ttl_s * 1000))):
+            return content
+        kept = await self.redis.get(key)
+        return bytes(kept) if kept is not None else content
+
     async def get_result(self, run_id: str) -> bytes | None:
         raw = await self.redis.get(keys.result(run_id))
         return bytes(raw) if raw is not None else None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from service.vendors import registry, text
-from service.vendors.base import VendorAdapter
+from service.vendors.base import Fetcher, VendorAdapter
 from service.vendors.http import ANSWER_ENVELOPE_BYTES, Budget, Observer, make_client
 
 if TYPE_CHECKING:
@@ -22,8 +22,10 @@ def build_adapters(
     observe: Observer | None,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
+    fetcher: Fetcher | None = None,
 ) -> tuple[list[httpx.AsyncClient], dict[str, VendorAdapter]]:
-    """One client and adapter per registered vendor; the clients are the caller's to close."""
+    """One client and adapter per registered vendor; the clients are the caller's to close. ``fetcher``
+    fetches URLs outside a vendor's API (``service.delivery.fetch``: the worker builds it)."""
     clients: list[httpx.AsyncClient] = []
     adapters: dict[str, VendorAdapter] = {}
     for name, vendor in settings.vendors.items():
@@ -45,7 +47,9 @@ def build_adapters(
         )
         clients.append(client)
         try:
-            limits = {"max_asset_bytes": settings.max_document_bytes}
+            limits: dict[str, object] = {"max_asset_bytes": settings.max_document_bytes}
+            if fetcher is not None:
+                limits["fetcher"] = fetcher
             adapters[name] = spec.build(client, {**vendor.extra, **limits})
         except Exception as exc:  # someone else's code: one clear line, not a traceback
             raise registry.PluginError(

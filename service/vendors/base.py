@@ -7,6 +7,7 @@ the spec says what the vendor can do, its settings and their defaults, and how t
 
     VendorError
     ├── VendorRejected        the vendor refused the submission for good (run error vendor_rejected)
+    │   └── DocumentUnavailable  the document URL hookbridge fetches cannot be had (document_unavailable)
     ├── VendorExpired         the vendor no longer has the run (vendor_expired)
     ├── VendorResultTooLarge  the result asset is past MAX_DOCUMENT_BYTES (result_too_large)
     └── VendorTransient       worth retrying: 5xx, network faults, an early 404
@@ -51,6 +52,11 @@ class VendorRejected(VendorError):
 
 class VendorExpired(VendorError):
     pass
+
+
+class DocumentUnavailable(VendorRejected):
+    """The run's document URL cannot be fetched for good (a blocked address, a refused or missing document,
+    past ``MAX_DOCUMENT_BYTES``): the run fails ``document_unavailable`` and nothing reaches the vendor."""
 
 
 class VendorTransient(VendorError):
@@ -137,6 +143,31 @@ class VendorResultTooLarge(VendorError):
     """A result asset larger than hookbridge keeps (``MAX_DOCUMENT_BYTES``): the run fails."""
 
 
+class DocumentTooLarge(DocumentUnavailable):
+    """A fetched document is past ``MAX_DOCUMENT_BYTES``."""
+
+
+@runtime_checkable
+class Fetcher(Protocol):
+    """Fetches a URL outside a vendor's API (a run's document, a presigned asset) without our key, under
+    the callback address rules and ``MAX_DOCUMENT_BYTES`` (``service.delivery.fetch.DocumentFetcher``).
+    Raises :class:`DocumentUnavailable` (for good) or :class:`VendorTransient`."""
+
+    async def fetch(self, url: str) -> bytes: ...
+
+
+@runtime_checkable
+class UploadsUrlInput(Protocol):
+    """An adapter whose vendor must get a URL input's bytes, not the URL: the worker fetches the URL once
+    (``fetch_document``), keeps the bytes as a bytes submit keeps them, and submits those on every try.
+    ``uploads_url_input`` False hands the URL to the vendor as before."""
+
+    uploads_url_input: bool
+
+    async def fetch_document(self, url: str) -> bytes:
+        """The document at ``url``, fetched once under the callback address rules, bounded."""
+
+
 @runtime_checkable
 class DeletesRuns(Protocol):
     """An adapter whose vendor can delete its copy of a run (for ``zero_retention``)."""
@@ -209,7 +240,8 @@ class VendorSetting:
 
 # Builds the adapter from its HTTP client (base URL, auth headers, budget and timeouts already set) and
 # the values of the vendor's own settings (``VendorSetting.key`` -> value), beside which the host puts
-# ``max_asset_bytes``: the most bytes an adapter may read of one result asset (MAX_DOCUMENT_BYTES).
+# ``max_asset_bytes``: the most bytes an adapter may read of one result asset (MAX_DOCUMENT_BYTES), and
+# ``fetcher``: a :class:`Fetcher` for URLs outside the vendor's API (no key sent).
 AdapterFactory = Callable[["httpx.AsyncClient", Mapping[str, Any]], "VendorAdapter"]
 
 

@@ -27,10 +27,19 @@ Rules and the sentences they rest on (S003):
 - Delete: only a 2xx or 410 ``run_expired`` ("The run has passed its retention window") is a deletion.
   Not documented: the route; so a 404 or 405 (a route that does not exist answers so) is "not deleted".
 - ``output.downloadUrl`` "points to" the zip asset; its host is not documented. Our key goes only to
-  Nutrient's own origin; a URL elsewhere (a presigned storage URL) is not followed, and the run's
-  ``/assets/zip`` is read instead, because the result asset is on that route and needs only our key.
-- URL input retried after a lost 202: "For URLs whose content can change, retain the run ID from the first
-  HTTP 202 response ... Alternatively, upload the file." Not done yet (see docs/vendors.md).
+  Nutrient's own origin. A URL elsewhere (a presigned storage URL, which carries its own credential) is
+  fetched without our key, under the callback address rules and ``MAX_DOCUMENT_BYTES``
+  (``service.delivery.fetch``); an adapter built without that fetcher reads the run's ``/assets/zip``
+  instead.
+- URL input: "For URLs whose content can change, retain the run ID from the first HTTP 202 response ...
+  Alternatively, upload the file." A lost 202 gives no run id, and no lookup of a run by key is
+  documented, so we upload: the worker fetches the URL once (``fetch_document``: the callback address
+  rules, ``MAX_DOCUMENT_BYTES``, streamed), keeps the bytes as a bytes submit keeps them (the run's
+  document key) and submits those with the Idempotency-Key on every try. A replay then carries the same
+  bytes, so Nutrient answers with the first run, even if the URL has since changed (which would be a 409)
+  or gone (the submit would fail). ``HOOKBRIDGE_NUTRIENT_URL_INPUT=send`` hands the URL to Nutrient
+  instead (the JSON format), for URLs whose content never changes, which the document's advice does not
+  cover ("For URLs whose content can change"); the benchmarks use it, their URLs being placeholders.
 """
 
 from __future__ import annotations
@@ -49,6 +58,9 @@ from service.vendors.base import (
     QUEUED,
     RUNNING,
     SUCCEEDED,
+    DocumentTooLarge,
+    DocumentUnavailable,
+    Fetcher,
     FileResult,
     PollResult,
     Progress,
@@ -57,6 +69,8 @@ from service.vendors.base import (
     VendorDefaults,
     VendorExpired,
     VendorRejected,
+    VendorResultTooLarge,
+    VendorSetting,
     VendorSpec,
     VendorTransient,
 )
@@ -77,9 +91,26 @@ class NutrientAdapter:
     # a submit that may have queued a run is sent again with the same Idempotency-Key (our run id).
     submit_idempotent = True
 
-    def __init__(self, client: httpx.AsyncClient, *, max_asset_bytes: int = MAX_ASSET_BYTES) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        max_asset_bytes: int = MAX_ASSET_BYTES,
+        fetcher: Fetcher | None = None,
+        url_input: str = "upload",
+    ) -> None:
         self._client = client
         self._max_asset_bytes = max_asset_bytes
+        self._fetcher = fetcher
+        # The worker uploads a URL input's bytes (fetch_document) unless told to send the URL itself.
+        self.uploads_url_input = url_input == "upload"
+
+    async def fetch_document(self, url: str) -> bytes:
+        """A URL input's bytes, fetched once by the worker and uploaded on every try (module docstring:
+        "Alternatively, upload the file", S003)."""
+        if self._fetcher is None:
+            raise VendorRejected("this Nutrient adapter was built without a document fetcher")
+        return await self._fetcher.fetch(url)
 
     async def submit(self, request: SubmitRequest) -> Submitted:
         instructions = request.options.get("instructions")
@@ -174,12 +205,20 @@ class NutrientAdapter:
         download = output.get("downloadUrl") if isinstance(output, dict) else None
         if not isinstance(download, str) or not download:
             return result
-        response, content = await get_bounded(
-            self._client,
-            self._own_url(download, f"{run_path}/assets/zip"),
-            limit=self._max_asset_bytes,
-            kind="zip",
-        )
+        own = self._own_url(download, f"{run_path}/assets/zip")
+        if own != download and self._fetcher is not None and _is_absolute_http(download):
+            # A presigned URL elsewhere: fetched without our key, under the callback address rules.
+            try:
+                content = await self._fetcher.fetch(download)
+            except DocumentTooLarge as exc:
+                raise VendorResultTooLarge(exc.message) from None
+            except DocumentUnavailable as exc:
+                if exc.status_code is None:  # an address we never fetch: the vendor named it
+                    raise VendorRejected(f"the zip asset's downloadUrl: {exc.message}") from None
+                # A presigned URL may have expired: the result asset, read again, names a fresh one.
+                raise VendorTransient(f"the zip asset: {exc.message}", status_code=exc.status_code) from None
+            return FileResult(content=content, media_type="application/zip", data=result)
+        response, content = await get_bounded(self._client, own, limit=self._max_asset_bytes, kind="zip")
         self._check(response)
         return FileResult(content=content, media_type="application/zip", data=result)
 
@@ -234,6 +273,14 @@ class NutrientAdapter:
             raise VendorTransient(f"HTTP {response.status_code}: {error_message(response)}")
 
 
+def _is_absolute_http(url: str) -> bool:
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        return False
+    return parsed.scheme in ("http", "https") and bool(parsed.host)
+
+
 def _usage(raw: Any) -> dict[str, Any] | None:
     """``{"credits", "reported"}`` from the run's ``usage``; None while it is empty."""
     if not isinstance(raw, dict) or not raw:
@@ -258,7 +305,20 @@ def _failure_message(error: dict[str, Any]) -> str:
 
 
 def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> NutrientAdapter:
-    return NutrientAdapter(client, max_asset_bytes=int(extra.get("max_asset_bytes", MAX_ASSET_BYTES)))
+    fetcher = extra.get("fetcher")
+    return NutrientAdapter(
+        client,
+        max_asset_bytes=int(extra.get("max_asset_bytes", MAX_ASSET_BYTES)),
+        fetcher=fetcher if isinstance(fetcher, Fetcher) else None,
+        url_input=str(extra.get("url_input", "upload")),
+    )
+
+
+def parse_url_input(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in ("upload", "send"):
+        raise ValueError("upload (fetch the URL once and upload it) or send (Nutrient downloads it)")
+    return value
 
 
 class NutrientOptions(BaseModel):
@@ -283,9 +343,25 @@ SPEC = VendorSpec(
         poll_max_s=30.0,
         poll_multiplier=2.0,
         max_run_s=1800.0,
+        # "Polling and submission requests share a rate limit, so frequent polling reduces capacity for
+        # new submissions. Frequent polling can exhaust a test key's limit within seconds." (S003) No
+        # number is published. 5 a second, polls and submits together, keeps a burst of polls from
+        # spending the shared limit before a 429 teaches it: with polls from 2 s growing to 30 s, 5/s
+        # carries about 10 fresh runs polling at 2 s, or 150 runs at 30 s, and a submit waits at most its
+        # turn in due order. Set it to the plan's own limit where it is known.
+        max_rps=5.0,
     ),
     auth_headers=lambda key: {"Authorization": f"Bearer {key}"},
     build=_build,
+    settings=(
+        VendorSetting(
+            "URL_INPUT",
+            "upload",
+            parse_url_input,
+            description="a document URL: `upload` (fetched once under the callback address rules, "
+            "uploaded on every try) or `send` (Nutrient downloads it on every try: URLs that never change)",
+        ),
+    ),
     description="Nutrient DWS Data Extraction, async runs",
     options=NutrientOptions,
 )

@@ -13,9 +13,14 @@ reported, with no credits counted.
 
 Where the documents are silent:
 
-- The ``/extract`` body schema (``request.json`` of the sync quickstart) is not published. A URL goes as
-  ``fileUrl``; bytes go as ``fileBase64`` (standard base64) with ``fileName``, which is what our simulator
-  accepts. The real field names for bytes are a guess until Uptiq's schema is known.
+- The ``/extract`` body schema (``request.json`` of the sync quickstart) is not published: "The request
+  body is identical to the synchronous quickstart" (S004) names no field, and no public page found names
+  them (searched for Uptiq DocAI's extract body). Not documented; so the three document field names are a
+  setting, ``HOOKBRIDGE_UPTIQ_BODY_FIELDS`` (url, base64 bytes, file name; default
+  ``fileUrl,fileBase64,fileName``), because a guess built into the code could only be fixed by a release.
+  Under a reading the setting does not match, Uptiq answers 400 (no document): the run ends
+  ``vendor_rejected`` after one ``POST /extract``, with Uptiq's message naming what it wants. The
+  simulator plays both readings (``HOOKBRIDGE_SIM_UPTIQ_BODY_FIELDS``).
 - A 404 just after submit means the record is not visible yet (S004). It is treated as transient for
   :data:`EARLY_404_WINDOW_S` after the submit, and as the vendor no longer having the run after that.
 - No cancel API is documented: :meth:`UptiqAdapter.cancel` does nothing. No delete either, so a
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -53,6 +59,7 @@ from service.vendors.base import (
     VendorDefaults,
     VendorExpired,
     VendorRejected,
+    VendorSetting,
     VendorSpec,
     VendorTransient,
 )
@@ -74,7 +81,8 @@ EARLY_404_WINDOW_S = 30.0
 # writes its own ``submitted_at`` (epoch milliseconds) into the same state.
 SUBMITTED_KEY = "uptiq_submitted_s"
 
-_DOCUMENT_KEYS = ("fileUrl", "fileBase64", "fileName")
+BODY_FIELDS = ("fileUrl", "fileBase64", "fileName")  # url, base64 bytes, file name: not documented
+_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 # Fields of the async record that the synchronous result lacks, kept in what the client gets (S004).
 RECORD_EXTRAS = ("fraudResults", "creditReservation", "webhookStatus")
 
@@ -86,12 +94,19 @@ class UptiqAdapter:
     # sent again (service/worker/decide.py).
     submit_idempotent = False
 
-    def __init__(self, client: httpx.AsyncClient, *, early_404_window_s: float = EARLY_404_WINDOW_S) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        early_404_window_s: float = EARLY_404_WINDOW_S,
+        body_fields: tuple[str, str, str] = BODY_FIELDS,
+    ) -> None:
         self._client = client
         self._early_404_window_s = early_404_window_s
+        self._body_fields = body_fields
 
     async def submit(self, request: SubmitRequest) -> Submitted:
-        body = _request_body(request)
+        body = _request_body(request, self._body_fields)
         submitted_at = time.time()
         with submit_errors():
             response = await self._client.post("/extract", json=body, extensions={"kind": "submit"})
@@ -182,7 +197,7 @@ class UptiqAdapter:
         )
 
 
-def _request_body(request: SubmitRequest) -> dict[str, Any]:
+def _request_body(request: SubmitRequest, fields: tuple[str, str, str] = BODY_FIELDS) -> dict[str, Any]:
     options = request.options
     document_type, document_types = options.get("documentType"), options.get("documentTypes")
     if document_types is not None:
@@ -197,16 +212,29 @@ def _request_body(request: SubmitRequest) -> dict[str, Any]:
             'Uptiq needs the document type: pass options.documentType (e.g. "BalanceSheet") '
             "or options.documentTypes (a list) for a multi-extraction"
         )
-    body = {k: v for k, v in options.items() if k not in _DOCUMENT_KEYS}
+    url_key, content_key, name_key = fields
+    # The options never carry the document, under our names or the default ones.
+    body = {k: v for k, v in options.items() if k not in {*fields, *BODY_FIELDS}}
     doc = request.document
     if doc.url is not None:
-        body["fileUrl"] = doc.url
+        body[url_key] = doc.url
     else:
         if not doc.content:
             raise VendorRejected("the document is empty")
-        body["fileBase64"] = base64.b64encode(doc.content).decode("ascii")
-    body["fileName"] = doc.filename
+        body[content_key] = base64.b64encode(doc.content).decode("ascii")
+    body[name_key] = doc.filename
     return body
+
+
+def parse_body_fields(raw: str) -> tuple[str, str, str]:
+    """``HOOKBRIDGE_UPTIQ_BODY_FIELDS``: three JSON field names, url, base64 bytes and file name."""
+    names = tuple(p.strip() for p in raw.split(","))
+    if len(names) != 3 or len(set(names)) != 3 or not all(_FIELD.match(n) for n in names):
+        raise ValueError(
+            "three different field names, comma-separated: url, base64 bytes, file name "
+            "(like fileUrl,fileBase64,fileName)"
+        )
+    return (names[0], names[1], names[2])
 
 
 def _submitted_record(data: Any) -> dict[str, Any] | None:
@@ -264,7 +292,8 @@ def _failure(vendor_status: str | None, result: Any, progress: Progress | None) 
 
 
 def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> UptiqAdapter:
-    return UptiqAdapter(client)
+    fields = extra.get("body_fields")
+    return UptiqAdapter(client, body_fields=fields if isinstance(fields, tuple) else BODY_FIELDS)
 
 
 # Registered under the entry point group hookbridge.vendors (pyproject.toml).
@@ -298,6 +327,15 @@ SPEC = VendorSpec(
     ),
     auth_headers=lambda key: {"X-Api-Key": key},
     build=_build,
+    settings=(
+        VendorSetting(
+            "BODY_FIELDS",
+            BODY_FIELDS,
+            parse_body_fields,
+            description="the /extract body's document fields (url, base64 bytes, file name): not "
+            "published by Uptiq",
+        ),
+    ),
     description="Uptiq DocAI async extraction",
     options=UptiqOptions,
 )

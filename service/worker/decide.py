@@ -19,6 +19,7 @@ from service.core.runs import Fault
 from service.domain import FaultKind
 from service.vendors import text
 from service.vendors.base import (
+    DocumentUnavailable,
     VendorExpired,
     VendorRateLimited,
     VendorRejected,
@@ -74,6 +75,7 @@ def after_submit_fault(*, idempotent: bool, fault: SubmitFault) -> AfterSubmit:
 KINDS: tuple[tuple[type[BaseException], FaultKind], ...] = (
     (VendorResultTooLarge, FaultKind.TOO_LARGE),
     (VendorExpired, FaultKind.EXPIRED),
+    (DocumentUnavailable, FaultKind.DOCUMENT_UNAVAILABLE),  # a VendorRejected: before it
     (VendorRejected, FaultKind.REJECTED),
 )
 

@@ -24,6 +24,7 @@ from service._uvicorn import EmbeddedServer, api_config
 from service.clock import SYSTEM, Clock
 from service.delivery import client as callback_client
 from service.delivery.deliverer import Deliverer
+from service.delivery.fetch import DocumentFetcher
 from service.delivery.urlsafety import Policy
 from service.settings import Settings
 from service.store import Store, connect
@@ -81,8 +82,14 @@ class WorkerRuntime:
         self.store = Store(connect(settings, url=redis_url), settings)
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}"
         budgets = {v: StoreBudget(self.store, settings.vendor(v), clock) for v in settings.vendors}
+        # URLs fetched for a vendor (a document to upload, a presigned asset) get the callback rules.
+        fetcher = DocumentFetcher(
+            Policy(settings.callback_allowed_networks, settings.callback_blocked_networks),
+            max_bytes=settings.max_document_bytes,
+            timeout_s=settings.vendor_timeout_s,
+        )
         self.vendor_clients, self.adapters = build_adapters(
-            settings, budgets, metrics.observe_vendor_request, transport=vendor_transport
+            settings, budgets, metrics.observe_vendor_request, transport=vendor_transport, fetcher=fetcher
         )
         self.callbacks = callback_client.make_client(
             Policy(settings.callback_allowed_networks, settings.callback_blocked_networks),

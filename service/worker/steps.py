@@ -126,7 +126,7 @@ class RunStepper:
 
     async def _submit(self, latest: list[Run], adapter: VendorAdapter, policy: VendorSettings) -> None:
         run = latest[0]
-        document = await self._document(run)
+        document = await self._document(run, adapter, policy)
         if document is None:
             await self._apply(runs.document_gone(run, self.limits, now_ms=self._now()))
             return
@@ -250,10 +250,21 @@ class RunStepper:
             log.info("late result discarded", run_id=new.id, vendor=new.vendor)
         return outcome
 
-    async def _document(self, run: Run) -> Document | None:
+    async def _document(self, run: Run, adapter: VendorAdapter, policy: VendorSettings) -> Document | None:
         doc = run.document or {}
         filename = doc.get("filename") or "document"
         media_type = doc.get("media_type") or "application/octet-stream"
+        if doc.get("url") and isinstance(adapter, base.UploadsUrlInput) and adapter.uploads_url_input:
+            # Fetched once and kept: every try (a replay after a lost answer) uploads the same bytes.
+            kept = await self.store.get_document(run.id)
+            if kept is None:
+                fetched = await adapter.fetch_document(doc["url"])
+                kept = await self.store.keep_document(run.id, fetched, policy.max_run_s)
+            return Document(
+                content=kept,
+                filename=doc.get("filename") or _url_filename(doc["url"]),
+                media_type=media_type,
+            )
         if doc.get("url"):
             return Document(url=doc["url"], filename=filename, media_type=media_type)
         content = await self.store.get_document(run.id)
@@ -285,6 +296,12 @@ class RunStepper:
             raise
         except Exception as exc:
             log.warning("vendor cancel failed", vendor=adapter.name, error=decide.said(exc))
+
+
+def _url_filename(url: str) -> str:
+    """The last path segment of a document URL, as the upload's filename (stable across tries)."""
+    name = url.split("?", 1)[0].split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    return name[:200] or "document"
 
 
 def _untrusted(result: PollResult) -> PollResult:

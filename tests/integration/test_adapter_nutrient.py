@@ -318,3 +318,69 @@ async def test_polls_and_submits_share_one_rate_limit(
     with pytest.raises(base.VendorRateLimited) as limited:
         await adapter.submit(request(run_id="run_next"))
     assert limited.value.retry_after is None  # Nutrient documents no Retry-After
+
+
+async def test_a_presigned_download_url_on_another_host_is_fetched_without_our_key(
+    simulator: str, sim: httpx.AsyncClient
+) -> None:
+    """S003 says only that ``output.downloadUrl`` "points to" the zip. The simulator's ``other`` reading
+    names a presigned URL on another origin (its other loopback name) that refuses any Authorization:
+    the adapter fetches it through the document fetcher (callback address rules, size limit), key-less."""
+    from service.delivery.fetch import DocumentFetcher
+    from service.delivery.urlsafety import Policy
+    from service.settings import parse_networks
+
+    assert (await sim.patch("/_sim/config", json={"nutrient_download_host": "other"})).status_code == 200
+    fetcher = DocumentFetcher(
+        Policy(parse_networks("127.0.0.0/8,::1/128"), ()), max_bytes=1 << 20, timeout_s=5
+    )
+    doc = pdf("presigned.pdf")
+    async with make_client(
+        simulator + "/nutrient", {"Authorization": f"Bearer {KEY}"}, timeout_s=5, vendor="nutrient"
+    ) as client:
+        adapter = NutrientAdapter(client, fetcher=fetcher)
+        submitted = await adapter.submit(
+            request(doc, operation="split", options={"instructions": {"output": "zip"}})
+        )
+        await until_terminal(adapter, submitted)
+        fetched = await adapter.fetch_result(submitted.vendor_run_id, submitted.state)
+    assert isinstance(fetched, base.FileResult) and fetched.media_type == "application/zip"
+    download = fetched.data["output"]["downloadUrl"]
+    assert httpx.URL(download).host != httpx.URL(simulator).host
+    with zipfile.ZipFile(io.BytesIO(fetched.content)) as archive:
+        assert archive.read("invoice-1.pdf") == doc.content
+    log = (await sim.get("/_sim/requests", params={"vendor": "nutrient"})).json()["data"]
+    storage = [e for e in log if "/_storage/" in e["path"]]
+    assert [e["status"] for e in storage] == [200]  # a keyed request would have been answered 400
+    assert not any(e["path"].endswith("/assets/zip") for e in log)
+
+
+async def test_a_presigned_download_url_to_a_blocked_address_is_refused(simulator: str) -> None:
+    """A downloadUrl the vendor names on a blocked network is never fetched: the run's result is refused
+    (vendor_rejected), not retried. A MockTransport plays the vendor's answer; the fetch is real."""
+    from service.delivery.fetch import DocumentFetcher
+    from service.delivery.urlsafety import Policy
+    from service.settings import parse_blocked_networks
+
+    def vendor(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, json={"output": {"downloadUrl": "http://169.254.169.254/latest/meta-data/x.zip"}}
+        )
+
+    fetcher = DocumentFetcher(Policy((), parse_blocked_networks("")), max_bytes=1 << 20, timeout_s=5)
+    async with httpx.AsyncClient(
+        base_url="https://api.nutrient.test/", transport=httpx.MockTransport(vendor)
+    ) as client:
+        with pytest.raises(VendorRejected, match="blocked network"):
+            await NutrientAdapter(client, fetcher=fetcher).fetch_result("RUN1", {})
+
+
+async def test_a_json_submit_under_the_nested_reading_is_refused_clearly(
+    adapter: NutrientAdapter, sim: httpx.AsyncClient
+) -> None:
+    """The simulator's ``nested`` reading is real: a JSON (URL) body with top-level instructions is
+    refused 400, which the adapter reports as a rejection naming the field (never a silent default)."""
+    assert (await sim.patch("/_sim/config", json={"nutrient_json_instructions": "nested"})).status_code == 200
+    doc = Document(url="https://files.example/invoice.pdf", filename="invoice.pdf")
+    with pytest.raises(VendorRejected, match="schema: not a field of a JSON request"):
+        await adapter.submit(request(doc))

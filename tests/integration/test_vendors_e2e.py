@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio
 from standardwebhooks import Webhook
 
+from service.dev.embedded_redis import free_port
 from service.metrics import REGISTRY
 from service.store import keys
 from tests.conftest import ClockedFactory, Receiver, Stack, StackFactory, eventually
@@ -475,3 +476,231 @@ async def test_nutrient_without_a_delete_route_reports_not_deleted(
     assert got["status"] == "succeeded"
     assert got["vendor_deleted"] is False
     assert "not deleted" in got["vendor_delete_error"]
+
+
+# Issue 24, goal 2: Nutrient URL input is fetched once and uploaded, so a lost 202 never orphans a run ----
+
+
+class DocumentHost:
+    """A document URL's server on a real port: what it serves can change, or go, between two requests."""
+
+    def __init__(self, content: bytes) -> None:
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import Response
+        from starlette.routing import Route
+
+        self.content = content
+        self.gone = False
+        self.hits = 0
+
+        async def serve(request: Request) -> Response:
+            self.hits += 1
+            if self.gone:
+                return Response(b"gone", status_code=404)
+            return Response(self.content, media_type="application/pdf")
+
+        self.app = Starlette(routes=[Route("/{name}", serve)])
+
+
+class LoseFirstSubmitAnswer(httpx.AsyncBaseTransport):
+    """Real HTTP to the simulator; the first submit's answer is lost after the simulator queued the run.
+    The simulator's own drop happens before it handles a request, so it cannot lose a 202: this is the one
+    thing mocked, at the HTTP boundary."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.lost = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if request.method == "POST" and request.url.path.endswith("/async") and not self.lost:
+            await response.aread()
+            await response.aclose()
+            self.lost += 1
+            raise httpx.ReadError("the connection dropped before the answer arrived", request=request)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def _submit_url(stack: Stack, url: str) -> dict[str, Any]:
+    response = await stack.api.post(
+        "/v1/runs", json={"vendor": "nutrient", "operation": "extract", "document": {"url": url}}
+    )
+    assert response.status_code == 202, response.text
+    return dict(response.json())
+
+
+@pytest.mark.parametrize("after", ["changed", "gone"])
+async def test_nutrient_url_input_after_a_lost_202_keeps_the_vendor_run(
+    make_clocked: ClockedFactory, after: str
+) -> None:
+    """S003: the URL "is downloaded again on every retry" (changed bytes: 409; gone: the submit fails), and
+    "Alternatively, upload the file." hookbridge fetches the URL once and uploads the bytes with the
+    Idempotency-Key: the replay after a lost 202 carries the same bytes, whatever the URL serves now, and
+    Nutrient answers with the run it queued. Exactly one vendor run, tracked on the run."""
+    transport = LoseFirstSubmitAnswer()
+    c = await make_clocked(vendor_transport=transport, HOOKBRIDGE_NUTRIENT_URL_INPUT="upload")
+    host = DocumentHost(b"%PDF-1.4 invoice INV-7 total 42.00")
+    url = await c.stack.servers.start(host.app, free_port()) + "/invoice-7.pdf"
+    run = await _submit_url(c.stack, url)
+    await c.step()
+    assert transport.lost == 1 and host.hits == 1
+    if after == "changed":
+        host.content = b"%PDF-1.4 another document"
+    else:
+        host.gone = True
+    for _ in range(8):
+        await c.advance(30)
+    got = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert got["status"] == "succeeded", got.get("error")
+    assert host.hits == 1  # fetched once, never again
+    posts = await _sim_posts(c, "nutrient")
+    assert len(posts) == 2
+    async with httpx.AsyncClient(base_url=c.stack.simulator_url) as sim:
+        runs = (await sim.get("/_sim/runs", params={"vendor": "nutrient"})).json()["data"]
+    assert len(runs) == 1
+    assert got["vendor_run_id"] == runs[0]["id"]
+    # The bytes are kept only until the vendor accepted them.
+    r = redis.asyncio.Redis.from_url(c.stack.redis_url)
+    try:
+        assert await r.exists(keys.document(run["id"])) == 0
+    finally:
+        await r.aclose()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://169.254.169.254/latest/meta-data/iam", "http://127.0.0.1:{port}/invoice.pdf"],
+    ids=["metadata", "loopback"],
+)
+async def test_nutrient_url_input_to_a_blocked_address_is_never_fetched(
+    make_clocked: ClockedFactory, url: str
+) -> None:
+    """The document URL gets the callback address rules: a blocked address (the metadata address always;
+    loopback unless allowed) fails the run document_unavailable, unfetched, and Nutrient gets nothing."""
+    # The callback rules of production: loopback blocked (the tests' default allows it for receivers).
+    c = await make_clocked(HOOKBRIDGE_CALLBACK_ALLOWED_NETWORKS="", HOOKBRIDGE_NUTRIENT_URL_INPUT="upload")
+    host = DocumentHost(b"%PDF-1.4 secret")
+    served = await c.stack.servers.start(host.app, free_port())
+    run = await _submit_url(c.stack, url.format(port=served.rsplit(":", 1)[-1]))
+    await c.step()
+    got = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert got["status"] == "failed"
+    assert got["error"]["code"] == "document_unavailable", got["error"]
+    assert "not allowed" in got["error"]["message"] and "blocked network" in got["error"]["message"]
+    assert host.hits == 0
+    assert await _sim_posts(c, "nutrient") == []
+
+
+async def test_nutrient_url_input_that_is_missing_fails_clearly(make_clocked: ClockedFactory) -> None:
+    c = await make_clocked(HOOKBRIDGE_NUTRIENT_URL_INPUT="upload")
+    host = DocumentHost(b"")
+    host.gone = True
+    run = await _submit_url(c.stack, await c.stack.servers.start(host.app, free_port()) + "/x.pdf")
+    await c.step()
+    got = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert got["status"] == "failed" and got["error"]["code"] == "document_unavailable"
+    assert "HTTP 404" in got["error"]["message"]
+    assert host.hits == 1 and await _sim_posts(c, "nutrient") == []
+
+
+# Issue 24, goal 3: readings of silent documents, each played by the simulator ---------------------------
+
+CAMEL, SNAKE = "fileUrl,fileBase64,fileName", "file_url,file_base64,file_name"
+
+
+@pytest.mark.parametrize(
+    ("reading", "fields", "ends"),
+    [("camel", CAMEL, "succeeded"), ("snake", SNAKE, "succeeded"), ("snake", CAMEL, "failed")],
+)
+async def test_uptiq_body_field_readings(
+    make_clocked: ClockedFactory, reading: str, fields: str, ends: str
+) -> None:
+    """S004 publishes no /extract body schema. The names are a setting; under a reading it does not match,
+    Uptiq's 400 ends the run vendor_rejected with its message naming the fields, after one POST."""
+    c = await make_clocked(HOOKBRIDGE_UPTIQ_BODY_FIELDS=fields)
+    await _patch_sim(c, {"uptiq_body_fields": reading, "uptiq_early_404_s": 0})
+    run = await c.stack.submit("uptiq")
+    await c.step()
+    for _ in range(10):
+        await c.advance(10)
+    got = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert got["status"] == ends, got.get("error")
+    if ends == "failed":
+        assert got["error"]["code"] == "vendor_rejected"
+        assert "file_base64" in got["error"]["message"]
+    assert len(await _sim_posts(c, "uptiq")) == 1
+
+
+@pytest.mark.parametrize("placement", ["top", "nested"])
+@pytest.mark.parametrize("operation", ["extract", "classify"])
+async def test_nutrient_url_runs_end_right_under_every_instruction_placement(
+    make_clocked: ClockedFactory, placement: str, operation: str
+) -> None:
+    """NU-parse shows the JSON format's instruction fields at the top level for parse only; for the other
+    operations a real Nutrient may read them nested. The worker uploads a URL's bytes as multipart (the
+    documented ``instructions`` part), so no run rests on that reading."""
+    c = await make_clocked(HOOKBRIDGE_NUTRIENT_URL_INPUT="upload")
+    await _patch_sim(c, {"nutrient_json_instructions": placement})
+    host = DocumentHost(b"%PDF-1.4 invoice INV-9")
+    url = await c.stack.servers.start(host.app, free_port()) + "/invoice-9.pdf"
+    response = await c.stack.api.post(
+        "/v1/runs",
+        json={
+            "vendor": "nutrient",
+            "operation": operation,
+            "document": {"url": url},
+            "options": {"instructions": {"schema": {"type": "object"}}},
+        },
+    )
+    assert response.status_code == 202, response.text
+    run_id = response.json()["id"]
+    await c.step()
+    for _ in range(8):
+        await c.advance(30)
+    got = (await c.stack.api.get(f"/v1/runs/{run_id}")).json()
+    assert got["status"] == "succeeded", got.get("error")
+    assert host.hits == 1 and len(await _sim_posts(c, "nutrient")) == 1
+
+
+async def test_nutrient_url_input_send_hands_the_url_to_nutrient(make_clocked: ClockedFactory) -> None:
+    """NUTRIENT_URL_INPUT=send (URLs that never change): hookbridge never fetches, Nutrient gets the URL."""
+    c = await make_clocked(HOOKBRIDGE_NUTRIENT_URL_INPUT="send")
+    host = DocumentHost(b"%PDF-1.4 invoice")
+    url = await c.stack.servers.start(host.app, free_port()) + "/fixed.pdf"
+    run = await _submit_url(c.stack, url)
+    await c.step()
+    for _ in range(8):
+        await c.advance(30)
+    got = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert got["status"] == "succeeded", got.get("error")
+    assert host.hits == 0
+    async with httpx.AsyncClient(base_url=c.stack.simulator_url) as sim:
+        runs = (await sim.get("/_sim/runs", params={"vendor": "nutrient"})).json()["data"]
+    assert len(runs) == 1
+
+
+async def test_a_split_zip_behind_a_presigned_url_on_another_host_is_served(
+    make_clocked: ClockedFactory,
+) -> None:
+    """The simulator's ``nutrient_download_host: other``: the zip lives on another origin that refuses a
+    request carrying our key. The worker fetches it key-less and serves it as the run's result."""
+    c = await make_clocked()
+    await _patch_sim(c, {"nutrient_download_host": "other"})
+    run = await c.stack.submit(
+        "nutrient", filename="two.pdf", operation="split", options={"instructions": {"output": "zip"}}
+    )
+    await c.step()
+    for _ in range(8):
+        await c.advance(30)
+    got = (await c.stack.api.get(f"/v1/runs/{run['id']}")).json()
+    assert got["status"] == "succeeded", got.get("error")
+    served = await c.stack.api.get(f"/v1/runs/{run['id']}/result")
+    with zipfile.ZipFile(io.BytesIO(served.content)) as archive:
+        assert archive.read("invoice-1.pdf") == sent_bytes("two.pdf")
+    async with httpx.AsyncClient(base_url=c.stack.simulator_url) as sim:
+        log = (await sim.get("/_sim/requests", params={"vendor": "nutrient"})).json()["data"]
+    assert [e["status"] for e in log if "/_storage/" in e["path"]] == [200]
