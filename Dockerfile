@@ -26,13 +26,18 @@ RUN python -m venv /opt/build \
     && /opt/build/bin/pip --python /opt/venv/bin/python install --no-deps --require-hashes \
        --only-binary=:all: -r requirements.lock
 
-# Then the project itself: a wheel built with that pinned setuptools (no build isolation, so nothing
-# unpinned is fetched), installed without its dependencies (installed above). pip byte-compiles what it
-# installs, so the read-only final image never needs to write .pyc files.
+# Then the project itself and the vendor plugins it ships as distributions of their own (LlamaParse,
+# plugins/hookbridge-llamaparse, whose dependencies are hookbridge's): wheels built with that pinned
+# setuptools (no build isolation, so nothing unpinned is fetched), installed without their dependencies
+# (installed above). pip byte-compiles what it installs, so the read-only final image never needs to
+# write .pyc files.
 COPY pyproject.toml README.md ./
 COPY service ./service
-RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
-    && /opt/build/bin/pip --python /opt/venv/bin/python install --no-deps --no-index /wheels/hookbridge-*.whl
+COPY hookbridge ./hookbridge
+COPY plugins/hookbridge-llamaparse ./plugins/hookbridge-llamaparse
+RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . ./plugins/hookbridge-llamaparse \
+    && /opt/build/bin/pip --python /opt/venv/bin/python install --no-deps --no-index \
+       /wheels/hookbridge-*.whl /wheels/hookbridge_llamaparse-*.whl
 
 
 FROM python:3.11.13-slim-bookworm

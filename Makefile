@@ -7,10 +7,15 @@ BIN := $(VENV)/bin
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# The LlamaParse adapter is a distribution of its own (plugins/hookbridge-llamaparse), installed beside
+# hookbridge as the image installs it (its one dependency, hookbridge, is the checkout itself).
+LLAMAPARSE := plugins/hookbridge-llamaparse
+
+$(VENV)/.installed: pyproject.toml $(LLAMAPARSE)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-deps -e $(LLAMAPARSE)
 	touch $@
 
 demo: venv        ## the main job end to end on embedded defaults
@@ -25,14 +30,16 @@ test: venv        ## every test: unit, integration (real Redis, simulator, worke
 test-fast: venv   ## without the slow chaos and ledger tests
 	$(BIN)/pytest -m "not slow"
 
+LINTED := service hookbridge plugins tests bench tools
+
 lint: venv
-	$(BIN)/ruff check service tests bench
-	$(BIN)/ruff format --check service tests bench
-	$(BIN)/mypy service
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy  # the packages of pyproject.toml's [tool.mypy]: service, hookbridge and the plugin's
 
 format: venv
-	$(BIN)/ruff format service tests bench
-	$(BIN)/ruff check --fix service tests bench
+	$(BIN)/ruff format $(LINTED)
+	$(BIN)/ruff check --fix $(LINTED)
 
 bench: venv       ## every benchmark; writes docs/performance.md and its plots
 	$(BIN)/python -m bench.run
@@ -47,7 +54,7 @@ lock: venv        ## requirements.lock and requirements-build.lock (hashed, for 
 	$(BIN)/uv pip compile pyproject.toml $(LOCK) -o requirements.lock
 	echo 'setuptools>=77' | $(BIN)/uv pip compile - $(LOCK) -o requirements-build.lock
 
-schema: venv      ## helm/hookbridge/values.schema.json's config section from service/settings.py
+schema: venv      ## helm/hookbridge/values.schema.json's config section from service/config/settings.py
 	$(BIN)/python helm/generate_schema.py
 
 clean:

@@ -29,10 +29,10 @@ import structlog
 import uvloop
 
 from bench._common import AUTH, KEY, url_run
-from service import logs
-from service import settings as settings_mod
 from service.api.app import create_app
 from service.dev.embedded_redis import EmbeddedRedis
+from service.observability import logs
+from service.vendors.registry import load_settings
 
 REQUESTS = 3000
 IN_FLIGHT = 16
@@ -82,7 +82,7 @@ async def _requests(which: str, top: int) -> None:
     sys.stderr = sink
     logs.configure("json", "INFO")
     try:
-        settings = settings_mod.load(
+        settings = load_settings(
             {
                 "HOOKBRIDGE_REDIS_URL": server.url,
                 "HOOKBRIDGE_API_KEYS": f"bench:{KEY}",

@@ -36,7 +36,7 @@ from starlette.routing import Route
 
 from service.dev.embedded_redis import EmbeddedRedis, free_port
 from service.dev.stack import Servers
-from service.store import bodies
+from service.store import bodies, keys
 
 VENDORS = ("nutrient", "cloudsquid", "uptiq")
 KEY = "chaos-key"
@@ -280,17 +280,17 @@ async def _explain(redis_url: str, sub_id: str, event_ids: list[str], logdir: Pa
     try:
         for event_id in event_ids:
             dlv = "dlv_" + hashlib.sha1(f"{event_id}:{sub_id}".encode()).hexdigest()[:26]
-            record = await client.hgetall(f"hb:dlv:{dlv}")
-            stored = await client.get(f"hb:evt:{event_id}")
+            record = await client.hgetall(keys.delivery(dlv))
+            stored = await client.get(keys.event(event_id))
             body = bodies.unpacked(stored) if stored is not None else None
             event = {
                 "id": event_id,
                 "kept": body is not None,
                 "type": json.loads(body)["type"] if body else None,
             }
-            due = await client.zscore("hb:due:deliveries", dlv)
-            chain = await client.lrange(f"hb:chain:{sub_id}:{record.get('run', '')}", 0, -1)
-            attempts = await client.lrange(f"hb:dlv:{dlv}:attempts", 0, -1)
+            due = await client.zscore(keys.DUE_DELIVERIES, dlv)
+            chain = await client.lrange(keys.chain(sub_id, record.get("run", "")), 0, -1)
+            attempts = await client.lrange(keys.delivery_attempts(dlv), 0, -1)
             lines.append(
                 json.dumps(
                     {

@@ -17,15 +17,15 @@ import time
 
 import redis.asyncio as aredis
 
-from service import settings as settings_mod
 from service.dev.embedded_redis import EmbeddedRedis
 from service.store import Store, keys
+from service.vendors.registry import load_settings
 
 
 async def main(clients: int, deliveries: int) -> None:
     server = EmbeddedRedis(appendonly=False).start()
     try:
-        settings = settings_mod.load({"HOOKBRIDGE_REDIS_URL": server.url, "HOOKBRIDGE_API_KEYS": "a:b"})
+        settings = load_settings({"HOOKBRIDGE_REDIS_URL": server.url, "HOOKBRIDGE_API_KEYS": "a:b"})
         r = aredis.Redis.from_url(server.url)
         names = [f"client{n}" for n in range(clients)]
         now = int(time.time() * 1000)
@@ -47,13 +47,13 @@ async def main(clients: int, deliveries: int) -> None:
         await pipe.execute()
         store = Store(r, settings)
         await r.config_resetstat()
-        await store.observe(["nutrient", "cloudsquid", "uptiq"], names, now)
+        await store.upkeep.observe(["nutrient", "cloudsquid", "uptiq"], names, now)
         stats = await r.info("commandstats")
         commands = sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_config")
         times = []
         for _ in range(50):
             start = time.perf_counter()
-            obs = await store.observe(["nutrient", "cloudsquid", "uptiq"], names, now)
+            obs = await store.upkeep.observe(["nutrient", "cloudsquid", "uptiq"], names, now)
             times.append((time.perf_counter() - start) * 1000)
         print(
             f"clients={clients} subscriptions/client={settings.max_subscriptions_per_client} due={deliveries}"

@@ -1,4 +1,4 @@
-"""What a run record costs to decode, encode and change: the msgspec struct of ``service/records.py``
+"""What a run record costs to decode, encode and change: the msgspec struct of ``service/core/records.py``
 beside the same record as the pydantic model it was (issue 16's sixth round) and as the plain dict of
 before that.
 
@@ -17,9 +17,9 @@ from typing import Any
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from service import trail
-from service.lifecycle import new_run
-from service.records import Run, replace
+from service.core import trail
+from service.core.lifecycle import new_run
+from service.core.records import Run, replace
 
 N = 20_000
 

@@ -50,9 +50,10 @@ from bench._common import (
     until,
     url_run,
 )
-from service import trail
-from service.records import Run, replace
-from service.store import bodies
+from service.core import trail
+from service.core.records import Run, replace
+from service.store import bodies, keys
+from service.vendors.registry import load_settings
 
 LATENESS_TARGET_S = 1.0
 REDIS_TARGET_BYTES = 2048
@@ -88,8 +89,8 @@ async def run(
             row = {
                 "t": now - t_start,
                 "redis_bytes": await cluster.redis_memory(),
-                "in_flight": await redis.zcard("hb:due:runs:nutrient"),
-                "due_now": await redis.zcount("hb:due:runs:nutrient", "-inf", int(now * 1000)),
+                "in_flight": await redis.zcard(keys.due_runs("nutrient")),
+                "due_now": await redis.zcount(keys.due_runs("nutrient"), "-inf", int(now * 1000)),
                 "worker_rss_kib": memory_kib(worker_pid).get("VmRSS", 0),
                 "worker_cpu_s": cpu_seconds(worker_pid),
                 "called_back": cluster.receiver.terminal_count,
@@ -112,8 +113,8 @@ async def run(
             at_vendor = await until(all_at_vendor, 600, "every run submitted to the vendor", period=0.1)
             m_at_vendor = await cluster.metrics()
             in_flight_memory = await cluster.redis_memory()
-            in_flight_count = await redis.zcard("hb:due:runs:nutrient")
-            sample = await redis.zrange("hb:due:runs:nutrient", 0, 49)
+            in_flight_count = await redis.zcard(keys.due_runs("nutrient"))
+            sample = await redis.zrange(keys.due_runs("nutrient"), 0, 49)
             in_flight_keys = await _breakdown(redis, sample)
             full_trail_extra = await _full_trail_extra(redis, sample)
             await asyncio.wait_for(cluster.receiver.terminal.wait(), timeout=900)
@@ -121,7 +122,7 @@ async def run(
             m_end = await cluster.metrics()
         await asyncio.sleep(1.0)
         after = await cluster.redis_memory()
-        finished_keys = await _breakdown(redis, await redis.zrange("hb:client:bench:runs", 0, 49))
+        finished_keys = await _breakdown(redis, await redis.zrange(keys.client_runs("bench"), 0, 49))
         worker_mem = memory_kib(worker_pid)
         sweep = await _sweep_cost(cluster)
 
@@ -288,19 +289,18 @@ async def _sweep_cost(cluster: Cluster) -> dict[str, Any]:
     """Times one pass of the sweeper (``Store.repair``, what the worker's periodic job runs) in this
     process, over everything Redis now holds: it visits every run and delivery key, finished or not."""
     try:
-        from service import settings as settings_mod
         from service.store import Store, connect
 
-        settings = settings_mod.load(cluster.env)
+        settings = load_settings(cluster.env)
         store = Store(connect(settings), settings)
         redis = await cluster.redis_client()
         keys = 0
-        for pattern in ("hb:run:*", "hb:dlv:*"):
+        for pattern in (keys.run("*"), keys.delivery("*")):
             async for key in redis.scan_iter(match=pattern, count=1000):
                 keys += not key.endswith((":events", ":attempts"))
         try:
             cpu0, t0 = cpu_seconds(os.getpid()), time.perf_counter()
-            await store.repair(int(time.time() * 1000))
+            await store.upkeep.repair(int(time.time() * 1000))
             wall, cpu = time.perf_counter() - t0, cpu_seconds(os.getpid()) - cpu0
         finally:
             await store.close()
@@ -336,7 +336,7 @@ async def _full_trail_extra(redis: Any, run_ids: list[str]) -> float:
     scratch key and measured with ``MEMORY USAGE`` against the record as it is."""
     extra = 0.0
     for run_id in run_ids:
-        key = f"hb:run:{run_id}"
+        key = keys.run(run_id)
         raw = await redis.get(key)
         if raw is None:
             continue
@@ -368,22 +368,22 @@ async def _breakdown(redis: Any, run_ids: list[str]) -> dict[str, float]:
         totals[name] = totals.get(name, 0.0) + (await redis.memory_usage(key) or 0)
 
     for run_id in run_ids:
-        await add("hb:run", f"hb:run:{run_id}")
-        await add("hb:run:…:events", f"hb:run:{run_id}:events")
-        await add("hb:result", f"hb:result:{run_id}")
-        raw = await redis.get(f"hb:run:{run_id}")
+        await add("hb:run", keys.run(run_id))
+        await add("hb:run:…:events", keys.run_events(run_id))
+        await add("hb:result", keys.result(run_id))
+        raw = await redis.get(keys.run(run_id))
         named = Run.from_json(raw).event_ids if raw is not None else []  # the record names all but progress
-        for event_id in dict.fromkeys([*named, *await _members(redis, f"hb:run:{run_id}:events")]):
-            await add(f"hb:evt {await _event_type(redis, f'hb:evt:{event_id}')}", f"hb:evt:{event_id}")
+        for event_id in dict.fromkeys([*named, *await _members(redis, keys.run_events(run_id))]):
+            await add(f"hb:evt {await _event_type(redis, keys.event(event_id))}", keys.event(event_id))
             events += 1
-    deliveries = await redis.keys("hb:dlv:*")
+    deliveries = await redis.keys(keys.delivery("*"))
     per = max(1, len(run_ids))
     out = {k: v / per for k, v in totals.items() if v}
     if deliveries and run_ids:
         # Deliveries are named by event and subscription, not by run: averaged over every run.
         sample = deliveries[:200]
         size = sum([await redis.memory_usage(k) or 0 for k in sample]) / len(sample)
-        runs_total = await redis.zcard("hb:client:bench:runs") or 1
+        runs_total = await redis.zcard(keys.client_runs("bench")) or 1
         out["hb:dlv (+ attempts)"] = size * len(deliveries) / runs_total
     out["events per run"] = events / per
     return out
@@ -408,7 +408,9 @@ async def _event_type(redis: Any, key: str) -> str:
         return str(await redis.hget(key, "type"))
     if kind == "string":
         try:
-            return str(json.loads(bodies.unpacked(await redis.get(key))).get("type"))
+            # A packed body is bytes (service/store/bodies.py): read without decoding.
+            raw = await redis.execute_command("GET", key, NEVER_DECODE=True)
+            return str(json.loads(bodies.unpacked(raw)).get("type"))
         except (TypeError, ValueError, AttributeError):
             return "?"
     return "?"

@@ -43,6 +43,7 @@ from bench._common import (
     run_main,
     url_run,
 )
+from service.store import keys
 
 COMMAND = "python -m bench.soak --minutes 4"
 RETENTION_S = 60
@@ -96,6 +97,8 @@ def _slope_mb_per_h(series: list[tuple[float, float]], skip_s: float) -> float |
 
 def _kind(key: str) -> str:
     """A key's kind, ids left out: ``hb:run:{run}:events`` -> ``hb:run:events``."""
+    if key.startswith(keys.PREFIX):  # the hash tag left out too
+        key = keys.ROOT + key.removeprefix(keys.PREFIX)
     parts = key.split(":")
     if parts[0] != "hb":
         return parts[0] + ":" + (parts[1] if len(parts) > 1 else "")

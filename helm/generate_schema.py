@@ -1,4 +1,4 @@
-"""Writes what is generated from the settings table (`service.settings.table()`): the `config` section of
+"""Writes what is generated from the settings table (`service.config.settings.table()`): the `config` section of
 helm/hookbridge/values.schema.json, and the README's configuration table between its markers.
 
 One source for the setting names, bounds and docs: the table `load()` reads. The schema lists those
@@ -21,11 +21,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "helm" / "hookbridge" / "values.schema.json"
 README = ROOT / "README.md"
-BEGIN = "<!-- settings table: generated from service/settings.py by `make schema`; do not edit by hand -->"
+BEGIN = "<!-- settings table: generated from service/config/settings.py by `make schema`; do not edit by hand -->"
 END = "<!-- end of the settings table -->"
 sys.path.insert(0, str(ROOT))
 
-from service import settings  # noqa: E402
+from service.config import settings  # noqa: E402
 from service.vendors import registry  # noqa: E402
 
 # Set by the chart from redis.*, api.* and worker.*; a `config` key would fight them.
@@ -85,16 +85,71 @@ def config_schema() -> dict[str, Any]:
         "type": "object",
         "description": (
             "Non-secret settings, rendered as HOOKBRIDGE_<KEY> in the ConfigMap. Generated from "
-            "service/settings.py by helm/generate_schema.py: do not edit by hand."
+            "service/config/settings.py by helm/generate_schema.py: do not edit by hand."
         ),
         "properties": dict(sorted(properties.items())),
         "additionalProperties": False,
     }
 
 
+_KEY = {"type": "string", "pattern": "^([-._a-zA-Z0-9]+)?$"}
+_VALUE = {"type": ["string", "number", "boolean", "null"]}
+
+
+def _vendor_schema(description: str, settings: dict[str, Any] | None) -> dict[str, Any]:
+    if settings is None:  # a plugin's: any upper-case name but the key, which is a secret
+        own: dict[str, Any] = {
+            "type": "object",
+            "propertyNames": {"pattern": "^[A-Z][A-Z0-9_]{0,40}$", "not": {"const": "API_KEY"}},
+            "additionalProperties": _VALUE,
+        }
+    else:
+        own = {"type": "object", "properties": settings, "additionalProperties": False}
+    return {
+        "type": ["object", "null"],
+        "description": description,
+        "properties": {
+            "apiKey": {"type": "string", "description": "put in the chart's Secret"},
+            "existingSecret": {"type": "string", "description": "a Secret of yours holding the key"},
+            "key": {**_KEY, "description": "the key in that Secret (default HOOKBRIDGE_<NAME>_API_KEY)"},
+            "settings": {**own, "description": "HOOKBRIDGE_<NAME>_<SETTING>, in the ConfigMap"},
+        },
+        "additionalProperties": False,
+    }
+
+
+def vendors_schema() -> dict[str, Any]:
+    """``vendors.<name>``: each own vendor with its non-secret settings, and any other (a plugin's)."""
+    own = _own_vendors()
+    properties: dict[str, Any] = {}
+    for name, spec in own.items():
+        settings_of: dict[str, Any] = {}
+        head = f"{settings.PREFIX}{name.upper()}_"
+        for row in settings.table({name: spec}):
+            if row.owner != name or row.secret:
+                continue
+            setting = row.name.removeprefix(head)
+            settings_of[setting] = {
+                "description": f"{row.name}: {row.setting.doc} (default {settings.show(row.default)!r})",
+                **_VALUE,
+            }
+        properties[name] = _vendor_schema(spec.description or name, dict(sorted(settings_of.items())))
+    return {
+        "type": "object",
+        "description": (
+            "Each vendor by name: its API key from a Secret, and its settings. Generated from "
+            "service/config/settings.py by helm/generate_schema.py: do not edit by hand."
+        ),
+        "propertyNames": {"pattern": "^[a-z][a-z0-9_]{0,30}$"},
+        "properties": properties,
+        "additionalProperties": _vendor_schema("a vendor plugin's", None),
+    }
+
+
 def render() -> str:
     schema = json.loads(SCHEMA.read_text())
     schema["properties"]["config"] = config_schema()
+    schema["properties"]["vendors"] = vendors_schema()
     return json.dumps(schema, indent=2) + "\n"
 
 

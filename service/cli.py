@@ -10,8 +10,8 @@ import sys
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from service import logs, tracing
-from service import settings as settings_mod
+from service.config import settings as settings_mod
+from service.observability import logs, tracing
 
 if TYPE_CHECKING:
     from service.vendors.base import VendorSpec
@@ -70,23 +70,8 @@ def _tracing(process: str) -> None:
 def _require_redis(settings: settings_mod.Settings, command: str) -> None:
     if not settings.connection.configured:
         print(
-            f"hookbridge {command}: HOOKBRIDGE_REDIS_URL (or HOOKBRIDGE_REDIS_SENTINELS) is required; "
-            "only dev and demo start a Redis of their own",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
-    # Declared and validated, not yet used by the store: refuse rather than run without what they promise.
-    if settings.redis_cluster_nodes:
-        print(
-            f"hookbridge {command}: configuration error: HOOKBRIDGE_REDIS_CLUSTER_NODES: Redis Cluster is "
-            "not supported yet by this version; give HOOKBRIDGE_REDIS_URL or HOOKBRIDGE_REDIS_SENTINELS",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
-    if settings.redis_wait_replicas:
-        print(
-            f"hookbridge {command}: configuration error: HOOKBRIDGE_REDIS_WAIT_REPLICAS: waiting for "
-            "replicas is not supported yet by this version; unset it (or set 0)",
+            f"hookbridge {command}: HOOKBRIDGE_REDIS_URL (or HOOKBRIDGE_REDIS_SENTINELS, "
+            "HOOKBRIDGE_REDIS_CLUSTER_NODES) is required; only dev and demo start a Redis of their own",
             file=sys.stderr,
         )
         raise SystemExit(2)
@@ -95,8 +80,8 @@ def _require_redis(settings: settings_mod.Settings, command: str) -> None:
 def cmd_api(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from service._uvicorn import api_config
     from service.api.app import create_app
+    from service.serving.server import api_config
 
     settings = _settings()
     _require_redis(settings, "api")
@@ -104,6 +89,8 @@ def cmd_api(args: argparse.Namespace) -> None:
     _tracing("api")
     if not settings.api_keys:
         logs.get().warning("HOOKBRIDGE_API_KEYS is empty: every request will be refused")
+    for note in settings_mod.warnings(settings):
+        logs.get().warning("setting raised", detail=note)
     config = api_config(
         create_app(settings),
         settings.api_limits,
@@ -237,7 +224,7 @@ def cmd_reseal_secrets(args: argparse.Namespace) -> None:
     async def main() -> dict[str, int]:
         store = Store(connect(settings), settings)
         try:
-            return await store.reseal_secrets()
+            return await store.subscriptions.reseal_secrets()
         finally:
             await store.close()
 
@@ -245,6 +232,38 @@ def cmd_reseal_secrets(args: argparse.Namespace) -> None:
     print(" ".join(f"{k}={v}" for k, v in counts.items()))
     if counts["unavailable"]:
         print("some secrets are sealed with a key that SECRET_KEYS no longer lists", file=sys.stderr)
+        raise SystemExit(1)
+
+
+def cmd_migrate_keys(args: argparse.Namespace) -> None:
+    """Renames the keys that hookbridge 2 wrote (``hb:<name>``) to today's layout (``hb:{hb}:<name>``),
+    with every hookbridge 2 process stopped (docs/deploy.md, "Upgrading from hookbridge 2")."""
+    from redis.asyncio import Redis
+
+    from service.store import connect
+    from service.store.layout import move_untagged_keys
+
+    settings = _settings()
+    _require_redis(settings, "migrate-keys")
+    if settings.redis_cluster_nodes:
+        print(
+            "hookbridge migrate-keys: a cluster never held hookbridge 2's keys (its scripts cannot run on "
+            "one): nothing to move",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+    async def main() -> dict[str, int]:
+        redis: Redis = connect(settings)
+        try:
+            return await move_untagged_keys(redis)
+        finally:
+            await redis.aclose()
+
+    counts = _run(main())
+    print(" ".join(f"{k}={v}" for k, v in counts.items()))
+    if counts["kept"]:
+        print("some keys exist in both layouts: the tagged ones were kept, the others left", file=sys.stderr)
         raise SystemExit(1)
 
 
@@ -278,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
         help="worker processes to run under one supervisor (default: HOOKBRIDGE_WORKER_PROCESSES, 1)",
     )
     p.set_defaults(func=cmd_worker)
-    p = sub.add_parser("simulator", help="the three vendors' async APIs, simulated")
+    p = sub.add_parser("simulator", help="every simulated vendor's async API")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8090)
     p.set_defaults(func=cmd_simulator)
@@ -293,6 +312,8 @@ def main(argv: list[str] | None = None) -> None:
         "reseal-secrets", help="seal every subscription secret under the first SECRET_KEYS key"
     )
     p.set_defaults(func=cmd_reseal_secrets)
+    p = sub.add_parser("migrate-keys", help="move hookbridge 2's keys to this version's layout")
+    p.set_defaults(func=cmd_migrate_keys)
     p = sub.add_parser("settings", help="print every setting with its default")
     p.add_argument(
         "--effective",

@@ -1,53 +1,65 @@
-"""Fixtures over real parts: a redis-server of our own, the simulator and a receiver on real ports, the
-API on uvicorn, and the worker runtime in the test's event loop.
+"""The suite's fixtures: the conformance kit's (service/testing/fixtures.py: a redis-server of our own, the
+simulator and a receiver on real ports, the API on uvicorn, the worker runtime in the test's event loop),
+which its pytest plugin registers (the ``pytest11`` entry point ``hookbridge``), and the ones only
+hookbridge's own tests use: a Redis Cluster and the clocked stack.
 
 Nothing here sleeps to let work happen: :func:`eventually` polls a condition until a deadline.
 """
 
 from __future__ import annotations
 
-import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import httpx
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
-from service import settings as settings_mod
-from service.api.app import create_app
-from service.clock import ManualClock
-from service.dev.embedded_redis import EmbeddedRedis, free_port, redis_server_binary, server_version
+from service.core.clock import ManualClock
+from service.dev.embedded_redis import free_port, redis_server_binary, server_version
 from service.dev.stack import Servers
 from service.simulator import SimulatorConfig
 from service.simulator import create_app as create_simulator
+from service.simulator.app import PREFIXES
+from service.store import keys
+from service.testing.fixtures import (
+    ALICE,
+    BOB,
+    CLUSTER_NODES,
+    Received,
+    Receiver,
+    ReceiverFactory,
+    Stack,
+    StackFactory,
+    base_env,
+    eventually,
+    simulated_vendors,
+)
 from service.worker.runtime import WorkerRuntime
 from tests.redis_cluster import RedisCluster
 
-ALICE, BOB = "alice-key", "bob-key"
+# Imported by the tests from here, as they were before the kit moved to service/testing.
+__all__ = [
+    "ALICE",
+    "BOB",
+    "Received",
+    "Receiver",
+    "ReceiverFactory",
+    "Stack",
+    "StackFactory",
+    "base_env",
+    "eventually",
+]
 
 
-async def eventually(
-    check: Callable[[], Awaitable[Any]],
-    *,
-    timeout: float = 20.0,
-    interval: float = 0.02,
-    what: str = "condition",
-) -> Any:
-    """Polls ``check`` until it returns something truthy, or fails after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(interval)
-    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
+def pytest_configure(config: pytest.Config) -> None:
+    manager = config.pluginmanager
+    if not (manager.has_plugin("hookbridge") or manager.has_plugin("service.testing.plugin")):
+        raise pytest.UsageError(
+            "the conformance kit's pytest plugin is not loaded: install hookbridge (make venv), and do not "
+            "pass -p no:hookbridge"
+        )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -76,241 +88,20 @@ def redis_cluster() -> Iterator[RedisCluster]:
         yield cluster
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[EmbeddedRedis]:
-    with EmbeddedRedis() as server:
-        yield server
+# HB_TEST_CLUSTER=1 runs the stacks (make_stack, make_clocked: the API and workers) on the session's
+# Redis Cluster instead of a single server: `.ci/run` runs the core path and the feed so.
+ON_CLUSTER = os.environ.get("HB_TEST_CLUSTER") == "1"
 
+if ON_CLUSTER:
 
-@pytest.fixture
-def redis_url(redis_server: EmbeddedRedis) -> str:
-    import redis
-
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
-    client.close()
-    return redis_server.url
-
-
-def base_env(redis_url: str, simulator_url: str = "http://127.0.0.1:9", **overrides: str) -> dict[str, str]:
-    """Short timings everywhere, so tests that need time to pass take little of it."""
-    env = {
-        "HOOKBRIDGE_REDIS_URL": redis_url,
-        "HOOKBRIDGE_API_KEYS": f"alice:{ALICE},bob:{BOB}",
-        "HOOKBRIDGE_CALLBACK_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128",
-        "HOOKBRIDGE_RETRY_SCHEDULE": "100ms,200ms,300ms",
-        "HOOKBRIDGE_CALLBACK_TIMEOUT_S": "2",
-        "HOOKBRIDGE_VENDOR_TIMEOUT_S": "3",
-        "HOOKBRIDGE_LEASE_S": "10",
-        "HOOKBRIDGE_WORKER_IDLE_S": "20ms",
-        "HOOKBRIDGE_WORKER_METRICS_PORT": "0",
-        "HOOKBRIDGE_SWEEP_INTERVAL_S": "1",
-        "HOOKBRIDGE_PROGRESS_MIN_INTERVAL_S": "0",
-        "HOOKBRIDGE_CLOUDSQUID_PROJECT": "test-project",
-        "HOOKBRIDGE_CLOUDSQUID_TABLE_ID": "3fa85f64-5717-4562-b3fc-2c963f66afa6",
-        # Quotas out of the way of tests that submit or subscribe in bulk; tests/hostile/test_quotas.py
-        # sets its own.
-        "HOOKBRIDGE_SUBMIT_RATE_PER_S": "100000",
-        "HOOKBRIDGE_SUBMIT_BURST": "100000",
-        "HOOKBRIDGE_MAX_SUBSCRIPTIONS_PER_CLIENT": "100000",
-    }
-    for vendor, path in (("NUTRIENT", "/nutrient"), ("CLOUDSQUID", "/cloudsquid/api"), ("UPTIQ", "/uptiq")):
-        env[f"HOOKBRIDGE_{vendor}_BASE_URL"] = simulator_url + path
-        env[f"HOOKBRIDGE_{vendor}_API_KEY"] = f"sim-{vendor.lower()}-key"
-        env[f"HOOKBRIDGE_{vendor}_POLL_INITIAL_S"] = "50ms"
-        env[f"HOOKBRIDGE_{vendor}_POLL_MAX_S"] = "200ms"
-        # No request budget unless a test sets one (Nutrient's default is 5/s): tests run many runs fast.
-        env[f"HOOKBRIDGE_{vendor}_MAX_RPS"] = "0"
-    # Tests submit placeholder document URLs (example.com) that nothing serves: Nutrient gets the URL
-    # unless a test asks for the default, upload (tests/integration/test_vendors_e2e.py does).
-    env["HOOKBRIDGE_NUTRIENT_URL_INPUT"] = "send"
-    env.update(overrides)
-    return env
-
-
-@dataclass
-class Received:
-    headers: dict[str, str]
-    body: bytes
-    at: float
-
-    def json(self) -> Any:
-        import json
-
-        return json.loads(self.body)
-
-
-@dataclass
-class Receiver:
-    """A callback endpoint on a real port. ``answers`` is consumed one status per request (then 204);
-    ``handler`` may replace the whole behaviour."""
-
-    url: str
-    received: list[Received] = field(default_factory=list)
-    answers: list[int | tuple[int, dict[str, str]]] = field(default_factory=list)
-    handler: Callable[[Request], Awaitable[Response]] | None = None
-
-    def events(self, event_type: str | None = None) -> list[dict[str, Any]]:
-        out = [r.json() for r in self.received]
-        return [e for e in out if event_type is None or e["type"] == event_type]
-
-
-@pytest.fixture
-async def servers() -> AsyncIterator[Servers]:
-    s = Servers()
-    try:
-        yield s
-    finally:
-        await s.stop()
-
-
-ReceiverFactory = Callable[..., Awaitable[Receiver]]
-
-
-@pytest.fixture
-async def make_receiver(servers: Servers) -> ReceiverFactory:
-    """Starts a receiver on ``port`` (a free one by default)."""
-
-    async def make(port: int | None = None) -> Receiver:
-        port = port or free_port()
-        rec = Receiver(url=f"http://127.0.0.1:{port}/hooks")
-
-        async def hook(request: Request) -> Response:
-            rec.received.append(
-                Received(
-                    {k.lower(): v for k, v in request.headers.items()}, await request.body(), time.time()
-                )
-            )
-            if rec.handler is not None:
-                return await rec.handler(request)
-            if rec.answers:
-                answer = rec.answers.pop(0)
-                status, headers = answer if isinstance(answer, tuple) else (answer, {})
-                return Response(status_code=status, headers=headers)
-            return Response(status_code=204)
-
-        await servers.start(Starlette(routes=[Route("/hooks", hook, methods=["POST"])]), port)
-        return rec
-
-    return make
-
-
-@pytest.fixture
-async def receiver(make_receiver: ReceiverFactory) -> Receiver:
-    return await make_receiver()
-
-
-@pytest.fixture
-def sim_config() -> SimulatorConfig:
-    return SimulatorConfig(duration_s=(0.1, 0.3), seed=7)
-
-
-@pytest.fixture
-async def simulator(servers: Servers, sim_config: SimulatorConfig) -> str:
-    port = free_port()
-    return await servers.start(create_simulator(sim_config), port)
-
-
-@dataclass
-class Stack:
-    settings: settings_mod.Settings
-    api: httpx.AsyncClient  # as alice
-    bob: httpx.AsyncClient
-    api_url: str
-    simulator_url: str
-    redis_url: str
-    worker: WorkerRuntime | None
-    servers: Servers
-    worker_task: asyncio.Task[None] | None = None
-
-    async def stop_worker(self) -> None:
-        """Stops this stack's worker and waits until it has finished, so a test can edit state alone."""
-        if self.worker is not None and self.worker_task is not None:
-            self.worker.request_stop()
-            await self.worker_task
-
-    async def subscribe(self, url: str, **fields: Any) -> dict[str, Any]:
-        response = await self.api.post("/v1/subscriptions", json={"url": url, **fields})
-        assert response.status_code == 201, response.text
-        return dict(response.json())
-
-    async def submit(
-        self, vendor: str = "nutrient", filename: str = "invoice.pdf", **fields: Any
-    ) -> dict[str, Any]:
-        import base64
-
-        body = {
-            "vendor": vendor,
-            "document": {
-                "content_base64": base64.b64encode(b"%PDF-1.4 test " + filename.encode()).decode(),
-                "filename": filename,
-                "media_type": "application/pdf",
-            },
-            **fields,
-        }
-        if vendor == "uptiq":
-            body.setdefault("options", {"documentType": "Invoice"})
-        response = await self.api.post("/v1/runs", json=body)
-        assert response.status_code == 202, response.text
-        return dict(response.json())
-
-    async def wait_status(self, run_id: str, *statuses: str, timeout: float = 20.0) -> dict[str, Any]:
-        async def check() -> dict[str, Any] | None:
-            run = (await self.api.get(f"/v1/runs/{run_id}")).json()
-            return run if run["status"] in statuses else None
-
-        result: dict[str, Any] = await eventually(check, timeout=timeout, what=f"{run_id} in {statuses}")
-        return result
-
-
-StackFactory = Callable[..., Awaitable[Stack]]
-
-
-@pytest.fixture
-async def make_stack(redis_url: str, simulator: str, servers: Servers) -> AsyncIterator[StackFactory]:
-    """Builds the API (on uvicorn) and, unless ``worker=False``, a worker, with env overrides."""
-    made: list[Stack] = []
-    tasks: list[asyncio.Task[None]] = []
-
-    async def make(*, worker: bool = True, resolver: Any = None, **overrides: str) -> Stack:
-        settings = settings_mod.load(base_env(redis_url, simulator, **overrides))
-        port = free_port()
-        api_url = await servers.start(create_app(settings), port)
-        runtime = None
-        task = None
-        if worker:
-            runtime = WorkerRuntime(settings, resolver=resolver)
-            task = asyncio.create_task(runtime.run(serve_health=False))
-            tasks.append(task)
-        stack = Stack(
-            settings,
-            httpx.AsyncClient(base_url=api_url, headers={"Authorization": f"Bearer {ALICE}"}),
-            httpx.AsyncClient(base_url=api_url, headers={"Authorization": f"Bearer {BOB}"}),
-            api_url,
-            simulator,
-            redis_url,
-            runtime,
-            servers,
-            task,
-        )
-        made.append(stack)
-        return stack
-
-    try:
-        yield make
-    finally:
-        for stack in made:
-            if stack.worker is not None:
-                stack.worker.request_stop()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for stack in made:
-            await stack.api.aclose()
-            await stack.bob.aclose()
-
-
-@pytest.fixture
-async def stack(make_stack: StackFactory) -> Stack:
-    return await make_stack()
+    @pytest.fixture
+    def redis_url(redis_cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> str:
+        """The cluster's seeds for every stack (base_env reads them), and the URL of the primary that holds
+        the store's one hash tag for the tests' own plain clients."""
+        redis_cluster.flushall()
+        monkeypatch.setenv(CLUSTER_NODES, ",".join(f"{h}:{p}" for h, p in redis_cluster.seeds))
+        owner = redis_cluster.primary_of(keys.run("x"))
+        return f"redis://127.0.0.1:{owner.port}/0"
 
 
 @dataclass
@@ -359,12 +150,8 @@ async def make_clocked(
         clock = ManualClock(time.time())
         sim_url = await servers.start(create_simulator(sim_config, clock=clock), free_port())
         urls = {
-            f"HOOKBRIDGE_{vendor}_BASE_URL": sim_url + path
-            for vendor, path in (
-                ("NUTRIENT", "/nutrient"),
-                ("CLOUDSQUID", "/cloudsquid/api"),
-                ("UPTIQ", "/uptiq"),
-            )
+            f"HOOKBRIDGE_{vendor.upper()}_BASE_URL": sim_url + PREFIXES[vendor]
+            for vendor in simulated_vendors()
         }
         stack = await make_stack(worker=False, **{**urls, **overrides})
         stack.simulator_url = sim_url

@@ -20,6 +20,7 @@ kills nodes starts its own)::
         cluster.fail_over(cluster.primaries_now()[0])  # SIGKILL a primary, wait for a replica to take over
 
 ``seeds`` are the ``(host, port)`` of every node (``startup_nodes`` for a client), ``url`` is the first.
+With ``password``, every node requires it (``requirepass``) and the replicas use it (``masterauth``).
 Timings are short (``cluster-node-timeout`` 2 s) so a failover takes seconds, not the default 15+.
 """
 
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.crc import key_slot
 
 from service.dev.embedded_redis import free_port, redis_server_binary
 
@@ -49,13 +51,21 @@ class Node:
     directory: Path
     process: subprocess.Popen[bytes] | None = None
     node_id: str = ""
+    password: str = ""
+    argv: list[str] = field(default_factory=list)
 
     @property
     def address(self) -> tuple[str, int]:
         return (HOST, self.port)
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host=HOST, port=self.port, socket_timeout=5, socket_connect_timeout=2)
+        return redis.Redis(
+            host=HOST,
+            port=self.port,
+            socket_timeout=5,
+            socket_connect_timeout=2,
+            password=self.password or None,
+        )
 
     def command(self, *args: Any) -> Any:
         with self.client() as client:
@@ -74,6 +84,7 @@ class RedisCluster:
     primaries: int = 3
     replicas: int = 1  # per primary
     node_timeout_ms: int = 2000
+    password: str = ""
     binary: str = field(default_factory=redis_server_binary)
     nodes: list[Node] = field(default_factory=list)
 
@@ -97,10 +108,7 @@ class RedisCluster:
         count = self.primaries * (1 + self.replicas)
         try:
             for i in range(count):
-                self.nodes.append(self._start_node(i))
-            for node in self.nodes:
-                _until(lambda n=node: _pings(n), timeout_s, f"node :{node.port} answers", node)
-                node.node_id = node.command("CLUSTER", "MYID").decode()
+                self.nodes.append(self._start_answering_node(i, timeout_s))
             primaries = self.nodes[: self.primaries]
             for i, primary in enumerate(primaries):
                 first, last = _slot_range(i, self.primaries)
@@ -117,10 +125,25 @@ class RedisCluster:
             raise
         return self
 
-    def _start_node(self, index: int) -> Node:
-        directory = self.directory / f"node{index}"
-        directory.mkdir()
-        node = Node(port=free_port(), bus_port=free_port(), directory=directory)
+    def _start_answering_node(self, index: int, timeout_s: float, tries: int = 5) -> Node:
+        """Starts node ``index`` and waits until it answers; a port taken between the choice and the
+        server's bind (another process may choose the same one) is chosen again, up to ``tries`` times."""
+        for attempt in range(tries):
+            node = self._start_node(index, attempt)
+            try:
+                _until(lambda n=node: _pings(n), timeout_s, f"node :{node.port} answers", node)
+            except RuntimeError:
+                if attempt + 1 < tries and "Address already in use" in node.log():
+                    continue
+                raise
+            node.node_id = node.command("CLUSTER", "MYID").decode()
+            return node
+        raise AssertionError("unreachable")
+
+    def _start_node(self, index: int, attempt: int = 0) -> Node:
+        directory = self.directory / f"node{index}" / str(attempt)
+        directory.mkdir(parents=True)
+        node = Node(port=free_port(), bus_port=free_port(), directory=directory, password=self.password)
         argv = [self.binary, "--port", str(node.port), "--cluster-port", str(node.bus_port),
                 "--bind", HOST, "--protected-mode", "no", "--dir", str(directory), "--save", "",
                 "--appendonly", "no", "--logfile", str(directory / "node.log"), "--loglevel", "notice",
@@ -128,8 +151,20 @@ class RedisCluster:
                 "--cluster-node-timeout", str(self.node_timeout_ms),
                 # A replica takes over however long it was cut off: the tests kill primaries on purpose.
                 "--cluster-replica-validity-factor", "0"]  # fmt: skip
+        if self.password:
+            argv += ["--requirepass", self.password, "--masterauth", self.password]
+        node.argv = argv
         node.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return node
+
+    def restart(self, node: Node, timeout_s: float = 60.0) -> None:
+        """Starts a killed node again on its port, from its own nodes.conf (as a pod restarted with its
+        volume would): a former primary rejoins as a replica of the one that took over. Returns once it
+        answers and the cluster is healthy again, its link to its primary up."""
+        assert not node.alive(), f"the node on :{node.port} still runs"
+        node.process = subprocess.Popen(node.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _until(lambda: _pings(node), timeout_s, f"node :{node.port} answers again", node)
+        self.wait_ok(timeout_s)
 
     def _everyone_knows_everyone(self) -> bool:
         for node in self.nodes:
@@ -146,6 +181,14 @@ class RedisCluster:
     def primaries_now(self) -> list[Node]:
         """The live nodes that are primaries now (after a failover, a former replica is one)."""
         return [n for n in self.live() if n.command("ROLE")[0] == b"master"]
+
+    def primary_of(self, key: str) -> Node:
+        """The live primary that serves ``key``'s slot now (from CLUSTER SLOTS of a live node)."""
+        slot = key_slot(key.encode())
+        for first, last, owner, *_ in self.live()[0].command("CLUSTER", "SLOTS"):
+            if first <= slot <= last:
+                return next(n for n in self.live() if n.port == int(owner[1]))
+        raise AssertionError(f"no node serves slot {slot}")
 
     def replicas_of(self, primary: Node) -> list[Node]:
         return [

@@ -11,7 +11,7 @@ from typing import Any
 
 import structlog
 from redis import exceptions as redis_errors
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import console, domain, logs, metrics, tracing
+from service import console
 from service.api import events, models, problems, runs, streams, subscriptions
 from service.api.auth import KeyRing
 from service.api.context import Context
@@ -36,9 +36,12 @@ from service.api.problems import (
 )
 from service.api.timing import RequestTiming
 from service.api.views import JSONResponse
+from service.config.settings import Settings
+from service.core import domain
 from service.delivery.urlsafety import Policy
-from service.settings import Settings
+from service.observability import logs, metrics, tracing
 from service.store import Store, connect
+from service.store.connection import ReplicasBehind, replicas_short
 from service.store.feed import Feed, Lanes
 
 log = logs.get("hookbridge.api")
@@ -51,13 +54,19 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
+    """Ready while Redis answers and, with ``REDIS_WAIT_REPLICAS``, while every primary has that many
+    replicas online: without them every acknowledged write would wait its timeout and fail."""
     ctx = Context.of(request)
     try:
         await ctx.store.ping()
-    except (RedisError, OSError):
+        short = await replicas_short(ctx.store.redis, ctx.settings.redis_wait_replicas)
+    except (*_REDIS_DOWN, RedisClusterException):
         metrics.REDIS_UP.set(0)
         return JSONResponse({"status": "redis unavailable"}, status_code=503, headers={"Retry-After": "1"})
     metrics.REDIS_UP.set(1)
+    if short:
+        body = {"status": "too few replicas", "primaries": short}
+        return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
     return JSONResponse({"status": "ok"})
 
 
@@ -73,13 +82,26 @@ async def openapi(request: Request) -> Response:
 # Only a Redis that cannot answer is a 503; any other Redis error (WRONGTYPE, a script error) is a fault of
 # ours and must never be reachable from input: ids are checked before they become keys.
 _REDIS_DOWN = (
-    redis_errors.ConnectionError,  # BusyLoadingError too
+    redis_errors.ConnectionError,  # BusyLoadingError, MaxConnectionsError too
     redis_errors.TimeoutError,
     redis_errors.ReadOnlyError,  # a replica after a failover, until the client reconnects
-    redis_errors.MasterDownError,
-    redis_errors.TryAgainError,
+    redis_errors.TryAgainError,  # a slot migrating, past the cluster client's retries
+    # A cluster mid-failover: CLUSTERDOWN and MASTERDOWN (ClusterDownError), MOVED and ASK past the
+    # client's redirections ("TTL exhausted", a ClusterError), MOVED or ASK left in a pipeline's reply.
+    redis_errors.ClusterError,
+    redis_errors.AskError,
+    redis_errors.SlotNotCoveredError,  # the map the client holds has a hole until it is re-read
+    ReplicasBehind,  # WAIT: the write is on the primary, not yet on REDIS_WAIT_REPLICAS replicas
     OSError,
 )
+
+
+def _redis_down(exc: BaseException) -> bool:
+    """A fault of the store's availability: one of ``_REDIS_DOWN``, or redis-py's cluster client failing
+    to reach any node (a ``RedisClusterException`` raised from a connection error: it is no RedisError)."""
+    if isinstance(exc, _REDIS_DOWN):
+        return True
+    return isinstance(exc, RedisClusterException) and isinstance(exc.__cause__, (*_REDIS_DOWN, RedisError))
 
 
 async def _error(request: Request, exc: Exception) -> Response:
@@ -95,7 +117,13 @@ async def _error(request: Request, exc: Exception) -> Response:
         return problems.response(
             cls(str(exc.detail)), request.url.path, headers={**(exc.headers or {}), **(headers or {})}
         )
-    if isinstance(exc, _REDIS_DOWN):
+    if isinstance(exc, ReplicasBehind):
+        log.warning("write not replicated in time", error=str(exc))
+        exc = Unavailable(
+            "The write reached the store but not its replicas in time; it may exist. Retry with the "
+            "same Idempotency-Key to get it."
+        )
+    elif _redis_down(exc):
         log.warning("redis unavailable", error=type(exc).__name__)
         exc = Unavailable("The store is unreachable; try again shortly.")
     elif not isinstance(exc, Problem):
@@ -205,6 +233,12 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
         metrics.set_clients(client for client, _ in settings.api_keys)
         own = store is None
         s = store or Store(connect(settings, url=redis_url), settings)
+        # The writes an answer shows wait for REDIS_WAIT_REPLICAS on connections of their own (WAIT).
+        durable = (
+            Store(connect(settings, url=redis_url, durable=True), settings)
+            if settings.redis_wait_replicas
+            else None
+        )
         # Waiting feed readers block on a Redis client of their own, never on the shared pool.
         lanes = Lanes(settings.feed_blocking_connections, share=settings.max_streams_per_client)
         feed = Feed(s.redis, connect(settings, url=redis_url), settings.retention_s, lanes=lanes)
@@ -217,11 +251,14 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
             openapi=openapi_body,
             log=log,
             feed=feed,
+            durable_store=durable,
         )
         try:
             yield {"ctx": ctx}
         finally:
             await feed.close()
+            if durable is not None:
+                await durable.close()
             if own:
                 await s.close()
 

@@ -25,8 +25,9 @@ from service.api.problems import (
     UnknownVendor,
     UnsupportedMediaType,
     ValidationFailed,
+    VendorNotConfigured,
 )
-from service.settings import Settings
+from service.config.settings import Settings
 
 JSON_OVERHEAD = 256 * 1024  # what a JSON or multipart body may hold besides the document
 _PRINTABLE = re.compile(r"^[\x20-\x7e]{1,255}$")
@@ -248,6 +249,12 @@ def _model(
         )
     if vendor not in by_vendor:
         raise UnknownVendor(f"Unknown vendor {vendor[:40]!r}; use one of {', '.join(by_vendor)}.")
+    missing = settings.vendors[vendor].missing
+    if missing:
+        # Installed, not configured: the API starts without the vendor's settings, and says what is unset.
+        raise VendorNotConfigured(
+            f"Vendor {vendor!r} is not configured: set {', '.join(missing)}.", missing=list(missing)
+        )
     return by_vendor[vendor]
 
 

@@ -8,13 +8,13 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 
-from service import domain
 from service.api.auth import KeyRing
 from service.api.models import Models
 from service.api.problems import NotFound, RateLimited
+from service.config.settings import Settings
+from service.core import domain
+from service.core.records import Delivery, Run, Subscription
 from service.delivery.urlsafety import Policy
-from service.records import Delivery, Run, Subscription
-from service.settings import Settings
 from service.store import Store
 from service.store.feed import Feed
 
@@ -29,6 +29,14 @@ class Context:
     openapi: bytes  # the document, encoded once
     log: Any
     feed: Feed | None = None  # the event feed (GET /v1/events, the SSE streams)
+    durable_store: Store | None = None  # the store over a client that WAITs (REDIS_WAIT_REPLICAS > 0)
+
+    @property
+    def durable(self) -> Store:
+        """The store for a write whose success the answer shows (contract section 10): each of its writes
+        reaches ``REDIS_WAIT_REPLICAS`` replicas before it returns, or raises ``ReplicasBehind`` (a 503).
+        The plain store when no replica is asked for."""
+        return self.durable_store or self.store
 
     @staticmethod
     def of(request: Request) -> Context:
@@ -49,9 +57,9 @@ class Context:
         prefix, param, what = _OWNED[kind]
         record_id = request.path_params[param]
         get = {
-            Run: ctx.store.get_run,
-            Subscription: ctx.store.get_subscription,
-            Delivery: ctx.store.get_delivery,
+            Run: ctx.store.runs.get_run,
+            Subscription: ctx.store.subscriptions.get_subscription,
+            Delivery: ctx.store.deliveries.get_delivery,
         }
         record = await get[kind](record_id) if domain.is_id(prefix, record_id) else None
         if not isinstance(record, kind) or record.client != client:
@@ -60,9 +68,9 @@ class Context:
 
     async def rate(self, limiter: str, client: str, what: str, *, take: bool = True) -> None:
         """429 past the client's rate (``SUBMIT_RATE_PER_S``, ``SUBMIT_BURST``) on ``limiter``: submits
-        on one (taken by the run's creation itself, :meth:`Store.create_run`), sends on demand (test, retry,
+        on one (taken by the run's creation itself, :meth:`Runs.create_run`), sends on demand (test, retry,
         recover: requests to a URL the tenant chose) on another."""
-        wait_s = await self.store.rate_limit(limiter, client, *self.submit_rate, take=take)
+        wait_s = await self.store.limits.rate_limit(limiter, client, *self.submit_rate, take=take)
         if wait_s > 0:
             raise self.over_rate(wait_s, what)
 

@@ -19,7 +19,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from service import domain, logs
 from service.api.body import query
 from service.api.context import Context
 from service.api.models import EventQuery, FeedQuery
@@ -31,6 +30,8 @@ from service.api.problems import (
     ValidationFailed,
 )
 from service.api.views import JSONResponse
+from service.core import domain
+from service.observability import logs
 from service.store import feed as feeds
 from service.store.feed import Feed, FeedFilter, FeedRead, ScanRate, valid_iterator
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from service import domain, lifecycle
-from service.records import Event, Run, Transition
-from service.settings import Settings
+from service.config.settings import Settings
+from service.core import domain, lifecycle
+from service.core.records import Event, Run, Transition
 
 # The event types an example can be asked for: every concrete type (``run.*`` is a filter, not a type).
 EXAMPLE_TYPES = domain.EVENT_TYPES

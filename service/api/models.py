@@ -1,9 +1,9 @@
 """The API's requests, declared once (pydantic v2), and the OpenAPI document's schemas.
 
-The request models validate requests; with the public shapes (:mod:`service.shapes`: responses and
+The request models validate requests; with the public shapes (:mod:`service.core.shapes`: responses and
 callback bodies) they give the document its schemas. The limits that are settings
 (metadata, document size, the registered vendors and their ``options``) are applied by :func:`build`,
-which derives the request models from the running :class:`~service.settings.Settings` at app start, so
+which derives the request models from the running :class:`~service.config.settings.Settings` at app start, so
 that the server and its document enforce and state the same numbers. pydantic rather than msgspec:
 msgspec is 2-5x faster per body (``bench/models.py``) but stops at the first bad field, and ``errors[]``
 names every one.
@@ -34,11 +34,12 @@ from pydantic import (
 from pydantic.json_schema import GenerateJsonSchema, SkipJsonSchema
 from typing_extensions import TypeAliasType, TypedDict
 
-from service import domain
 from service.api.problems import codes_by_status
+from service.config.settings import Settings
+from service.core import domain
+from service.core.shapes import DeliveryStatus, EventType, EventTypeFilter, Out, RunId, RunStatus, literal
 from service.delivery.schedule import MAX_IN_FLIGHT_MAX, RATE_LIMIT_MAX_PER_S, RATE_LIMIT_MIN_PER_S
-from service.settings import Settings
-from service.shapes import DeliveryStatus, EventType, EventTypeFilter, Out, RunId, RunStatus, literal
+from service.vendors import registry
 
 REF = "#/components/schemas/"
 B64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$"
@@ -327,16 +328,28 @@ def _needs_options(options: type[BaseModel]) -> bool:
         return True
 
 
+def _document_input(schemes: tuple[str, ...]) -> Any:
+    """The run's document for a vendor that also reads URLs of ``schemes`` itself (``s3://``, ``gs://``,
+    contract §10); other vendors keep :class:`DocumentInput` (``http(s)`` only)."""
+    if not schemes:
+        return DocumentInput
+    alternatives = "|".join(["https?", *(re.escape(s) for s in schemes)])
+    url = Annotated[str, Field(min_length=1, max_length=2048, pattern=rf"^({alternatives})://\S+$")]
+    name = "DocumentInput" + "".join(s.title() for s in schemes)
+    return create_model(name, __base__=DocumentInput, url=(url | NoNull, None))
+
+
 def _vendor_models(settings: Settings, metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     parts: dict[str, Any] = {}
     runs: dict[str, Any] = {}
     for name, vendor in settings.vendors.items():
         ops = vendor.operations
-        spec_options = vendor.spec.options if vendor.spec is not None else None
+        spec = registry.spec_of(vendor)
+        spec_options = spec.options if spec is not None else None
         options: Any = spec_options or dict[str, Any]
         needed = spec_options is not None and _needs_options(spec_options)
         default: Any = ... if needed else Field(default_factory=options)
-        title = name.title()
+        title = "".join(part.title() for part in name.split("_"))  # azure_di -> AzureDi
         parts[name] = create_model(
             f"{title}RunRequestPart",
             __base__=RunFields,
@@ -346,10 +359,13 @@ def _vendor_models(settings: Settings, metadata: Any) -> tuple[dict[str, Any], d
             options=(options, default),
             metadata=(metadata, {}),
         )
+        schemes = spec.document_schemes if spec is not None else ()
+        own_document: dict[str, Any] = {"document": (_document_input(schemes), ...)} if schemes else {}
         runs[name] = create_model(
             f"{title}RunRequest",
             __base__=(parts[name], RunRequestBase),
             __doc__=f"A run at {name}, as a JSON body.",
+            **own_document,
         )
     return runs, parts
 

@@ -18,10 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from service import __version__, domain, shapes
+from service import __version__
 from service.api import models
 from service.api.models import REF, DeliveryPage, Models, Page
 from service.api.problems import codes_by_status
+from service.core import domain, shapes
 
 Schema = dict[str, Any]
 JSON, PROBLEM = "application/json", "application/problem+json"
@@ -100,6 +101,12 @@ RUN_EXAMPLES: list[Any] = [
         "document": {"url": "https://example.com/statement.pdf"},
         "options": {"documentType": "BankStatement"},
         "zero_retention": True,
+    },
+    {
+        "vendor": "azure_di",
+        "operation": "analyze",
+        "document": {"url": "https://example.com/invoice.pdf"},
+        "options": {"model_id": "prebuilt-invoice", "pages": "1-2", "output_content_format": "markdown"},
     },
 ]
 # A stream's answer, described per event (OpenAPI 3.1: the media type's schema is one event): `id: <feed
@@ -245,7 +252,7 @@ def _operation(op: Op, m: Models) -> Schema:
         content = {JSON: {"schema": {"$ref": REF + name}, "examples": _examples([example])}}
         out["requestBody"] = {"required": not optional or optional[0], "content": content}
     elif op.id == "createRun":
-        out["requestBody"] = _submit_body()
+        out["requestBody"] = _submit_body(m)
     ok = _response(op.summary, op.component, {**extra.get("headers", {}), "X-Request-Id": "RequestId"})
     ok.update({key: extra[key] for key in ("content", "links") if key in extra})
     errors = sorted({*op.errors, *(EVERY_ERROR if secured else (431,))})
@@ -267,7 +274,9 @@ def _examples(values: list[Any]) -> Schema:
     return {f"example{i}": {"value": value} for i, value in enumerate(values, 1)}
 
 
-def _submit_body() -> Schema:
+def _submit_body(m: Models) -> Schema:
+    # The examples of the installed vendors only: one of a vendor not installed would not validate.
+    examples = [e for e in RUN_EXAMPLES if e["vendor"] in m.runs]
     multipart = {
         "type": "object",
         "properties": {
@@ -282,7 +291,7 @@ def _submit_body() -> Schema:
         "description": "JSON, or multipart/form-data with a `file` part and a `request` part holding the "
         "same JSON without `document`.",
         "content": {
-            JSON: {"schema": {"$ref": REF + "RunRequest"}, "examples": _examples(RUN_EXAMPLES)},
+            JSON: {"schema": {"$ref": REF + "RunRequest"}, "examples": _examples(examples)},
             "multipart/form-data": {"schema": multipart, "encoding": {"request": {"contentType": JSON}}},
         },
     }

@@ -12,8 +12,8 @@ The OpenAPI document lists the codes of each status from these classes (:func:`c
     ├── ResultGone, IteratorExpired              410
     ├── DocumentTooLarge                         413
     ├── UnsupportedMediaType                     415
-    ├── ValidationFailed, UnknownVendor, CallbackURLNotAllowed, OptionsTooLarge,
-    │   InvalidIterator                          422
+    ├── ValidationFailed, UnknownVendor, VendorNotConfigured, CallbackURLNotAllowed,
+    │   OptionsTooLarge, InvalidIterator         422
     ├── RateLimited, TooManyStreams              429 (with Retry-After)
     ├── HeadersTooLarge                          431
     ├── Unavailable                              503 (with Retry-After)
@@ -119,6 +119,10 @@ class ValidationFailed(Problem, status=422, code="validation_error", title="Inva
 
 
 class UnknownVendor(Problem, status=422, code="unknown_vendor", title="Unknown vendor"): ...
+
+
+class VendorNotConfigured(Problem, status=422, code="vendor_not_configured", title="Vendor not configured"):
+    """The vendor is installed but a setting it needs is unset; ``missing`` names the variables."""
 
 
 class CallbackURLNotAllowed(

@@ -9,7 +9,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from service import domain, lifecycle, tracing, trail
 from service.api import views
 from service.api.body import Submission, bad_cursor, idempotency_key, query, small_body, submission
 from service.api.context import Context
@@ -24,10 +23,12 @@ from service.api.problems import (
     ValidationFailed,
 )
 from service.api.views import JSONResponse
-from service.domain import TERMINAL
-from service.metrics import count_run_end
-from service.records import Run
-from service.settings import Settings
+from service.config.settings import Settings
+from service.core import domain, lifecycle, trail
+from service.core.domain import TERMINAL
+from service.core.records import Run
+from service.observability import tracing
+from service.observability.metrics import count_run_end
 from service.store import Applied, Missing, OverRate
 
 
@@ -72,13 +73,13 @@ def metadata_filters(request: Request, settings: Settings) -> list[tuple[str, st
     return pairs
 
 
-class Runs(HTTPEndpoint):
+class RunRoutes(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
         ctx, client = Context.authenticated(request)
         metadata = metadata_filters(request, ctx.settings)
         q = query(request, ctx.models.run_page, skip=METADATA_PREFIX)
         try:
-            page = await ctx.store.list_runs(
+            page = await ctx.store.runs.list_runs(
                 client,
                 limit=q.limit,
                 cursor=q.cursor,
@@ -101,7 +102,7 @@ class Runs(HTTPEndpoint):
             await ctx.rate("submit", client, "submits", take=False)
         key = idempotency_key(request)
         # Answer a replay before reading a possibly large body a second time into Redis.
-        record = await ctx.store.idempotency_record(client, key) if key is not None else None
+        record = await ctx.store.runs.idempotency_record(client, key) if key is not None else None
         sub = await submission(request, ctx.settings, ctx.models)
         await _check_subscriptions(ctx, client, sub.request.subscription_ids)
         fingerprint = sub.fingerprint()
@@ -109,7 +110,7 @@ class Runs(HTTPEndpoint):
             return await _replay(ctx, record, fingerprint)
         run = _new_run(client, sub)
         try:
-            existing = await ctx.store.create_run(
+            existing = await ctx.durable.runs.create_run(
                 run, sub.content, (key, fingerprint) if key else None, rate=ctx.submit_rate
             )
         except OverRate as over:
@@ -138,7 +139,7 @@ def _new_run(client: str, sub: Submission) -> Run:
 
 
 async def _check_subscriptions(ctx: Context, client: str, ids: list[str]) -> None:
-    subs = await ctx.store.get_subscriptions(ids) if ids else []
+    subs = await ctx.store.subscriptions.get_subscriptions(ids) if ids else []
     unknown = [
         {
             "field": f"subscription_ids.{i}",
@@ -156,7 +157,7 @@ async def _replay(ctx: Context, record: str, fingerprint: str) -> Response:
     stored_fingerprint, _, run_id = record.partition(" ")
     if stored_fingerprint != fingerprint:
         raise IdempotencyKeyReused("This Idempotency-Key was used with a different request.")
-    run = await ctx.store.get_run(run_id)
+    run = await ctx.store.runs.get_run(run_id)
     if run is None:
         raise ResultGone("The run for this Idempotency-Key is past retention.")
     return _accepted(run, replayed=True)
@@ -183,7 +184,7 @@ class CancelRun(HTTPEndpoint):
                 settings=ctx.settings,
                 vendor_can_cancel=vendor is not None and vendor.supports_cancel,
             )
-            outcome = await ctx.store.transition(change)
+            outcome = await ctx.durable.runs.transition(change)
             if isinstance(outcome, Applied):
                 if outcome.ended:
                     count_run_end(run.vendor, change.run.status, run.client)
@@ -203,7 +204,7 @@ class RunResult(HTTPEndpoint):
             raise RunNotSucceeded(f"The run {run.status}; it has no result, and never will.")
         if run.status != domain.SUCCEEDED:
             raise ResultNotReady("The run has not ended yet; ask again once it has.")
-        raw = await ctx.store.get_result(run.id)
+        raw = await ctx.store.runs.get_result(run)
         if raw is None:
             raise ResultGone("The result is past retention.")
         # A file result (Nutrient split's zip) is served as the file; anything else is the vendor's JSON.
@@ -221,7 +222,7 @@ class RunDeliveries(HTTPEndpoint):
         ctx, _, run = await Context.owned(request, Run)
         q = query(request, Page)
         try:
-            page = await ctx.store.run_deliveries(run.id, limit=q.limit, cursor=q.cursor)
+            page = await ctx.store.deliveries.run_deliveries(run.id, limit=q.limit, cursor=q.cursor)
         except (ValueError, UnicodeDecodeError):
             raise bad_cursor() from None
         return JSONResponse(views.page([views.delivery(d) for d in page.data], page.next_cursor))
@@ -232,13 +233,13 @@ class RunEvents(HTTPEndpoint):
         ctx, _, run = await Context.owned(request, Run)
         events = [
             {"id": event_id, "type": body["type"], "created_at": body["timestamp"], "data": body["data"]}
-            for event_id, body in await ctx.store.run_events(run)
+            for event_id, body in await ctx.store.runs.run_events(run)
         ]
         return JSONResponse(views.page(events, None))
 
 
 routes = [
-    Route("/v1/runs", Runs),
+    Route("/v1/runs", RunRoutes),
     Route("/v1/runs/{run_id}", RunOne),
     Route("/v1/runs/{run_id}/cancel", CancelRun),
     Route("/v1/runs/{run_id}/result", RunResult),

@@ -21,8 +21,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from service import domain, logs
-from service._uvicorn import ABORT
 from service.api import events
 from service.api.body import query
 from service.api.context import Context
@@ -39,8 +37,11 @@ from service.api.events import (
     take_slot,
 )
 from service.api.models import RunStreamQuery, StreamQuery
-from service.domain import TERMINAL
-from service.records import Run
+from service.core import domain
+from service.core.domain import TERMINAL
+from service.core.records import Run
+from service.observability import logs
+from service.serving.server import ABORT
 from service.store.feed import FeedFilter, FeedRead, IteratorTrimmed
 
 log = logs.get("hookbridge.api")

@@ -11,7 +11,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from service import domain
 from service.api import views
 from service.api.body import bad_cursor, json_body, query
 from service.api.context import Context
@@ -26,10 +25,11 @@ from service.api.problems import (
     Unavailable,
 )
 from service.api.views import JSONResponse
+from service.core import domain
+from service.core.records import Delivery, Event, Subscription, replace
 from service.delivery.signing import new_secret
 from service.delivery.urlsafety import UnsafeURL
-from service.records import Delivery, Event, Subscription, replace
-from service.store import OWNER_DISABLED, SecretUnavailable
+from service.store import OWNER_DISABLED, Applied, Busy, Missing, SecretUnavailable
 
 # The request members that are the record's own fields, under the same names.
 _FIELDS = ("url", "event_types", "description", "metadata", "max_in_flight", "rate_limit_per_s")
@@ -79,7 +79,7 @@ def _secrets(ctx: Context, sub: Subscription) -> list[list[Any]]:
     """The subscription's secrets, opened; a sealed value whose key is not configured is the operator's
     fault, not the tenant's: 503, with the key id in the log only."""
     try:
-        return ctx.store.open_secrets(sub)
+        return ctx.store.subscriptions.open_secrets(sub)
     except SecretUnavailable as exc:
         ctx.log.error("subscription secret cannot be decrypted", subscription_id=sub.id, error=str(exc))
         raise Unavailable(
@@ -87,12 +87,12 @@ def _secrets(ctx: Context, sub: Subscription) -> list[list[Any]]:
         ) from None
 
 
-class Subscriptions(HTTPEndpoint):
+class SubscriptionRoutes(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
         ctx, client = Context.authenticated(request)
         q = query(request, Page)
         try:
-            page = await ctx.store.list_subscriptions(client, limit=q.limit, cursor=q.cursor)
+            page = await ctx.store.subscriptions.list_subscriptions(client, limit=q.limit, cursor=q.cursor)
         except (ValueError, UnicodeDecodeError):
             raise bad_cursor() from None
         return JSONResponse(views.page([views.subscription(s) for s in page.data], page.next_cursor))
@@ -104,12 +104,12 @@ class Subscriptions(HTTPEndpoint):
         now = domain.now_ms()
         secret = new_secret()
         sub_id = domain.new_id("sub")
-        secrets = ctx.store.seal_secrets(sub_id, [[secret, None]])
+        secrets = ctx.store.subscriptions.seal_secrets(sub_id, [[secret, None]])
         sub = Subscription(
             id=sub_id, client=client, secrets=secrets, created_at=now, updated_at=now, **changes
         )
         quota = ctx.settings.max_subscriptions_per_client
-        if not await ctx.store.create_subscription(sub, max_count=quota):
+        if not await ctx.durable.subscriptions.create_subscription(sub, max_count=quota):
             raise QuotaExceeded(
                 f"This client already has {quota} subscriptions (HOOKBRIDGE_MAX_SUBSCRIPTIONS_PER_CLIENT); "
                 "delete one first.",
@@ -130,17 +130,19 @@ class SubscriptionOne(HTTPEndpoint):
         changes = await _changes(ctx, await json_body(request, ctx.settings, ctx.models.subscription_update))
         if changes:
             changes["updated_at"] = domain.now_ms()
-            if not ctx.store.secret_box.current(sub.secrets):
+            if not ctx.store.subscriptions.secrets_current(sub.secrets):
                 # Any write seals a secret stored plain (or under a key no longer first): the lazy migration.
                 with contextlib.suppress(SecretUnavailable):
-                    changes["secrets"] = ctx.store.seal_secrets(sub.id, ctx.store.open_secrets(sub))
+                    changes["secrets"] = ctx.store.subscriptions.seal_secrets(
+                        sub.id, ctx.store.subscriptions.open_secrets(sub)
+                    )
             sub = replace(sub, **changes)
-            await ctx.store.update_subscription(sub, changes)
+            await ctx.durable.subscriptions.update_subscription(sub, changes)
         return JSONResponse(views.subscription(sub))
 
     async def delete(self, request: Request) -> Response:
         ctx, client, sub = await Context.owned(request, Subscription)
-        await ctx.store.delete_subscription(sub.id, client)
+        await ctx.durable.subscriptions.delete_subscription(sub.id, client)
         return Response(status_code=204)
 
 
@@ -159,8 +161,8 @@ class RotateSecret(HTTPEndpoint):
         secret = new_secret()
         # The new secret signs first; the old ones keep signing beside it until the overlap ends.
         secrets = [[secret, None], *[[s, min(exp or expires, expires)] for s, exp in old]]
-        sub = replace(sub, secrets=ctx.store.seal_secrets(sub.id, secrets), updated_at=now)
-        await ctx.store.update_subscription(sub, ["secrets", "updated_at"])
+        sub = replace(sub, secrets=ctx.store.subscriptions.seal_secrets(sub.id, secrets), updated_at=now)
+        await ctx.durable.subscriptions.update_subscription(sub, ["secrets", "updated_at"])
         return JSONResponse(views.subscription(sub, secret))
 
 
@@ -172,7 +174,7 @@ class TestSubscription(HTTPEndpoint):
         now = domain.now_ms()
         if req.event_type is not None and req.event_type != domain.EVENT_TEST:
             event = example_event(str(req.event_type), client, ctx.settings, now)
-            if not await ctx.store.emit_test_event(client, sub.id, event, now, example=True):
+            if not await ctx.durable.subscriptions.emit_test_event(client, sub.id, event, now, example=True):
                 raise SubscriptionDisabled("The subscription is disabled; enable it to test it.")
             return JSONResponse({"event_id": event.id}, status_code=202)
         event_id = domain.new_id("evt")
@@ -184,7 +186,7 @@ class TestSubscription(HTTPEndpoint):
         event = Event(
             id=event_id, type=domain.EVENT_TEST, created=now, body=json.dumps(body, separators=(",", ":"))
         )
-        if not await ctx.store.emit_test_event(client, sub.id, event, now):
+        if not await ctx.durable.subscriptions.emit_test_event(client, sub.id, event, now):
             raise SubscriptionDisabled("The subscription is disabled; enable it to test it.")
         return JSONResponse({"event_id": event_id}, status_code=202)
 
@@ -194,7 +196,7 @@ class SubscriptionDeliveries(HTTPEndpoint):
         ctx, _, sub = await Context.owned(request, Subscription)
         q = query(request, DeliveryPage)
         try:
-            page = await ctx.store.list_deliveries(
+            page = await ctx.store.deliveries.list_deliveries(
                 sub.id,
                 limit=q.limit,
                 cursor=q.cursor,
@@ -216,21 +218,21 @@ class RecoverDeliveries(HTTPEndpoint):
         since = int(req.since.timestamp() * 1000)
         until = None if req.until is None else int(req.until.timestamp() * 1000)
         try:
-            failed, next_cursor = await ctx.store.failed_deliveries_since(
+            failed, next_cursor = await ctx.store.deliveries.failed_deliveries_since(
                 sub.id, since, until_ms=until, cursor=req.cursor
             )
         except (ValueError, UnicodeDecodeError):
             raise bad_cursor() from None
         retried = 0
         for delivery_id in failed:
-            retried += await ctx.store.retry_delivery(delivery_id, now) == "ok"
+            retried += isinstance(await ctx.durable.deliveries.retry_delivery(delivery_id, now), Applied)
         return JSONResponse({"retried": retried, "next_cursor": next_cursor}, status_code=202)
 
 
 class DeliveryOne(HTTPEndpoint):
     async def get(self, request: Request) -> Response:
         ctx, _, d = await Context.owned(request, Delivery)
-        return JSONResponse(views.delivery(d, await ctx.store.delivery_attempts(d.id)))
+        return JSONResponse(views.delivery(d, await ctx.store.deliveries.delivery_attempts(d.id)))
 
 
 class RetryDelivery(HTTPEndpoint):
@@ -238,19 +240,19 @@ class RetryDelivery(HTTPEndpoint):
         ctx, client, d = await Context.owned(request, Delivery)
         await ctx.rate("send", client, "test, retry or recover requests")
         now = domain.now_ms()
-        outcome = await ctx.store.retry_delivery(d.id, now)
-        if outcome == "in_flight":
+        outcome = await ctx.durable.deliveries.retry_delivery(d.id, now)
+        if isinstance(outcome, Busy):
             raise DeliveryInFlight(
                 "An attempt of this delivery is being sent right now; retry once it has ended."
             )
-        if outcome == "missing":
+        if isinstance(outcome, Missing):
             raise NotFound(f"No delivery {d.id}.")
         resent = replace(d, status=domain.DeliveryStatus.PENDING, next_attempt_at=now, series=d.attempts)
         return JSONResponse(views.delivery(resent), status_code=202)
 
 
 routes = [
-    Route("/v1/subscriptions", Subscriptions),
+    Route("/v1/subscriptions", SubscriptionRoutes),
     Route("/v1/subscriptions/{sub_id}", SubscriptionOne),
     Route("/v1/subscriptions/{sub_id}/secret", SubscriptionSecret),
     Route("/v1/subscriptions/{sub_id}/rotate-secret", RotateSecret),

@@ -7,7 +7,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import metrics
+from service.observability import metrics
 
 
 class RequestTiming:

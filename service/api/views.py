@@ -1,5 +1,5 @@
 """Each resource as the API shows it (models ``Run``, ``Subscription``, ``Delivery``): one function per
-resource, from the typed record the store keeps (service/records.py owns the field names)."""
+resource, from the typed record the store keeps (service/core/records.py owns the field names)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse as _StarletteJSON
 
-from service.records import (
+from service.core.records import (
     Attempt,
     Delivery,
     Run,

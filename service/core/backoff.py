@@ -20,6 +20,16 @@ class PollPolicy(Protocol):
     def poll_max_s(self) -> float: ...
     @property
     def poll_multiplier(self) -> float: ...
+    @property
+    def pause_max_s(self) -> float: ...
+
+
+class VendorPolicy(PollPolicy, Protocol):
+    """What the run decisions read of a vendor's settings (``config.settings.VendorSettings`` has it): the
+    poll policy and the longest a run may last."""
+
+    @property
+    def max_run_s(self) -> float: ...
 
 
 # The poll interval's jitter: up to 15 % of the planned interval, so runs submitted together spread out.
@@ -43,6 +53,13 @@ def poll_delay(policy: PollPolicy, current: float | None, jitter: Jitter) -> tup
     )
     share = jitter.uniform(0.0, POLL_JITTER)
     return planned, jittered(planned, policy.poll_initial_s, policy.poll_max_s, share)
+
+
+def directed_delay(policy: PollPolicy, retry_after_s: float) -> float:
+    """The vendor's own "ask again in N s" (``Retry-After`` on a 202 or 200, Protocol v2): honoured up to
+    ``PAUSE_MAX_S``, even past ``POLL_MAX_S``, and never sooner than ``POLL_INITIAL_S``, the vendor's
+    documented minimum (contract §10). No jitter: the vendor named the time."""
+    return min(max(retry_after_s, policy.poll_initial_s), policy.pause_max_s)
 
 
 def jittered(planned: float, floor: float, ceiling: float, share: float) -> float:

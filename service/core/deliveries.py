@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from service.core import backoff
 from service.core.backoff import Jitter
-from service.domain import AttemptOutcome
-from service.records import Delivery, Subscription
+from service.core.domain import AttemptOutcome
+from service.core.records import Delivery, Subscription
 
 # The answers whose Retry-After a receiver may set (RFC 9110 §10.2.3: 503; RFC 6585: 429).
 RETRY_AFTER_STATUSES = frozenset({429, 503})

@@ -13,20 +13,18 @@ the worker applies (tests/unit/test_decisions.py).
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass
 from typing import Any
 
-from service import domain, lifecycle, trail
-from service.core import backoff
-from service.core.backoff import Jitter
-from service.domain import FaultKind
-from service.lifecycle import RunLimits, Transition
-from service.records import Run
-from service.settings import VendorSettings
-from service.vendors import base, text
-from service.vendors.base import FileResult, PollResult, Submitted
+import msgspec
+
+from service.core import answers, backoff, domain, lifecycle, trail
+from service.core.answers import FileResult, PollResult, Submitted, cut
+from service.core.backoff import Jitter, VendorPolicy
+from service.core.domain import FaultKind
+from service.core.lifecycle import RunLimits, Transition
+from service.core.records import Run
 
 # The vendor's own usage object is kept on the run up to this size; past it only the credits are kept.
 MAX_USAGE_BYTES = 1024
@@ -61,15 +59,19 @@ def after_submit(
     run: Run,
     accepted: Submitted,
     state: dict[str, Any],
-    policy: VendorSettings,
+    policy: VendorPolicy,
     *,
     now_ms: int,
     jitter: Jitter,
     latency_ms: float | None = None,
 ) -> Transition:
-    """The vendor accepted the run: ``submitted``, first poll after ``POLL_INITIAL_S`` (+ jitter)."""
+    """The vendor accepted the run (``accepted`` already made safe by the worker, as a poll's answer is):
+    ``submitted``, first poll after ``POLL_INITIAL_S`` (+ jitter), or when the vendor said
+    (``retry_after_s``, within ``POLL_INITIAL_S`` and ``PAUSE_MAX_S``)."""
     shown, delay = backoff.poll_delay(policy, None, jitter)
-    status = text.clean_optional(accepted.vendor_status, 200)
+    if accepted.retry_after_s is not None:
+        delay = backoff.directed_delay(policy, accepted.retry_after_s)
+    status = accepted.vendor_status
     change = lifecycle.submitted(
         run,
         now_ms,
@@ -95,7 +97,7 @@ def document_gone(run: Run, limits: RunLimits, *, now_ms: int) -> Transition:
 def after_poll(
     run: Run,
     result: PollResult,
-    policy: VendorSettings,
+    policy: VendorPolicy,
     limits: RunLimits,
     *,
     now_ms: int,
@@ -103,12 +105,15 @@ def after_poll(
     payload: Any = None,
     latency_ms: float | None = None,
 ) -> Transition:
-    """A poll's answer (already scrubbed, ``untrusted``) → the run's change. ``payload``: the result when
-    it was fetched apart (``needs_fetch``), else the poll's own ``result``."""
-    if result.status == base.SUCCEEDED:
+    """A poll's answer (already made safe by the worker, ``untrusted``) → the run's change. ``payload``:
+    the result when it was fetched apart (``needs_fetch``, made safe too), else the poll's own ``result``.
+    What the poll adds to the adapter's state (``result.state``) goes with the change, whatever it is."""
+    if result.state:
+        run = msgspec.structs.replace(run, state={**run.state, **result.state})
+    if result.status == answers.SUCCEEDED:
         body = payload if result.needs_fetch else result.result
         return _succeeded(run, result, body, limits, now_ms=now_ms, latency_ms=latency_ms)
-    if result.status in (base.FAILED, base.CANCELED):
+    if result.status in (answers.FAILED, answers.CANCELED):
         return _failed_at_vendor(run, result, limits, now_ms=now_ms, latency_ms=latency_ms)
     return _still_working(run, result, policy, limits, now_ms=now_ms, jitter=jitter, latency_ms=latency_ms)
 
@@ -116,7 +121,6 @@ def after_poll(
 def _succeeded(
     run: Run, result: PollResult, body: Any, limits: RunLimits, *, now_ms: int, latency_ms: float | None
 ) -> Transition:
-    body = scrubbed_payload(body)
     result_file = None
     if isinstance(body, FileResult):
         body, result_file = file_result(run, body)
@@ -139,7 +143,7 @@ def _failed_at_vendor(
 ) -> Transition:
     # Canceled at the vendor by someone else than us: for our client the run failed there.
     message = result.error or "the vendor reported a failure"
-    if result.status == base.CANCELED:
+    if result.status == answers.CANCELED:
         message = "the run was canceled at the vendor"
     status = result.vendor_status
     change = lifecycle.failed(
@@ -159,7 +163,7 @@ def _failed_at_vendor(
 def _still_working(
     run: Run,
     result: PollResult,
-    policy: VendorSettings,
+    policy: VendorPolicy,
     limits: RunLimits,
     *,
     now_ms: int,
@@ -167,8 +171,11 @@ def _still_working(
     latency_ms: float | None,
 ) -> Transition:
     """Queued or running at the vendor: the next poll after the grown interval (+ jitter); the progress
-    kept, and told when it moved (``lifecycle.polled``)."""
+    kept, and told when it moved (``lifecycle.polled``). The vendor's own ``retry_after_s`` sets the next
+    poll instead (within ``POLL_INITIAL_S`` and ``PAUSE_MAX_S``); the interval's growth goes on."""
     shown, delay = backoff.poll_delay(policy, run.delay_s, jitter)
+    if result.retry_after_s is not None:
+        delay = backoff.directed_delay(policy, result.retry_after_s)
     progress = progress_of(result)
     moved = progress is not None and progress != run.progress
     # The trail's entry goes in the same copy of the run as the poll's own fields.
@@ -183,7 +190,7 @@ def _still_working(
     return lifecycle.polled(
         run,
         now_ms,
-        running=result.status == base.RUNNING,
+        running=result.status == answers.RUNNING,
         vendor_status=result.vendor_status,
         progress=progress,
         delay_s=shown,
@@ -199,7 +206,7 @@ def _still_working(
 def after_fault(
     run: Run,
     fault: Fault,
-    policy: VendorSettings,
+    policy: VendorPolicy,
     limits: RunLimits,
     max_transient: int,
     *,
@@ -224,7 +231,7 @@ def after_fault(
     if fault.kind is FaultKind.TRANSIENT:
         count = run.transient + 1
         if count >= max_transient:
-            message = text.clean(f"{count} transient faults in a row; the last: {fault.message}")
+            message = cut(f"{count} transient faults in a row; the last: {fault.message}")
             change = lifecycle.failed(
                 run, now_ms, code=FAULT_CODE[fault.kind], message=message, settings=limits, count_poll=False
             )
@@ -233,7 +240,7 @@ def after_fault(
         change = lifecycle.touched(run, now_ms, due_ms=now_ms + delay * 1000, transient=count)
         return trail.record(change, "error", at_ms=now_ms, detail=fault.message)
     if fault.kind is FaultKind.AMBIGUOUS:
-        message = text.clean(
+        message = cut(
             f"the submit may have created a job at {run.vendor}, which takes no idempotency key, so it "
             f"is not sent again; check the vendor before resubmitting ({fault.message})"
         )
@@ -254,7 +261,7 @@ def after_fault(
     return trail.record(change, "error", at_ms=now_ms, detail=fault.message)
 
 
-def rate_limited_wait(policy: VendorSettings, retry_after: float | None) -> float:
+def rate_limited_wait(policy: VendorPolicy, retry_after: float | None) -> float:
     """How long a run waits after a 429: the vendor's ``Retry-After``, within the bounds of the vendor's
     own pause (``worker/budget.py``): never under ``POLL_INITIAL_S`` (the vendor's documented minimum
     between two requests), never past ``PAUSE_MAX_S``."""
@@ -264,20 +271,18 @@ def rate_limited_wait(policy: VendorSettings, retry_after: float | None) -> floa
 
 def ambiguous_detail(fault: Fault) -> str:
     """The trail's (and the log's) words for an ambiguous submit: what was said, and the vendor's answer."""
-    return text.clean(
-        f"{fault.message}; vendor answered: {fault.answer}" if fault.answer else fault.message, 1024
-    )
+    return cut(f"{fault.message}; vendor answered: {fault.answer}" if fault.answer else fault.message, 1024)
 
 
 # MAX_RUN_S ------------------------------------------------------------------------------------------------
 
 
-def is_overdue(run: Run, policy: VendorSettings, now_ms: int) -> bool:
+def is_overdue(run: Run, policy: VendorPolicy, now_ms: int) -> bool:
     """Whether the run has been running for longer than the vendor's ``MAX_RUN_S``."""
     return now_ms - run.created_at > policy.max_run_s * 1000
 
 
-def timed_out(run: Run, policy: VendorSettings, limits: RunLimits, *, now_ms: int) -> Transition:
+def timed_out(run: Run, policy: VendorPolicy, limits: RunLimits, *, now_ms: int) -> Transition:
     """The run ends ``timed_out``, with what the vendor last said it was doing (Uptiq: "check
     processingStage.message")."""
     message = f"no result after {policy.max_run_s:g}s (HOOKBRIDGE_{run.vendor.upper()}_MAX_RUN_S)"
@@ -301,7 +306,7 @@ def timed_out(run: Run, policy: VendorSettings, limits: RunLimits, *, now_ms: in
 
 def after_telling(
     run: Run,
-    policy: VendorSettings,
+    policy: VendorPolicy,
     max_transient: int,
     *,
     now_ms: int,
@@ -326,28 +331,12 @@ def after_telling(
 
 
 def file_result(run: Run, file: FileResult) -> tuple[Any, tuple[bytes, str] | None]:
-    """The event's JSON and the file to keep. The vendor's ``output.downloadUrl`` (Nutrient split) needs
-    the vendor's key, so it becomes ours; with zero retention nothing is kept and the file travels
-    inline, base64 encoded."""
-    data = json.loads(json.dumps(file.data)) if file.data is not None else {}
-    if not isinstance(data, dict):
-        data = {"result": data}
-    output = data.get("output")
-    if not isinstance(output, dict):
-        output = data["output"] = {}
+    """The event's JSON and the file to keep, as the adapter shaped them (its JSON names the file at the
+    ``call.result_url`` it was given). Under zero retention an adapter returns no file; one that does
+    anyway has it dropped, since nothing of such a run is kept."""
     if run.zero_retention:
-        output.pop("downloadUrl", None)
-        output["file_base64"] = base64.b64encode(file.content).decode("ascii")
-        output["file_media_type"] = file.media_type
-        return data, None
-    output["downloadUrl"] = f"/v1/runs/{run.id}/result"
-    return data, (file.content, file.media_type)
-
-
-def scrubbed_payload(payload: Any) -> Any:
-    if isinstance(payload, FileResult):
-        return FileResult(payload.content, payload.media_type, text.scrub_json(payload.data))
-    return text.scrub_json(payload)
+        return file.data, None
+    return file.data, (file.content, file.media_type)
 
 
 def bounded_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -12,23 +12,25 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from service import __version__, domain, logs, tracing
-from service.clock import SYSTEM, Clock
-from service.core import deliveries
+from service import __version__
+from service.config.settings import Settings
+from service.core import deliveries, domain
+from service.core.clock import SYSTEM, Clock
+from service.core.domain import AttemptOutcome
+from service.core.records import Attempt, Delivery, Subscription
 from service.delivery import signing
 from service.delivery.client import CallbackClient
 from service.delivery.urlsafety import Policy, UnsafeURL
-from service.domain import AttemptOutcome
-from service.metrics import (
+from service.observability import logs, tracing
+from service.observability.metrics import (
     CALLBACK_ATTEMPT_SECONDS,
     DELIVERIES,
     DELIVERY_ATTEMPTS,
     DELIVERY_LATENCY,
     client_label,
 )
-from service.records import Attempt, Delivery, Subscription
-from service.settings import Settings
-from service.store import ClaimedDelivery, SecretUnavailable, Store
+from service.store import ClaimedDelivery, SecretUnavailable
+from service.store.ports import DelivererStore
 from service.vendors.http import retry_after_seconds
 
 log = logs.get("hookbridge.delivery")
@@ -58,7 +60,7 @@ def redact(text: str, url: str) -> str:
 class Deliverer:
     """Makes one delivery attempt at a time: signs, sends, and records what came of it."""
 
-    store: Store
+    store: DelivererStore
     settings: Settings
     client: CallbackClient
     _: KW_ONLY
@@ -77,7 +79,7 @@ class Deliverer:
             reason = deliveries.skip_reason(sub, claimed.body)
             if reason is not None or sub is None or claimed.body is None:  # (the last two: for the types)
                 return await self._skip(dlv, reason or "")
-            async with tracing.delivery_attempt(self.store, dlv):
+            async with tracing.delivery_attempt(self.store.runs, dlv):
                 return await self._send(dlv, sub, claimed.body)
 
     async def _send(self, dlv: Delivery, sub: Subscription, body: bytes) -> str:
@@ -93,8 +95,8 @@ class Deliverer:
             now_ms=done_ms,
             jitter=self.rng,
         )
-        await self.store.record_attempt(
-            dlv.id,
+        await self.store.deliveries.record_attempt(
+            dlv,
             verdict.outcome,
             now_ms=done_ms,
             attempt=attempt,
@@ -119,7 +121,7 @@ class Deliverer:
             # Whatever this raises is a failed attempt, recorded: never a lease loop.
             async with asyncio.timeout(timeout_s):
                 url = self.policy.check_syntax(sub.url)
-                secrets = active_secrets(self.store.open_secrets(sub), now_ms)
+                secrets = active_secrets(self.store.subscriptions.open_secrets(sub), now_ms)
                 headers = signing.headers(secrets, dlv.event_id, int(started), body, USER_AGENT)
                 tracing.inject(headers)  # the receiver continues the run's trace
                 answer = await self.client.post(
@@ -171,7 +173,9 @@ class Deliverer:
         attempt = Attempt(
             at=domain.rfc3339(now_ms) or "", status_code=None, duration_ms=0, error=reason, response_body=""
         )
-        await self.store.record_attempt(dlv.id, AttemptOutcome.SKIPPED, now_ms=now_ms, attempt=attempt)
+        await self.store.deliveries.record_attempt(
+            dlv, AttemptOutcome.SKIPPED, now_ms=now_ms, attempt=attempt
+        )
         client = client_label(dlv.client)
         DELIVERY_ATTEMPTS.labels(AttemptOutcome.SKIPPED, client).inc()
         DELIVERIES.labels(client, AttemptOutcome.SKIPPED).inc()

@@ -31,8 +31,8 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
-from service import logs
-from service.settings import METADATA_NETWORKS, Network
+from service.config.settings import METADATA_NETWORKS, Network
+from service.observability import logs
 
 log = logs.get("hookbridge.delivery")
 

@@ -1,7 +1,8 @@
 """``hookbridge demo``: the main job end to end, on embedded defaults.
 
 Starts the dev stack (embedded Redis, simulator, API, worker), starts a local receiver, registers it,
-submits a sample document to each simulated vendor, prints each callback after verifying its
+submits a sample document to every installed vendor (each pointed at the simulator by
+``service.simulator.defaults``, with the run options given there), prints each callback after verifying its
 Standard Webhooks signature, and exits 0 when every run has called back verified.
 """
 
@@ -20,10 +21,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from service import logs
 from service.delivery import signing
 from service.dev.embedded_redis import free_port
 from service.dev.stack import DEV_API_KEY, run_stack
+from service.observability import logs
+from service.simulator import defaults
 
 SAMPLE = b"%PDF-1.4\n% hookbridge demo invoice INV-1001, total 1234.50 EUR\n%%EOF\n"
 TERMINAL = {"run.succeeded", "run.failed", "run.canceled"}
@@ -88,10 +90,14 @@ async def main(timeout_s: float = 120.0) -> int:
                         "media_type": "application/pdf",
                     },
                     "metadata": {"order_id": f"A-{vendor}"},
+                    **defaults.demo_run(vendor),
                 }
-                if vendor == "uptiq":
-                    body["options"] = {"documentType": "Invoice"}
-                run = (await api.post("/v1/runs", json=body)).raise_for_status().json()
+                answer = await api.post("/v1/runs", json=body)
+                if answer.status_code == 422 and answer.json().get("code") == "vendor_not_configured":
+                    # Installed, but neither simulated nor configured here: nothing to show for it.
+                    print(f"skipped {vendor}: {answer.json().get('detail')}")
+                    continue
+                run = answer.raise_for_status().json()
                 runs[run["id"]] = vendor
                 print(f"submitted {run['id']} to {vendor}: {run['status']}")
             ok = await _collect(inbox, sub["secret"], runs, timeout_s)
@@ -120,7 +126,7 @@ async def _collect(
         all_verified &= verified
         event: dict[str, Any] = json.loads(body)
         run = event["data"].get("run") or {}
-        line = f"callback {event['type']:<15} {run.get('id', '')} {runs.get(run.get('id', ''), ''):<10} "
+        line = f"callback {event['type']:<15} {run.get('id', '')} {runs.get(run.get('id', ''), ''):<12} "
         line += f"signature {'verified' if verified else 'INVALID'}"
         if event["type"] == "run.progress" and run.get("progress"):
             line += f"  progress {run['progress'].get('percent')}% {run['progress'].get('phase') or ''}"

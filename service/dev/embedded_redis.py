@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import re
 import shutil
 import signal
@@ -87,7 +88,36 @@ def redis_server_binary() -> str:
     return choose_server(os.environ.get(OVERRIDE), on_path, bundled_server(), server_version)
 
 
+# Ports a server is started on are drawn below the kernel's ephemeral range: a port the kernel hands out
+# (bind to 0) is in that range, and between our check and the server's own bind any outgoing connection
+# may take it as its local port (seen in CI: a cluster node's bus port taken so, "Address already in use").
+# A port below the range is given to no connection by the kernel; only another process choosing at random
+# can race us, and the starters that can fail so retry with new ports.
+_LOW_PORTS = (10000, 32767)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
+    """A loopback TCP port that is free now and outside the ephemeral range where there is room."""
+    low, high = _ephemeral_range()
+    candidates = [r for r in ((1024, low - 1), (high + 1, 65535)) if r[1] - r[0] >= 1000]
+    rng = random.SystemRandom()
+    for _ in range(200):
+        first, last = rng.choice(candidates) if candidates else _LOW_PORTS
+        port = rng.randint(first, last)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

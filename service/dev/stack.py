@@ -7,40 +7,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import tempfile
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
-from service import settings as settings_mod
-from service._uvicorn import EmbeddedServer
 from service.api.app import create_app
+from service.config import settings as settings_mod
 from service.dev.embedded_redis import EmbeddedRedis, free_port
-from service.simulator import SimulatorConfig
+from service.serving.server import EmbeddedServer
+from service.simulator import SimulatorConfig, defaults
 from service.simulator import create_app as create_simulator
+from service.vendors import registry
 from service.worker.runtime import WorkerRuntime
 
 DEV_API_KEY = "dev:dev-key"
 
 
-def dev_environment(environ: Mapping[str, str], simulator_url: str, redis_url: str) -> dict[str, str]:
-    """Embedded defaults: the simulator as every vendor, a dev API key, loopback callbacks allowed."""
+def dev_environment(
+    environ: Mapping[str, str], simulator_url: str, redis_url: str, workdir: Path
+) -> dict[str, str]:
+    """Embedded defaults: the simulator as every installed vendor it plays (``service.simulator.defaults``),
+    a dev API key, loopback callbacks allowed. A variable already set wins."""
     env = dict(environ)
     env.setdefault("HOOKBRIDGE_REDIS_URL", redis_url)
     env.setdefault("HOOKBRIDGE_API_KEYS", DEV_API_KEY)
     env.setdefault("HOOKBRIDGE_CALLBACK_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
     env.setdefault("HOOKBRIDGE_WORKER_METRICS_PORT", "0")
-    sim = SimulatorConfig.from_env(environ)
-    for vendor, path, key in (
-        ("NUTRIENT", "/nutrient", sim.nutrient_api_key),
-        ("CLOUDSQUID", "/cloudsquid/api", sim.cloudsquid_api_key),
-        ("UPTIQ", "/uptiq", sim.uptiq_api_key),
-    ):
-        env.setdefault(f"HOOKBRIDGE_{vendor}_BASE_URL", simulator_url + path)
-        env.setdefault(f"HOOKBRIDGE_{vendor}_API_KEY", key)
-    env.setdefault("HOOKBRIDGE_CLOUDSQUID_PROJECT", "demo")
-    env.setdefault("HOOKBRIDGE_CLOUDSQUID_TABLE_ID", "9f1c2d3e-4b5a-4c6d-8e7f-0a1b2c3d4e5f")
+    reach = defaults.Reach(SimulatorConfig.from_env(environ), simulator_url, workdir)
+    for name, value in defaults.environment(registry.vendors(), reach).items():
+        env.setdefault(name, value)
     return env
 
 
@@ -69,7 +68,7 @@ class Servers:
 
 
 @dataclass
-class Stack:
+class DevStack:
     settings: settings_mod.Settings
     api_url: str
     simulator_url: str
@@ -84,9 +83,10 @@ async def run_stack(
     *,
     api_port: int | None = None,
     simulator_port: int | None = None,
-) -> AsyncIterator[Stack]:
+) -> AsyncIterator[DevStack]:
     environ = dict(os.environ if environ is None else environ)
     redis: EmbeddedRedis | None = None
+    workdir = tempfile.TemporaryDirectory(prefix="hookbridge-dev-")
     redis_url = environ.get("HOOKBRIDGE_REDIS_URL", "")
     if not redis_url:
         redis = EmbeddedRedis().start()
@@ -95,14 +95,16 @@ async def run_stack(
     try:
         sim_port = simulator_port or free_port()
         simulator_url = f"http://127.0.0.1:{sim_port}"
-        env = dev_environment(environ, simulator_url, redis_url)
-        settings = settings_mod.load(env)
+        env = dev_environment(environ, simulator_url, redis_url, Path(workdir.name))
+        # A vendor client that reads the process environment (AWS's chain) gets the simulator's dummy keys.
+        os.environ.update(defaults.process_variables(registry.vendors(), environ, env))
+        settings = registry.load_settings(env)
         await servers.start(create_simulator(SimulatorConfig.from_env(env)), sim_port)
         api_url = await servers.start(create_app(settings), api_port or free_port())
         worker = WorkerRuntime(settings)
         worker_task = asyncio.create_task(worker.run(serve_health=False))
         try:
-            yield Stack(settings, api_url, simulator_url, redis_url, worker, servers)
+            yield DevStack(settings, api_url, simulator_url, redis_url, worker, servers)
         finally:
             worker.request_stop()
             await worker_task
@@ -110,3 +112,4 @@ async def run_stack(
         await servers.stop()
         if redis is not None:
             redis.cleanup()
+        workdir.cleanup()

@@ -1,7 +1,8 @@
 """Simulator state shared by the vendors: the clock, the seeded RNGs, run timelines and the request log.
 
 A run's status is never stored: it is recomputed from its :class:`Timeline` and the monotonic clock on
-every request, so the simulator needs no background tasks and a test can swap in a :class:`ManualClock`.
+every request, so the simulator needs no background tasks and a test can swap in a
+:class:`~service.core.clock.ManualClock`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import enum
 import json
 import random
-import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Iterable
@@ -19,6 +19,8 @@ from typing import Any, ClassVar, Protocol, Self
 
 from starlette.requests import Request
 
+from service.core.clock import Clock
+
 from ._documents import SLOW_FACTOR, decode_base64
 from .config import SimulatorConfig
 
@@ -26,37 +28,6 @@ QUEUED_SHARE = 0.2
 # Bounds the request log's memory in long benchmarks; the oldest entries go first.
 LOG_LIMIT = 100_000
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
-
-class Clock(Protocol):
-    def monotonic(self) -> float: ...
-
-    def time(self) -> float: ...
-
-
-class SystemClock:
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def time(self) -> float:
-        return time.time()
-
-
-class ManualClock:
-    """A clock that moves only when told to; for tests of long timelines (retention, processing limits)."""
-
-    def __init__(self, start: float = 1_000.0, wall: float = 1_800_000_000.0) -> None:
-        self._mono = start
-        self._offset = wall - start
-
-    def monotonic(self) -> float:
-        return self._mono
-
-    def time(self) -> float:
-        return self._mono + self._offset
-
-    def advance(self, seconds: float) -> None:
-        self._mono += seconds
 
 
 class Phase(enum.Enum):

@@ -45,8 +45,10 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.core.clock import SYSTEM, Clock
+
 from . import azure_di, cloudsquid, google_docai, llamaparse, nutrient, oauth, textract, uptiq
-from ._state import Clock, LogEntry, SimState, SystemClock, VendorStore, sim_state
+from ._state import LogEntry, SimState, VendorStore, sim_state
 from .config import VENDORS, SimulatorConfig
 from .storage import Storage
 from .storage import proxy as storage_proxy
@@ -290,7 +292,7 @@ def create_app(config: SimulatorConfig, *, clock: Clock | None = None) -> Starle
         middleware=[Middleware(VendorTrafficMiddleware)],
         lifespan=_lifespan,
     )
-    app.state.sim = SimState(config=config, clock=clock or SystemClock())
+    app.state.sim = SimState(config=config, clock=clock or SYSTEM)
     app.state.nutrient = nutrient.NutrientStore()
     app.state.cloudsquid = cloudsquid.CloudsquidStore()
     app.state.uptiq = uptiq.UptiqStore()
@@ -304,6 +306,7 @@ def create_app(config: SimulatorConfig, *, clock: Clock | None = None) -> Starle
         gcs_port=config.gcs_port,
         access_key=config.textract_access_key_id,
         secret_key=config.textract_secret_access_key,
+        buckets=tuple(b.strip() for b in config.storage_buckets.split(",") if b.strip()),
     )
     app.state.azure_di = azure_di.AzureDiStore()
     app.state.llamaparse = llamaparse.LlamaParseStore()

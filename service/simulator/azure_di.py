@@ -55,8 +55,9 @@ Answers:
   ``apiVersion, modelId, stringIndexType, content, pages``" and "There is **no pagination**" (§1.5);
   ``prebuilt-invoice`` also gives ``documents[]``, and ``features=queryFields`` a field per query.
 - Delete: "``DELETE .../analyzeResults/{resultId}`` → **204**" (§1.5); afterwards the GET is 404
-  ``NotFound`` (§1.10.6). Deleting an unfinished operation is allowed (the spec says "Mark the result ...
-  for deletion" without a status rule: not documented, one reading).
+  ``NotFound`` (§1.10.6). Deleting an unfinished operation (the spec says "Mark the result ...
+  for deletion" without a status rule: not documented; ``azure_di_delete_unfinished`` plays ``allow`` (204)
+  or ``409`` ``Conflict``).
 - Retention: "Your data is then deleted within 24 hours from the time an analyze request was submitted"
   (§1.5; the other staff answer counts from completion): the simulator counts ``azure_di_retention_s``
   from the submit, the earlier of the two, and then answers 404 ``NotFound`` ("[inference: 404 per the error
@@ -476,6 +477,16 @@ def analyze_result(operation: AnalyzeOperation) -> dict[str, Any]:
     return result
 
 
+def _padded(result: dict[str, Any], pad_bytes: int) -> dict[str, Any]:
+    """``analyzeResult`` grown by about ``pad_bytes`` of filler paragraphs (``azure_di_result_pad_bytes``)."""
+    if pad_bytes <= 0:
+        return result
+    line = "lorem ipsum dolor sit amet " * 37  # 999 characters
+    count = pad_bytes // len(line) + 1  # each takes a few bytes more than its line: at least pad_bytes
+    filler = [{"content": line, "spans": [{"offset": 0, "length": len(line)}]} for _ in range(count)]
+    return {**result, "paragraphs": [*result.get("paragraphs", []), *filler]}
+
+
 def _failure() -> dict[str, Any]:
     # "the top-level ``error.code`` is the most severe one, and the rest are in ``error.details[]`` with a
     # ``target``" (§1.4, the AZ-ERR example).
@@ -499,7 +510,7 @@ def operation_json(operation: AnalyzeOperation, state: SimState, now: float, sta
         "lastUpdatedDateTime": state.wall_iso(min(updated, now)),
     }
     if status == "succeeded":
-        body["analyzeResult"] = analyze_result(operation)
+        body["analyzeResult"] = _padded(analyze_result(operation), state.config.azure_di_result_pad_bytes)
     elif status == "failed":
         body["error"] = _failure()
     return body
@@ -556,6 +567,10 @@ async def delete_result(request: Request) -> Response:
     found = _lookup(request, state)
     if isinstance(found, Response):
         return _echo(request, found)
+    unfinished = found.status(state.now()) in ("notStarted", "running")
+    if unfinished and state.config.azure_di_delete_unfinished == "409":
+        # The other reading of a silent spec (config.py): an operation in flight cannot be deleted yet.
+        return _echo(request, _error(409, "Conflict", "The operation is still running."))
     del AzureDiStore.of(request).operations[found.id]
     return _echo(request, Response(status_code=204))
 

@@ -59,7 +59,7 @@ _SYNC_WAIT_CAP_S = 60.0
 
 
 @dataclass
-class Row:
+class TableRow:
     id: str
     project: str
     table_id: str
@@ -71,7 +71,7 @@ class Row:
 @dataclass
 class CloudsquidRun:
     id: str
-    row: Row
+    row: TableRow
     timeline: Timeline
     zero_retention: bool
 
@@ -87,7 +87,7 @@ class CloudsquidRun:
 @dataclass
 class CloudsquidStore(VendorStore):
     vendor = "cloudsquid"
-    rows: dict[str, Row] = field(default_factory=dict)
+    rows: dict[str, TableRow] = field(default_factory=dict)
     runs: dict[str, CloudsquidRun] = field(default_factory=dict)
 
     def all_runs(self) -> Iterable[CloudsquidRun]:
@@ -137,8 +137,8 @@ def _document(body: dict[str, Any]) -> Document:
     return Document(content=json.dumps(file, sort_keys=True).encode(), filename=filename, media_type=mimetype)
 
 
-def _new_row(request: Request, state: SimState, document: Document) -> Row:
-    row = Row(
+def _new_row(request: Request, state: SimState, document: Document) -> TableRow:
+    row = TableRow(
         id=state.new_uuid(),
         project=request.path_params["project"],
         table_id=request.path_params["table_id"],
@@ -150,7 +150,7 @@ def _new_row(request: Request, state: SimState, document: Document) -> Row:
     return row
 
 
-def _new_run(request: Request, state: SimState, row: Row, zero_retention: bool) -> CloudsquidRun:
+def _new_run(request: Request, state: SimState, row: TableRow, zero_retention: bool) -> CloudsquidRun:
     outcome = row.document.outcome
     run = CloudsquidRun(
         id=state.new_uuid(),

@@ -89,6 +89,8 @@ storage.py, oauth.py):
   operation answers 404 this long after it ended.
 - ``HOOKBRIDGE_SIM_GOOGLE_SA_KEY_FILE`` -> ``google_sa_key_file`` (unset): a service-account key file
   whose key the token endpoint and Document AI trust (``POST /_sim/google/service-account`` makes more).
+- ``HOOKBRIDGE_SIM_STORAGE_BUCKETS`` -> ``storage_buckets`` (unset): comma-separated bucket names made in
+  both the S3 and the GCS emulator when they start (the demo's staging buckets).
 Silent-document readings: where a document says nothing, a real vendor may do any of these; the simulator
 plays the one chosen, so that no adapter rests on a guess only the simulator shares.
 
@@ -130,6 +132,12 @@ plays the one chosen, so that no adapter rests on a guess only the simulator sha
   operation reports instead of ``running`` (a value the adapter does not know).
 - ``HOOKBRIDGE_SIM_AZURE_DI_RETENTION_S`` -> ``azure_di_retention_s`` (86400): results answer 404 this long
   after their submit.
+- ``HOOKBRIDGE_SIM_AZURE_DI_RESULT_PAD_BYTES`` -> ``azure_di_result_pad_bytes`` (0): a succeeded operation's
+  ``analyzeResult`` grows by about this many bytes (``paragraphs`` of filler): a large inline result
+  ("max OCR JSON response 500 MB", §1.5) without a large document.
+- ``HOOKBRIDGE_SIM_AZURE_DI_DELETE_UNFINISHED`` -> ``azure_di_delete_unfinished`` ("allow"): a DELETE of an
+  operation still ``notStarted`` or ``running``, which the spec's "Mark the result ... for deletion" does not
+  rule on: ``allow`` (204) or ``409`` (``Conflict``, the error table's code for a state clash).
 - ``HOOKBRIDGE_SIM_LLAMAPARSE_API_KEY`` -> ``llamaparse_api_key`` ("llx-sim-llamaparse-key"): the Bearer key
   the LlamaParse simulator (``llamaparse.py``) expects.
 - ``HOOKBRIDGE_SIM_LLAMAPARSE_RPS`` -> ``llamaparse_rps`` (0): the shared bucket of every LlamaParse request.
@@ -151,6 +159,12 @@ plays the one chosen, so that no adapter rests on a guess only the simulator sha
   URLs' origin; empty = the request's, with ``127.0.0.1`` and ``localhost`` swapped.
 - ``HOOKBRIDGE_SIM_LLAMAPARSE_REFUSAL_STATUS`` -> ``llamaparse_refusal_status`` (400): the status of a cancel
   of a finished job and of a delete of an unfinished one (undocumented).
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_RETRY_AFTER`` -> ``llamaparse_retry_after`` ("never"): ``always``, ``never`` or
+  ``random`` (per job, seeded): whether the create answer and the polls of an unfinished job carry
+  ``Retry-After`` (undocumented for polls).
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_RETRY_AFTER_S`` -> ``llamaparse_retry_after_s`` (1): its value.
+- ``HOOKBRIDGE_SIM_LLAMAPARSE_DELETE`` -> ``llamaparse_delete`` ("delete"): the delete route, not in the
+  document: ``delete`` (the SDK 2.19's), ``404`` or ``405`` (an API without it).
 
 Booleans accept 1/0, true/false, yes/no, on/off. Rates are fractions in [0, 1]; the two fault rates
 together must not exceed 1, since one draw per request picks at most one fault.
@@ -223,6 +237,7 @@ class SimulatorConfig:
     google_docai_over_quota: str = "429"
     google_docai_retention_s: float = 30 * 86400.0
     google_sa_key_file: str = ""
+    storage_buckets: str = ""
     uptiq_multi_shape: str = "object"
     nutrient_delete: str = "delete"
     nutrient_download_host: str = "own"
@@ -240,6 +255,8 @@ class SimulatorConfig:
     azure_di_running_polls: int = 0
     azure_di_unknown_status: str = ""
     azure_di_retention_s: float = 86400.0
+    azure_di_result_pad_bytes: int = 0
+    azure_di_delete_unfinished: str = "allow"
     llamaparse_api_key: str = "llx-sim-llamaparse-key"
     llamaparse_rps: float = 0.0
     llamaparse_burst: int = 10
@@ -253,6 +270,9 @@ class SimulatorConfig:
     llamaparse_presign_ttl_s: float = 3600.0
     llamaparse_storage_base_url: str = ""
     llamaparse_refusal_status: int = 400
+    llamaparse_retry_after: str = "never"
+    llamaparse_retry_after_s: int = 1
+    llamaparse_delete: str = "delete"
     uptiq_body_fields: str = "camel"
     nutrient_json_instructions: str = "top"
 
@@ -339,8 +359,10 @@ _NEW_INTS = frozenset(
     {
         "azure_di_retry_after_s",
         "azure_di_running_polls",
+        "azure_di_result_pad_bytes",
         "llamaparse_window_limit",
         "llamaparse_inline_max_bytes",
+        "llamaparse_retry_after_s",
     }
 )
 _NEW_STRS = frozenset(
@@ -350,8 +372,11 @@ _NEW_STRS = frozenset(
         "azure_di_retry_after",
         "azure_di_429_retry_after",
         "azure_di_unknown_status",
+        "azure_di_delete_unfinished",
         "llamaparse_api_key",
         "llamaparse_429_retry_after",
+        "llamaparse_retry_after",
+        "llamaparse_delete",
         "llamaparse_id_shape",
         "llamaparse_storage_base_url",
     }
@@ -363,7 +388,12 @@ def _check_new_vendors(config: SimulatorConfig) -> None:
     for name in ("azure_di_api_key", "azure_di_bearer_token", "llamaparse_api_key"):
         if not getattr(config, name):
             raise ValueError(f"{name}: must not be empty")
-    for name in ("azure_di_retry_after", "azure_di_429_retry_after", "llamaparse_429_retry_after"):
+    for name in (
+        "azure_di_retry_after",
+        "azure_di_429_retry_after",
+        "llamaparse_429_retry_after",
+        "llamaparse_retry_after",
+    ):
         if getattr(config, name) not in _MODES:
             raise ValueError(f"{name}: must be one of {', '.join(_MODES)}, got {getattr(config, name)!r}")
     if config.llamaparse_id_shape not in _ID_SHAPES:
@@ -511,9 +541,11 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
 _READINGS: dict[str, tuple[str, ...]] = {
     "uptiq_multi_shape": ("object", "list", "ids"),
     "nutrient_delete": ("delete", "404", "405"),
+    "llamaparse_delete": ("delete", "404", "405"),
     "nutrient_download_host": ("own", "other"),
     "uptiq_body_fields": ("camel", "snake"),
     "nutrient_json_instructions": ("top", "nested"),
+    "azure_di_delete_unfinished": ("allow", "409"),
 }
 
 
@@ -541,6 +573,7 @@ _PARSERS.update(
         "google_docai_over_quota": _parse_str,
         "google_docai_retention_s": _parse_float,
         "google_sa_key_file": _parse_str,
+        "storage_buckets": _parse_str,
     }
 )
 _CLOUD_INTS = frozenset(

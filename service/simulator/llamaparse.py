@@ -57,7 +57,11 @@ Answers:
 - Delete: "**NOT FOUND**" in §4.6, but the SDK 2.19 has it: ``DELETE /api/v2/parse/{job_id}`` "Delete a parse
   job and its results. The job must be in a terminal state ... Returns the identifiers of the deleted
   job" (``{"id", "project_id"}``): a non-terminal job gets ``llamaparse_refusal_status``; afterwards the job
-  and its presigned URLs are 404.
+  and its presigned URLs are 404. ``llamaparse_delete`` plays an API without the route: ``404`` (no such
+  route) or ``405`` (a router that knows the path but not the method).
+- "No Retry-After guidance is documented for polls (NOT FOUND)" (§4.4): ``llamaparse_retry_after`` plays
+  a create answer and unfinished polls with ``Retry-After: llamaparse_retry_after_s`` (``always``, per job
+  ``random``) or without (``never``, the default).
 - "Listing jobs: ``GET /api/v2/parse?page_size=&page_token=&status=``. Response ``{items[], next_page_token,
   total_size}``" (§4.5).
 
@@ -336,7 +340,7 @@ def job_json(job: ParseJob, state: SimState, now: float) -> dict[str, Any]:
     }
 
 
-def _created(job: ParseJob, state: SimState) -> JSONResponse:
+def _created(job: ParseJob, state: SimState) -> Response:
     body = job_json(job, state, state.now())
     shape = state.config.llamaparse_id_shape
     if shape == "random":
@@ -345,7 +349,16 @@ def _created(job: ParseJob, state: SimState) -> JSONResponse:
         body = {"job": body}
     elif shape == "both":
         body = {**body, "job": dict(body)}
-    return JSONResponse(body)
+    return _paced(JSONResponse(body), job, state)
+
+
+def _paced(response: Response, job: ParseJob, state: SimState) -> Response:
+    """The answer about an unfinished job, with ``Retry-After`` where ``llamaparse_retry_after`` plays it."""
+    if job.status(state.now()) in ("PENDING", "RUNNING") and _plays(
+        state.config.llamaparse_retry_after, job.id
+    ):
+        response.headers["retry-after"] = str(state.config.llamaparse_retry_after_s)
+    return response
 
 
 async def _submit(request: Request, *, upload: bool) -> Response:
@@ -510,7 +523,7 @@ async def get_job(request: Request) -> Response:
     job, config, now = found, state.config, state.now()
     body: dict[str, Any] = {"job": job_json(job, state, now)}
     if job.status(now) != "COMPLETED":
-        return JSONResponse(body)
+        return _paced(JSONResponse(body), job, state)
     metadata: dict[str, Any] = {}
     for name in expands:
         if name == "usage":
@@ -555,6 +568,10 @@ async def cancel_job(request: Request) -> Response:
 
 async def delete_job(request: Request) -> Response:
     state = sim_state(request)
+    if state.config.llamaparse_delete == "404":
+        return _detail(404, "Not Found")
+    if state.config.llamaparse_delete == "405":
+        return _detail(405, "Method Not Allowed")
     found = _job(request, state)
     if isinstance(found, Response):
         return found

@@ -58,7 +58,10 @@ class ObjectSample:
 class Storage:
     """Both emulators: started and stopped by the simulator app's lifespan."""
 
-    def __init__(self, *, s3_port: int, gcs_port: int, access_key: str, secret_key: str) -> None:
+    def __init__(
+        self, *, s3_port: int, gcs_port: int, access_key: str, secret_key: str, buckets: tuple[str, ...] = ()
+    ) -> None:
+        self._buckets = buckets
         self._s3_port, self._gcs_port = s3_port, gcs_port
         self._access_key, self._secret_key = access_key, secret_key
         self._moto: Any = None
@@ -90,7 +93,23 @@ class Storage:
         self._gcs = create_server("127.0.0.1", self._gcs_port, in_memory=True)
         self._gcs.start()
         self.gcs_url = f"http://127.0.0.1:{self._gcs._api._httpd.server_address[1]}"
+        self._make_buckets()
         log.info("simulator_storage_started", s3=self.s3_url, gcs=self.gcs_url)
+
+    def _make_buckets(self) -> None:
+        """``storage_buckets``, in both emulators (in the starting thread: the loop is not blocked)."""
+        with httpx.Client(timeout=_TIMEOUT) as client:
+            for bucket in self._buckets:
+                url = f"{self.s3_url}/{urllib.parse.quote(bucket)}"
+                s3 = client.put(url, headers=self._s3_headers("PUT", url, {}))
+                gcs = client.post(
+                    f"{self.gcs_url}/storage/v1/b", params={"project": "simulator"}, json={"name": bucket}
+                )
+                if s3.status_code != 200 or gcs.status_code not in (200, 409):
+                    # A bad name is the caller's to see in the log; the emulators still serve.
+                    log.warning(
+                        "simulator_bucket_not_made", bucket=bucket, s3=s3.status_code, gcs=gcs.status_code
+                    )
 
     async def stop(self) -> None:
         await self.client.aclose()

@@ -1,5 +1,5 @@
-"""Between Redis's replies and the records (``service/records.py``): bytes to text, hashes to records, and
-the claim scripts' replies to :class:`ClaimedRun` and :class:`ClaimedDelivery`."""
+"""Between Redis's replies and the records (``service/core/records.py``): bytes to text, hashes to records,
+and the claim scripts' replies to :class:`ClaimedRun` and :class:`ClaimedDelivery`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service import logs
-from service.records import Delivery, Run, Subscription
+from service.core.records import Delivery, Run, Subscription
+from service.observability import logs
 from service.store import bodies
 
 log = logs.get("hookbridge.store")

@@ -1,22 +1,45 @@
-"""Connecting to Redis by URL or through Sentinel, with retries on connection faults.
+"""Connecting to Redis by URL, through Sentinel or to a Redis Cluster, with retries on connection faults.
 
 One place builds every Redis client of the process: the store's and arq's (``redis_class=ArqRedis``), so
-that passwords, usernames and TLS reach both alike, for the master and for the Sentinels.
+that passwords, usernames and TLS reach both alike, for the master, the Sentinels and every cluster node.
+
+A cluster client (``REDIS_CLUSTER_NODES``) is redis-py's ``RedisCluster``: it learns the slot map from the
+seed nodes, sends each command to its key's primary and follows a failover (MOVED, a refused connection:
+it re-reads the map). It is not a subclass of ``Redis`` but answers every command the store sends (each
+names its key), so the store is typed against ``Redis`` and given either.
+
+``WAIT`` (``REDIS_WAIT_REPLICAS``): :func:`connect` with ``durable=True`` gives a client whose every write
+is followed by ``WAIT n timeout`` *on the same connection, in the same packet*. The traps this avoids:
+
+- WAIT counts the replicas that acknowledged the last write *of its own connection*; on a connection that
+  wrote nothing it returns at once, however far behind the replicas are. A pool hands out any of its
+  connections, so a WAIT sent as a command of its own proves nothing.
+- WAIT has no key: a cluster client would send it to a random node. Sent on the write's own socket, it
+  reaches the primary that took the write (after any MOVED the write itself followed).
+- WAIT cannot run inside a script: Redis refuses it ("This Redis command is not allowed from script"),
+  Valkey answers at once (a script's writes reach the replicas only after it ends). It follows the
+  script's EVALSHA instead, and covers everything the script wrote.
+
+Fewer replicas than asked within the timeout raises :class:`ReplicasBehind` (the write is on the primary
+and may survive or not): the API answers 503 with Retry-After, the worker backs off before announcing.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+import anyio
 import hiredis
 from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError, DataError, TimeoutError
+from redis.commands.cluster import READ_COMMANDS
+from redis.exceptions import AskError, ConnectionError, DataError, RedisError, ResponseError, TimeoutError
 
-from service.settings import RedisAuth, Settings
+from service.config.settings import RedisAuth, Settings
 
 R = TypeVar("R", bound=Redis)
 
@@ -60,16 +83,123 @@ class _HiredisPacking:
 _PACKED: dict[type[AbstractConnection], type[AbstractConnection]] = {}
 
 
+def _packing_class(cls: type[AbstractConnection]) -> type[AbstractConnection]:
+    if issubclass(cls, _HiredisPacking):
+        return cls
+    if cls not in _PACKED:
+        _PACKED[cls] = type(f"Packing{cls.__name__}", (_HiredisPacking, cls), {})
+    return _PACKED[cls]
+
+
 def _packing(client: R) -> R:
     """``client`` with its pool's connections packing through hiredis (the pool makes them lazily, so no
     connection exists yet): plain, TLS, Unix socket or Sentinel-managed alike."""
     pool = client.connection_pool
-    cls = pool.connection_class
-    if not issubclass(cls, _HiredisPacking):
-        if cls not in _PACKED:
-            _PACKED[cls] = type(f"Packing{cls.__name__}", (_HiredisPacking, cls), {})
-        pool.connection_class = _PACKED[cls]
+    pool.connection_class = _packing_class(pool.connection_class)
     return client
+
+
+class ReplicasBehind(RedisError):
+    """Fewer replicas than ``REDIS_WAIT_REPLICAS`` acknowledged a write within ``REDIS_WAIT_TIMEOUT_MS``.
+
+    The write is on the primary (and may reach the replicas later, or be lost with the primary). Not a
+    ``ConnectionError``: redis-py retries those, and a retried write would run twice."""
+
+    def __init__(self, acked: int, wanted: int) -> None:
+        super().__init__(f"WAIT: {acked} of {wanted} replicas acknowledged the write in time")
+        self.acked = acked
+        self.wanted = wanted
+
+
+# Commands that change no data: no WAIT after them. READ_COMMANDS is redis-py's list of the plain reads;
+# the others are the reads it leaves out and the connection's own chatter.
+_NO_WAIT = READ_COMMANDS | {
+    "ASKING", "AUTH", "CLIENT", "CLUSTER", "COMMAND", "DISCARD", "ECHO", "EXEC", "HELLO", "HSCAN", "INFO",
+    "MULTI", "PING", "READONLY", "READWRITE", "ROLE", "SCAN", "SCRIPT", "SELECT", "SSCAN", "TIME",
+    "UNWATCH", "WAIT", "WATCH", "XRANGE", "XREVRANGE", "ZRANGEBYSCORE", "ZREVRANGE", "ZREVRANGEBYSCORE",
+    "ZSCAN",
+}  # fmt: skip
+
+
+def _writes(name: Any) -> bool:
+    if isinstance(name, bytes | memoryview):
+        name = bytes(name).decode("ascii", "replace")
+    return str(name).split(" ", 1)[0].upper() not in _NO_WAIT
+
+
+class _Packed(list[bytes]):
+    """A packed command with WAIT behind it: how many replies come before the WAIT's."""
+
+    replies_before_wait = 0
+
+
+class _Waiting:
+    """Sends ``WAIT replicas timeout`` right behind every write on this connection (one packet), reads its
+    reply right after the write's, and raises :class:`ReplicasBehind` when too few replicas acknowledged.
+
+    A pipeline (``pack_commands``: a MULTI/EXEC or a plain batch) gets one WAIT behind its last command,
+    which covers every write before it on this connection. The count of replies to read before the WAIT's
+    travels with the packed bytes and is armed only once they are sent: a cluster node packs a command
+    before its connection connects, and the handshake's own replies (HELLO, AUTH) must not count. It is
+    reset when the connection drops, so a broken read never leaves a stray WAIT reply for the next
+    command."""
+
+    wait_replicas: int
+    wait_timeout_ms: int
+    _replies_before_wait = 0
+    _batching = False
+
+    def _with_wait(self, packed: list[bytes], replies: int) -> _Packed:
+        out = _Packed([*packed, *super().pack_command("WAIT", self.wait_replicas, self.wait_timeout_ms)])  # type: ignore[misc]
+        out.replies_before_wait = replies
+        return out
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        packed: list[bytes] = super().pack_command(*args)  # type: ignore[misc]
+        if not self._batching and _writes(args[0]):
+            return self._with_wait(packed, 1)
+        return packed
+
+    def pack_commands(self, commands: Any) -> list[bytes]:
+        commands = [tuple(c) for c in commands]
+        self._batching = True
+        try:
+            packed: list[bytes] = super().pack_commands(commands)  # type: ignore[misc]
+        finally:
+            self._batching = False
+        if any(_writes(c[0]) for c in commands):
+            return self._with_wait(packed, len(commands))
+        return packed
+
+    async def send_packed_command(self, command: Any, *args: Any, **kwargs: Any) -> None:
+        await super().send_packed_command(command, *args, **kwargs)  # type: ignore[misc]
+        if isinstance(command, _Packed):
+            self._replies_before_wait = command.replies_before_wait
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._replies_before_wait:
+            return await super().read_response(*args, **kwargs)  # type: ignore[misc]
+        self._replies_before_wait -= 1
+        try:
+            reply = await super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except ResponseError:
+            if not self._replies_before_wait:
+                await super().read_response()  # type: ignore[misc]  # the WAIT's, to stay in step
+            raise
+        if not self._replies_before_wait:
+            acked = int(await super().read_response())  # type: ignore[misc]
+            if acked < self.wait_replicas:
+                raise ReplicasBehind(acked, self.wait_replicas)
+        return reply
+
+    async def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        self._replies_before_wait = 0
+        await super().disconnect(*args, **kwargs)  # type: ignore[misc]
+
+
+def _waiting_class(cls: type[AbstractConnection], replicas: int, timeout_ms: int) -> type[AbstractConnection]:
+    attrs = {"wait_replicas": replicas, "wait_timeout_ms": timeout_ms}
+    return type(f"Waiting{cls.__name__}", (_Waiting, cls), attrs)
 
 
 class _SentinelPool(SentinelConnectionPool):
@@ -88,6 +218,7 @@ def connect(
     url: str | None = None,
     redis_class: type[R] = Redis,  # type: ignore[assignment]
     for_arq: bool = False,
+    durable: bool = False,
 ) -> R:
     """A client that retries a command a few times on connection faults, then raises.
 
@@ -96,7 +227,11 @@ def connect(
     ``for_arq``: the connection options arq gives its own pool (no socket timeout, no retries; arq's loop
     is restarted from outside on a Redis error), with the same credentials, TLS and Sentinel. arq's tasks
     are cancelled from outside, and redis-py wraps each read in a timeout scope in which, on Python 3.11,
-    a cancellation can be swallowed: with a socket timeout the worker's exit waited forever on arq.
+    a cancellation can be swallowed: with a socket timeout the worker's exit waited forever on arq. On a
+    cluster arq is given a plain connection to one node instead (``worker/queue.py``), never this.
+
+    ``durable``: every write waits for ``REDIS_WAIT_REPLICAS`` replicas (the module's docstring); with 0
+    asked, the plain client.
     """
     auth = settings.redis
     options: dict[str, Any] = {
@@ -113,6 +248,14 @@ def connect(
             # every command). The retries above reconnect a connection that went stale while idle.
             "max_connections": 200,
         }
+    wait = settings.redis_wait_replicas if durable else 0
+    if wait:
+        # A read of WAIT's reply must outlast WAIT's own timeout.
+        options["socket_timeout"] = max(10.0, settings.redis_wait_timeout_ms / 1000 + 5.0)
+    if settings.redis_cluster_nodes and url is None:
+        if for_arq or redis_class is not Redis:
+            raise ValueError("a cluster client is the store's; arq connects to one node (worker/queue.py)")
+        return cast(R, _cluster(settings, options, wait))
     if settings.redis_sentinels and url is None:
         sentinel_options: dict[str, Any] = {
             "socket_connect_timeout": 2.0,
@@ -130,11 +273,144 @@ def connect(
             connection_pool_class=_SentinelPool,
             **options,
         )
-        return _packing(client)
+        return _finish(client, settings, wait)
     target = url or settings.redis_url
     if not target:
         raise ValueError("no Redis URL")
     if target.startswith("rediss://"):  # a URL says TLS by its scheme; REDIS_TLS is for Sentinel's master
         options |= tls_options(auth)
     client = redis_class.from_url(target, **options)
-    return _packing(client)
+    return _finish(client, settings, wait)
+
+
+def _finish(client: R, settings: Settings, wait: int) -> R:
+    client = _packing(client)
+    if wait:
+        pool = client.connection_pool
+        pool.connection_class = _waiting_class(pool.connection_class, wait, settings.redis_wait_timeout_ms)
+    return client
+
+
+CLUSTER_SOCKET_TIMEOUT_S = 5.0
+CLUSTER_ATTEMPTS = 3
+
+
+def _cluster(settings: Settings, options: dict[str, Any], wait: int) -> RedisCluster:
+    """A ``RedisCluster`` over the seed nodes, with the credentials and TLS (``REDIS_TLS``) on every node.
+
+    redis-py takes no connection class for a cluster: it is set on the nodes' shared connection options
+    (the nodes it discovers are made from them) and on the seeds made already."""
+    auth = settings.redis
+    if auth.tls:
+        options |= {"ssl": True, **tls_options(auth)}
+    # How long a command may hang before the API answers 503: a node that stops answering (hung, or cut
+    # off) is given CLUSTER_SOCKET_TIMEOUT_S per attempt, and the attempts are few. A timeout is not
+    # retried on the same node (it would hang as long again); the cluster client re-reads the slot map
+    # and tries CLUSTER_ATTEMPTS times in all. A refused connection (a dead process) fails at once and
+    # is retried on the node twice, then the same way. Worst case: about
+    # CLUSTER_ATTEMPTS * CLUSTER_SOCKET_TIMEOUT_S, measured in tests/integration/test_cluster_api_failover.py.
+    if not wait:
+        options["socket_timeout"] = CLUSTER_SOCKET_TIMEOUT_S
+    options["retry"] = Retry(
+        ExponentialBackoff(cap=0.5, base=0.05), retries=2, supported_errors=(ConnectionError,)
+    )
+    options["retry_on_error"] = [ConnectionError]
+    client: RedisCluster = RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in settings.redis_cluster_nodes],
+        # A failover re-reads the slot map at once rather than after 5 MOVED replies.
+        reinitialize_steps=1,
+        cluster_error_retry_attempts=CLUSTER_ATTEMPTS - 1,
+        **options,
+    )
+    cls = _packing_class(client.connection_kwargs["connection_class"])
+    if wait:
+        cls = _waiting_class(cls, wait, settings.redis_wait_timeout_ms)
+    client.connection_kwargs["connection_class"] = cls
+    for node in client.nodes_manager.startup_nodes.values():
+        node.connection_class = cls  # type: ignore[assignment]
+    return client
+
+
+async def replicas_short(client: Redis, wanted: int) -> list[str]:
+    """The primaries (``host:port``) with fewer than ``wanted`` replicas online: every primary of a
+    cluster, or the one master of a URL or of Sentinel. Empty when ``wanted`` is 0."""
+    if not wanted:
+        return []
+    if isinstance(client, RedisCluster):
+        found = await client.info("replication", target_nodes=RedisCluster.PRIMARIES)
+        infos = found if isinstance(found, dict) and all(isinstance(v, dict) for v in found.values()) else {}
+        if "role" in found:  # one primary: redis-py gives its INFO as it is
+            infos = {"primary": found}
+    else:
+        infos = {"primary": await client.info("replication")}
+    return [name for name, info in infos.items() if _online_replicas(info) < wanted]
+
+
+def _online_replicas(info: dict[str, Any]) -> int:
+    return sum(
+        1
+        for key, value in info.items()
+        if key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
+    )
+
+
+# A blocking read on a cluster that failed so may have gone to a primary that is no more (MovedError is an
+# AskError).
+_MAP_STALE = (ConnectionError, TimeoutError, AskError)
+
+
+def pool_size(client: Redis) -> int:
+    """How many connections ``client`` may open (per node, for a cluster)."""
+    if isinstance(client, RedisCluster):
+        return int(client.connection_kwargs["max_connections"])
+    return int(client.connection_pool.max_connections)
+
+
+def limit_pool(client: Redis, size: int) -> None:
+    """At most ``size`` connections (per node, for a cluster: the nodes it learns later are made from
+    the shared options, the seeds exist already)."""
+    if isinstance(client, RedisCluster):
+        client.connection_kwargs["max_connections"] = size
+        for node in client.nodes_manager.startup_nodes.values():
+            node.max_connections = size
+    else:
+        client.connection_pool.max_connections = size
+
+
+async def blocking_read(client: Redis, key: str, *command: Any, timeout_s: float) -> Any:
+    """Sends ``command`` (a blocking read of ``key``: ``XREAD ... BLOCK``) on a connection of its own and
+    returns its reply, on the node that owns ``key`` for a cluster; ``timeout_s`` bounds the wait for the
+    reply (more than the command blocks for).
+
+    The connection is taken and given back by hand, not through ``execute_command``: a reader that hangs
+    up cancels the read mid-reply, and its connection, in no known state, is then closed (shielded from
+    that cancellation) rather than handed to the next reader. On a cluster a connection fault or a MOVED
+    also drops the client's slot map, which is read again at the next call (as redis-py's own commands
+    do after a failover)."""
+    if isinstance(client, RedisCluster):
+        await client.initialize()
+        node = client.get_node_from_key(key)
+        conn = node.acquire_connection()
+
+        async def release() -> None:
+            node._free.append(conn)  # redis-py has no public release for a node's connection
+
+    else:
+        pool = client.connection_pool
+        conn = await pool.get_connection()
+
+        async def release() -> None:
+            await pool.release(conn)
+
+    try:
+        await conn.send_command(*command)
+        return await conn.read_response(timeout=timeout_s)
+    except BaseException as exc:
+        with anyio.CancelScope(shield=True):
+            await conn.disconnect()
+            if isinstance(client, RedisCluster) and isinstance(exc, _MAP_STALE):
+                await client.aclose()  # the map is read again before the next command
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            await release()

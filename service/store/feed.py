@@ -1,11 +1,12 @@
 """A client's event feed: one Redis Stream per client (``keys.client_feed``), appended by the same Lua step
 that emits each event (``lua/_fanout.lua``), so the feed holds exactly the events that callbacks get.
 
-Read a page at a time by ``lua/read_feed.lua`` (filter, bodies and the retention check in one round
-trip). A reader that waits for the next event blocks in ``XREAD BLOCK`` on a Redis client of its own,
-in short slices: a waiting reader holds one of that client's connections, never one of the pool that
-every other request shares. The number of waiting readers and open streams per client is bounded by
-slots (``lua/stream_slot.lua``) held across every API pod.
+Read a page at a time by ``lua/read_feed.lua`` (filter, the bodies the entries carry and the retention
+check in one round trip; the bodies kept under the events' own keys in one MGET after). A reader that
+waits for the next event blocks in ``XREAD BLOCK`` on a Redis client of its own, in short slices: a
+waiting reader holds one of that client's connections, never one of the pool that every other request
+shares. The number of waiting readers and open streams per client is bounded by slots
+(``lua/stream_slot.lua``) held across every API pod.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import anyio
 from redis.asyncio import Redis
 
 from service.store import bodies, keys
+from service.store.connection import blocking_read, limit_pool, pool_size
 from service.store.scripts import source
 
 T = TypeVar("T")
@@ -110,9 +112,9 @@ class Feed:
     ) -> None:
         self.redis = redis
         self.blocking = blocking
-        self.lanes = lanes or Lanes(blocking.connection_pool.max_connections)
+        self.lanes = lanes or Lanes(pool_size(blocking))
         # Never more blocking connections than lanes: every lane holder gets one, nobody else waits for one.
-        blocking.connection_pool.max_connections = self.lanes.size
+        limit_pool(blocking, self.lanes.size)
         self._retention_ms = int(retention_s * 1000)
         self._read = redis.register_script(source("read_feed"))
         self._slot = redis.register_script(source("stream_slot"))
@@ -165,33 +167,28 @@ class Feed:
             raise IteratorTrimmed(after)
         if outcome == "invalid":
             raise IteratorInvalid(after)
-        rows = reply[4:]
+        rows = [(_s(reply[i]), _s(reply[i + 1]), reply[i + 2]) for i in range(4, len(reply), 3)]
+        # The bodies the entries do not carry are kept under the events' keys, which a script may not
+        # name from the entries it read: one MGET here. An event whose body expired is past retention.
+        kept = [event_id for _, event_id, raw in rows if not raw]
+        found: dict[str, Any] = {}
+        if kept:
+            stored = await _whole(self.redis.mget([keys.event(e) for e in kept]))
+            found = dict(zip(kept, stored, strict=True))
         events = [
-            FeedEntry(_s(rows[i]), _s(rows[i + 1]), body)
-            for i in range(0, len(rows), 3)
-            if (body := bodies.unpacked_or_none(rows[i + 2])) is not None
+            FeedEntry(entry_id, event_id, body)
+            for entry_id, event_id, raw in rows
+            if (packed := raw or found.get(event_id))
+            and (body := bodies.unpacked_or_none(packed)) is not None
         ]
         return FeedRead(events, _s(reply[1]), bool(int(reply[2])), int(reply[3]))
 
     async def wait(self, client: str, after: str, timeout_s: float) -> bool:
         """Blocks until an entry past ``after`` is in the client's feed (True) or ``timeout_s`` passed."""
         block_ms = max(1, int(timeout_s * 1000))
-        pool = self.blocking.connection_pool
-        conn = await pool.get_connection()
-        try:
-            await conn.send_command(
-                "XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", keys.client_feed(client), after or "0-0"
-            )
-            return bool(await conn.read_response())
-        except BaseException:
-            # A reader that hung up cancels the XREAD mid-read: its connection is in no known state, so it
-            # is closed now, shielded from that cancellation, not left open for the garbage collector.
-            with anyio.CancelScope(shield=True):
-                await conn.disconnect()
-            raise
-        finally:
-            with anyio.CancelScope(shield=True):
-                await pool.release(conn)
+        feed = keys.client_feed(client)
+        read = ("XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", feed, after or "0-0")
+        return bool(await blocking_read(self.blocking, feed, *read, timeout_s=timeout_s + 5.0))
 
     async def take_slot(self, client: str, token: str, *, now_ms: int, lease_s: float, cap: int) -> bool:
         """One of the client's ``cap`` stream slots for ``lease_s`` (renew it before then), or False."""

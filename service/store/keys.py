@@ -1,6 +1,7 @@
 """Every Redis key that hookbridge uses, in one place.
 
-All keys share the prefix ``hb:``. Values:
+All keys share the prefix ``hb:{hb}:`` (``PREFIX``; written ``hb:`` in the table below). The scripts in
+lua/ never build one: every key a script touches is passed in its ``KEYS``, built here. Values:
 
 ================================  ======  =========================================================
 key                               type    holds
@@ -51,10 +52,20 @@ hb:worker:{worker}                string  a worker's heartbeat, with a TTL
 from __future__ import annotations
 
 import hashlib
-import re
+import itertools
+import string
+import zlib
 from collections.abc import Callable
 
-PREFIX = "hb:"
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+# Every key starts with ``hb:`` and, for now, one hash tag (``{hb}``): stage one of the virtual shards
+# (docs/shards.md). One tag puts every key in one Redis Cluster slot, so every script, whose keys are all
+# declared, runs on a cluster as on one node; a cluster then buys failover and a managed service, not yet
+# spread. Stage two gives each key its shard's tag (``shard_prefix``) in place of this one.
+ROOT = "hb:"
+TAG = "hb"
+PREFIX = f"{ROOT}{{{TAG}}}:"
 DUE_DELIVERIES = f"{PREFIX}due:deliveries"
 ACTIVE_RUNS = f"{PREFIX}active:runs"
 ACTIVE_DELIVERIES = f"{PREFIX}active:deliveries"
@@ -179,63 +190,68 @@ def vendor_pause(vendor: str) -> str:
     return f"{PREFIX}pause:{vendor}"
 
 
-# The Lua side --------------------------------------------------------------------------------------
+# Virtual shards (issue 26, ../shared/REDIS-CLUSTER.md §4) ----------------------------------------------
 #
-# The scripts in lua/ never spell a key: scripts.py prepends ``lua_prelude()``, which defines one Lua
-# function per builder above (``k_run(id)``, ``k_chain(sub, run)``, ...) and one constant per fixed key
-# (``K_DUE_DELIVERIES``, ...), each generated from the Python builder itself, so both sides always agree.
+# A fixed number of shards, each a hash tag: the keys of one shard share a Redis Cluster slot, so a
+# script over them is one slot, and whole shards move between primaries when slots do. The count never
+# changes (a run's or a subscription's shard is a function of its id alone); 16 spreads evenly over up to
+# 16 primaries, one tag in each 1024-slot sixteenth of the slot space, so the even split a cluster makes
+# (``redis-cli --cluster create``, or ``CLUSTER ADDSLOTSRANGE`` in equal ranges) gives each primary
+# 16 / N shards, give or take one: 6/5/5 on 3 primaries. On a single node (or Sentinel) the same 16
+# shards live on the one server: one layout, no second code path.
 
-_LUA_BUILDERS: dict[str, Callable[..., str]] = {
-    "k_run": run,
-    "k_doc": document,
-    "k_result": result,
-    "k_run_events": run_events,
-    "k_event": event,
-    "k_event_pending": event_pending,
-    "k_client_runs": client_runs,
-    "k_client_subs": client_subs,
-    "k_run_deliveries": run_deliveries,
-    "k_client_feed": client_feed,
-    "k_sub": subscription,
-    "k_sub_deliveries": sub_deliveries,
-    "k_sub_inflight": sub_inflight,
-    "k_sub_parked": sub_parked,
-    "k_client_inflight": client_inflight,
-    "k_client_parked": client_parked,
-    "k_chain": chain,
-    "k_dlv": delivery,
-    "k_dlv_attempts": delivery_attempts,
-    "k_due_runs": due_runs,
-    "k_sub_budget": sub_budget,
-}
-_LUA_CONSTANTS = {
-    "K_DUE_DELIVERIES": DUE_DELIVERIES,
-    "K_ACTIVE_RUNS": ACTIVE_RUNS,
-    "K_ACTIVE_DELIVERIES": ACTIVE_DELIVERIES,
-}
-_MARK = re.compile("\x00([0-9])\x00")
+SHARDS = 16
+_ALPHABET = string.ascii_lowercase + string.digits
 
 
-def _lua_string(text: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9:_.-]*", text):
-        raise ValueError(f"key part {text!r} needs escaping in Lua")
-    return f"'{text}'"
+def _suffix(n: int) -> str:
+    """ "", "a", ..., "9", "aa", "ba", ...: the n-th short suffix (base 36, least significant first)."""
+    out = ""
+    while n:
+        n, digit = divmod(n - 1, len(_ALPHABET))
+        out += _ALPHABET[digit]
+    return out
 
 
-def _lua_builder(name: str, builder: Callable[..., str]) -> str:
-    """``local function k_x(a1, a2) return 'hb:x:' .. a1 .. ':' .. a2 end``, from the builder's output
-    for marker arguments."""
-    arity = builder.__code__.co_argcount
-    template = builder(*(f"\x00{i}\x00" for i in range(1, arity + 1)))
-    parts = _MARK.split(template)
-    exprs = [f"a{p}" if i % 2 else _lua_string(p) for i, p in enumerate(parts) if i % 2 or p]
-    params = ", ".join(f"a{i}" for i in range(1, arity + 1))
-    return f"local function {name}({params}) return {' .. '.join(exprs)} end"
+def balanced_tags(count: int = SHARDS) -> tuple[str, ...]:
+    """One short tag per shard whose slot lies in the middle half of the shard's own 1/``count`` of the
+    slot space (``hb<NN><suffix>``, the first suffix that lands there): deterministic, computed once, and
+    never at a range's edge, so that a split of the slots into equal ranges never puts two shards' tags
+    on the wrong side of a boundary by a few slots."""
+    width = REDIS_CLUSTER_HASH_SLOTS // count
+    tags = []
+    for shard in range(count):
+        low, high = shard * width + width // 4, shard * width + 3 * width // 4
+        for n in itertools.count():
+            tag = f"hb{shard:02d}{_suffix(n)}"
+            if low <= key_slot(tag.encode()) < high:
+                tags.append(tag)
+                break
+    return tuple(tags)
 
 
-def lua_prelude() -> str:
-    """The Lua definitions of every key a script uses (see above)."""
-    lines = ["-- Generated from service/store/keys.py by lua_prelude(); the scripts spell no key."]
-    lines += [f"local {name} = {_lua_string(value)}" for name, value in _LUA_CONSTANTS.items()]
-    lines += [_lua_builder(name, builder) for name, builder in _LUA_BUILDERS.items()]
-    return "\n".join(lines) + "\n"
+TAGS = balanced_tags()
+
+
+def shard_of(identifier: str) -> int:
+    """The shard of a run (by its id), a subscription (by its id) or a client (by its name): CRC-32 of
+    the id, mod SHARDS. Stable across processes and versions (not Python's salted ``hash``)."""
+    return zlib.crc32(identifier.encode()) % SHARDS
+
+
+def shard_prefix(shard: int) -> str:
+    """``hb:{<tag>}:``, the prefix of every key of ``shard``."""
+    return f"{ROOT}{{{TAGS[shard]}}}:"
+
+
+def in_shard(mint: Callable[[int], str], shard: int) -> str:
+    """The first of ``mint(0)``, ``mint(1)``, ... whose shard is ``shard``: an id that stays a function of
+    what ``mint`` hashes (deterministic: minting twice gives the same id) and lives in a chosen shard (a
+    delivery in its subscription's). About SHARDS tries on average."""
+    return next(minted for n in itertools.count() if shard_of(minted := mint(n)) == shard)
+
+
+def spread_shard(client: str, count: int) -> int:
+    """The shard for a client's ``count``-th subscription (0-based): round-robin from the client's own
+    shard, so that a handful of subscriptions land on as many shards (and primaries), not on one."""
+    return (shard_of(client) + count) % SHARDS

@@ -1,4 +1,5 @@
-"""What the store answers to a change of a run: applied, refused for a newer version, or no such run.
+"""What the store answers to a change: applied, refused (a newer version of the run, or an attempt of the
+delivery being sent), or no such record.
 
 Typed values rather than the strings the Lua scripts reply with, so a caller matches on a type that
 mypy checks (``isinstance(outcome, Applied)``) and reads only what that outcome carries."""
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.records import Run
+from service.core.records import Run
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,4 +32,11 @@ class Missing:
     """No such run (it expired, or was never there): nothing was written."""
 
 
+@dataclass(frozen=True, slots=True)
+class Busy:
+    """An attempt of the delivery is being sent under a lease: nothing was written (its result would race
+    the change)."""
+
+
 Outcome = Applied | Conflict | Missing
+RetryOutcome = Applied | Busy | Missing

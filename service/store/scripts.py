@@ -1,10 +1,13 @@
 """The Lua scripts behind every atomic state change, loaded once per Redis client.
 
-Each script is sent as ``keys.lua_prelude()`` (the key builders, generated from keys.py) and
-``status_prelude()`` (the statuses and outcomes, generated from domain.py), then, for
-the scripts that emit events, the event defaults from domain.py and ``_fanout.lua``, for those that apply
-a client's rate ``_gcra.lua``, then its own file; ``transitions`` holds ``transition.lua`` as a function
-that it applies to each run of a batch. No script spells a key name or a status."""
+Each script is sent as ``#!lua`` (so that Redis and Valkey >= 7 hold it to the keys it declares), then
+``status_prelude()`` (the statuses and outcomes, generated from domain.py), then, for the scripts that
+emit events, the event defaults from domain.py and ``_fanout.lua``, for those that apply a client's rate
+``_gcra.lua``, then its own file; ``transitions`` holds ``transition.lua`` as a function that it applies
+to each run of a batch. No script spells a status, and no script names a key: every key it touches is
+one of its ``KEYS``, built by the Python caller (``keys.py``); where a key depends on data in Redis (a
+delivery's subscription, a client's subscriptions) the caller reads that first and the script checks it
+still holds (tests/store/test_script_keys.py holds every file to this)."""
 
 from __future__ import annotations
 
@@ -13,8 +16,7 @@ from importlib.resources import files
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from service import domain, records
-from service.store import keys
+from service.core import domain, records
 
 _LUA = files("service.store") / "lua"
 _SHARED = ("transition", "transitions", "emit")
@@ -32,37 +34,47 @@ _FINAL = domain.ATTEMPT_FINAL_STATUS
 
 
 def status_prelude() -> str:
-    """The statuses and outcomes of :mod:`service.domain` as Lua tables, so no script spells one:
+    """The statuses and outcomes of :mod:`service.core.domain` as Lua tables, so no script spells one:
     ``RUN.QUEUED``, ``TERMINAL[status]``, ``DLV.PENDING``, ``OUTCOME.RETRY``, ``FINAL_STATUS[outcome]``;
     and the delivery hash's field names (``DF.status``), from records.DELIVERY_HASH.
     Tables rather than one local each: a script's functions reach them as a few upvalues."""
     lines = [
-        "-- Generated from service/domain.py by status_prelude(); the scripts spell no status.",
+        "-- Generated from service/core/domain.py by status_prelude(); the scripts spell no status.",
         f"local RUN = {_lua_table({s.name: s.value for s in domain.RunStatus})}",
         f"local TERMINAL = {_lua_table({s.value: True for s in domain.TERMINAL})}",
         f"local DLV = {_lua_table({s.name: s.value for s in domain.DeliveryStatus})}",
         f"local OUTCOME = {_lua_table({o.name: o.value for o in domain.AttemptOutcome})}",
         f"local FINAL_STATUS = {_lua_table({o.value: s.value for o, s in _FINAL.items()})}",
-        "-- The delivery hash's fields, from service/records.py's DELIVERY_HASH: DF.<record field>.",
+        "-- The delivery hash's fields, from service/core/records.py's DELIVERY_HASH: DF.<record field>.",
         f"local DF = {_lua_table({**records.DELIVERY_HASH, **records.DELIVERY_HASH_INTERNAL})}",
     ]
     return "\n".join(lines) + "\n"
 
 
+SHEBANG = "#!lua"
+
+
+def _body(name: str) -> str:
+    """A file of lua/ without its ``#!lua`` line (each file has one; the assembled script has one, first)."""
+    text = (_LUA / f"{name}.lua").read_text()
+    first, _, rest = text.partition("\n")
+    return rest if first.strip() == SHEBANG else text
+
+
 def source(name: str) -> str:
     """The full text sent to Redis for the script ``lua/{name}.lua``."""
-    parts = [keys.lua_prelude(), status_prelude()]
+    parts = [SHEBANG, status_prelude()]
     if name in _SHARED:
         defaults = ", ".join(f"'{t}'" for t in domain.DEFAULT_EVENT_TYPES)
         parts.append(f"local DEFAULT_TYPES = {{{defaults}}}\nlocal EVENT_TEST = '{domain.EVENT_TEST}'")
-        parts.append((_LUA / "_fanout.lua").read_text())
+        parts.append(_body("_fanout"))
     if name in _LIMITED:
-        parts.append((_LUA / "_gcra.lua").read_text())
+        parts.append(_body("_gcra"))
     if name == "transitions":
         # Its parameters shadow the script's own KEYS and ARGV; its top-level return ends the function.
-        one = (_LUA / "transition.lua").read_text()
+        one = _body("transition")
         parts.append(f"local function transition(KEYS, ARGV)\n{one}\nend")
-    parts.append((_LUA / f"{name}.lua").read_text())
+    parts.append(_body(name))
     return "\n".join(parts)
 
 
@@ -79,6 +91,7 @@ class Scripts:
         self.emit = load("emit")
         self.claim_runs = load("claim_runs")
         self.budget = load("budget")
+        self.budget_batch = load("budget_batch")
         self.pause = load("pause")
         self.claim_deliveries = load("claim_deliveries")
         self.delivery_result = load("delivery_result")
@@ -88,3 +101,4 @@ class Scripts:
         self.release = load("release")
         self.rate_limit = load("rate_limit")
         self.create_subscription = load("create_subscription")
+        self.delete_subscription = load("delete_subscription")

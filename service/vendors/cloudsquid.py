@@ -45,9 +45,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.vendors.base import (
     FAILED,
+    NO_CALL,
     QUEUED,
     RUNNING,
     SUCCEEDED,
+    Call,
+    Kind,
     PollResult,
     SubmitRequest,
     Submitted,
@@ -106,7 +109,7 @@ class CloudsquidAdapter:
         self._project = project
         self._table_id = table_id
 
-    async def submit(self, request: SubmitRequest) -> Submitted:
+    async def submit(self, request: SubmitRequest, call: Call = NO_CALL) -> Submitted:
         project, table_id = self._table(request.options, request.state)
         where = {"project": project, "table_id": table_id}
         if request.state.get("run_id"):
@@ -118,7 +121,9 @@ class CloudsquidAdapter:
             body = _upload_body(request)  # refuses what Cloudsquid would, before any call
             with submit_errors():
                 response = await self._client.post(
-                    f"{_table_path(project, table_id)}/files", json=body, extensions={"kind": "upload"}
+                    f"{_table_path(project, table_id)}/files",
+                    json=body,
+                    extensions=call.extensions(Kind.SUBMIT),
                 )
             _check_submit(response)
             row_id = _field(response, "row_id")
@@ -129,7 +134,7 @@ class CloudsquidAdapter:
             response = await self._client.post(
                 f"{_table_path(project, table_id)}/run",
                 json={"row_id": row_id, "zero_retention": request.zero_retention},
-                extensions={"kind": "submit"},
+                extensions=call.extensions(Kind.SUBMIT),
             )
         _check_submit(response)
         run_id = _field(response, "run_id")
@@ -137,12 +142,12 @@ class CloudsquidAdapter:
             await request.checkpoint({"run_id": run_id})
         return Submitted(vendor_run_id=run_id, state={"row_id": row_id, **where})
 
-    async def poll(self, vendor_run_id: str, state: dict[str, Any]) -> PollResult:
+    async def poll(self, vendor_run_id: str, state: dict[str, Any], call: Call = NO_CALL) -> PollResult:
         project, table_id = self._table({}, state)
         with transport_errors():
             response = await self._client.get(
                 f"{_table_path(project, table_id)}/run/{quote(vendor_run_id, safe='')}",
-                extensions={"kind": "poll"},
+                extensions=call.extensions(Kind.POLL),
             )
         raise_for_transient(response)
         if response.status_code in (401, 403):
@@ -185,12 +190,12 @@ class CloudsquidAdapter:
             )
         return PollResult(status, vendor_status)
 
-    async def fetch_result(self, vendor_run_id: str, state: dict[str, Any]) -> Any:
+    async def fetch_result(self, vendor_run_id: str, state: dict[str, Any], call: Call = NO_CALL) -> Any:
         """Never needed: the poll that reports ``done`` carries the data."""
-        result = await self.poll(vendor_run_id, state)
+        result = await self.poll(vendor_run_id, state, call)
         return result.result
 
-    async def cancel(self, vendor_run_id: str, state: dict[str, Any]) -> None:
+    async def cancel(self, vendor_run_id: str, state: dict[str, Any], call: Call = NO_CALL) -> None:
         """Cloudsquid documents no cancel endpoint: nothing to tell it."""
 
     def _table(self, options: dict[str, Any], state: dict[str, Any]) -> tuple[str, str]:
@@ -328,4 +333,5 @@ SPEC = VendorSpec(
     ),
     description="Cloudsquid tables API, async runs",
     options=CloudsquidOptions,
+    required=("API_KEY",),
 )

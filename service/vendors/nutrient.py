@@ -44,6 +44,7 @@ Rules and the sentences they rest on (S003):
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -55,13 +56,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.vendors.base import (
     CANCELED,
     FAILED,
+    NO_CALL,
     QUEUED,
     RUNNING,
     SUCCEEDED,
+    Call,
     DocumentTooLarge,
     DocumentUnavailable,
     Fetcher,
     FileResult,
+    Kind,
     PollResult,
     Progress,
     SubmitRequest,
@@ -74,7 +78,13 @@ from service.vendors.base import (
     VendorSpec,
     VendorTransient,
 )
-from service.vendors.http import error_message, get_bounded, raise_for_transient, transport_errors
+from service.vendors.http import (
+    error_message,
+    get_bounded,
+    raise_for_transient,
+    same_origin,
+    transport_errors,
+)
 
 # What hookbridge keeps of a result asset when not told otherwise (the worker passes MAX_DOCUMENT_BYTES).
 MAX_ASSET_BYTES = 50 * 1024 * 1024
@@ -112,7 +122,7 @@ class NutrientAdapter:
             raise VendorRejected("this Nutrient adapter was built without a document fetcher")
         return await self._fetcher.fetch(url)
 
-    async def submit(self, request: SubmitRequest) -> Submitted:
+    async def submit(self, request: SubmitRequest, call: Call = NO_CALL) -> Submitted:
         instructions = request.options.get("instructions")
         if instructions is not None and not isinstance(instructions, dict):
             raise VendorRejected("options.instructions must be a JSON object")
@@ -129,13 +139,13 @@ class NutrientAdapter:
                 # The JSON format: instruction fields at the top level beside the URL.
                 body: dict[str, Any] = {**(instructions or {}), "url": doc.url}
                 response = await self._client.post(
-                    path, json=body, headers=headers, extensions={"kind": "submit"}
+                    path, json=body, headers=headers, extensions=call.extensions(Kind.SUBMIT)
                 )
             else:
                 data = {"instructions": json.dumps(instructions)} if instructions is not None else None
                 files = {"file": (doc.filename, doc.content or b"", doc.media_type)}
                 response = await self._client.post(
-                    path, files=files, data=data, headers=headers, extensions={"kind": "submit"}
+                    path, files=files, data=data, headers=headers, extensions=call.extensions(Kind.SUBMIT)
                 )
         raise_for_transient(response)  # 503 run_enqueue_failed stored nothing: submitting again is safe
         if not response.is_success:
@@ -155,10 +165,10 @@ class NutrientAdapter:
             raise VendorTransient("the vendor accepted the run but named no run id")
         return Submitted(vendor_run_id=run_id, vendor_status=status)
 
-    async def poll(self, vendor_run_id: str, state: dict[str, Any]) -> PollResult:
+    async def poll(self, vendor_run_id: str, state: dict[str, Any], call: Call = NO_CALL) -> PollResult:
         with transport_errors():
             response = await self._client.get(
-                f"/extraction/runs/{vendor_run_id}", extensions={"kind": "poll"}
+                f"/extraction/runs/{vendor_run_id}", extensions=call.extensions(Kind.POLL)
             )
         self._check(response)
         run = response.json()
@@ -190,11 +200,12 @@ class NutrientAdapter:
             usage=_usage(run.get("usage")) if status == SUCCEEDED else None,
         )
 
-    async def fetch_result(self, vendor_run_id: str, state: dict[str, Any]) -> Any:
-        """The ``result`` asset (JSON); with a ``zip`` asset beside it, a :class:`FileResult` of both."""
+    async def fetch_result(self, vendor_run_id: str, state: dict[str, Any], call: Call = NO_CALL) -> Any:
+        """The ``result`` asset (JSON); with a ``zip`` asset beside it, a :class:`FileResult` of both whose
+        ``downloadUrl`` is ours (:func:`_shaped`)."""
         run_path = f"/extraction/runs/{quote(vendor_run_id, safe='')}"
         response, body = await get_bounded(
-            self._client, f"{run_path}/assets/result", limit=self._max_asset_bytes, kind="result"
+            self._client, f"{run_path}/assets/result", limit=self._max_asset_bytes, call=call
         )
         self._check(response)
         try:
@@ -217,20 +228,20 @@ class NutrientAdapter:
                     raise VendorRejected(f"the zip asset's downloadUrl: {exc.message}") from None
                 # A presigned URL may have expired: the result asset, read again, names a fresh one.
                 raise VendorTransient(f"the zip asset: {exc.message}", status_code=exc.status_code) from None
-            return FileResult(content=content, media_type="application/zip", data=result)
-        response, content = await get_bounded(self._client, own, limit=self._max_asset_bytes, kind="zip")
+            return _shaped(result, content, call)
+        response, content = await get_bounded(self._client, own, limit=self._max_asset_bytes, call=call)
         self._check(response)
-        return FileResult(content=content, media_type="application/zip", data=result)
+        return _shaped(result, content, call)
 
-    async def delete(self, vendor_run_id: str, state: dict[str, Any]) -> None:
+    async def delete(self, vendor_run_id: str, state: dict[str, Any], call: Call = NO_CALL) -> None:
         """Deletes the run at Nutrient; a run still in flight is canceled first (S003). Gone is fine."""
         path = f"/extraction/runs/{quote(vendor_run_id, safe='')}"
         with transport_errors():
-            response = await self._client.delete(path, extensions={"kind": "delete"})
+            response = await self._client.delete(path, extensions=call.extensions(Kind.DELETE))
         if response.status_code == 409:  # run_in_flight: "Cancel the run before deleting it."
-            await self.cancel(vendor_run_id, state)
+            await self.cancel(vendor_run_id, state, call)
             with transport_errors():
-                response = await self._client.delete(path, extensions={"kind": "delete"})
+                response = await self._client.delete(path, extensions=call.extensions(Kind.DELETE))
         raise_for_transient(response)
         # 410 run_expired: "The run has passed its retention window" (S003), gone by itself. Anything else
         # that is not a 2xx, 404 and 405 included, is not a confirmed deletion: the route is an inference
@@ -242,19 +253,13 @@ class NutrientAdapter:
             )
 
     def _own_url(self, url: str, fallback: str) -> str:
-        """``url`` if it is on Nutrient's own base URL (our key goes only there), else ``fallback``."""
-        target, base = httpx.URL(url), self._client.base_url
-        if target.is_relative_url:
-            return fallback if target.host else url
-        same_origin = (target.scheme, target.host, target.port) == (base.scheme, base.host, base.port)
-        if same_origin and target.path.startswith(base.path):
-            return str(target)
-        return fallback
+        """``url`` if it is under Nutrient's own base URL (our key goes only there), else ``fallback``."""
+        return url if same_origin(url, self._client.base_url) else fallback
 
-    async def cancel(self, vendor_run_id: str, state: dict[str, Any]) -> None:
+    async def cancel(self, vendor_run_id: str, state: dict[str, Any], call: Call = NO_CALL) -> None:
         with transport_errors():
             response = await self._client.post(
-                f"/extraction/runs/{vendor_run_id}/cancel", extensions={"kind": "cancel"}
+                f"/extraction/runs/{vendor_run_id}/cancel", extensions=call.extensions(Kind.CANCEL)
             )
         raise_for_transient(response)
         # 409 run_not_cancelable: it finished first; 410: gone. Either way there is nothing to stop.
@@ -271,6 +276,24 @@ class NutrientAdapter:
             raise VendorExpired(error_message(response), status_code=response.status_code)
         if not response.is_success:
             raise VendorTransient(f"HTTP {response.status_code}: {error_message(response)}")
+
+
+def _shaped(result: dict[str, Any], content: bytes, call: Call) -> FileResult | dict[str, Any]:
+    """The split's result as the client sees it: ``output.downloadUrl`` needs Nutrient's key, so it names
+    hookbridge's copy instead (``call.result_url``); under zero retention nothing is kept, and the zip
+    travels inline, base64 encoded, beside its media type. Outside a step (no ``result_url``) the
+    vendor's answer is left as it came."""
+    output = result.get("output")
+    if not isinstance(output, dict):
+        output = result["output"] = {}
+    if call.zero_retention:
+        output.pop("downloadUrl", None)
+        output["file_base64"] = base64.b64encode(content).decode("ascii")
+        output["file_media_type"] = "application/zip"
+        return result
+    if call.result_url:
+        output["downloadUrl"] = call.result_url
+    return FileResult(content=content, media_type="application/zip", data=result)
 
 
 def _is_absolute_http(url: str) -> bool:
@@ -364,4 +387,5 @@ SPEC = VendorSpec(
     ),
     description="Nutrient DWS Data Extraction, async runs",
     options=NutrientOptions,
+    required=("API_KEY",),
 )

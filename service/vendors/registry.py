@@ -20,16 +20,19 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from importlib.metadata import EntryPoint, entry_points
 
-from service.vendors.base import VendorDefaults, VendorSetting, VendorSpec
+from service.config import settings as settings_mod
+from service.config.settings import Settings, VendorSettings
+from service.vendors.base import Kind, KindBudget, VendorDefaults, VendorSetting, VendorSpec
 
 GROUP = "hookbridge.vendors"
 OWN_DISTRIBUTION = "hookbridge"
-_NAME = re.compile(r"^[a-z][a-z0-9]{0,30}$")
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")  # contract §10
 _OPERATION = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+_BUDGET = re.compile(r"^[a-z][a-z]{0,15}$")
 _SETTING = re.compile(r"^[A-Z][A-Z0-9_]{0,40}$")
 # HOOKBRIDGE_SIM_* belongs to the simulator; a vendor of that name could not have settings of its own.
 RESERVED = frozenset({"sim"})
@@ -43,6 +46,22 @@ def vendors() -> dict[str, VendorSpec]:
     """The installed vendors by name: hookbridge's own first, in their declared order, then the others
     by name. Read once per ``sys.path``."""
     return dict(_discover_cached(tuple(sys.path)))
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """The settings of ``env`` (else the process's environment) read with every installed vendor, as the
+    composition root reads them (``service/cli.py``); an unusable plugin is a ``VendorPluginError``."""
+    try:
+        specs = vendors()
+    except PluginError as exc:
+        raise settings_mod.VendorPluginError(str(exc)) from None
+    return settings_mod.load(env, vendors=specs)
+
+
+def spec_of(vendor: VendorSettings) -> VendorSpec | None:
+    """The spec a vendor's settings were read with, as the :class:`VendorSpec` it is (the settings know
+    only what of it declares settings); None when they were read without one."""
+    return vendor.spec if isinstance(vendor.spec, VendorSpec) else None
 
 
 @lru_cache(maxsize=8)
@@ -76,8 +95,8 @@ def _load(ep: EntryPoint) -> VendorSpec:
     where = f"vendor plugin {ep.name!r} ({_origin(ep)})"
     if not _NAME.match(ep.name) or ep.name in RESERVED:
         raise PluginError(
-            f"{where}: the name must be 1-31 lower-case letters and digits, starting with a letter"
-            + (f", and not {ep.name!r}" if ep.name in RESERVED else "")
+            f"{where}: the name must be 1-31 lower-case letters, digits and underscores, "
+            "starting with a letter" + (f", and not {ep.name!r}" if ep.name in RESERVED else "")
         )
     try:
         spec = ep.load()
@@ -104,7 +123,32 @@ def _check(name: str, spec: VendorSpec) -> str | None:
         return problem
     if not callable(spec.auth_headers) or not callable(spec.build):
         return "auth_headers and build must be callables"
-    return _check_settings(spec)
+    if spec.auth is not None and not callable(spec.auth):
+        return "auth must be None or a callable that builds an httpx.Auth"
+    return _check_budgets(spec) or _check_settings(spec)
+
+
+def _check_budgets(spec: VendorSpec) -> str | None:
+    """Each group names its own setting ({V}_{NAME}_MAX_RPS) and its own kinds; no kind in two."""
+    seen: set[Kind] = set()
+    names: set[str] = set()
+    for budget in spec.budgets:
+        if not isinstance(budget, KindBudget) or not _BUDGET.match(budget.name):
+            return f"budget {budget!r} must be a KindBudget with a lower-case name"
+        if budget.name in names:
+            return f"budget {budget.name} is declared twice"
+        names.add(budget.name)
+        kinds = set(budget.kinds)
+        if not kinds or not all(isinstance(k, Kind) and k is not Kind.AUTH for k in kinds):
+            return f"budget {budget.name}: kinds must be request kinds (service.vendors.base.Kind), not auth"
+        if kinds & seen:
+            return f"budget {budget.name}: kind {sorted(kinds & seen)[0]} is in another budget too"
+        seen |= kinds
+        if not budget.max_rps >= 0:
+            return f"budget {budget.name}: max_rps must be 0 or more"
+        if not all(isinstance(s, int | float) and s > 0 for s in budget.pause_schedule_s):
+            return f"budget {budget.name}: pause_schedule_s must hold seconds greater than 0"
+    return None
 
 
 def _check_operations(spec: VendorSpec) -> str | None:
@@ -131,6 +175,8 @@ def _check_defaults(spec: VendorSpec) -> str | None:
         return "defaults.poll_max_s must be >= poll_initial_s"
     if not d.max_rps >= 0:
         return "defaults.max_rps must be 0 or more"
+    if not (isinstance(d.max_answer_bytes, int) and d.max_answer_bytes >= 0):
+        return "defaults.max_answer_bytes must be 0 (MAX_DOCUMENT_BYTES and an envelope) or more"
     return None
 
 

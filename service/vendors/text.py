@@ -16,9 +16,10 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-# What is left of one vendor string: enough for any error message a person reads, small enough that a run
-# record, a feed entry and a callback stay small whatever the vendor answers.
-MAX_TEXT = 2048
+# What is left of one vendor string (the core's bound: it cuts the messages it composes the same way).
+from service.core.answers import MAX_TEXT as MAX_TEXT
+from service.core.answers import cut
+
 # What is left of a vendor's structured error details (Uptiq's documentQuality, Nutrient's error object).
 MAX_DETAILS_BYTES = 4096
 REDACTED = "[redacted]"
@@ -27,6 +28,7 @@ REDACTED = "[redacted]"
 MIN_SECRET = 6
 
 _forms: set[str] = set()
+_static: set[str] = set()  # the forms of what register() was given outside rotate(): never forgotten
 _ordered: tuple[str, ...] = ()
 
 
@@ -47,10 +49,39 @@ def forms_of(secret: str) -> set[str]:
 def register(secrets: Iterable[str]) -> None:
     """Adds credentials (API keys, whole auth header values) to what :func:`clean` scrubs, process-wide."""
     global _ordered
+    rotating = {s for kept in _rotating.values() for s in kept}
     for secret in secrets:
         if isinstance(secret, str):
-            _forms.update(forms_of(secret))
+            forms = forms_of(secret)
+            _forms.update(forms)
+            if secret not in rotating:
+                _static.update(forms)
     # Longest first: a header value "Bearer KEY" goes whole, not as "Bearer [redacted]" twice.
+    _ordered = tuple(sorted(_forms, key=len, reverse=True))
+
+
+# Secrets that replace each other (a bearer token refreshed hourly): the last few per slot, so that a
+# process that runs for months does not scrub thousands of dead tokens from every string.
+_rotating: dict[str, list[str]] = {}
+ROTATING_KEPT = 3
+
+
+def rotate(slot: str, secret: str) -> None:
+    """Registers ``secret`` as the newest of ``slot`` (one auth's tokens), forgetting all but the last
+    :data:`ROTATING_KEPT` of them: an answer to a request sent with an older one can no longer arrive."""
+    kept = _rotating.setdefault(slot, [])
+    if secret in kept:
+        return
+    kept.append(secret)
+    register([secret])
+    if len(kept) > ROTATING_KEPT:
+        _forget(kept.pop(0))
+
+
+def _forget(secret: str) -> None:
+    global _ordered
+    still = {form for secrets in _rotating.values() for s in secrets for form in forms_of(s)}
+    _forms.difference_update(forms_of(secret) - still - _static)
     _ordered = tuple(sorted(_forms, key=len, reverse=True))
 
 
@@ -58,6 +89,8 @@ def forget() -> None:
     """Clears the registry (tests)."""
     global _ordered
     _forms.clear()
+    _static.clear()
+    _rotating.clear()
     _ordered = ()
 
 
@@ -74,10 +107,7 @@ def clean(text: Any, limit: int = MAX_TEXT) -> str:
     said: str = text if isinstance(text, str) else "" if text is None else str(text)
     # Scrub a little past the cut, so that a key straddling it is not left half in.
     longest = len(_ordered[0]) if _ordered else 0
-    said = scrub(said[: limit + longest])
-    if len(said) > limit:
-        return said[: limit - 13] + " [truncated]"
-    return said
+    return cut(scrub(said[: limit + longest]), limit)
 
 
 def clean_optional(text: Any, limit: int = MAX_TEXT) -> str | None:

@@ -49,9 +49,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.vendors.base import (
     FAILED,
+    NO_CALL,
     QUEUED,
     RUNNING,
     SUCCEEDED,
+    Call,
+    Kind,
     PollResult,
     Progress,
     SubmitRequest,
@@ -105,11 +108,11 @@ class UptiqAdapter:
         self._early_404_window_s = early_404_window_s
         self._body_fields = body_fields
 
-    async def submit(self, request: SubmitRequest) -> Submitted:
+    async def submit(self, request: SubmitRequest, call: Call = NO_CALL) -> Submitted:
         body = _request_body(request, self._body_fields)
         submitted_at = time.time()
         with submit_errors():
-            response = await self._client.post("/extract", json=body, extensions={"kind": "submit"})
+            response = await self._client.post("/extract", json=body, extensions=call.extensions(Kind.SUBMIT))
         raise_for_transient(response)
         if not response.is_success:
             raise VendorRejected(error_message(response), status_code=response.status_code)
@@ -130,10 +133,11 @@ class UptiqAdapter:
             state={SUBMITTED_KEY: submitted_at},
         )
 
-    async def poll(self, vendor_run_id: str, state: dict[str, Any]) -> PollResult:
+    async def poll(self, vendor_run_id: str, state: dict[str, Any], call: Call = NO_CALL) -> PollResult:
         with transport_errors():
             response = await self._client.get(
-                f"/document-extractions/{quote(vendor_run_id, safe='')}", extensions={"kind": "poll"}
+                f"/document-extractions/{quote(vendor_run_id, safe='')}",
+                extensions=call.extensions(Kind.POLL),
             )
         raise_for_transient(response)
         if response.status_code in (401, 403):
@@ -175,12 +179,12 @@ class UptiqAdapter:
             return _failure(vendor_status, result, progress)
         return PollResult(status, vendor_status, progress=progress)
 
-    async def fetch_result(self, vendor_run_id: str, state: dict[str, Any]) -> Any:
+    async def fetch_result(self, vendor_run_id: str, state: dict[str, Any], call: Call = NO_CALL) -> Any:
         """Never needed: the poll that reports ``Processed`` carries the result."""
-        result = await self.poll(vendor_run_id, state)
+        result = await self.poll(vendor_run_id, state, call)
         return result.result
 
-    async def cancel(self, vendor_run_id: str, state: dict[str, Any]) -> None:
+    async def cancel(self, vendor_run_id: str, state: dict[str, Any], call: Call = NO_CALL) -> None:
         """Uptiq documents no cancel endpoint: nothing to tell it."""
 
     def _not_found(self, response: httpx.Response, state: dict[str, Any]) -> None:
@@ -338,4 +342,5 @@ SPEC = VendorSpec(
     ),
     description="Uptiq DocAI async extraction",
     options=UptiqOptions,
+    required=("API_KEY",),
 )

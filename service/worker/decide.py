@@ -14,9 +14,9 @@ from enum import Enum
 
 import httpx
 
-from service import domain
+from service.core import domain
+from service.core.domain import FaultKind
 from service.core.runs import Fault
-from service.domain import FaultKind
 from service.vendors import text
 from service.vendors.base import (
     DocumentUnavailable,

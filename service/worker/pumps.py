@@ -12,13 +12,13 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
-from service import logs
-from service.clock import SYSTEM, Clock
-from service.settings import Settings
-from service.store import ClaimedRun, Store
-from service.worker.budget import ProbeTicket, probe, release_probe
+from service.config.settings import Settings
+from service.core.clock import SYSTEM, Clock
+from service.observability import logs
+from service.store import ClaimedRun
+from service.store.ports import DeliveryClaims, RunPumpStore
 
 log = logs.get("hookbridge.worker")
 
@@ -59,7 +59,7 @@ class Pump:
             await work
         except asyncio.CancelledError:
             raise  # stays held: drain() releases it
-        except (RedisError, OSError) as exc:
+        except (RedisError, RedisClusterException, OSError) as exc:
             self.held.pop(key, None)
             log.warning("step interrupted; its lease will hand it back", pump=self.name, error=str(exc))
         except Exception:
@@ -88,7 +88,7 @@ class Pump:
             try:
                 work, next_due_ms = await self.claim(free) if free > 0 else ([], None)
                 backoff = 0.1
-            except (RedisError, OSError) as exc:
+            except (RedisError, RedisClusterException, OSError) as exc:
                 # Redis is down or restarting: back off and resume by ourselves when it returns.
                 log.warning("redis unavailable", pump=self.name, error=str(exc), retry_in_s=backoff)
                 await _wait(stop, backoff)
@@ -147,7 +147,7 @@ class Pump:
                     released = await self.release(list(self.held.values()))
                     log.info("leases handed back", pump=self.name, items=len(self.held), released=released)
                     self.held.clear()
-                except (RedisError, OSError) as exc:
+                except (RedisError, RedisClusterException, OSError) as exc:
                     log.warning("could not hand leases back; they expire", pump=self.name, error=str(exc))
             return len(pending)
         return 0
@@ -156,7 +156,7 @@ class Pump:
 class RunPump(Pump):
     def __init__(
         self,
-        store: Store,
+        store: RunPumpStore,
         settings: Settings,
         step: Callable[[Any], Awaitable[None]],
         vendors: Sequence[str],
@@ -185,7 +185,7 @@ class RunPump(Pump):
             if free - len(work) <= 0:
                 break
             limit = min(self.settings.worker_batch, free - len(work))
-            claimed, nxt = await self.store.claim_runs(
+            claimed, nxt = await self.store.runs.claim_runs(
                 vendor, now, limit, lease_ms, self.intervals.get(vendor, 0.0), LOOKAHEAD_MS, probe_lease_ms
             )
             work.extend(
@@ -204,20 +204,23 @@ class RunPump(Pump):
         released, now = 0, self.clock.now_ms()
         for vendor in self.vendors:
             mine = [(run_id, lease_end) for v, run_id, lease_end in leases if v == vendor]
-            released += await self.store.release_runs(vendor, mine, now)
+            released += await self.store.runs.release_runs(vendor, mine, now)
         return released
 
     async def _probe(self, vendor: str, claimed: ClaimedRun) -> None:
+        """The vendor is paused after a 429 and this step is its one probe (worker/budget.py: the step's
+        ticket carries the token to its requests). A probe that ended without the vendor's answer (it sent
+        nothing, or was cut short) is handed back, so that another run may probe at once; after an answer
+        or a 429 the store has settled it already, and this changes nothing."""
         assert claimed.probe is not None
-        # The vendor is paused after a 429 and this step is its one probe (budget.py).
-        ticket = ProbeTicket(vendor, claimed.probe)
-        probe.set(ticket)
         try:
             await self.step(claimed)
         finally:
             try:
-                await release_probe(self.store, ticket, self.clock.now_ms())
-            except (RedisError, OSError) as exc:  # its lease runs out instead
+                await self.store.limits.pause_settle(
+                    vendor, self.clock.now_ms(), claimed.probe, answered=False
+                )
+            except (RedisError, RedisClusterException, OSError) as exc:  # its lease runs out instead
                 log.warning("probe not released", vendor=vendor, error=str(exc))
 
 
@@ -232,7 +235,7 @@ def client_in_flight_cap(client_max_in_flight: int, concurrency: int) -> int:
 class DeliveryPump(Pump):
     def __init__(
         self,
-        store: Store,
+        store: DeliveryClaims,
         settings: Settings,
         attempt: Callable[[Any], Awaitable[Any]],
         clock: Clock = SYSTEM,

@@ -19,24 +19,26 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from service import logs, metrics
-from service._uvicorn import EmbeddedServer, api_config
-from service.clock import SYSTEM, Clock
+from service.config.settings import Settings
+from service.config.settings import warnings as settings_warnings
+from service.core.clock import SYSTEM, Clock
 from service.delivery import client as callback_client
 from service.delivery.deliverer import Deliverer
 from service.delivery.fetch import DocumentFetcher
 from service.delivery.urlsafety import Policy
-from service.settings import Settings
+from service.observability import logs, metrics
+from service.serving.server import EmbeddedServer, api_config
 from service.store import Store, connect
-from service.vendors import build_adapters
-from service.worker.budget import StoreBudget
+from service.vendors import build_adapters, registry
+from service.vendors.http import Budget
+from service.worker.budget import GroupBudget, StoreBudget
 from service.worker.pumps import DeliveryPump, Pump, RunPump
 from service.worker.queue import Periodic, Queue
 from service.worker.steps import RunStepper
 
 log = logs.get("hookbridge.worker")
 STALE_AFTER_S = 30.0
-# The per-client gauges (Store.observe) are sampled this often: a few thousand reads at most.
+# The per-client gauges (Upkeep.observe) are sampled this often: a few thousand reads at most.
 OBSERVE_EVERY_S = 30.0
 
 
@@ -80,8 +82,32 @@ class WorkerRuntime:
         metrics.set_clients(client for client, _ in settings.api_keys)
         self._next_observe = 0.0
         self.store = Store(connect(settings, url=redis_url), settings)
+        # With REDIS_WAIT_REPLICAS, the writes that precede an announcement go through a client that WAITs
+        # after each (contract section 10): the steps' transitions (one WAIT per batch of them, before
+        # the step goes on) and the claim of deliveries (its WAIT covers every write its primary took
+        # before it, the fan-out that made the delivery included), so that no callback goes out for a
+        # change a failover could still lose. Claims of runs, budgets and heartbeats need none.
+        self.durable = (
+            Store(connect(settings, url=redis_url, durable=True), settings)
+            if settings.redis_wait_replicas
+            else self.store
+        )
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}"
-        budgets = {v: StoreBudget(self.store, settings.vendor(v), clock) for v in settings.vendors}
+        budgets: dict[str, StoreBudget] = {}
+        kinds: dict[str, dict[str, Budget]] = {}
+        for name, vendor in settings.vendors.items():
+            spec = registry.spec_of(vendor)
+            groups = spec.budgets if spec is not None else ()
+            # A vendor with budgets per kind claims without a prepaid slot: the step's first request may
+            # be of any group (worker/budget.py).
+            shared = budgets[name] = StoreBudget(self.store.limits, vendor, clock, prepaid=not groups)
+            kinds[name] = {}
+            for group in groups:  # one budget per group: its kinds share its rate and its pause
+                rps = float(vendor.extra[f"{group.name}_max_rps"])
+                own = GroupBudget(
+                    self.store.limits, vendor, group.name, rps, shared, clock, group.pause_schedule_s
+                )
+                kinds[name].update(dict.fromkeys(group.kinds, own))
         # URLs fetched for a vendor (a document to upload, a presigned asset) get the callback rules.
         fetcher = DocumentFetcher(
             Policy(settings.callback_allowed_networks, settings.callback_blocked_networks),
@@ -89,7 +115,12 @@ class WorkerRuntime:
             timeout_s=settings.vendor_timeout_s,
         )
         self.vendor_clients, self.adapters = build_adapters(
-            settings, budgets, metrics.observe_vendor_request, transport=vendor_transport, fetcher=fetcher
+            settings,
+            budgets,
+            metrics.observe_vendor_request,
+            transport=vendor_transport,
+            fetcher=fetcher,
+            kinds=kinds,
         )
         self.callbacks = callback_client.make_client(
             Policy(settings.callback_allowed_networks, settings.callback_blocked_networks),
@@ -97,11 +128,15 @@ class WorkerRuntime:
             resolver=resolver,
         )
         self.deliverer = Deliverer(self.store, settings, self.callbacks, clock=clock)
-        self.delivery_pump = DeliveryPump(self.store, settings, self.deliverer.attempt, clock)
+        self.delivery_pump = DeliveryPump(self.durable.deliveries, settings, self.deliverer.attempt, clock)
         self.stepper = RunStepper(
-            self.store, settings, self.adapters, on_delivery_due=self.delivery_pump.wake, clock=clock
+            self.durable.runs,
+            settings,
+            self.adapters,
+            on_delivery_due=self.delivery_pump.wake,
+            clock=clock,
         )
-        intervals = {v: b.interval_ms for v, b in budgets.items()}
+        intervals = {v: b.interval_ms if b.prepaid else 0.0 for v, b in budgets.items()}
         self.run_pump = RunPump(
             self.store, settings, self.stepper.step, list(self.adapters), intervals, clock
         )
@@ -133,6 +168,8 @@ class WorkerRuntime:
             vendors=list(self.adapters),
             role=self.settings.worker_role,
         )
+        for note in settings_warnings(self.settings):
+            log.warning("setting raised", detail=note)
         self.tasks = [
             *(asyncio.create_task(pump.run(self.stop)) for pump in self.pumps),
             asyncio.create_task(self.queue.run(self.stop)),
@@ -174,7 +211,7 @@ class WorkerRuntime:
     async def step_until_idle(self, *, max_rounds: int = 1000) -> int:
         """Burst mode, for tests and one-off runs: works everything due at the clock's now (runs, then the
         deliveries they made due, and again) until nothing is, then returns how many items it worked.
-        With a :class:`~service.clock.ManualClock`, a test moves the clock, steps, and asserts."""
+        With a :class:`~service.core.clock.ManualClock`, a test moves the clock, steps, and asserts."""
         total = 0
         for _ in range(max_rounds):
             done = 0
@@ -187,14 +224,14 @@ class WorkerRuntime:
 
     async def sweep(self) -> dict[str, int]:
         """The sweeper's pass (also arq's periodic job)."""
-        repaired = await self.store.repair(self.clock.now_ms())
+        repaired = await self.store.upkeep.repair(self.clock.now_ms())
         if any(repaired.values()):
             log.warning("sweeper rescheduled lost work", **repaired)
         return repaired
 
     async def purge(self) -> int:
         """Drops listing entries past retention (also arq's periodic job)."""
-        return await self.store.purge_indexes(self.clock.now_ms())
+        return await self.store.upkeep.purge_indexes(self.clock.now_ms())
 
     def request_stop(self) -> None:
         self.stop.set()
@@ -205,6 +242,8 @@ class WorkerRuntime:
             await client.aclose()
         await self.callbacks.aclose()
         await self.store.close()
+        if self.durable is not self.store:
+            await self.durable.close()
 
     def alive(self) -> bool:
         now = time.monotonic()
@@ -222,10 +261,10 @@ class WorkerRuntime:
         while not self.stop.is_set():
             try:
                 now_ms = self.clock.now_ms()
-                counts = await self.store.due_counts(list(self.adapters), now_ms)
+                counts = await self.store.upkeep.due_counts(list(self.adapters), now_ms)
                 for queue, count in counts.items():
                     metrics.READY_JOBS.labels(queue).set(count)
-                metrics.RUNS_IN_FLIGHT.set(await self.store.in_flight_count(list(self.adapters)))
+                metrics.RUNS_IN_FLIGHT.set(await self.store.runs.in_flight_count(list(self.adapters)))
                 if time.monotonic() >= self._next_observe:
                     # Heavier than the rest of the heartbeat (bench/observe_cost.py): every 30 s.
                     self._next_observe = time.monotonic() + OBSERVE_EVERY_S
@@ -237,7 +276,7 @@ class WorkerRuntime:
                         log.warning("metrics sample failed", error=repr(exc))
                 metrics.WORKER_ALIVE.set(1 if self.alive() else 0)
                 payload = json.dumps({"worker": self.worker_id, "at": now_ms, "alive": self.alive()})
-                await self.store.heartbeat(self.worker_id, payload, STALE_AFTER_S)
+                await self.store.upkeep.heartbeat(self.worker_id, payload, STALE_AFTER_S)
                 metrics.REDIS_UP.set(1)
             except (RedisError, OSError) as exc:
                 metrics.REDIS_UP.set(0)
@@ -250,7 +289,7 @@ class WorkerRuntime:
     async def _observe(self, now_ms: int) -> None:
         """The gauges an on-call engineer acts on, from one bounded sample of the store."""
         clients = sorted(metrics.known_clients())
-        obs = await self.store.observe(list(self.adapters), clients, now_ms)
+        obs = await self.store.upkeep.observe(list(self.adapters), clients, now_ms)
         for vendor, until_ms in obs.paused_until_ms.items():
             metrics.RUN_TIMEOUTS.labels(vendor)  # exported at 0 from the start: increase() sees the first
             metrics.VENDOR_PAUSED.labels(vendor).set(0 if until_ms is None else 1)

@@ -14,6 +14,8 @@ store's transition keeps a late or duplicate write from landing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -23,26 +25,30 @@ from typing import Any
 import structlog
 from redis.exceptions import RedisError
 
-from service import lifecycle, logs, tracing
-from service.clock import SYSTEM, Clock
-from service.core import runs
-from service.domain import QUEUED, TERMINAL, FaultKind
-from service.lifecycle import Transition
-from service.metrics import RUN_TIMEOUTS, VENDOR_CREDITS, client_label
-from service.records import Run
-from service.settings import Settings, VendorSettings
-from service.store import Applied, ClaimedRun, Conflict, Outcome, Store
+from service.config.settings import Settings, VendorSettings
+from service.core import lifecycle, runs
+from service.core.clock import SYSTEM, Clock
+from service.core.domain import QUEUED, TERMINAL, FaultKind
+from service.core.lifecycle import Transition
+from service.core.records import Run
+from service.observability import logs, tracing
+from service.observability.metrics import RUN_TIMEOUTS, VENDOR_CREDITS, client_label
+from service.store import Applied, ClaimedRun, Conflict, Outcome
+from service.store.ports import RunSteps
 from service.vendors import base, text
 from service.vendors.base import (
+    Call,
     DeletesRuns,
     Document,
+    FileResult,
     PollResult,
     SubmitRequest,
+    Submitted,
     VendorAdapter,
     VendorTransient,
 )
 from service.worker import decide
-from service.worker.budget import prepaid
+from service.worker.budget import StepTicket
 from service.worker.deadlines import Deadlines
 from service.worker.transitions import TransitionBatcher
 
@@ -53,7 +59,7 @@ log = logs.get("hookbridge.worker")
 class RunStepper:
     """One step of a run: call the vendor, ask the core what follows, apply it."""
 
-    store: Store
+    store: RunSteps
     settings: Settings
     adapters: Mapping[str, VendorAdapter]
     _: KW_ONLY
@@ -75,16 +81,25 @@ class RunStepper:
         await self._transitions.settle()
 
     async def step(self, claimed: ClaimedRun) -> None:
-        prepaid.set((claimed.slot_ms, claimed.due_ms))
         run = claimed.run
+        # What the step's requests tell the vendor's budget: the slot the claim took for the first one,
+        # and whether the step is the vendor's probe after a 429 (worker/budget.py). It travels in the
+        # adapter's call, to each request's extensions.
+        ticket = StepTicket(run.vendor, prepaid=(claimed.slot_ms, claimed.due_ms), probe=claimed.probe)
+        call = Call(
+            run_id=run.id,
+            zero_retention=run.zero_retention,
+            result_url=f"/v1/runs/{run.id}/result",
+            ticket=ticket,
+        )
         # Tokens, not bound_contextvars(): that one reads the whole logging context first, on every step.
         tokens = structlog.contextvars.bind_contextvars(run_id=run.id, vendor=run.vendor)
         try:
-            await self._step(claimed)
+            await self._step(claimed, call)
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
 
-    async def _step(self, claimed: ClaimedRun) -> None:
+    async def _step(self, claimed: ClaimedRun, call: Call) -> None:
         run = claimed.run
         policy = self.settings.vendor(run.vendor)
         adapter = self.adapters[run.vendor]
@@ -93,20 +108,20 @@ class RunStepper:
         if run.status in TERMINAL:
             # Its own bounded retries: a terminal run never goes through the fault path below. Up to four
             # vendor calls in a row: cancel, delete, and on 409 run_in_flight cancel and delete again.
-            await self._tell_vendor(run, adapter, policy, timeout * 2)
+            await self._tell_vendor(run, adapter, policy, timeout * 2, call)
             return
         # A submit may checkpoint (a newer version of the run): the fault's decision must see that one.
         latest = [run]
         try:
             async with self._deadlines.timeout(timeout):
                 if runs.is_overdue(run, policy, self._now()):
-                    await self._cancel_at_vendor(adapter, run.vendor_run_id, run.state)
+                    await self._cancel_at_vendor(adapter, run.vendor_run_id, run.state, call)
                     await self._apply(runs.timed_out(run, policy, self.limits, now_ms=self._now()))
                     RUN_TIMEOUTS.labels(run.vendor).inc()
                 elif run.status == QUEUED:
-                    await self._submit(latest, adapter, policy)
+                    await self._submit(latest, adapter, policy, call)
                 else:
-                    await self._poll(run, adapter, policy)
+                    await self._poll(run, adapter, policy, call)
         except RedisError:
             raise  # Redis is unreachable: the lease hands the step back once it returns
         except Exception as exc:
@@ -124,7 +139,9 @@ class RunStepper:
 
     # The calls ----------------------------------------------------------------------------------
 
-    async def _submit(self, latest: list[Run], adapter: VendorAdapter, policy: VendorSettings) -> None:
+    async def _submit(
+        self, latest: list[Run], adapter: VendorAdapter, policy: VendorSettings, call: Call
+    ) -> None:
         run = latest[0]
         document = await self._document(run, adapter, policy)
         if document is None:
@@ -137,8 +154,8 @@ class RunStepper:
             state.update(update)
             now = self._now()
             change = lifecycle.touched(run, now, due_ms=now + self.settings.lease_s * 1000, state=dict(state))
-            # A touch never ends a run: no end to count here.
-            if not isinstance(await self.store.transition(change), Applied):
+            # Through the batch of this turn, as every change of a step; a touch never ends a run.
+            if not isinstance(await self._transitions.apply(change), Applied):
                 raise VendorTransient("the run changed while it was being submitted")
             run = latest[0] = change.run
 
@@ -153,26 +170,37 @@ class RunStepper:
         )
         started = time.perf_counter()
         with tracing.vendor_call("submit", run):
-            accepted = await adapter.submit(request)
+            accepted = _untrusted_submit(await adapter.submit(request, call=call))
         change = runs.after_submit(
             run, accepted, state, policy, now_ms=self._now(), jitter=self.rng, latency_ms=_ms(started)
         )
         outcome = await self._apply(change)
         if isinstance(outcome, Conflict) and outcome.current.status in TERMINAL:
             # Canceled while we were submitting: the vendor has a run nobody wants any more.
-            await self._withdraw(run, adapter, accepted.vendor_run_id, {**state, **accepted.state})
+            await self._withdraw(run, adapter, accepted.vendor_run_id, {**state, **accepted.state}, call)
         log.info("run submitted", run_id=run.id, vendor=run.vendor, vendor_run_id=accepted.vendor_run_id)
 
-    async def _poll(self, run: Run, adapter: VendorAdapter, policy: VendorSettings) -> None:
+    async def _poll(self, run: Run, adapter: VendorAdapter, policy: VendorSettings, call: Call) -> None:
         # Past the submit a run has a vendor id; a record without one fails its polls (a bounded outcome).
         vendor_run_id = run.vendor_run_id or ""
         started = time.perf_counter()
         with tracing.vendor_call("poll", run):
-            result = _untrusted(await adapter.poll(vendor_run_id, run.state))
+            result = _untrusted(await adapter.poll(vendor_run_id, run.state, call=call))
         payload = None
         if result.status == base.SUCCEEDED and result.needs_fetch:
+            state = {**run.state, **result.state} if result.state else run.state
             with tracing.vendor_call("fetch_result", run):
-                payload = await adapter.fetch_result(vendor_run_id, run.state)
+                payload = _scrubbed(await adapter.fetch_result(vendor_run_id, state, call=call))
+        if isinstance(payload, base.ResultFile) or isinstance(result.result, base.ResultFile):
+            # Not yet: the store takes a result whole (MAX_DOCUMENT_BYTES). Refused for good, the file
+            # removed, rather than read into memory.
+            for kept in (payload, result.result):
+                if isinstance(kept, base.ResultFile):
+                    with contextlib.suppress(OSError):
+                        os.unlink(kept.path)
+            raise base.VendorResultTooLarge(
+                "a result streamed to a file is not kept by this version of hookbridge yet"
+            )
         change = runs.after_poll(
             run,
             result,
@@ -186,7 +214,7 @@ class RunStepper:
         await self._apply(change)
 
     async def _tell_vendor(
-        self, run: Run, adapter: VendorAdapter, policy: VendorSettings, timeout: float
+        self, run: Run, adapter: VendorAdapter, policy: VendorSettings, timeout: float, call: Call
     ) -> None:
         """Cancels (canceled here) and deletes (zero retention) the vendor's run; what follows a failure
         (again later, or given up and recorded) is the core's ``after_telling``. It never loops."""
@@ -197,10 +225,10 @@ class RunStepper:
         try:
             async with asyncio.timeout(timeout):
                 if run.vendor_cancel_pending and vendor_run_id and adapter.supports_cancel:
-                    await adapter.cancel(vendor_run_id, state)
+                    await adapter.cancel(vendor_run_id, state, call=call)
                 if run.vendor_delete_pending and vendor_run_id:
                     if isinstance(adapter, DeletesRuns):
-                        await adapter.delete(vendor_run_id, state)
+                        await adapter.delete(vendor_run_id, state, call=call)
                         deleted = True
                         log.info("vendor copy deleted", run_id=run.id, vendor=run.vendor)
                     else:
@@ -273,25 +301,25 @@ class RunStepper:
         return Document(content=content, filename=filename, media_type=media_type)
 
     async def _withdraw(
-        self, run: Run, adapter: VendorAdapter, vendor_run_id: str, state: dict[str, Any]
+        self, run: Run, adapter: VendorAdapter, vendor_run_id: str, state: dict[str, Any], call: Call
     ) -> None:
         """The run ended here while the vendor took it: cancel it there, and delete it (zero retention)."""
-        await self._cancel_at_vendor(adapter, vendor_run_id, state)
+        await self._cancel_at_vendor(adapter, vendor_run_id, state, call)
         if run.zero_retention and isinstance(adapter, DeletesRuns):
             try:
-                await adapter.delete(vendor_run_id, state)
+                await adapter.delete(vendor_run_id, state, call=call)
             except base.VendorError as exc:
                 log.warning("vendor delete failed", vendor=adapter.name, error=exc.message)
 
     @staticmethod
     async def _cancel_at_vendor(
-        adapter: VendorAdapter, vendor_run_id: str | None, state: dict[str, Any]
+        adapter: VendorAdapter, vendor_run_id: str | None, state: dict[str, Any], call: Call
     ) -> None:
         """Best effort: whatever the cancel raised, the run's outcome stands."""
         if not (vendor_run_id and adapter.supports_cancel):
             return
         try:
-            await adapter.cancel(vendor_run_id, state)
+            await adapter.cancel(vendor_run_id, state, call=call)
         except RedisError:
             raise
         except Exception as exc:
@@ -321,8 +349,20 @@ def _untrusted(result: PollResult) -> PollResult:
         error=text.clean_optional(result.error),
         error_details=text.clean_json(result.error_details) if result.error_details else None,
         usage=text.scrub_json(result.usage),
-        result=text.scrub_json(result.result),
+        result=_scrubbed(result.result),
     )
+
+
+def _untrusted_submit(accepted: Submitted) -> Submitted:
+    """A submit's answer with the vendor's status word cut short and scrubbed, as a poll's is."""
+    return replace(accepted, vendor_status=text.clean_optional(accepted.vendor_status, 200))
+
+
+def _scrubbed(payload: Any) -> Any:
+    """A result (JSON, or the JSON beside a :class:`FileResult`) scrubbed of our credentials, uncut."""
+    if isinstance(payload, FileResult):
+        return FileResult(payload.content, payload.media_type, text.scrub_json(payload.data))
+    return text.scrub_json(payload)
 
 
 def _ms(started: float) -> float:

@@ -20,7 +20,7 @@ import sys
 import time
 from types import FrameType
 
-from service import logs
+from service.observability import logs
 
 log = logs.get("hookbridge.worker")
 

@@ -1,10 +1,10 @@
 """Transitions of the run steps that finish together go to Redis in one call.
 
 A worker polls hundreds of runs at once; their answers arrive in bursts, and each step ends in one state
-change (``Store.transition``, one EVALSHA). One round trip each cost the worker about a sixth of its CPU
+change (``Runs.transition``, one EVALSHA). One round trip each cost the worker about a sixth of its CPU
 (the command's send and the reply's read, per step). Here a step's change waits for the end of the
 current turn of the event loop, and every change queued by then goes in one call of
-``transitions.lua`` (``Store.transitions``): each is still applied on its own, with its own outcome, so
+``transitions.lua`` (``Runs.transitions``): each is still applied on its own, with its own outcome, so
 a step cannot tell the difference but for the time it saves. (A pipeline of one EVALSHA each, the first
 version, still cost the worker a timer and a reply's parse per change.)
 """
@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 
-from service.lifecycle import Transition
-from service.metrics import count_run_end
-from service.store import Applied, Outcome, Store
+from service.core.lifecycle import Transition
+from service.observability.metrics import count_run_end
+from service.store import Applied, Outcome
+from service.store.ports import RunTransitions
 
 # More than this many changes in one turn go in several calls: one call holds Redis for its whole
 # batch (about 20-50 us a change), and its reply is one array. Saturated, a turn brings about 74.
@@ -23,14 +24,14 @@ MAX_BATCH = 128
 
 
 class TransitionBatcher:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: RunTransitions) -> None:
         self._store = store
         self._queued: list[tuple[Transition, asyncio.Future[Outcome]]] = []
         self._sending: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def apply(self, change: Transition) -> Outcome:
-        """:meth:`Store.transition`, sent with the other changes of this turn of the event loop."""
+        """:meth:`Runs.transition`, sent with the other changes of this turn of the event loop."""
         loop = self._loop
         if loop is None or not loop.is_running():  # get_running_loop() asks the OS for the process id
             loop = self._loop = asyncio.get_running_loop()

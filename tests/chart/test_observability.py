@@ -26,7 +26,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from service import metrics
+from service.observability import metrics
 from service.store import keys
 from tests.chart.test_helm_chart import CHART, load_values, render
 from tests.conftest import ReceiverFactory, StackFactory, eventually
@@ -354,7 +354,7 @@ async def test_vendor_pause_is_exported_from_the_shared_pause(make_stack: StackF
     stack = await make_stack()
     assert stack.worker is not None
     now = int(time.time() * 1000)
-    await stack.worker.store.pause_limited("uptiq", now, 60_000, 1000, 120_000, None)
+    await stack.worker.store.limits.pause_limited("uptiq", now, 60_000, 1000, 120_000, None)
     await stack.worker._observe(now)
     text = metrics.render().decode()
     assert sample(text, "hookbridge_vendor_paused", vendor="uptiq") == 1

@@ -19,9 +19,10 @@ import httpx
 import pytest
 import redis.exceptions
 
-from service import settings
+from service.config import settings
 from service.dev.embedded_redis import free_port
 from service.store.connection import connect
+from service.vendors.registry import load_settings
 from service.worker.queue import create_pool
 from tests.chart.redis_procs import LocalCA, RedisProcess
 
@@ -51,7 +52,7 @@ SERVICE_LINKS = {
 
 def test_the_loader_ignores_service_link_variables() -> None:
     """On 9efe3c0: "HOOKBRIDGE_API_SERVICE_HOST: unknown setting", exit 2, for release `hookbridge`."""
-    loaded = settings.load({**SERVICE_LINKS, "HOOKBRIDGE_LOG_LEVEL": "debug"})
+    loaded = load_settings({**SERVICE_LINKS, "HOOKBRIDGE_LOG_LEVEL": "debug"})
     assert loaded.log_level == "debug"
 
 
@@ -60,9 +61,9 @@ def test_an_injected_value_never_replaces_a_setting() -> None:
     the very name of a setting: with links on and the setting unset, the injected value is dropped (the
     default stands); when the setting is set (envFrom wins over links in kubelet), it is read."""
     assert (
-        settings.load({"HOOKBRIDGE_WORKER_METRICS_PORT": "tcp://10.96.0.13:9090"}).worker_metrics_port == 9090
+        load_settings({"HOOKBRIDGE_WORKER_METRICS_PORT": "tcp://10.96.0.13:9090"}).worker_metrics_port == 9090
     )
-    assert settings.load({"HOOKBRIDGE_WORKER_METRICS_PORT": "9191"}).worker_metrics_port == 9191
+    assert load_settings({"HOOKBRIDGE_WORKER_METRICS_PORT": "9191"}).worker_metrics_port == 9191
 
 
 @pytest.mark.parametrize(
@@ -78,14 +79,14 @@ def test_an_injected_value_never_replaces_a_setting() -> None:
 )
 def test_typos_are_still_refused(name: str, value: str) -> None:
     with pytest.raises(settings.SettingsError, match=f"{name}: unknown setting"):
-        settings.load({name: value})
+        load_settings({name: value})
 
 
 # --- settings --------------------------------------------------------------------------------
 
 
 def test_redis_credentials_are_settings_and_stay_out_of_repr() -> None:
-    loaded = settings.load(
+    loaded = load_settings(
         {
             "HOOKBRIDGE_REDIS_SENTINELS": "s1:26379,s2:26379",
             "HOOKBRIDGE_REDIS_USERNAME": "hookbridge",
@@ -127,7 +128,7 @@ def test_redis_credentials_are_settings_and_stay_out_of_repr() -> None:
 )
 def test_bad_redis_settings_are_refused(env: dict[str, str], message: str) -> None:
     with pytest.raises(settings.SettingsError, match=message):
-        settings.load(env)
+        load_settings(env)
 
 
 def test_url_password_detection() -> None:
@@ -183,7 +184,7 @@ async def test_a_password_and_an_acl_user_by_url(procs: list[RedisProcess]) -> N
     master = _start(procs, RedisProcess(username="hookbridge", password="m4ster"))
     url = f"redis://127.0.0.1:{master.port}/0"
     await _both_clients_work(
-        settings.load(
+        load_settings(
             {
                 "HOOKBRIDGE_REDIS_URL": url,
                 "HOOKBRIDGE_REDIS_USERNAME": "hookbridge",
@@ -196,7 +197,7 @@ async def test_a_password_and_an_acl_user_by_url(procs: list[RedisProcess]) -> N
     for env in ({}, {"HOOKBRIDGE_REDIS_USERNAME": "hookbridge", "HOOKBRIDGE_REDIS_PASSWORD": "wrong"}):
         with pytest.raises(redis.exceptions.AuthenticationError):
             await asyncio.wait_for(
-                _both_clients_work(settings.load({"HOOKBRIDGE_REDIS_URL": url, **env})), 10
+                _both_clients_work(load_settings({"HOOKBRIDGE_REDIS_URL": url, **env})), 10
             )
 
 
@@ -211,11 +212,11 @@ async def test_sentinel_with_its_own_password_and_the_masters(procs: list[RedisP
         "HOOKBRIDGE_REDIS_PASSWORD": "m4ster",
         "HOOKBRIDGE_REDIS_SENTINEL_PASSWORD": "s3ntinel",
     }
-    await _both_clients_work(settings.load(env))
+    await _both_clients_work(load_settings(env))
     # Without the Sentinel's password no master is found; without the master's, it refuses.
     for missing in ("HOOKBRIDGE_REDIS_SENTINEL_PASSWORD", "HOOKBRIDGE_REDIS_PASSWORD"):
         with pytest.raises(redis.exceptions.RedisError):
-            partial = settings.load({k: v for k, v in env.items() if k != missing})
+            partial = load_settings({k: v for k, v in env.items() if k != missing})
             await asyncio.wait_for(_both_clients_work(partial), 10)
 
 
@@ -224,7 +225,7 @@ async def test_tls_by_url_and_through_sentinel(procs: list[RedisProcess], ca: Lo
     tests/chart/tls_proxy.py: the pytest header says which."""
     master = _start(procs, RedisProcess(password="m4ster", tls=ca))
     await _both_clients_work(
-        settings.load(
+        load_settings(
             {
                 "HOOKBRIDGE_REDIS_URL": f"rediss://127.0.0.1:{master.port}/0",
                 "HOOKBRIDGE_REDIS_PASSWORD": "m4ster",
@@ -242,18 +243,18 @@ async def test_tls_by_url_and_through_sentinel(procs: list[RedisProcess], ca: Lo
         "HOOKBRIDGE_REDIS_SENTINEL_TLS": "true",
         "HOOKBRIDGE_REDIS_TLS_CA_FILE": str(ca.ca_cert),
     }
-    await _both_clients_work(settings.load(env))
+    await _both_clients_work(load_settings(env))
     # Verification is on by default: without the CA the private certificate is refused...
     with pytest.raises(redis.exceptions.ConnectionError):
-        unverified = settings.load({k: v for k, v in env.items() if "CA_FILE" not in k})
+        unverified = load_settings({k: v for k, v in env.items() if "CA_FILE" not in k})
         await asyncio.wait_for(_both_clients_work(unverified), 10)
     # ...and plain bytes at the TLS ports are refused...
     with pytest.raises(redis.exceptions.ConnectionError):
         plain = {k: v for k, v in env.items() if "TLS" not in k}
-        await asyncio.wait_for(_both_clients_work(settings.load(plain)), 10)
+        await asyncio.wait_for(_both_clients_work(load_settings(plain)), 10)
     # ...and verification is off only when asked.
     await _both_clients_work(
-        settings.load(
+        load_settings(
             {**{k: v for k, v in env.items() if "CA_FILE" not in k}, "HOOKBRIDGE_REDIS_TLS_VERIFY": "false"}
         )
     )

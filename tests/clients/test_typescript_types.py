@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from service import settings as settings_mod
 from service.api import models
 from service.api.openapi import document
+from service.vendors.registry import load_settings
 from tests.conftest import base_env
 
 NPX = shutil.which("npx")
@@ -53,7 +53,7 @@ def _examples(doc: dict[str, Any]) -> str:
 
 
 def test_the_documents_examples_compile_against_its_typescript_types(tmp_path: Path) -> None:
-    doc = document(models.build(settings_mod.load(base_env("redis://127.0.0.1:9"))))
+    doc = document(models.build(load_settings(base_env("redis://127.0.0.1:9"))))
     (tmp_path / "openapi.json").write_text(json.dumps(doc))
     examples = _examples(doc)
     assert examples.count("export const") >= 5

@@ -59,7 +59,8 @@ def _stage_s3(sim: Sim, key: str, body: bytes) -> dict[str, Any]:
         aws_secret_access_key=SECRET,
         region_name="us-east-1",
     )
-    if not s3.list_buckets()["Buckets"]:
+    # moto's backends are process-global (service/simulator/storage.py): other tests' buckets may be there.
+    if "strict-bucket" not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
         s3.create_bucket(Bucket="strict-bucket")
     s3.put_object(Bucket="strict-bucket", Key=key, Body=body)
     return {"S3Object": {"Bucket": "strict-bucket", "Name": key}}

@@ -14,6 +14,7 @@ import pytest
 from service.vendors import registry
 from service.vendors.base import VendorSpec
 from service.vendors.nutrient import SPEC as NUTRIENT
+from service.vendors.registry import load_settings
 
 ROOT = Path(__file__).parent.parent.parent
 GROUP = registry.GROUP
@@ -23,7 +24,7 @@ def _ep(name: str, value: str) -> EntryPoint:
     return EntryPoint(name=name, value=value, group=GROUP)
 
 
-def test_the_three_builtins_come_from_hookbridge_own_entry_points() -> None:
+def test_the_builtins_come_from_hookbridge_own_entry_points() -> None:
     from importlib.metadata import entry_points
 
     own = {ep.name: ep.value for ep in entry_points(group=GROUP) if ep.dist and ep.dist.name == "hookbridge"}
@@ -31,8 +32,23 @@ def test_the_three_builtins_come_from_hookbridge_own_entry_points() -> None:
         "nutrient": "service.vendors.nutrient:SPEC",
         "cloudsquid": "service.vendors.cloudsquid:SPEC",
         "uptiq": "service.vendors.uptiq:SPEC",
+        "azure_di": "service.vendors.azure_di:SPEC",
+        "textract": "service.vendors.textract:SPEC",
+        "google_docai": "service.vendors.google_docai:SPEC",
     }
-    assert list(registry.vendors()) == ["cloudsquid", "nutrient", "uptiq"]
+    # hookbridge's own first, in their declared order, then the other distributions' by name.
+    assert {"azure_di", "cloudsquid", "google_docai", "nutrient", "textract", "uptiq", "llamaparse"} <= set(
+        registry.vendors()
+    )
+
+
+def test_llamaparse_comes_from_its_own_distribution() -> None:
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group=GROUP) if ep.name == "llamaparse"]
+    assert len(found) == 1 and found[0].dist is not None
+    assert found[0].dist.name == "hookbridge-llamaparse" and found[0].value == "hookbridge_llamaparse:SPEC"
+    assert registry.vendors()["llamaparse"].operations == ("parse",)
 
 
 @pytest.mark.parametrize(
@@ -131,7 +147,7 @@ def test_the_cli_refuses_a_second_registration_of_a_name(tmp_path: Path) -> None
 def test_a_plugin_setting_that_clashes_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
-    from service import settings as settings_mod
+    from service.config import settings as settings_mod
     from service.vendors.base import VendorSetting
 
     def installed(*specs: VendorSpec) -> None:
@@ -139,8 +155,8 @@ def test_a_plugin_setting_that_clashes_is_refused(monkeypatch: pytest.MonkeyPatc
 
     installed(dataclasses.replace(NUTRIENT, settings=(VendorSetting("BASE_URL"),)))
     with pytest.raises(settings_mod.VendorPluginError, match="BASE_URL is one of the common vendor settings"):
-        settings_mod.load({})
+        load_settings({})
     # HOOKBRIDGE_REDIS_URL is hookbridge's own: a vendor "redis" may not declare a setting "URL".
     installed(dataclasses.replace(NUTRIENT, name="redis", settings=(VendorSetting("URL"),)))
     with pytest.raises(settings_mod.VendorPluginError, match="HOOKBRIDGE_REDIS_URL is already a setting"):
-        settings_mod.load({})
+        load_settings({})

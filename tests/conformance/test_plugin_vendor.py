@@ -8,14 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from service import settings as settings_mod
+from service.config import settings as settings_mod
 from service.dev.embedded_redis import free_port
 from service.dev.stack import Servers
-from tests.conformance.suite import VendorConformance
+from service.testing import VendorConformance
+from service.vendors import registry
+from service.vendors.registry import load_settings
 
 
 class TestParrotPlugin(VendorConformance):
     vendor = "parrot"
+    status_path = ("state",)
+    poll_retry_after = True  # the plugin reads Retry-After on a poll (Protocol v2)
 
     @pytest.fixture(autouse=True)
     def _installed(self, parrot_plugin: Path) -> None:
@@ -31,15 +35,18 @@ class TestParrotPlugin(VendorConformance):
         return {"HOOKBRIDGE_PARROT_API_KEY": "parrot-test-key", "HOOKBRIDGE_PARROT_REGION": "us"}
 
     def test_the_plugin_declares_its_settings(self) -> None:
-        names = dict(settings_mod.describe())
+        names = dict(settings_mod.describe(registry.vendors()))
         assert names["HOOKBRIDGE_PARROT_REGION"] == "'eu'"
         assert "HOOKBRIDGE_PARROT_BASE_URL" in names
         with pytest.raises(settings_mod.SettingsError, match="HOOKBRIDGE_PARROT_REGION: must be eu or us"):
-            settings_mod.load({"HOOKBRIDGE_PARROT_REGION": "mars"})
+            load_settings({"HOOKBRIDGE_PARROT_REGION": "mars"})
 
 
-def test_without_the_plugin_there_are_three_vendors() -> None:
-    settings = settings_mod.load({})
-    assert list(settings.vendors) == ["cloudsquid", "nutrient", "uptiq"]
+def test_without_the_plugin_there_is_no_parrot() -> None:
+    settings = load_settings({})
+    assert "parrot" not in settings.vendors
+    assert {"azure_di", "cloudsquid", "google_docai", "nutrient", "textract", "uptiq"} <= set(
+        settings.vendors
+    )
     with pytest.raises(settings_mod.SettingsError, match="HOOKBRIDGE_PARROT_REGION: unknown setting"):
-        settings_mod.load({"HOOKBRIDGE_PARROT_REGION": "eu"})
+        load_settings({"HOOKBRIDGE_PARROT_REGION": "eu"})

@@ -23,9 +23,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from service import logs
 from service.dev.embedded_redis import free_port
 from service.dev.stack import DEV_API_KEY, run_stack
+from service.observability import logs
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 KEY = DEV_API_KEY.split(":", 1)[1]

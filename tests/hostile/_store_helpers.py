@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 
-from service.settings import Settings
+from service.config.settings import Settings
 from service.worker.runtime import WorkerRuntime
 
 

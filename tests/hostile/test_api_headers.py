@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from service import tracing
+from service.observability import tracing
 from tests.conftest import ALICE
 from tests.hostile.test_feed_bounds import _port, guarded_api
 

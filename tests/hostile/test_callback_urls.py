@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from service import logs
-from service import settings as settings_mod
+from service.config import settings as settings_mod
 from service.delivery.urlsafety import Policy, UnsafeURL, parse
+from service.observability import logs
+from service.vendors.registry import load_settings
 from tests.conftest import Receiver, StackFactory, base_env, eventually
 from tests.hostile.hostile_receivers import serve_raw
 
@@ -153,12 +154,12 @@ def test_the_log_pipeline_redacts_urls_in_every_field() -> None:
 
 
 def test_an_empty_blocked_list_means_the_default_and_none_turns_it_off(redis_url: str) -> None:
-    empty = settings_mod.load(base_env(redis_url, HOOKBRIDGE_CALLBACK_BLOCKED_NETWORKS=""))
+    empty = load_settings(base_env(redis_url, HOOKBRIDGE_CALLBACK_BLOCKED_NETWORKS=""))
     assert ipaddress.ip_network("169.254.0.0/16") in empty.callback_blocked_networks
     assert ipaddress.ip_network("127.0.0.0/8") in empty.callback_blocked_networks
-    spaces = settings_mod.load(base_env(redis_url, HOOKBRIDGE_CALLBACK_BLOCKED_NETWORKS=" , "))
+    spaces = load_settings(base_env(redis_url, HOOKBRIDGE_CALLBACK_BLOCKED_NETWORKS=" , "))
     assert spaces.callback_blocked_networks == empty.callback_blocked_networks
-    off = settings_mod.load(base_env(redis_url, HOOKBRIDGE_CALLBACK_BLOCKED_NETWORKS="none"))
+    off = load_settings(base_env(redis_url, HOOKBRIDGE_CALLBACK_BLOCKED_NETWORKS="none"))
     assert off.callback_blocked_networks == ()
     assert settings_mod.Settings().callback_blocked_networks == empty.callback_blocked_networks
 

@@ -18,20 +18,20 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from service import domain
-from service import settings as settings_mod
-from service._uvicorn import EmbeddedServer, api_config
 from service.api import events
 from service.api.app import create_app
+from service.core import domain
 from service.dev.embedded_redis import EmbeddedRedis, free_port
+from service.serving.server import EmbeddedServer, api_config
 from service.store import bodies, connect, keys
 from service.store.feed import Feed, FeedFilter, Lanes, ScanRate, admit
+from service.vendors.registry import load_settings
 from tests.conftest import ALICE, BOB, base_env, eventually
 
 
 @contextlib.asynccontextmanager
 async def guarded_api(redis_url: str, **overrides: str) -> AsyncIterator[str]:
-    settings = settings_mod.load(base_env(redis_url, **overrides))
+    settings = load_settings(base_env(redis_url, **overrides))
     port = free_port()
     config = api_config(create_app(settings), settings, host="127.0.0.1", port=port, lifespan="on")
     server = EmbeddedServer(config)
@@ -271,7 +271,7 @@ async def test_what_a_read_may_scan_of_the_clients_rate(
     nothing refills while the test runs (one entry per 100 s), so each row is exact."""
     client = f"scan{burst}-{len(asks)}-{asks[-1]}"
     await fill_feed(redis_url, client, 3500, 10)
-    settings = settings_mod.load(base_env(redis_url))
+    settings = load_settings(base_env(redis_url))
     redis = Redis.from_url(redis_url)
     feed = Feed(redis, connect(settings), 3600)
     rate = None if burst is None else ScanRate(0.01, burst)

@@ -10,6 +10,7 @@ import base64
 import pytest
 import redis.asyncio as aioredis
 
+from service.vendors.registry import load_settings
 from tests.conftest import StackFactory
 
 
@@ -118,9 +119,8 @@ async def test_options_past_the_size_are_422_options_too_large_and_write_nothing
 
 @pytest.mark.parametrize("name", ["MAX_SUBSCRIPTIONS_PER_CLIENT", "SUBMIT_RATE_PER_S", "MAX_OPTIONS_BYTES"])
 def test_quota_defaults_are_what_an_internal_platform_would_pick(name: str) -> None:
-    from service import settings as settings_mod
 
-    defaults = settings_mod.load({})
+    defaults = load_settings({})
     assert {
         "MAX_SUBSCRIPTIONS_PER_CLIENT": defaults.max_subscriptions_per_client == 100,
         "SUBMIT_RATE_PER_S": defaults.submit_rate_per_s == 100 and defaults.submit_burst == 200,

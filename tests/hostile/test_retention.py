@@ -76,7 +76,7 @@ async def test_a_run_in_flight_stays_listed_past_retention(make_stack: StackFact
     store = Store(connect(stack.settings), stack.settings)
     try:
         await eventually(lambda: _older_than(store.redis, keys.client_runs("alice"), 1100), what="aged")
-        await store.purge_indexes(_now_ms())
+        await store.upkeep.purge_indexes(_now_ms())
         assert [r["id"] for r in (await stack.api.get("/v1/runs")).json()["data"]] == [run["id"]]
     finally:
         await store.close()

@@ -17,6 +17,7 @@ import pytest
 import redis
 from standardwebhooks import Webhook
 
+from service.store import keys
 from service.store.secretbox import SecretBox, SecretUnavailable
 from tests.conftest import Receiver, StackFactory, base_env, eventually
 
@@ -49,7 +50,7 @@ def _dump(redis_url: str) -> bytes:
 def _stored(redis_url: str, sub_id: str) -> str:
     client = redis.Redis.from_url(redis_url)
     try:
-        return (client.hget(f"hb:sub:{sub_id}", "secrets") or b"").decode()
+        return (client.hget(keys.subscription(sub_id), "secrets") or b"").decode()
     finally:
         client.close()
 
@@ -101,7 +102,7 @@ async def test_keys_rotate_and_plain_secrets_are_sealed_on_the_next_write(
     await _verified(two, receiver, sealed_k1, sealed_k1["secret"])
     sealed_k2 = await two.subscribe(receiver.url)
     assert _stored(redis_url, sealed_k2["id"]).startswith("enc:v1:k2:")
-    counts = await two.worker.store.reseal_secrets() if two.worker else {}
+    counts = await two.worker.store.subscriptions.reseal_secrets() if two.worker else {}
     assert counts == {"resealed": 2, "current": 1, "unavailable": 0, "changed_meanwhile": 0}
     assert all(_stored(redis_url, s["id"]).startswith("enc:v1:k2:") for s in (legacy, sealed_k1))
 

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from service.vendors.registry import load_settings
 from tests.conftest import StackFactory, eventually
 from tests.hostile.hostile_receivers import Seen, hanging, serve
 
@@ -127,12 +128,11 @@ async def test_the_claim_parks_a_clients_surplus_and_each_end_brings_one_back(re
     import json
     import time
 
-    from service import settings as settings_mod
-    from service.records import Attempt, Event, Subscription
+    from service.core.records import Attempt, Event, Subscription
     from service.store import Store, connect, keys
     from tests.conftest import base_env
 
-    cfg = settings_mod.load(base_env(redis_url, HOOKBRIDGE_CLIENT_MAX_IN_FLIGHT="2"))
+    cfg = load_settings(base_env(redis_url, HOOKBRIDGE_CLIENT_MAX_IN_FLIGHT="2"))
     store = Store(connect(cfg), cfg)
     try:
         now = int(time.time() * 1000)
@@ -141,33 +141,33 @@ async def test_the_claim_parks_a_clients_surplus_and_each_end_brings_one_back(re
             for i in range(count):
                 sub_id = f"sub_{client}{i}"
                 stored = {"id": sub_id, "client": client, "url": "http://127.0.0.1:9/", "created": str(now)}
-                await store.create_subscription(Subscription.from_hash(stored), max_count=100)
+                await store.subscriptions.create_subscription(Subscription.from_hash(stored), max_count=100)
                 event = Event(
                     id=f"evt_{client}{i}",
                     type="subscription.test",
                     created=now - 100 + i,
                     body=json.dumps({"i": i}),
                 )
-                assert await store.emit_test_event(client, sub_id, event, now - 100 + i) == 1
+                assert await store.subscriptions.emit_test_event(client, sub_id, event, now - 100 + i) == 1
                 subs[client].append(sub_id)
-        claimed, _ = await store.claim_deliveries(now, limit=10, lease_ms=10_000)
+        claimed, _ = await store.deliveries.claim_deliveries(now, limit=10, lease_ms=10_000)
         by_client = [c.delivery.client for c in claimed]
         assert sorted(by_client) == ["alice", "alice", "bob"]
         parked = await store.redis.zrange(keys.client_parked("alice"), 0, -1)
         assert len(parked) == 4
         assert await store.redis.zcard(keys.client_inflight("alice")) == 2
         # Nothing more for Alice until one of hers ends.
-        assert (await store.claim_deliveries(now + 1, limit=10, lease_ms=10_000))[0] == []
+        assert (await store.deliveries.claim_deliveries(now + 1, limit=10, lease_ms=10_000))[0] == []
         first = next(c for c in claimed if c.delivery.client == "alice")
         attempt = Attempt(at="", status_code=204, duration_ms=1, error=None, response_body="")
-        await store.record_attempt(first.delivery.id, "succeeded", now_ms=now + 2, attempt=attempt)
-        again, _ = await store.claim_deliveries(now + 3, limit=10, lease_ms=10_000)
+        await store.deliveries.record_attempt(first.delivery.id, "succeeded", now_ms=now + 2, attempt=attempt)
+        again, _ = await store.deliveries.claim_deliveries(now + 3, limit=10, lease_ms=10_000)
         assert [c.delivery.client for c in again] == ["alice"]
         assert again[0].delivery.id == parked[0].decode()  # the oldest parked came back first
         assert await store.redis.zcard(keys.client_parked("alice")) == 3
         # A worker that died leaves no delivery of its own to end: the sweeper puts parked ones back in
         # the due set, and a claim parks them again while Alice is at her limit.
-        await store.repair(now + 4)
+        await store.upkeep.repair(now + 4)
         parked_now = {m.decode() for m in await store.redis.zrange(keys.client_parked("alice"), 0, -1)}
         due = {m.decode() for m in await store.redis.zrange(keys.DUE_DELIVERIES, 0, -1)}
         assert parked_now <= due

@@ -326,9 +326,9 @@ async def test_a_presigned_download_url_on_another_host_is_fetched_without_our_k
     """S003 says only that ``output.downloadUrl`` "points to" the zip. The simulator's ``other`` reading
     names a presigned URL on another origin (its other loopback name) that refuses any Authorization:
     the adapter fetches it through the document fetcher (callback address rules, size limit), key-less."""
+    from service.config.settings import parse_networks
     from service.delivery.fetch import DocumentFetcher
     from service.delivery.urlsafety import Policy
-    from service.settings import parse_networks
 
     assert (await sim.patch("/_sim/config", json={"nutrient_download_host": "other"})).status_code == 200
     fetcher = DocumentFetcher(
@@ -358,9 +358,9 @@ async def test_a_presigned_download_url_on_another_host_is_fetched_without_our_k
 async def test_a_presigned_download_url_to_a_blocked_address_is_refused(simulator: str) -> None:
     """A downloadUrl the vendor names on a blocked network is never fetched: the run's result is refused
     (vendor_rejected), not retried. A MockTransport plays the vendor's answer; the fetch is real."""
+    from service.config.settings import parse_blocked_networks
     from service.delivery.fetch import DocumentFetcher
     from service.delivery.urlsafety import Policy
-    from service.settings import parse_blocked_networks
 
     def vendor(req: httpx.Request) -> httpx.Response:
         return httpx.Response(

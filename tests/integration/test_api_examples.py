@@ -9,7 +9,7 @@ from typing import Any
 
 from standardwebhooks import Webhook
 
-from service import domain, shapes
+from service.core import domain, shapes
 from tests.conftest import Receiver, Stack, eventually
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from service import domain
+from service.core import domain
 from service.store import keys
 from tests.conftest import Receiver, Stack, StackFactory, eventually
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 import structlog
 
-from service import logs
 from service.dev.embedded_redis import free_port
+from service.observability import logs
 from tests.conftest import ALICE, StackFactory
 
 FRESH = re.compile(r"^req_[0-9A-Z]{26}$")

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from service.records import Delivery
+from service.core.records import Delivery
 from tests.conftest import ClockedFactory, Receiver, Stack, eventually
 
 
@@ -19,7 +19,7 @@ async def _value(value: Any) -> Any:
 
 
 async def _stored(store: Any, delivery_id: str) -> Delivery:
-    d = await store.get_delivery(delivery_id)
+    d = await store.deliveries.get_delivery(delivery_id)
     assert d is not None
     return d
 

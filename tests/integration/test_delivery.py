@@ -12,9 +12,9 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from standardwebhooks import Webhook
 from svix.webhooks import Webhook as SvixWebhook
 
+from service.core.records import Delivery
 from service.dev.embedded_redis import free_port
-from service.records import Delivery
-from service.store import bodies
+from service.store import bodies, keys
 from tests.conftest import (
     Clocked,
     ClockedFactory,
@@ -138,7 +138,7 @@ async def _test_delivery(c: Clocked, sub_id: str) -> Delivery:
 
 
 async def _stored(c: Clocked, delivery_id: str) -> Delivery:
-    d = await c.worker.store.get_delivery(delivery_id)
+    d = await c.worker.store.deliveries.get_delivery(delivery_id)
     assert d is not None
     return d
 
@@ -288,12 +288,12 @@ async def test_large_results_go_by_url_and_zero_retention_keeps_nothing(
     try:
 
         async def body_dropped() -> bool:
-            kept = [bodies.unpacked(client.get(key) or b"") for key in client.keys("hb:evt:*")]
+            kept = [bodies.unpacked(client.get(key) or b"") for key in client.keys(keys.event("*"))]
             return not any(private["id"].encode() in body and b"run.succeeded" in body for body in kept)
 
         await eventually(body_dropped, what="the zero-retention event body dropped after delivery")
-        assert not client.exists(f"hb:doc:{private['id']}") and not client.exists(
-            f"hb:result:{private['id']}"
+        assert not client.exists(keys.document(private["id"])) and not client.exists(
+            keys.result(private["id"])
         )
         leftovers = [
             k
@@ -488,7 +488,6 @@ async def test_a_stored_rate_out_of_bounds_is_clamped_when_deliveries_are_spaced
     """A rate stored before the API bounded it (1e-300 per second) used to put the subscription's next
     delivery at a due score of 1e+303 ms: never sent, while the API showed its next attempt in the past.
     The claim takes such a rate as the floor (one per 1,000 s)."""
-    from service.store import keys
 
     c = clocked
     sub = await c.stack.subscribe(receiver.url, rate_limit_per_s=1)

@@ -16,12 +16,14 @@ from tests.conftest import Receiver, Stack, StackFactory, eventually
 
 pytestmark = pytest.mark.slow
 
-RUNS = 360
+RUNS = 500
 
 
 @pytest.fixture
 def sim_config() -> SimulatorConfig:
-    # Runs long enough for a few progress events each, so that 360 runs emit over 1,000 events.
+    # Runs long enough for a progress event or two each. How many progress events a run emits depends on
+    # when its polls land (fewer on a loaded machine: 904 events of 360 runs in one CI pass, 1,025 here),
+    # so the volume is held by what every run emits whatever the timing: run.submitted and its end.
     return SimulatorConfig(duration_s=(0.5, 1.0), seed=3)
 
 
@@ -72,7 +74,8 @@ async def test_every_event_is_delivered_or_failed_and_in_order(
     delivered = {d["event_id"] for d in log if d["status"] == "succeeded"}
     failed = {d["event_id"] for d in log if d["status"] == "failed"}
 
-    assert len(all_events) >= 1000
+    assert all(len(events) >= 2 for events in emitted.values())  # run.submitted and the run's end
+    assert len(all_events) >= 2 * RUNS >= 1000
     assert len(log) == len(all_events)  # one delivery per event, none missing, none twice
     assert delivered | failed == set(all_events) and not delivered & failed
     assert set(ok_ids) == delivered  # the receiver acknowledged exactly the delivered ones

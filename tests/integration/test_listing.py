@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service import domain
+from service.core import domain
 from tests.conftest import StackFactory
 
 
@@ -53,7 +53,7 @@ async def test_the_purge_drops_metadata_index_entries_of_runs_that_expired(make_
         index = keys.run_metadata("alice", "order", "A")
         assert await store.redis.zcard(index) == 2
         retention_ms = int(stack.settings.retention_s * 1000)
-        await store.purge_indexes(domain.now_ms() + retention_ms + 1)
+        await store.upkeep.purge_indexes(domain.now_ms() + retention_ms + 1)
         assert [m.decode() for m in await store.redis.zrange(index, 0, -1)] == [kept["id"]]
     finally:
         await store.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.metrics import REGISTRY
+from service.observability.metrics import REGISTRY
 from tests.conftest import Receiver, StackFactory, eventually
 
 
@@ -64,7 +64,7 @@ async def test_metrics_after_a_run(make_stack: StackFactory, receiver: Receiver)
     assert value(found, "hookbridge_runs_total", vendor="nutrient", status="succeeded") >= 1
     assert value(found, "hookbridge_vendor_requests_total", vendor="nutrient", kind="submit", code="202") >= 1
     assert value(found, "hookbridge_vendor_requests_total", vendor="nutrient", kind="poll", code="200") >= 1
-    assert value(found, "hookbridge_vendor_requests_total", vendor="nutrient", kind="result", code="200") >= 1
+    assert value(found, "hookbridge_vendor_requests_total", vendor="nutrient", kind="fetch", code="200") >= 1
     lateness_count = (
         value(found, "hookbridge_poll_lateness_seconds_count", vendor="nutrient")
         - before["hookbridge_poll_lateness_seconds_count"]

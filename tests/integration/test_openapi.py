@@ -32,11 +32,11 @@ from hypothesis import strategies as st
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 from starlette.routing import Route
 
-from service import settings as settings_mod
 from service.api import models
 from service.api.app import create_app
 from service.api.openapi import document as build_document
 from service.dev.embedded_redis import free_port
+from service.vendors.registry import load_settings
 from tests.conftest import ALICE, Receiver, Stack, base_env, eventually
 
 # CI runs 25 examples per operation, derandomized (the same every run, about 30 s in all). For a deeper,
@@ -54,7 +54,7 @@ CHECKS = [
     "use_after_free",
 ]
 METHODS = {"get", "put", "post", "patch", "delete", "head", "options", "trace"}
-_DOCUMENT = build_document(models.build(settings_mod.load(base_env("redis://127.0.0.1:9"))))
+_DOCUMENT = build_document(models.build(load_settings(base_env("redis://127.0.0.1:9"))))
 
 
 def document() -> dict[str, Any]:
@@ -70,7 +70,7 @@ def _operations(doc: dict[str, Any]) -> set[tuple[str, str]]:
 
 
 def _routes() -> set[tuple[str, str]]:
-    app = create_app(settings_mod.load(base_env("redis://127.0.0.1:9")))
+    app = create_app(load_settings(base_env("redis://127.0.0.1:9")))
     out = set()
     for route in app.routes:
         assert isinstance(route, Route)
@@ -279,9 +279,7 @@ def serve_in_thread(app: Any) -> Iterator[str]:
 @pytest.fixture
 def live_api(redis_url: str) -> Iterator[str]:
     # Streams end after a second (SSE_MAX_S), so that their answers can be read whole and checked per event.
-    settings = settings_mod.load(
-        base_env(redis_url, HOOKBRIDGE_SSE_MAX_S="1s", HOOKBRIDGE_SSE_HEARTBEAT_S="1s")
-    )
+    settings = load_settings(base_env(redis_url, HOOKBRIDGE_SSE_MAX_S="1s", HOOKBRIDGE_SSE_HEARTBEAT_S="1s"))
     with serve_in_thread(create_app(settings)) as url:
         yield url
 

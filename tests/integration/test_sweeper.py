@@ -20,8 +20,8 @@ async def test_lost_due_entries_are_rescheduled_and_runs_finish(
     store = Store(connect(api.settings), api.settings)
     try:
         assert await raw.delete(k.due_runs("nutrient")) == 1  # as if the due set were lost
-        assert await store.repair(0) == {"runs": 3, "deliveries": 0}
-        assert await store.repair(0) == {"runs": 0, "deliveries": 0}  # idempotent
+        assert await store.upkeep.repair(0) == {"runs": 3, "deliveries": 0}
+        assert await store.upkeep.repair(0) == {"runs": 0, "deliveries": 0}  # idempotent
         assert await raw.zcard(k.due_runs("nutrient")) == 3
     finally:
         await raw.aclose()
@@ -58,13 +58,13 @@ async def test_a_stale_chain_head_is_dropped_and_the_next_delivery_made_due(
         )
         await raw.rpush(k.chain(sub["id"], run["id"]), delivered, "dlv_stuck")
         await raw.sadd(k.ACTIVE_DELIVERIES, "dlv_stuck")
-        assert (await store.repair(0))["deliveries"] == 1
+        assert (await store.upkeep.repair(0))["deliveries"] == 1
         assert await raw.lrange(k.chain(sub["id"], run["id"]), 0, -1) == ["dlv_stuck"]
         assert await raw.zscore(k.DUE_DELIVERIES, "dlv_stuck") is not None
-        assert (await store.repair(0))["deliveries"] == 0
+        assert (await store.upkeep.repair(0))["deliveries"] == 0
 
         async def finished_work_left_the_active_sets() -> bool:
-            await store.repair(0)
+            await store.upkeep.repair(0)
             return not await raw.sismember(k.ACTIVE_DELIVERIES, delivered) and not await raw.sismember(
                 k.ACTIVE_RUNS, run["id"]
             )

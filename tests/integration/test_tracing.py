@@ -27,9 +27,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from service import logs, tracing
 from service.dev.embedded_redis import free_port
 from service.dev.stack import Servers
+from service.observability import logs, tracing
 from service.simulator import SimulatorConfig
 from service.simulator import create_app as create_simulator
 from tests.conftest import ALICE, Receiver, StackFactory, base_env, eventually
@@ -320,7 +320,7 @@ async def test_polls_past_the_first_few_are_thinned(
     store = stack.worker.store
 
     async def idle() -> bool:
-        run = await store.get_run(run_id)
+        run = await store.runs.get_run(run_id)
         return run is not None and not run.vendor_cancel_pending
 
     await eventually(idle, what="the vendor told of the cancel")
@@ -366,5 +366,5 @@ async def test_tracing_off_sends_no_traceparent(make_stack: StackFactory, receiv
     await eventually(delivered, what="the run.succeeded callback")
     assert all("traceparent" not in r.headers for r in receiver.received)
     assert stack.worker is not None
-    run = await stack.worker.store.get_run(response.json()["id"])
+    run = await stack.worker.store.runs.get_run(response.json()["id"])
     assert run is not None and run.traceparent is None

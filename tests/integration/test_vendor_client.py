@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from service.dev.embedded_redis import free_port
 from service.dev.stack import Servers
-from service.vendors.base import VendorResultTooLarge
+from service.vendors.base import Call, Kind, VendorResultTooLarge
 from service.vendors.http import VendorClient, make_client
 
 BODY = {"id": "run-1", "status": "running"}
@@ -105,13 +105,17 @@ async def vendor(servers: Servers) -> str:
 class Recorder:
     def __init__(self) -> None:
         self.acquired = 0
+        self.tickets: list[object | None] = []
         self.settled: list[tuple[int | None, float | None]] = []
         self.observed: list[tuple[str, str, str]] = []
 
-    async def acquire(self) -> None:
+    async def acquire(self, ticket: object | None = None) -> None:
         self.acquired += 1
+        self.tickets.append(ticket)
 
-    async def settle(self, status: int | None, retry_after: float | None) -> None:
+    async def settle(
+        self, ticket: object | None = None, status: int | None = None, retry_after: float | None = None
+    ) -> None:
         self.settled.append((status, retry_after))
 
     def observe(self, vendor: str, kind: str, code: str, seconds: float) -> None:
@@ -144,9 +148,11 @@ async def test_a_plain_get_answers_as_httpx_does_and_is_budgeted_and_observed(
     recorder = Recorder()
     async with _client(vendor, recorder) as client:
         assert isinstance(client, VendorClient)
-        fast = await client.get("/runs/abc-1", extensions={"kind": "poll"})
+        # The step's ticket travels in the extensions to the budget, on either path (no context variable).
+        call = Call(run_id="r", ticket=object())
+        fast = await client.get("/runs/abc-1", extensions=call.extensions(Kind.POLL))
         # Query parameters take httpx's own path: the two must agree.
-        slow = await client.get("/runs/abc-1", params={"x": "1"}, extensions={"kind": "poll"})
+        slow = await client.get("/runs/abc-1", params={"x": "1"}, extensions=call.extensions(Kind.POLL))
     for response in (fast, slow):
         assert response.status_code == 200
         assert response.json() == {**BODY, "auth": "Bearer k", "path": "/v/runs/abc-1"}
@@ -154,6 +160,7 @@ async def test_a_plain_get_answers_as_httpx_does_and_is_budgeted_and_observed(
         assert response.is_success
     assert fast_paths == ["GET /runs/abc-1"]  # the first one only
     assert recorder.acquired == 2
+    assert recorder.tickets == [call.ticket, call.ticket]
     assert recorder.settled == [(200, None), (200, None)]
     assert recorder.observed == [("v", "poll", "200"), ("v", "poll", "200")]
 

@@ -4,7 +4,7 @@ Twenty Nutrient runs are in flight, polled by two workers, when the vendor answe
 8 s. The vendor must see the first round, then about one probe per pause, not every run each time; and no
 run may fail for it.
 
-The storm comes from a proxy of the test's own in front of the simulator (tests/conformance/proxy.py):
+The storm comes from a proxy of the test's own in front of the simulator (service/testing/proxy.py):
 the simulator's 429s are being turned into token buckets on another branch, and a storm needs an exact
 window of time in which *every* request is refused, which a rate or a bucket does not give. Everything
 outside the window is the simulator's own answer.
@@ -19,8 +19,8 @@ import pytest
 from service.dev.embedded_redis import free_port
 from service.dev.stack import Servers
 from service.simulator import SimulatorConfig
+from service.testing.proxy import FaultProxy
 from service.worker.runtime import WorkerRuntime
-from tests.conformance.proxy import FaultProxy
 from tests.conftest import ClockedFactory
 
 RUNS = 20

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from service import settings as settings_mod
-from service.records import Run
+from service.core.records import Run
 from service.store import Store, connect, keys
+from service.vendors.registry import load_settings
 from tests.conftest import base_env
 
 T0 = 1_800_000_000_000
@@ -29,7 +29,7 @@ def _run(run_id: str) -> str:
 
 
 async def _store(redis_url: str, runs: int) -> Store:
-    settings = settings_mod.load(base_env(redis_url))
+    settings = load_settings(base_env(redis_url))
     store = Store(connect(settings), settings)
     for i in range(runs):
         run_id = f"run_{i:02d}"
@@ -39,7 +39,7 @@ async def _store(redis_url: str, runs: int) -> Store:
 
 
 async def _claim(store: Store, now: int, limit: int = 10) -> tuple[list[str], str | None]:
-    claimed, _ = await store.claim_runs("nutrient", now, limit, LEASE, 0.0, 1000, PROBE_LEASE)
+    claimed, _ = await store.runs.claim_runs("nutrient", now, limit, LEASE, 0.0, 1000, PROBE_LEASE)
     probes = {c.probe for c in claimed}
     assert len(probes) == 1 or not claimed
     return [c.run.id for c in claimed], claimed[0].probe if claimed else None
@@ -50,10 +50,13 @@ async def test_a_429_holds_every_claim_then_lets_one_probe_out(redis_url: str) -
     try:
         ids, probe = await _claim(store, T0, limit=2)
         assert ids == ["run_00", "run_01"] and probe is None  # not paused: a normal batch
-        until, streak = await store.pause_limited("nutrient", T0, 3000, 2000, 60_000, None)
+        until, streak = await store.limits.pause_limited("nutrient", T0, 3000, 2000, 60_000, None)
         assert (until, streak) == (T0 + 3000, 1)
         # The other run that was in flight also got its 429: same pause, same streak.
-        assert await store.pause_limited("nutrient", T0 + 10, 3000, 2000, 60_000, None) == (T0 + 3010, 1)
+        assert await store.limits.pause_limited("nutrient", T0 + 10, 3000, 2000, 60_000, None) == (
+            T0 + 3010,
+            1,
+        )
 
         assert await _claim(store, T0 + 3000) == ([], None)  # held, although three runs are due
         ids, probe = await _claim(store, T0 + 3011)
@@ -61,14 +64,14 @@ async def test_a_429_holds_every_claim_then_lets_one_probe_out(redis_url: str) -
         assert await _claim(store, T0 + 3020) == ([], None)  # nothing more while it is out
 
         # The probe is refused again: the pause grows without a header (floor 2 s, doubled).
-        until, streak = await store.pause_limited("nutrient", T0 + 3030, None, 2000, 60_000, probe)
+        until, streak = await store.limits.pause_limited("nutrient", T0 + 3030, None, 2000, 60_000, probe)
         assert (until, streak) == (T0 + 3030 + 4000, 2)
         assert await _claim(store, T0 + 5000) == ([], None)
         ids, probe = await _claim(store, T0 + 7030)
         assert ids == ["run_03"] and probe
 
         # It is answered: the pause is over and the backlog goes.
-        assert await store.pause_settle("nutrient", T0 + 7040, probe, answered=True)
+        assert await store.limits.pause_settle("nutrient", T0 + 7040, probe, answered=True)
         assert not await store.redis.exists(keys.vendor_pause("nutrient"))
         ids, probe = await _claim(store, T0 + 7050)
         assert ids == ["run_04"] and probe is None
@@ -79,16 +82,16 @@ async def test_a_429_holds_every_claim_then_lets_one_probe_out(redis_url: str) -
 async def test_a_probe_that_never_answers_is_handed_to_another_run(redis_url: str) -> None:
     store = await _store(redis_url, runs=3)
     try:
-        await store.pause_limited("nutrient", T0, 1000, 1000, 60_000, None)
+        await store.limits.pause_limited("nutrient", T0, 1000, 1000, 60_000, None)
         ids, probe = await _claim(store, T0 + 1000)
         assert ids == ["run_00"] and probe
         # A stale token (another probe's) changes nothing.
-        assert not await store.pause_settle("nutrient", T0 + 1100, "run_99@1", answered=True)
+        assert not await store.limits.pause_settle("nutrient", T0 + 1100, "run_99@1", answered=True)
         assert await _claim(store, T0 + 1000 + PROBE_LEASE - 1) == ([], None)
         ids, second = await _claim(store, T0 + 1000 + PROBE_LEASE + 1)  # its worker died: lease ran out
         assert ids == ["run_01"] and second and second != probe
         # The second probe got no answer (a dropped connection): a third may go at once.
-        assert await store.pause_settle("nutrient", T0 + 6100, second, answered=False)
+        assert await store.limits.pause_settle("nutrient", T0 + 6100, second, answered=False)
         ids, third = await _claim(store, T0 + 6101)
         assert ids == ["run_02"] and third
     finally:
@@ -99,10 +102,13 @@ async def test_retry_after_is_kept_between_the_floor_and_the_cap(redis_url: str)
     store = await _store(redis_url, runs=0)
     try:
         # Retry-After: 0 is never shorter than the vendor's minimum interval ...
-        assert await store.pause_limited("nutrient", T0, 0, 2000, 60_000, None) == (T0 + 2000, 1)
+        assert await store.limits.pause_limited("nutrient", T0, 0, 2000, 60_000, None) == (T0 + 2000, 1)
         await store.redis.delete(keys.vendor_pause("nutrient"))
         # ... and a day-long one is cut to PAUSE_MAX_S, after which a probe finds out.
-        assert await store.pause_limited("nutrient", T0, 86_400_000, 2000, 60_000, None) == (T0 + 60_000, 1)
+        assert await store.limits.pause_limited("nutrient", T0, 86_400_000, 2000, 60_000, None) == (
+            T0 + 60_000,
+            1,
+        )
         ttl = await store.redis.pttl(keys.vendor_pause("nutrient"))
         assert 0 < ttl  # a pause nobody resolves does not stay forever
     finally:
@@ -121,7 +127,9 @@ async def test_a_probe_step_that_sends_nothing_hands_the_probe_back(redis_url: s
         for run_id in ("run_a", "run_b"):
             await store.redis.set(keys.run(run_id), _run(run_id))
             await store.redis.zadd(keys.due_runs("nutrient"), {run_id: now - 5000})
-        await store.pause_limited("nutrient", now - 3000, 1000, 1000, 60_000, None)  # over: a probe may go
+        await store.limits.pause_limited(
+            "nutrient", now - 3000, 1000, 1000, 60_000, None
+        )  # over: a probe may go
         probes: list[str | None] = []
 
         async def step(claimed: ClaimedRun) -> None:
@@ -136,5 +144,26 @@ async def test_a_probe_step_that_sends_nothing_hands_the_probe_back(redis_url: s
         assert len(work) == 1
         await work[0]
         assert probes[1] and probes[1] != probes[0]
+    finally:
+        await store.close()
+
+
+async def test_a_kind_group_spends_its_own_gcra_key(redis_url: str) -> None:
+    """``VendorSpec.budgets``: a group's requests take slots from the group's own key in Redis (Azure's
+    reads at their own rate), leaving the vendor's shared budget untouched."""
+    from service.core.clock import ManualClock
+    from service.worker.budget import GroupBudget, StoreBudget
+
+    store = await _store(redis_url, runs=0)
+    try:
+        vendor = store.settings.vendor("nutrient")
+        clock = ManualClock(T0 / 1000)
+        shared = StoreBudget(store.limits, vendor, clock)
+        reads = GroupBudget(store.limits, vendor, "poll", 1000.0, shared, clock)  # a slot every millisecond
+        for _ in range(5):
+            await reads.acquire(None)  # no wait: the slots are at the clock's now, 1 ms apart
+        # The group's GCRA has moved 5 ms ahead of the clock; the vendor's own key has not been touched.
+        assert await store.limits.budget_take("nutrient.poll", T0, 1.0) >= T0 + 5
+        assert await store.limits.budget_take("nutrient", T0, 1.0) == T0
     finally:
         await store.close()

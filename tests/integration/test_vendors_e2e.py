@@ -15,7 +15,7 @@ import redis.asyncio
 from standardwebhooks import Webhook
 
 from service.dev.embedded_redis import free_port
-from service.metrics import REGISTRY
+from service.observability.metrics import REGISTRY
 from service.store import keys
 from tests.conftest import ClockedFactory, Receiver, Stack, StackFactory, eventually
 

@@ -23,7 +23,7 @@ async def test_a_step_lost_with_its_worker_comes_back_when_its_lease_ends(
     assert await _status(c, run["id"]) == "submitted"
     c.clock.advance(5)
     # A worker claims the run's next step (as its pump does) and dies before it takes it.
-    claimed, _ = await c.worker.store.claim_runs("nutrient", c.now_ms(), 10, 30_000, 0.0, 0)
+    claimed, _ = await c.worker.store.runs.claim_runs("nutrient", c.now_ms(), 10, 30_000, 0.0, 0)
     assert [cl.run.id for cl in claimed] == [run["id"]]
     lease_end = await c.worker.store.redis.zscore(keys.due_runs("nutrient"), run["id"])
     assert lease_end == c.now_ms() + 30_000

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from service import domain
-from service import settings as settings_mod
-from service.lifecycle import Transition, new_run
-from service.records import Attempt, Delivery, Event, Run, Subscription, replace
-from service.store import Applied, Conflict, Missing, OverRate, Store, bodies, connect, keys
+from service.core import domain
+from service.core.lifecycle import Transition, new_run
+from service.core.records import Attempt, Delivery, Event, Run, Subscription, replace
+from service.store import Applied, Busy, Conflict, Missing, OverRate, Store, bodies, connect, keys
 from service.store.scripts import _LUA, source, status_prelude
+from service.vendors.registry import load_settings
 from tests.conftest import base_env
 
 T0 = 1_800_000_000_000
@@ -30,7 +30,7 @@ LEASE = 10_000
 
 @pytest.fixture
 async def store(redis_url: str) -> AsyncIterator[Store]:
-    settings = settings_mod.load(
+    settings = load_settings(
         base_env(
             redis_url,
             HOOKBRIDGE_RETENTION_S=str(RETENTION_MS // 1000),
@@ -63,14 +63,14 @@ async def _run(store: Store, run_id: str = "run_a", client: str = "alice", **ext
         zero_retention=extra.pop("zero_retention", False),
         now_ms=T0,
     )
-    assert await store.create_run(run, extra.pop("document", None), extra.pop("idem", None)) is None
+    assert await store.runs.create_run(run, extra.pop("document", None), extra.pop("idem", None)) is None
     return run
 
 
 async def _sub(store: Store, sub_id: str, client: str = "alice", **fields: str) -> None:
     # The hash fields as the Lua scripts spell them, read through the records' own codec.
     stored = {"id": sub_id, "client": client, "url": "https://example.com/hook", "created": str(T0), **fields}
-    assert await store.create_subscription(Subscription.from_hash(stored), max_count=100)
+    assert await store.subscriptions.create_subscription(Subscription.from_hash(stored), max_count=100)
 
 
 def _event(etype: str, n: int = 0, event_id: str | None = None) -> Event:
@@ -89,59 +89,30 @@ def _attempt(code: int | None = None) -> Attempt:
 
 
 async def _emit(store: Store, run: Run, *events: Event, status: str = "processing") -> int:
-    current = await store.get_run(run.id)  # the stored version: runs are values, the store has the latest
+    # The stored version: runs are values, the store has the latest.
+    current = await store.runs.get_run(run.id)
     assert current is not None
     # As lifecycle does: the record names the run's events but progress (Run.event_ids).
     recorded = [e.id for e in events if e.type != "run.progress"]
     new = replace(_next(current, status), event_ids=[*current.event_ids, *recorded])
-    outcome = await store.transition(Transition(new, current.version, events=list(events)))
+    outcome = await store.runs.transition(Transition(new, current.version, events=list(events)))
     assert isinstance(outcome, Applied)
     return outcome.deliveries
 
 
 async def _stored(store: Store, run_id: str) -> Run:
-    run = await store.get_run(run_id)
+    run = await store.runs.get_run(run_id)
     assert run is not None
     return run
 
 
 async def _deliveries_of(store: Store, sub_id: str) -> list[Delivery]:
     ids = [_s(i) for i in await store.redis.zrange(keys.sub_deliveries(sub_id), 0, -1)]
-    return [d for d in await store.get_deliveries(ids) if d is not None]
+    return [d for d in await store.deliveries.get_deliveries(ids) if d is not None]
 
 
 async def _due_deliveries(store: Store) -> dict[str, float]:
     return {_s(m): s for m, s in await store.redis.zrange(keys.DUE_DELIVERIES, 0, -1, withscores=True)}
-
-
-# The key prelude ------------------------------------------------------------------------------------
-
-
-def test_no_script_spells_a_key_and_every_prelude_builder_matches_python() -> None:
-    for path in _LUA.iterdir():
-        if path.name.endswith(".lua"):
-            assert "hb:" not in path.read_text(), path.name
-    prelude = keys.lua_prelude()
-    assert "local function k_chain(a1, a2) return 'hb:chain:' .. a1 .. ':' .. a2 end" in prelude
-    assert f"local K_DUE_DELIVERIES = '{keys.DUE_DELIVERIES}'" in prelude
-    assert source("transition").startswith(prelude)
-
-
-async def test_the_generated_builders_give_the_python_keys_inside_redis(store: Store) -> None:
-    script = store.redis.register_script(
-        keys.lua_prelude()
-        + "return {k_run(ARGV[1]), k_chain(ARGV[2], ARGV[1]), k_event_pending(ARGV[3]),"
-        + " k_client_parked(ARGV[4]), k_sub_budget(ARGV[2]), K_ACTIVE_RUNS}"
-    )
-    got = [_s(v) for v in await script(args=["run_x", "sub_y", "evt_z", "alice"])]
-    assert got == [
-        keys.run("run_x"),
-        keys.chain("sub_y", "run_x"),
-        keys.event_pending("evt_z"),
-        keys.client_parked("alice"),
-        keys.sub_budget("sub_y"),
-        keys.ACTIVE_RUNS,
-    ]
 
 
 # The status prelude ---------------------------------------------------------------------------------
@@ -188,7 +159,7 @@ async def test_the_status_prelude_gives_the_python_values_inside_redis(store: St
 async def test_create_run_writes_everything_and_an_idempotency_key_writes_nothing_twice(store: Store) -> None:
     run = await _run(store, document=b"%PDF", idem=("key-1", "fp1"))
     r = store.redis
-    assert await store.get_run("run_a") == run
+    assert await store.runs.get_run("run_a") == run
     assert await r.get(keys.document("run_a")) == b"%PDF"
     assert await r.zscore(keys.client_runs("alice"), "run_a") == T0
     assert await r.zscore(keys.due_runs("nutrient"), "run_a") == T0
@@ -196,10 +167,12 @@ async def test_create_run_writes_everything_and_an_idempotency_key_writes_nothin
     assert await r.pttl(keys.idempotency("alice", "key-1")) > 0
 
     again = replace(run, id="run_b")
-    assert await store.create_run(again, b"other", ("key-1", "fp2")) == "fp1 run_a"
-    assert await store.get_run("run_b") is None and await r.get(keys.document("run_b")) is None
+    assert await store.runs.create_run(again, b"other", ("key-1", "fp2")) == "fp1 run_a"
+    assert await store.runs.get_run("run_b") is None and await r.get(keys.document("run_b")) is None
     assert not await r.sismember(keys.ACTIVE_RUNS, "run_b")
-    assert await store.create_run(again, None, ("key-1", "fp2")) == "fp1 run_a"  # the same answer each time
+    assert (
+        await store.runs.create_run(again, None, ("key-1", "fp2")) == "fp1 run_a"
+    )  # the same answer each time
 
 
 async def test_create_run_takes_the_submit_rate_in_the_same_step_and_a_refusal_writes_nothing(
@@ -208,17 +181,17 @@ async def test_create_run_takes_the_submit_rate_in_the_same_step_and_a_refusal_w
     # 1 per 100 s, no burst: Redis's own clock cannot move 100 s within this test.
     rate = (0.01, 1)
     first = await _run(store, "run_a")
-    assert await store.create_run(replace(first, id="run_b"), None, ("key-b", "fp"), rate=rate) is None
+    assert await store.runs.create_run(replace(first, id="run_b"), None, ("key-b", "fp"), rate=rate) is None
     before = sorted(await store.redis.keys("*"))
     with pytest.raises(OverRate) as refused:
-        await store.create_run(replace(first, id="run_c"), b"%PDF", ("key-c", "fp"), rate=rate)
+        await store.runs.create_run(replace(first, id="run_c"), b"%PDF", ("key-c", "fp"), rate=rate)
     assert 99 < refused.value.wait_s <= 100
     assert sorted(await store.redis.keys("*")) == before  # no run, document, listing or idempotency key
     # A replay is answered from its record and takes nothing, even over the rate.
     replay = replace(first, id="run_d")
-    assert await store.create_run(replay, None, ("key-b", "fp"), rate=rate) == "fp run_b"
+    assert await store.runs.create_run(replay, None, ("key-b", "fp"), rate=rate) == "fp run_b"
     # Without a rate nothing is taken or written for it.
-    await store.create_run(replace(first, id="run_e", client="bob"), None, None)
+    await store.runs.create_run(replace(first, id="run_e", client="bob"), None, None)
     assert not await store.redis.exists(keys.client_rate("submit", "bob"))
 
 
@@ -228,43 +201,43 @@ async def test_create_run_takes_the_submit_rate_in_the_same_step_and_a_refusal_w
 async def test_transition_ok_conflict_and_missing(store: Store) -> None:
     run = await _run(store)
     new = _next(run, "processing")
-    assert await store.transition(Transition(new, 0, due_ms=T0 + 500)) == Applied(0, ended=False)
+    assert await store.runs.transition(Transition(new, 0, due_ms=T0 + 500)) == Applied(0, ended=False)
     assert await store.redis.zscore(keys.due_runs("nutrient"), "run_a") == T0 + 500
     stale = _next(run, "failed")  # written from version 0, but the run is at 1 now
-    outcome = await store.transition(Transition(stale, 0))
+    outcome = await store.runs.transition(Transition(stale, 0))
     assert isinstance(outcome, Conflict) and outcome.current.status == "processing"
-    assert (await store.get_run("run_a")).status == "processing"  # type: ignore[union-attr]
+    assert (await store.runs.get_run("run_a")).status == "processing"  # type: ignore[union-attr]
     ghost = replace(new, id="run_ghost")
-    assert await store.transition(Transition(ghost, 1)) == Missing()
-    assert await store.get_run("run_ghost") is None
+    assert await store.runs.transition(Transition(ghost, 1)) == Missing()
+    assert await store.runs.get_run("run_ghost") is None
 
 
 async def test_a_terminal_run_never_changes_status(store: Store) -> None:
     run = await _run(store)
     done = _next(run, "succeeded")
     # The change that ends the run says so (the caller counts the end); a rewrite of the end does not.
-    assert await store.transition(Transition(done, 0, remove_due=True, ttl_ms=60_000)) == Applied(
+    assert await store.runs.transition(Transition(done, 0, remove_due=True, ttl_ms=60_000)) == Applied(
         0, ended=True
     )
     back = _next(done, "processing")
-    outcome = await store.transition(Transition(back, 1))
+    outcome = await store.runs.transition(Transition(back, 1))
     assert isinstance(outcome, Conflict) and outcome.current.status == "succeeded"
     # The same terminal status may be rewritten (a canceled run told to the vendor later).
     same = replace(_next(done, "succeeded"), vendor_deleted=True)
-    assert await store.transition(Transition(same, 1)) == Applied(0, ended=False)
+    assert await store.runs.transition(Transition(same, 1)) == Applied(0, ended=False)
 
 
 async def test_due_set_is_scored_then_removed_with_the_active_entry(store: Store) -> None:
     run = await _run(store)
     r = store.redis
     new = _next(run, "processing")
-    await store.transition(Transition(new, 0, due_ms=T0 + 2000))
+    await store.runs.transition(Transition(new, 0, due_ms=T0 + 2000))
     assert await r.zscore(keys.due_runs("nutrient"), "run_a") == T0 + 2000
     before = _next(new, "processing")
-    await store.transition(Transition(before, 1))  # neither score nor removal: left alone
+    await store.runs.transition(Transition(before, 1))  # neither score nor removal: left alone
     assert await r.zscore(keys.due_runs("nutrient"), "run_a") == T0 + 2000
     end = _next(before, "failed")
-    await store.transition(Transition(end, 2, remove_due=True))
+    await store.runs.transition(Transition(end, 2, remove_due=True))
     assert await r.zscore(keys.due_runs("nutrient"), "run_a") is None
     assert not await r.sismember(keys.ACTIVE_RUNS, "run_a")
 
@@ -273,16 +246,18 @@ async def test_result_document_and_ttl_on_the_end_and_keepttl_afterwards(store: 
     run = await _run(store, document=b"%PDF")
     r = store.redis
     submitted = _next(run, "processing")
-    await store.transition(Transition(submitted, 0, events=[_event("run.submitted")], delete_document=True))
+    await store.runs.transition(
+        Transition(submitted, 0, events=[_event("run.submitted")], delete_document=True)
+    )
     assert await r.get(keys.document("run_a")) is None
     end = _next(submitted, "succeeded")
-    await store.transition(Transition(end, 1, result=b'{"x":1}', remove_due=True, ttl_ms=50_000))
+    await store.runs.transition(Transition(end, 1, result=b'{"x":1}', remove_due=True, ttl_ms=50_000))
     assert await r.get(keys.result("run_a")) == b'{"x":1}'
     for key in (keys.run("run_a"), keys.result("run_a")):
         assert 0 < await r.pttl(key) <= 50_000
     # A later rewrite (the vendor told of the end) keeps the expiry instead of dropping it.
     await r.pexpire(keys.run("run_a"), 40_000)
-    await store.transition(Transition(replace(_next(end, "succeeded"), vendor_deleted=True), 2))
+    await store.runs.transition(Transition(replace(_next(end, "succeeded"), vendor_deleted=True), 2))
     assert 0 < await r.pttl(keys.run("run_a")) <= 40_000
 
 
@@ -302,7 +277,7 @@ async def test_events_fan_out_to_matching_active_subscriptions_only(store: Store
     assert [d.event_type for d in await _deliveries_of(store, "sub_default")] == ["run.succeeded"]
     for nobody in ("sub_failed", "sub_off", "sub_bob"):
         assert await _deliveries_of(store, nobody) == []
-    events = [event_id for event_id, _ in await store.run_events(await _stored(store, "run_a"))]
+    events = [event_id for event_id, _ in await store.runs.run_events(await _stored(store, "run_a"))]
     assert events == ["evt_run.submitted_0", "evt_run.succeeded_0"]
     assert await store.redis.exists(keys.run_events("run_a")) == 0  # no list: the record names them
     d = (await _deliveries_of(store, "sub_default"))[0]
@@ -351,11 +326,13 @@ async def test_the_test_event_reaches_the_named_subscription_whatever_it_asked_f
     await _sub(store, "sub_1", event_types=json.dumps(["run.failed"]))
     await _sub(store, "sub_2")
     ev = _event(domain.EVENT_TEST, event_id="evt_test")
-    assert await store.emit_test_event("alice", "sub_1", ev, T0) == 1
+    assert await store.subscriptions.emit_test_event("alice", "sub_1", ev, T0) == 1
     assert [d.event_type for d in await _deliveries_of(store, "sub_1")] == [domain.EVENT_TEST]
     assert await _deliveries_of(store, "sub_2") == []
     assert bodies.unpacked(await store.redis.get(keys.event("evt_test"))) == ev.body.encode()
-    assert await store.emit_test_event("alice", "sub_1", ev, T0) == 0  # the same event id: nothing new
+    assert (
+        await store.subscriptions.emit_test_event("alice", "sub_1", ev, T0) == 0
+    )  # the same event id: nothing new
 
 
 async def test_sub_filter_limits_a_runs_events_to_the_subscriptions_it_names(store: Store) -> None:
@@ -373,10 +350,12 @@ async def test_a_progress_event_nobody_wants_is_not_kept(store: Store) -> None:
     assert await _emit(store, run, _event("run.progress")) == 0
     assert await store.redis.get(keys.event("evt_run.progress_0")) is None
     assert await store.redis.llen(keys.run_events("run_a")) == 0
-    assert await store.run_events(await _stored(store, "run_a")) == []
+    assert await store.runs.run_events(await _stored(store, "run_a")) == []
     # Other unwanted events are still kept on the run (its history), with no delivery.
     assert await _emit(store, run, _event("run.submitted")) == 0
-    assert [i for i, _ in await store.run_events(await _stored(store, "run_a"))] == ["evt_run.submitted_0"]
+    assert [i for i, _ in await store.runs.run_events(await _stored(store, "run_a"))] == [
+        "evt_run.submitted_0"
+    ]
 
 
 async def test_a_runs_events_are_its_records_and_its_progress_list_in_time_order(store: Store) -> None:
@@ -399,12 +378,12 @@ async def test_a_runs_events_are_its_records_and_its_progress_list_in_time_order
         "evt_run.progress_1",
     ]
     in_order = ["evt_run.submitted_0", "evt_run.progress_0", "evt_run.progress_1", "evt_run.succeeded_0"]
-    assert [i for i, _ in await store.run_events(stored)] == in_order
+    assert [i for i, _ in await store.runs.run_events(stored)] == in_order
     # Written before: the list holds every event and the record none; the same answer.
     await store.redis.delete(keys.run_events("run_a"))
     await store.redis.rpush(keys.run_events("run_a"), *in_order)
-    assert [i for i, _ in await store.run_events(replace(stored, event_ids=[]))] == in_order
-    assert [i for i, _ in await store.run_events(stored)] == in_order  # both: each once
+    assert [i for i, _ in await store.runs.run_events(replace(stored, event_ids=[]))] == in_order
+    assert [i for i, _ in await store.runs.run_events(stored)] == in_order  # both: each once
 
 
 async def test_zero_retention_counts_pending_deliveries_and_the_last_end_drops_the_body(store: Store) -> None:
@@ -416,9 +395,9 @@ async def test_zero_retention_counts_pending_deliveries_and_the_last_end_drops_t
     r = store.redis
     assert await r.get(keys.event_pending(ev.id)) == b"2"
     d1, d2 = (await _deliveries_of(store, "sub_1"))[0], (await _deliveries_of(store, "sub_2"))[0]
-    await store.record_attempt(d1.id, "succeeded", now_ms=T0 + 10, attempt=_attempt())
+    await store.deliveries.record_attempt(d1.id, "succeeded", now_ms=T0 + 10, attempt=_attempt())
     assert await r.get(keys.event(ev.id)) is not None and await r.get(keys.event_pending(ev.id)) == b"1"
-    await store.record_attempt(d2.id, "failed", now_ms=T0 + 20, attempt=_attempt())
+    await store.deliveries.record_attempt(d2.id, "failed", now_ms=T0 + 20, attempt=_attempt())
     assert await r.get(keys.event(ev.id)) is None and await r.get(keys.event_pending(ev.id)) is None
     # Without zero retention the body stays for retention.
     run_b = await _run(store, "run_b")
@@ -439,14 +418,14 @@ async def test_claim_runs_leases_due_runs_and_drops_vanished_ones(store: Store) 
     await _due_runs(store, 3)
     await store.redis.delete(keys.run("run_1"))
     await store.redis.zadd(keys.due_runs("nutrient"), {"run_late": T0 + 5000})
-    claimed, nxt = await store.claim_runs("nutrient", T0 + 10, 10, LEASE, 0.0, 0)
+    claimed, nxt = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 0.0, 0)
     assert [c.run.id for c in claimed] == ["run_0", "run_2"] and claimed[0].due_ms == T0
     due = {_s(m): s for m, s in await store.redis.zrange(keys.due_runs("nutrient"), 0, -1, withscores=True)}
     assert due == {"run_0": T0 + 10 + LEASE, "run_2": T0 + 10 + LEASE, "run_late": T0 + 5000}
     assert nxt == T0 + 5000
     # Leased: nothing due until the lease runs out; then the run is claimed again.
-    assert (await store.claim_runs("nutrient", T0 + 20, 10, LEASE, 0.0, 0))[0] == []
-    again, _ = await store.claim_runs("nutrient", T0 + 10 + LEASE, 10, LEASE, 0.0, 0)
+    assert (await store.runs.claim_runs("nutrient", T0 + 20, 10, LEASE, 0.0, 0))[0] == []
+    again, _ = await store.runs.claim_runs("nutrient", T0 + 10 + LEASE, 10, LEASE, 0.0, 0)
     assert [c.run.id for c in again] == ["run_0", "run_2"]  # run_late had no record: dropped
     assert await store.redis.zscore(keys.due_runs("nutrient"), "run_late") is None
 
@@ -455,7 +434,7 @@ async def test_a_record_that_does_not_read_is_left_to_its_lease_and_the_batch_go
     await _due_runs(store, 3)
     await store.redis.set(keys.run("run_1"), b'{"id": "run_1", "version": "not a number"}')
     with capture_logs() as entries:
-        claimed, _ = await store.claim_runs("nutrient", T0 + 10, 10, LEASE, 0.0, 0)
+        claimed, _ = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 0.0, 0)
     assert [c.run.id for c in claimed] == ["run_0", "run_2"]
     assert [(e["log_level"], e["run_id"]) for e in entries] == [("error", "run_1")]
     assert "not a run record" in entries[0]["error"]
@@ -465,7 +444,7 @@ async def test_a_record_that_does_not_read_is_left_to_its_lease_and_the_batch_go
 
 async def test_claim_runs_takes_budget_slots_within_the_lookahead(store: Store) -> None:
     await _due_runs(store, 5)
-    claimed, _ = await store.claim_runs("nutrient", T0 + 10, 10, LEASE, 1000.0, 2500)
+    claimed, _ = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 1000.0, 2500)
     # Slots 1 s apart; the fourth (3 s ahead) is past the 2.5 s lookahead and stays due.
     assert [(c.run.id, c.slot_ms) for c in claimed] == [
         ("run_0", T0 + 10),
@@ -476,20 +455,20 @@ async def test_claim_runs_takes_budget_slots_within_the_lookahead(store: Store) 
     assert await store.redis.zscore(keys.due_runs("nutrient"), "run_3") == T0 + 3
     assert await store.redis.get(keys.vendor_budget("nutrient")) == str(T0 + 3010).encode()
     # The budget is shared: the next claim's first slot is after the last one taken.
-    claimed, _ = await store.claim_runs("nutrient", T0 + 20, 10, LEASE, 1000.0, 10_000)
+    claimed, _ = await store.runs.claim_runs("nutrient", T0 + 20, 10, LEASE, 1000.0, 10_000)
     assert [c.slot_ms for c in claimed] == [T0 + 3010, T0 + 4010]
-    assert await store.budget_take("nutrient", T0 + 30, 1000.0) == T0 + 5010
+    assert await store.limits.budget_take("nutrient", T0 + 30, 1000.0) == T0 + 5010
 
 
 async def test_claim_runs_holds_while_paused_then_claims_one_probe(store: Store) -> None:
     await _due_runs(store, 3)
-    await store.pause_limited("nutrient", T0, 1000, 1000, 60_000, None)
-    claimed, nxt = await store.claim_runs("nutrient", T0 + 500, 10, LEASE, 0.0, 0)
+    await store.limits.pause_limited("nutrient", T0, 1000, 1000, 60_000, None)
+    claimed, nxt = await store.runs.claim_runs("nutrient", T0 + 500, 10, LEASE, 0.0, 0)
     assert claimed == [] and nxt == T0 + 1000
-    claimed, _ = await store.claim_runs("nutrient", T0 + 1000, 10, LEASE, 0.0, 0)
+    claimed, _ = await store.runs.claim_runs("nutrient", T0 + 1000, 10, LEASE, 0.0, 0)
     assert len(claimed) == 1 and claimed[0].probe
-    assert await store.pause_settle("nutrient", T0 + 1100, claimed[0].probe, answered=True)
-    claimed, _ = await store.claim_runs("nutrient", T0 + 1200, 10, LEASE, 0.0, 0)
+    assert await store.limits.pause_settle("nutrient", T0 + 1100, claimed[0].probe, answered=True)
+    claimed, _ = await store.runs.claim_runs("nutrient", T0 + 1200, 10, LEASE, 0.0, 0)
     assert len(claimed) == 2 and all(c.probe is None for c in claimed)
 
 
@@ -512,20 +491,22 @@ async def test_claim_deliveries_parks_a_subscriptions_surplus_until_one_of_its_d
 ) -> None:
     await _sub(store, "sub_1")  # the default limit is 2 here
     ids = await _pending(store, "sub_1", 3)
-    claimed, _ = await store.claim_deliveries(T0 + 10, 10, LEASE)
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 10, 10, LEASE)
     assert len(claimed) == 2
     held = (set(ids) - {c.delivery.id for c in claimed}).pop()
     # Parked, not dropped: out of the due set (no claim rescans it), kept at its own due time.
     assert held not in await _due_deliveries(store)
     parked = await store.redis.zrange(keys.sub_parked("sub_1"), 0, -1, withscores=True)
     assert [_s(m) for m, _ in parked] == [held] and parked[0][1] <= T0 + 10
-    assert (await store.claim_deliveries(T0 + 20, 10, LEASE))[0] == []
+    assert (await store.deliveries.claim_deliveries(T0 + 20, 10, LEASE))[0] == []
     assert claimed[0].subscription.id  # type: ignore[union-attr] == "sub_1" and claimed[0].body is not None
     # One ends: the parked one is due at once, and the very next claim takes it.
-    await store.record_attempt(claimed[0].delivery.id, "succeeded", now_ms=T0 + 50, attempt=_attempt())
+    await store.deliveries.record_attempt(
+        claimed[0].delivery.id, "succeeded", now_ms=T0 + 50, attempt=_attempt()
+    )
     assert (await _due_deliveries(store))[held] <= T0 + 50
     assert await store.redis.zcard(keys.sub_parked("sub_1")) == 0
-    claimed, _ = await store.claim_deliveries(T0 + 51, 10, LEASE)
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 51, 10, LEASE)
     assert [c.delivery.id for c in claimed] == [held]
 
 
@@ -534,13 +515,15 @@ async def test_a_subscriptions_raised_limit_brings_back_as_many_parked_as_it_has
 ) -> None:
     await _sub(store, "sub_1", max_in_flight="1")
     ids = await _pending(store, "sub_1", 6)
-    claimed, _ = await store.claim_deliveries(T0 + 10, 20, LEASE)
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 10, 20, LEASE)
     assert len(claimed) == 1 and await store.redis.zcard(keys.sub_parked("sub_1")) == 5
     await store.redis.hset(keys.subscription("sub_1"), "max_in_flight", "3")  # PATCH max_in_flight
-    await store.record_attempt(claimed[0].delivery.id, "succeeded", now_ms=T0 + 20, attempt=_attempt())
+    await store.deliveries.record_attempt(
+        claimed[0].delivery.id, "succeeded", now_ms=T0 + 20, attempt=_attempt()
+    )
     # None is left in flight, so three come back at once (not one per end, which would hold it at one).
     assert await store.redis.zcard(keys.sub_parked("sub_1")) == 2
-    claimed, _ = await store.claim_deliveries(T0 + 21, 20, LEASE)
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 21, 20, LEASE)
     assert len(claimed) == 3 and {c.delivery.id for c in claimed} <= set(ids)
 
 
@@ -550,20 +533,24 @@ async def test_a_parked_delivery_whose_slot_holder_died_is_brought_back_by_the_s
     a claim takes it."""
     await _sub(store, "sub_1")  # 2 in flight
     ids = await _pending(store, "sub_1", 3)
-    claimed, _ = await store.claim_deliveries(T0 + 10, 10, LEASE)
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 10, 10, LEASE)
     held = (set(ids) - {c.delivery.id for c in claimed}).pop()
-    await store.repair(T0 + 100)
+    await store.upkeep.repair(T0 + 100)
     assert (await _due_deliveries(store))[held] == T0 + 100
     # Still two in flight under live leases: a claim parks it again rather than sending a third.
-    assert (await store.claim_deliveries(T0 + 200, 10, LEASE))[0] == []
+    assert (await store.deliveries.claim_deliveries(T0 + 200, 10, LEASE))[0] == []
     assert held not in await _due_deliveries(store)
     # The dead worker's leases run out: its two deliveries are due again (at their lease's end, before
     # the parked one's return) and go first; the parked one waits for one of them to end.
-    await store.repair(T0 + LEASE + 20)
-    again, _ = await store.claim_deliveries(T0 + LEASE + 20, 10, LEASE)
+    await store.upkeep.repair(T0 + LEASE + 20)
+    again, _ = await store.deliveries.claim_deliveries(T0 + LEASE + 20, 10, LEASE)
     assert {c.delivery.id for c in again} == {c.delivery.id for c in claimed}
-    await store.record_attempt(again[0].delivery.id, "succeeded", now_ms=T0 + LEASE + 30, attempt=_attempt())
-    assert [c.delivery.id for c in (await store.claim_deliveries(T0 + LEASE + 31, 10, LEASE))[0]] == [held]
+    await store.deliveries.record_attempt(
+        again[0].delivery.id, "succeeded", now_ms=T0 + LEASE + 30, attempt=_attempt()
+    )
+    assert [
+        c.delivery.id for c in (await store.deliveries.claim_deliveries(T0 + LEASE + 31, 10, LEASE))[0]
+    ] == [held]
 
 
 async def test_claim_deliveries_parks_a_clients_surplus_and_an_end_brings_one_back(store: Store) -> None:
@@ -571,30 +558,30 @@ async def test_claim_deliveries_parks_a_clients_surplus_and_an_end_brings_one_ba
     await _sub(store, "sub_b", client="bob")
     mine = await _pending(store, "sub_a", 5)
     theirs = await _pending(store, "sub_b", 1, client="bob")
-    claimed, _ = await store.claim_deliveries(T0 + 10, 10, LEASE)
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 10, 10, LEASE)
     got = [c.delivery.id for c in claimed]
     assert len([i for i in got if i in mine]) == 3 and theirs[0] in got  # alice's limit is 3 in flight
     parked = [_s(m) for m in await store.redis.zrange(keys.client_parked("alice"), 0, -1)]
     assert len(parked) == 2 and not set(parked) & set(await _due_deliveries(store))
     assert await store.redis.zcard(keys.client_inflight("alice")) == 3
-    await store.record_attempt(
+    await store.deliveries.record_attempt(
         next(i for i in got if i in mine), "succeeded", now_ms=T0 + 20, attempt=_attempt()
     )
     assert await store.redis.zcard(keys.client_parked("alice")) == 1
     assert await store.redis.zcard(keys.client_inflight("alice")) == 2
-    claimed, _ = await store.claim_deliveries(T0 + 30, 10, LEASE)
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 30, 10, LEASE)
     assert [c.delivery.id for c in claimed] == [parked[0]]
 
 
 async def test_claim_deliveries_keeps_a_subscriptions_rate(store: Store) -> None:
     await _sub(store, "sub_1", rate_per_s="2", max_in_flight="10")
     await _pending(store, "sub_1", 2)
-    claimed, _ = await store.claim_deliveries(T0 + 1, 10, LEASE)  # both due since T0 + 1
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 1, 10, LEASE)  # both due since T0 + 1
     assert len(claimed) == 1
     assert await store.redis.get(keys.sub_budget("sub_1")) == str(T0 + 501).encode()
     assert sorted((await _due_deliveries(store)).values())[0] == T0 + 501
-    assert (await store.claim_deliveries(T0 + 500, 10, LEASE))[0] == []
-    claimed, _ = await store.claim_deliveries(T0 + 501, 10, LEASE)
+    assert (await store.deliveries.claim_deliveries(T0 + 500, 10, LEASE))[0] == []
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 501, 10, LEASE)
     assert len(claimed) == 1
 
 
@@ -603,13 +590,13 @@ async def test_claim_deliveries_hands_out_a_missing_body_and_ends_a_delivery_wit
 ) -> None:
     await _sub(store, "sub_1", max_in_flight="10")
     ids = await _pending(store, "sub_1", 2)
-    first = await store.get_delivery(ids[0])
+    first = await store.deliveries.get_delivery(ids[0])
     assert first is not None
     await store.redis.delete(keys.event(first.event_id))
     await store.redis.hdel(keys.delivery(ids[1]), "event")
-    claimed, _ = await store.claim_deliveries(T0 + 10, 10, LEASE)
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 10, 10, LEASE)
     assert [(c.delivery.id, c.body) for c in claimed] == [(ids[0], None)]  # the worker fails it
-    broken = await store.get_delivery(ids[1])
+    broken = await store.deliveries.get_delivery(ids[1])
     assert broken is not None and broken.status == "failed"
     assert ids[1] not in await _due_deliveries(store)
     assert not await store.redis.sismember(keys.ACTIVE_DELIVERIES, ids[1])
@@ -629,23 +616,27 @@ async def test_delivery_succeeded_ends_it_and_keeps_the_attempt(store: Store) ->
         keys.subscription("sub_1"), mapping={"consecutive_failures": "3", "failing_since": "5"}
     )
     assert (
-        await store.record_attempt(dlv, "succeeded", now_ms=T0 + 10, attempt=_attempt(200), status_code=200)
+        await store.deliveries.record_attempt(
+            dlv, "succeeded", now_ms=T0 + 10, attempt=_attempt(200), status_code=200
+        )
         == ""
     )
-    d = await store.get_delivery(dlv)
+    d = await store.deliveries.get_delivery(dlv)
     assert d is not None and (d.status, d.attempts, d.last_status_code) == ("succeeded", 1, 200)
-    assert await store.delivery_attempts(dlv) == [_attempt(200)]
+    assert await store.deliveries.delivery_attempts(dlv) == [_attempt(200)]
     assert dlv not in await _due_deliveries(store)
     assert not await store.redis.sismember(keys.ACTIVE_DELIVERIES, dlv)
     assert 0 < await store.redis.pttl(keys.delivery(dlv)) <= RETENTION_MS
-    sub = await store.get_subscription("sub_1")
+    sub = await store.subscriptions.get_subscription("sub_1")
     assert sub is not None and (sub.consecutive_failures, sub.failing_since) == (0, None)
 
 
 async def test_delivery_retry_reschedules_it(store: Store) -> None:
     dlv = await _one(store)
-    await store.record_attempt(dlv, "retry", now_ms=T0 + 10, attempt=_attempt(500), next_at_ms=T0 + 5000)
-    d = await store.get_delivery(dlv)
+    await store.deliveries.record_attempt(
+        dlv, "retry", now_ms=T0 + 10, attempt=_attempt(500), next_at_ms=T0 + 5000
+    )
+    d = await store.deliveries.get_delivery(dlv)
     assert d is not None and (d.status, d.next_attempt_at) == ("pending", T0 + 5000)
     assert (await _due_deliveries(store))[dlv] == T0 + 5000
     assert await store.redis.pttl(keys.delivery(dlv)) == -1  # pending work does not expire
@@ -655,31 +646,33 @@ async def test_delivery_failed_counts_against_the_subscription_and_disables_it_a
     store: Store,
 ) -> None:
     dlv = await _one(store)
-    await store.record_attempt(dlv, "failed", now_ms=T0 + 10, attempt=_attempt())
-    sub = await store.get_subscription("sub_1")
+    await store.deliveries.record_attempt(dlv, "failed", now_ms=T0 + 10, attempt=_attempt())
+    sub = await store.subscriptions.get_subscription("sub_1")
     assert sub is not None and sub.consecutive_failures == 1 and not sub.disabled
     assert sub.failing_since == T0 + 1  # the first failing delivery's creation
     # Still failing 60 s (the window) after it began: disabled.
     run = await _run(store, "run_late")
     await _emit(store, run, _event("run.failed", 9), status="failed")
     late = next(d.id for d in await _deliveries_of(store, "sub_1") if d.id != dlv)
-    await store.record_attempt(late, "failed", now_ms=T0 + 1 + 60_000, attempt=_attempt())
-    sub = await store.get_subscription("sub_1")
+    await store.deliveries.record_attempt(late, "failed", now_ms=T0 + 1 + 60_000, attempt=_attempt())
+    sub = await store.subscriptions.get_subscription("sub_1")
     assert sub is not None and sub.disabled and "kept failing" in (sub.disabled_reason or "")
 
 
 async def test_delivery_gone_disables_and_skipped_does_not_count(store: Store) -> None:
     dlv = await _one(store)
-    await store.record_attempt(dlv, "skipped", now_ms=T0 + 10, attempt=None)
-    d, sub = await store.get_delivery(dlv), await store.get_subscription("sub_1")
+    await store.deliveries.record_attempt(dlv, "skipped", now_ms=T0 + 10, attempt=None)
+    d, sub = await store.deliveries.get_delivery(dlv), await store.subscriptions.get_subscription("sub_1")
     assert d is not None and (d.status, d.attempts) == ("failed", 0)
     assert sub is not None and sub.consecutive_failures == 0 and not sub.disabled
     dlv2 = await _one(store, "sub_2")
-    await store.record_attempt(dlv2, "gone", now_ms=T0 + 20, attempt=_attempt(), status_code=410)
-    sub = await store.get_subscription("sub_2")
+    await store.deliveries.record_attempt(dlv2, "gone", now_ms=T0 + 20, attempt=_attempt(), status_code=410)
+    sub = await store.subscriptions.get_subscription("sub_2")
     assert sub is not None and sub.disabled and "410" in (sub.disabled_reason or "")
-    assert await store.record_attempt("dlv_missing", "succeeded", now_ms=T0, attempt=_attempt()) == ""
-    assert await store.get_delivery("dlv_missing") is None
+    assert (
+        await store.deliveries.record_attempt("dlv_missing", "succeeded", now_ms=T0, attempt=_attempt()) == ""
+    )
+    assert await store.deliveries.get_delivery("dlv_missing") is None
 
 
 async def test_a_chain_makes_only_its_head_due_and_the_next_due_when_it_ends(store: Store) -> None:
@@ -690,23 +683,36 @@ async def test_a_chain_makes_only_its_head_due_and_the_next_due_when_it_ends(sto
     await _emit(store, run, _event("run.succeeded"), status="succeeded")
     chain = [_s(i) for i in await store.redis.lrange(keys.chain("sub_all", "run_a"), 0, -1)]
     assert len(chain) == 3 and list(await _due_deliveries(store)) == [chain[0]]
-    assert await store.record_attempt(chain[0], "failed", now_ms=T0 + 100, attempt=_attempt()) == chain[1]
+    assert (
+        await store.deliveries.record_attempt(chain[0], "failed", now_ms=T0 + 100, attempt=_attempt())
+        == chain[1]
+    )
     assert (await _due_deliveries(store)) == {chain[1]: T0 + 100}
     # A retry keeps its place at the head: the next one waits.
-    await store.record_attempt(chain[1], "retry", now_ms=T0 + 200, attempt=_attempt(), next_at_ms=T0 + 900)
+    await store.deliveries.record_attempt(
+        chain[1], "retry", now_ms=T0 + 200, attempt=_attempt(), next_at_ms=T0 + 900
+    )
     assert list(await _due_deliveries(store)) == [chain[1]]
-    assert await store.record_attempt(chain[1], "succeeded", now_ms=T0 + 900, attempt=_attempt()) == chain[2]
-    assert await store.record_attempt(chain[2], "succeeded", now_ms=T0 + 950, attempt=_attempt()) == ""
+    assert (
+        await store.deliveries.record_attempt(chain[1], "succeeded", now_ms=T0 + 900, attempt=_attempt())
+        == chain[2]
+    )
+    assert (
+        await store.deliveries.record_attempt(chain[2], "succeeded", now_ms=T0 + 950, attempt=_attempt())
+        == ""
+    )
     assert not await store.redis.exists(keys.chain("sub_all", "run_a"))
 
 
 async def test_only_the_last_hundred_attempts_are_kept(store: Store) -> None:
     dlv = await _one(store)
     for i in range(105):
-        await store.record_attempt(dlv, "retry", now_ms=T0 + i, attempt=_attempt(i), next_at_ms=T0 + i + 1)
-    attempts = await store.delivery_attempts(dlv)
+        await store.deliveries.record_attempt(
+            dlv, "retry", now_ms=T0 + i, attempt=_attempt(i), next_at_ms=T0 + i + 1
+        )
+    attempts = await store.deliveries.delivery_attempts(dlv)
     assert len(attempts) == 100 and attempts[0] == _attempt(5)
-    d = await store.get_delivery(dlv)
+    d = await store.deliveries.get_delivery(dlv)
     assert d is not None and d.attempts == 105
 
 
@@ -715,9 +721,9 @@ async def test_only_the_last_hundred_attempts_are_kept(store: Store) -> None:
 
 async def test_retry_delivery_sends_an_ended_delivery_again_on_a_new_series(store: Store) -> None:
     dlv = await _one(store)
-    await store.record_attempt(dlv, "failed", now_ms=T0 + 10, attempt=_attempt())
-    assert await store.retry_delivery(dlv, T0 + 20) == "ok"
-    d = await store.get_delivery(dlv)
+    await store.deliveries.record_attempt(dlv, "failed", now_ms=T0 + 10, attempt=_attempt())
+    assert await store.deliveries.retry_delivery(dlv, T0 + 20) == Applied()
+    d = await store.deliveries.get_delivery(dlv)
     assert d is not None and (d.status, d.series, d.next_attempt_at) == ("pending", 1, T0 + 20)
     assert (await _due_deliveries(store))[dlv] == T0 + 20
     assert await store.redis.sismember(keys.ACTIVE_DELIVERIES, dlv)
@@ -725,25 +731,29 @@ async def test_retry_delivery_sends_an_ended_delivery_again_on_a_new_series(stor
         await store.redis.pttl(keys.delivery(dlv)) == -1
         and await store.redis.pttl(keys.delivery_attempts(dlv)) == -1
     )
-    assert await store.retry_delivery("dlv_missing", T0) == "missing"
+    assert await store.deliveries.retry_delivery("dlv_missing", T0) == Missing()
 
 
 async def test_retry_delivery_replaces_a_scheduled_attempt_but_not_one_being_sent(store: Store) -> None:
     dlv = await _one(store)
     # In backoff after two failures: the resend goes now, and its failure restarts the schedule.
-    await store.record_attempt(dlv, "retry", now_ms=T0 + 1, attempt=_attempt(), next_at_ms=T0 + 10_000)
-    await store.record_attempt(dlv, "retry", now_ms=T0 + 2, attempt=_attempt(), next_at_ms=T0 + 10_000)
-    assert await store.retry_delivery(dlv, T0 + 5) == "ok"
-    d = await store.get_delivery(dlv)
+    await store.deliveries.record_attempt(
+        dlv, "retry", now_ms=T0 + 1, attempt=_attempt(), next_at_ms=T0 + 10_000
+    )
+    await store.deliveries.record_attempt(
+        dlv, "retry", now_ms=T0 + 2, attempt=_attempt(), next_at_ms=T0 + 10_000
+    )
+    assert await store.deliveries.retry_delivery(dlv, T0 + 5) == Applied()
+    d = await store.deliveries.get_delivery(dlv)
     assert d is not None and (d.status, d.attempts, d.series, d.next_attempt_at) == ("pending", 2, 2, T0 + 5)
     assert (await _due_deliveries(store))[dlv] == T0 + 5
-    claimed, _ = await store.claim_deliveries(T0 + 6, 10, LEASE)
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 6, 10, LEASE)
     assert [c.delivery.id for c in claimed] == [dlv]
     # Claimed, its lease running: being sent, so a resend is refused and changes nothing.
-    assert await store.retry_delivery(dlv, T0 + 7) == "in_flight"
+    assert await store.deliveries.retry_delivery(dlv, T0 + 7) == Busy()
     assert (await _due_deliveries(store))[dlv] == T0 + 6 + LEASE
     # Once the lease has run out (a worker that died), it can be sent again.
-    assert await store.retry_delivery(dlv, T0 + 7 + LEASE) == "ok"
+    assert await store.deliveries.retry_delivery(dlv, T0 + 7 + LEASE) == Applied()
 
 
 # repair.lua -----------------------------------------------------------------------------------------
@@ -753,9 +763,9 @@ async def test_repair_re_adds_lost_work_and_drops_finished_entries(store: Store)
     r = store.redis
     await _run(store, "run_lost")
     await _run(store, "run_done")
-    done = await store.get_run("run_done")
+    done = await store.runs.get_run("run_done")
     assert done is not None
-    await store.transition(Transition(_next(done, "succeeded"), 0))  # ended but still listed as active
+    await store.runs.transition(Transition(_next(done, "succeeded"), 0))  # ended but still listed as active
     await r.sadd(keys.ACTIVE_RUNS, "run_gone")
     await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
     run = await _run(store, "run_c")
@@ -765,14 +775,14 @@ async def test_repair_re_adds_lost_work_and_drops_finished_entries(store: Store)
     await r.delete(keys.due_runs("nutrient"), keys.DUE_DELIVERIES)  # the due sets lost
     await r.sadd(keys.ACTIVE_DELIVERIES, "dlv_gone")
 
-    counts = await store.repair(T0 + 100)
+    counts = await store.upkeep.repair(T0 + 100)
     # run_lost and run_c (queued, never stepped) are due again; the head of the chain is, its second not.
     assert counts == {"runs": 2, "deliveries": 1}
     assert {_s(m) for m in await r.zrange(keys.due_runs("nutrient"), 0, -1)} == {"run_lost", "run_c"}
     assert await _due_deliveries(store) == {head: T0 + 100}
     assert {_s(m) for m in await r.smembers(keys.ACTIVE_RUNS)} == {"run_lost", "run_c"}
     assert {_s(m) for m in await r.smembers(keys.ACTIVE_DELIVERIES)} == {head, second}
-    assert await store.repair(T0 + 200) == {"runs": 0, "deliveries": 0}  # NX: nothing moves twice
+    assert await store.upkeep.repair(T0 + 200) == {"runs": 0, "deliveries": 0}  # NX: nothing moves twice
 
 
 async def test_repair_rebuilds_a_lost_chain_behind_a_pending_head(store: Store) -> None:
@@ -781,7 +791,7 @@ async def test_repair_rebuilds_a_lost_chain_behind_a_pending_head(store: Store) 
     await _emit(store, run, _event("run.submitted"))
     head = _s(await store.redis.lindex(keys.chain("sub_all", "run_a"), 0))  # type: ignore[misc]
     await store.redis.delete(keys.chain("sub_all", "run_a"), keys.DUE_DELIVERIES)
-    await store.repair(T0 + 100)
+    await store.upkeep.repair(T0 + 100)
     assert [_s(i) for i in await store.redis.lrange(keys.chain("sub_all", "run_a"), 0, -1)] == [head]
     assert await _due_deliveries(store) == {head: T0 + 100}
 
@@ -791,11 +801,13 @@ async def test_repair_rebuilds_a_lost_chain_behind_a_pending_head(store: Store) 
 
 async def test_release_hands_back_only_leases_still_held(store: Store) -> None:
     await _due_runs(store, 2)
-    claimed, _ = await store.claim_runs("nutrient", T0 + 10, 10, LEASE, 0.0, 0)
+    claimed, _ = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 0.0, 0)
     assert len(claimed) == 2
     lease_end = T0 + 10 + LEASE
-    await store.schedule_run("nutrient", "run_1", T0 + 700)  # its step finished: no longer our lease
-    assert await store.release_runs("nutrient", [("run_0", lease_end), ("run_1", lease_end)], T0 + 50) == 1
+    await store.runs.schedule_run("nutrient", "run_1", T0 + 700)  # its step finished: no longer our lease
+    assert (
+        await store.runs.release_runs("nutrient", [("run_0", lease_end), ("run_1", lease_end)], T0 + 50) == 1
+    )
     due = {_s(m): s for m, s in await store.redis.zrange(keys.due_runs("nutrient"), 0, -1, withscores=True)}
     assert due == {"run_0": T0 + 50, "run_1": T0 + 700}
 
@@ -803,14 +815,14 @@ async def test_release_hands_back_only_leases_still_held(store: Store) -> None:
 async def test_release_deliveries_frees_subscription_and_client_slots(store: Store) -> None:
     await _sub(store, "sub_1", max_in_flight="10")
     await _pending(store, "sub_1", 1)
-    claimed, _ = await store.claim_deliveries(T0 + 1, 10, LEASE)
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 1, 10, LEASE)
     d = claimed[0].delivery
     assert await store.redis.zcard(keys.client_inflight("alice")) == 1
-    assert await store.release_deliveries([(d.id, "sub_1", "alice", T0 + 1 + LEASE)], T0 + 5) == 1
+    assert await store.deliveries.release_deliveries([(d.id, "sub_1", "alice", T0 + 1 + LEASE)], T0 + 5) == 1
     assert (await _due_deliveries(store))[d.id] == T0 + 5
     assert await store.redis.zcard(keys.sub_inflight("sub_1")) == 0
     assert await store.redis.zcard(keys.client_inflight("alice")) == 0
-    assert await store.release_deliveries([(d.id, "sub_1", "alice", T0 + 1 + LEASE)], T0 + 6) == 0
+    assert await store.deliveries.release_deliveries([(d.id, "sub_1", "alice", T0 + 1 + LEASE)], T0 + 6) == 0
 
 
 # rate_limit.lua, create_subscription.lua, reseal_secret.lua ------------------------------------------
@@ -819,16 +831,16 @@ async def test_release_deliveries_frees_subscription_and_client_slots(store: Sto
 async def test_rate_limit_allows_the_burst_then_answers_the_wait(store: Store) -> None:
     # 1 per 100 s with a burst of 3: Redis's own clock cannot move 100 s within this test.
     for _ in range(3):
-        assert await store.rate_limit("submit", "alice", 0.01, 3) == 0
-    wait = await store.rate_limit("submit", "alice", 0.01, 3)
+        assert await store.limits.rate_limit("submit", "alice", 0.01, 3) == 0
+    wait = await store.limits.rate_limit("submit", "alice", 0.01, 3)
     assert 99 < wait <= 100
-    assert 99 < await store.rate_limit("submit", "alice", 0.01, 3, take=False) <= 100
-    assert await store.rate_limit("submit", "bob", 0.01, 3) == 0  # per client
+    assert 99 < await store.limits.rate_limit("submit", "alice", 0.01, 3, take=False) <= 100
+    assert await store.limits.rate_limit("submit", "bob", 0.01, 3) == 0  # per client
     assert 0 < await store.redis.pttl(keys.client_rate("submit", "alice")) <= 301_000
 
 
 async def test_rate_limit_peek_writes_nothing(store: Store) -> None:
-    assert await store.rate_limit("submit", "alice", 1, 1, take=False) == 0
+    assert await store.limits.rate_limit("submit", "alice", 1, 1, take=False) == 0
     assert not await store.redis.exists(keys.client_rate("submit", "alice"))
 
 
@@ -836,17 +848,19 @@ async def test_create_subscription_stops_at_the_quota(store: Store) -> None:
     base = Subscription(
         id="", client="alice", url="https://example.com/hook", secrets="[]", created_at=T0, updated_at=T0
     )
-    assert await store.create_subscription(replace(base, id="sub_1"), max_count=2)
-    assert await store.create_subscription(replace(base, id="sub_2"), max_count=2)
-    assert not await store.create_subscription(replace(base, id="sub_3"), max_count=2)
-    assert await store.get_subscription("sub_3") is None
+    assert await store.subscriptions.create_subscription(replace(base, id="sub_1"), max_count=2)
+    assert await store.subscriptions.create_subscription(replace(base, id="sub_2"), max_count=2)
+    assert not await store.subscriptions.create_subscription(replace(base, id="sub_3"), max_count=2)
+    assert await store.subscriptions.get_subscription("sub_3") is None
     assert await store.redis.zcard(keys.client_subs("alice")) == 2
-    assert await store.create_subscription(replace(base, id="sub_b", client="bob"), max_count=2)
+    assert await store.subscriptions.create_subscription(replace(base, id="sub_b", client="bob"), max_count=2)
 
 
 async def test_reseal_secret_is_a_compare_and_set(store: Store) -> None:
     await _sub(store, "sub_1", secrets="old")
     key = keys.subscription("sub_1")
-    assert await store.scripts.reseal_secret(keys=[key], args=["old", "sealed"]) == 1
-    assert await store.scripts.reseal_secret(keys=[key], args=["old", "other"]) == 0  # changed meanwhile
-    assert (await store.get_subscription("sub_1")).secrets == "sealed"  # type: ignore[union-attr]
+    assert await store.subscriptions.scripts.reseal_secret(keys=[key], args=["old", "sealed"]) == 1
+    assert (
+        await store.subscriptions.scripts.reseal_secret(keys=[key], args=["old", "other"]) == 0
+    )  # changed meanwhile
+    assert (await store.subscriptions.get_subscription("sub_1")).secrets == "sealed"  # type: ignore[union-attr]

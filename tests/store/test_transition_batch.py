@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from redis.exceptions import ResponseError
 
-from service.lifecycle import Transition
-from service.metrics import REGISTRY, client_label
-from service.records import replace
+from service.core.lifecycle import Transition
+from service.core.records import replace
+from service.observability.metrics import REGISTRY, client_label
 from service.store import Applied, Conflict, Missing, Store, keys
 from service.worker.transitions import MAX_BATCH, TransitionBatcher
 from tests.store.test_lua import T0, _next, _run, store
@@ -21,15 +21,15 @@ __all__ = ["store"]  # the fixture, shared with test_lua.py
 
 
 def _count_calls(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The size of each batch that ``store.transitions`` is called with, from now on."""
+    """The size of each batch that ``store.runs.transitions`` is called with, from now on."""
     batches: list[int] = []
-    original = store.transitions
+    original = store.runs.transitions
 
     async def counted(changes: Any) -> Any:
         batches.append(len(changes))
         return await original(changes)
 
-    monkeypatch.setattr(store, "transitions", counted)
+    monkeypatch.setattr(store.runs, "transitions", counted)
     return batches
 
 
@@ -37,9 +37,9 @@ async def test_one_call_per_turn_each_change_with_its_own_outcome(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runs = [await _run(store, f"run_{i}") for i in range(5)]
-    await store.transition(Transition(_next(runs[4], "processing"), 0))  # runs[4] is at version 1 now
+    await store.runs.transition(Transition(_next(runs[4], "processing"), 0))  # runs[4] is at version 1 now
     batches = _count_calls(store, monkeypatch)
-    batcher = TransitionBatcher(store)
+    batcher = TransitionBatcher(store.runs)
     changes = [Transition(_next(run, "processing"), 0, due_ms=T0 + 100 + i) for i, run in enumerate(runs)]
     ghost = Transition(replace(_next(runs[0], "processing"), id="run_ghost"), 0)
     outcomes = await asyncio.gather(*(batcher.apply(c) for c in [*changes, ghost]))
@@ -50,7 +50,7 @@ async def test_one_call_per_turn_each_change_with_its_own_outcome(
     assert outcomes[5] == Missing()
     for i in range(4):
         assert await store.redis.zscore(keys.due_runs("nutrient"), f"run_{i}") == T0 + 100 + i
-        assert (await store.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
+        assert (await store.runs.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
 
 
 async def test_a_change_alone_in_its_turn_goes_as_one_script(
@@ -61,25 +61,25 @@ async def test_a_change_alone_in_its_turn_goes_as_one_script(
     async def no_batch(changes: Any) -> Any:
         raise AssertionError("a single change needs no batch")
 
-    monkeypatch.setattr(store, "transitions", no_batch)
-    assert await TransitionBatcher(store).apply(Transition(_next(run, "processing"), 0)) == Applied()
+    monkeypatch.setattr(store.runs, "transitions", no_batch)
+    assert await TransitionBatcher(store.runs).apply(Transition(_next(run, "processing"), 0)) == Applied()
 
 
 async def test_a_script_flushed_from_redis_is_loaded_again(store: Store) -> None:
     runs = [await _run(store, f"run_{i}") for i in range(2)]
     await store.redis.script_flush()
-    outcomes = await store.transitions([Transition(_next(r, "processing"), 0) for r in runs])
+    outcomes = await store.runs.transitions([Transition(_next(r, "processing"), 0) for r in runs])
     assert outcomes == [Applied(), Applied()]
 
 
 async def test_a_lost_connection_fails_every_step_of_the_batch(store: Store) -> None:
     runs = [await _run(store, f"run_{i}") for i in range(3)]
-    batcher = TransitionBatcher(store)
+    batcher = TransitionBatcher(store.runs)
 
     async def broken(changes: Any) -> Any:
         raise ConnectionError("redis went away")
 
-    store.transitions = broken  # type: ignore[method-assign]
+    store.runs.transitions = broken  # type: ignore[method-assign]
     outcomes = await asyncio.gather(
         *(batcher.apply(Transition(_next(r, "processing"), 0)) for r in runs), return_exceptions=True
     )
@@ -90,7 +90,7 @@ async def test_settle_waits_for_changes_whose_steps_were_cancelled(store: Store)
     """Shutdown: a step cancelled while its change is on its way leaves the change sending; the worker
     settles the batcher before it closes the store, so no send opens a connection of a closed pool."""
     runs = [await _run(store, f"run_{i}") for i in range(3)]
-    batcher = TransitionBatcher(store)
+    batcher = TransitionBatcher(store.runs)
     steps = [asyncio.create_task(batcher.apply(Transition(_next(r, "processing"), 0))) for r in runs]
     await asyncio.sleep(0)  # one turn of the loop (not a wait for work): the steps queue their changes
     await asyncio.sleep(0)  # the flush creates the send
@@ -100,7 +100,7 @@ async def test_settle_waits_for_changes_whose_steps_were_cancelled(store: Store)
     await batcher.settle()
     assert not batcher._sending and not batcher._queued
     for i in range(3):  # the changes went in all the same
-        assert (await store.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
+        assert (await store.runs.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
     assert all(step.cancelled() for step in steps)
 
 
@@ -109,12 +109,12 @@ async def test_a_change_that_raises_fails_alone_in_its_batch(store: Store) -> No
     JSON, as a hand edit in Redis would leave it) is that change's error, and the others still apply."""
     runs = [await _run(store, f"run_{i}") for i in range(3)]
     await store.redis.set(keys.run("run_1"), b"{not json")
-    outcomes = await store.transitions([Transition(_next(r, "processing"), 0) for r in runs])
+    outcomes = await store.runs.transitions([Transition(_next(r, "processing"), 0) for r in runs])
     assert outcomes[0] == Applied() and outcomes[2] == Applied()
     assert isinstance(outcomes[1], ResponseError) and "invalid token" in str(outcomes[1])
     assert await store.redis.get(keys.run("run_1")) == b"{not json"  # nothing written for it
     for i in (0, 2):
-        assert (await store.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
+        assert (await store.runs.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
 
 
 async def test_a_turn_past_max_batch_goes_in_several_calls(
@@ -123,7 +123,7 @@ async def test_a_turn_past_max_batch_goes_in_several_calls(
     """One call holds Redis for its whole batch: a turn with more changes than MAX_BATCH is split."""
     runs = [await _run(store, f"run_{i}") for i in range(MAX_BATCH + 5)]
     batches = _count_calls(store, monkeypatch)
-    batcher = TransitionBatcher(store)
+    batcher = TransitionBatcher(store.runs)
     outcomes = await asyncio.gather(*(batcher.apply(Transition(_next(r, "processing"), 0)) for r in runs))
     assert batches == [MAX_BATCH, 5]
     assert outcomes == [Applied()] * len(runs)
@@ -139,7 +139,7 @@ async def test_the_batcher_counts_each_runs_end_once(store: Store) -> None:
         return REGISTRY.get_sample_value("hookbridge_runs_total", labels) or 0.0
 
     before = ended()
-    batcher = TransitionBatcher(store)
+    batcher = TransitionBatcher(store.runs)
     done = _next(run, "succeeded")
     assert await batcher.apply(Transition(done, 0, remove_due=True)) == Applied(0, ended=True)
     assert (

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from service.config.settings import VendorSettings
 from service.core import backoff
-from service.settings import VendorSettings
 from service.vendors import cloudsquid, nutrient, uptiq
 
 

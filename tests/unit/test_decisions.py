@@ -8,12 +8,11 @@ from typing import Any
 
 import pytest
 
-from service import domain
-from service.core import deliveries, runs
+from service.config.settings import RunPolicy, VendorSettings
+from service.core import deliveries, domain, runs
+from service.core.domain import AttemptOutcome, FaultKind, RunStatus
+from service.core.records import Delivery, Run, Subscription, result_in_event
 from service.core.runs import Fault
-from service.domain import AttemptOutcome, FaultKind, RunStatus
-from service.records import Delivery, Run, Subscription
-from service.settings import RunPolicy, VendorSettings
 from service.vendors import base
 from service.vendors.base import (
     FileResult,
@@ -155,24 +154,60 @@ def test_progress_is_told_at_most_once_per_interval() -> None:
 def test_a_fetched_result_is_the_one_kept() -> None:
     answer = PollResult(base.SUCCEEDED, "done", needs_fetch=True)
     change = runs.after_poll(run(), answer, POLICY, LIMITS, now_ms=NOW, jitter=LOW, payload={"fetched": True})
-    assert change.result == b'{"fetched":true}'
+    # Inline in the run.succeeded, which keeps it (GET /v1/runs/{id}/result reads it there).
+    assert change.result is None
+    assert result_in_event(change.events[0].body) == b'{"fetched":true}'
+
+
+@pytest.mark.parametrize(("zero_retention", "kept"), [(False, b"PK"), (True, None)])
+def test_a_file_result_is_kept_as_the_adapter_shaped_it(zero_retention: bool, kept: bytes | None) -> None:
+    # The adapter names our copy (Nutrient's _shaped, tests/unit/test_vendor_rules.py); the core keeps the
+    # file unless the run keeps nothing.
+    shaped = {"output": {"downloadUrl": "/v1/runs/run_01HZZZZZZZZZZZZZZZZZZZZZZZ/result"}}
+    file = FileResult(b"PK", "application/zip", shaped)
+    data, stored = runs.file_result(run(zero_retention=zero_retention), file)
+    assert data == shaped
+    assert (stored[0] if stored else None) == kept
+
+
+# The vendor's own Retry-After on a 202 or a 200: the next poll, within [POLL_INITIAL_S, PAUSE_MAX_S] ----
+@pytest.mark.parametrize(
+    ("retry_after_s", "due_s"),
+    [
+        (None, 4.0),  # the schedule's: 2 s grown by the multiplier
+        (7.0, 7.0),
+        (0.5, 2.0),  # never sooner than the documented minimum
+        (45.0, 45.0),  # past POLL_MAX_S (30): the vendor said so
+        (600.0, 60.0),  # no later than PAUSE_MAX_S
+    ],
+)
+def test_a_poll_honours_the_vendors_retry_after(retry_after_s: float | None, due_s: float) -> None:
+    answer = PollResult(base.RUNNING, "running", retry_after_s=retry_after_s)
+    change = runs.after_poll(run(delay_s=2.0), answer, POLICY, LIMITS, now_ms=NOW, jitter=LOW)
+    assert change.due_ms == NOW + due_s * 1000
+    assert change.run.delay_s == 4.0  # the schedule grows on: a Retry-After is one answer's
+
+
+@pytest.mark.parametrize(("retry_after_s", "due_s"), [(None, 2.0), (5.0, 5.0), (0.0, 2.0), (90.0, 60.0)])
+def test_a_submit_honours_the_vendors_retry_after(retry_after_s: float | None, due_s: float) -> None:
+    accepted = Submitted("v-9", "queued", retry_after_s=retry_after_s)
+    change = runs.after_submit(run(RunStatus.QUEUED), accepted, {}, POLICY, now_ms=NOW, jitter=LOW)
+    assert change.due_ms == NOW + due_s * 1000
 
 
 @pytest.mark.parametrize(
-    ("zero_retention", "download_url", "kept"),
-    [(False, "/v1/runs/run_01HZZZZZZZZZZZZZZZZZZZZZZZ/result", b"PK"), (True, None, None)],
+    "answer",
+    [
+        PollResult(base.RUNNING, "running", state={"page": "p2"}),
+        PollResult(base.SUCCEEDED, "done", result={}, state={"page": "p2"}),
+        PollResult(base.FAILED, "failed", error="x", state={"page": "p2"}),
+    ],
 )
-def test_a_file_result_becomes_ours(
-    zero_retention: bool, download_url: str | None, kept: bytes | None
-) -> None:
-    # Nutrient split: the vendor's downloadUrl needs the vendor's key; ours serves the file instead, and
-    # with zero retention the file travels inline.
-    file = FileResult(b"PK", "application/zip", {"output": {"downloadUrl": "https://vendor/x?key=secret"}})
-    data, stored = runs.file_result(run(zero_retention=zero_retention), file)
-    assert data["output"].get("downloadUrl") == download_url
-    assert (stored[0] if stored else None) == kept
-    if zero_retention:
-        assert data["output"]["file_base64"] == "UEs="
+def test_a_poll_merges_its_state_into_the_runs(answer: PollResult) -> None:
+    before = run(state={"op": "o1", "page": "p1"})
+    change = runs.after_poll(before, answer, POLICY, LIMITS, now_ms=NOW, jitter=LOW)
+    assert change.run.state == {"op": "o1", "page": "p2"}
+    assert change.expect_v == before.version
 
 
 # After a fault: (kind, transient faults so far) → (status, error code, due in s, transient) ------------

@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks import Webhook
 
+from service.config.settings import DEFAULT_BLOCKED_NETWORKS, parse_networks
 from service.core import backoff
+from service.core.domain import new_id
 from service.delivery import signing
 from service.delivery.urlsafety import Policy, UnsafeURL, normalise
-from service.domain import new_id
-from service.settings import DEFAULT_BLOCKED_NETWORKS, parse_networks
 
 
 def test_signatures_verify_with_the_reference_library_and_list_every_secret() -> None:

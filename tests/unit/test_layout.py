@@ -1,5 +1,6 @@
-"""service/dev/ holds what only `hookbridge dev`/`demo`, the tests and the benchmarks use; the image
-leaves it out, so nothing the api or the worker runs may import it."""
+"""service/dev/ holds what only `hookbridge dev`/`demo`, the tests and the benchmarks use, and
+service/testing/ the conformance kit (which stands on service/dev/); the image leaves both out, so nothing
+the api or the worker runs may import them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ _DEV_IMPORT = re.compile(
     r"^(?P<indent>[ \t]*)(?:from|import)[ \t]+service\.dev\b|^[ \t]*from[ \t]+service[ \t]+import[ \t]+dev\b",
     re.M,
 )
+_KIT_IMPORT = re.compile(
+    r"^[ \t]*(?:from|import)[ \t]+service\.testing\b|^[ \t]*from[ \t]+service[ \t]+import[ \t]+testing\b",
+    re.M,
+)
 
 
 def test_no_production_module_imports_the_dev_package() -> None:
@@ -24,6 +29,7 @@ def test_no_production_module_imports_the_dev_package() -> None:
         str(path.relative_to(ROOT))
         for path in SERVICE.rglob("*.py")
         if SERVICE / "dev" not in path.parents
+        and SERVICE / "testing" not in path.parents
         and path.name != "cli.py"
         and _DEV_IMPORT.search(path.read_text())
     ]
@@ -33,9 +39,19 @@ def test_no_production_module_imports_the_dev_package() -> None:
     assert found and all(m["indent"] for m in found)
 
 
+def test_no_production_module_imports_the_conformance_kit() -> None:
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in SERVICE.rglob("*.py")
+        if SERVICE / "testing" not in path.parents and _KIT_IMPORT.search(path.read_text())
+    ]
+    assert offenders == []
+
+
 def test_the_image_leaves_the_dev_package_out() -> None:
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
     assert "service/dev" in ignored
+    assert "service/testing" in ignored
     for name in ("stack.py", "demo.py", "embedded_redis.py"):
         assert not (SERVICE / name).exists(), f"service/{name} belongs in service/dev/"
         assert (SERVICE / "dev" / name).exists()

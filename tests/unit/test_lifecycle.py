@@ -1,4 +1,4 @@
-"""The lifecycle's transitions (service/lifecycle.py) called directly, as tables: (the run, the input) →
+"""The lifecycle's transitions (service/core/lifecycle.py) called directly, as tables: (the run, the input) →
 the change the store will apply. No Redis: a transition is a value."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from service import lifecycle
-from service.domain import RunStatus
-from service.records import Run
-from service.settings import RunPolicy
+from service.config.settings import RunPolicy
+from service.core import lifecycle
+from service.core.domain import RunStatus
+from service.core.records import Run, result_in_event
 
 T0 = 1_700_000_000_000
 NOW = T0 + 10_000
@@ -133,12 +133,17 @@ def test_submitted_forgets_the_document_and_tells_the_client() -> None:
 # The result of a run that succeeded: (zero retention, result, file) → stored, inline, result_url --------
 URL = "/v1/runs/run_01HZZZZZZZZZZZZZZZZZZZZZZZ/result"
 SMALL, BIG = {"a": 1}, {"text": "x" * 50}
+# A result whose JSON read back is another: its keys collide once written ({"1": "a", "1": "b"}).
+COLLIDING = {1: "a", "1": "b"}
 
 
 @pytest.mark.parametrize(
     ("zero_retention", "result", "file", "stored", "inline", "url"),
     [
-        (False, SMALL, None, b'{"a":1}', SMALL, None),  # fits MAX_INLINE_RESULT_BYTES: inline
+        # Fits MAX_INLINE_RESULT_BYTES: inline, and kept only there (the result is read from the event).
+        (False, SMALL, None, None, SMALL, None),
+        # Inline, but the event's JSON would read back as another result: kept in its own key as well.
+        (False, COLLIDING, None, b'{"1":"a","1":"b"}', {"1": "b"}, None),
         (False, BIG, None, json.dumps(BIG, separators=(",", ":")).encode(), None, URL),  # too big: a URL
         (True, BIG, None, None, BIG, None),  # zero retention: inline whatever its size, nothing stored
         (False, SMALL, (b"PK", "application/zip"), b"PK", SMALL, URL),  # a file: always its URL
@@ -159,6 +164,9 @@ def test_finished_succeeded(
     )
     assert change.result == stored
     assert event_data(change)["result"] == inline
+    served = change.result if change.result is not None else result_in_event(change.events[0].body)
+    if not zero_retention and file is None:  # what GET /v1/runs/{id}/result serves: the compact JSON
+        assert served == json.dumps(result, separators=(",", ":")).encode()
     assert event_data(change)["result_url"] == url
     assert change.ttl_ms == 3600 * 1000 and change.delete_document
     if file is not None:
@@ -232,3 +240,15 @@ def test_vendor_told(
     assert (new.vendor_deleted, new.vendor_delete_error) == (vendor_deleted, delete_error)
     # The run keeps the expiry its end set: no new ttl.
     assert change.remove_due and change.ttl_ms is None and change.events == []
+
+
+# What a run keeps once no poll reads it: its end drops the poll interval and the last progress event's time
+# (the record is kept for RETENTION_S); what telling the vendor needs stays -------------------------------
+@pytest.mark.parametrize("tell_vendor", [False, True])
+def test_the_end_drops_what_only_the_polls_read(tell_vendor: bool) -> None:
+    before = run(delay_s=30.0, progress_event_at=NOW - 9000, state={"row": "r-1"}, transient=2)
+    change = lifecycle.canceled(before, NOW, settings=LIMITS, vendor_can_cancel=tell_vendor)
+    new = change.run
+    assert (new.delay_s, new.progress_event_at) == (None, 0)
+    assert "delay_s" not in new.to_json() and "progress_event_at" not in new.to_json()
+    assert (new.vendor_cancel_pending, new.state, new.transient) == (tell_vendor, {"row": "r-1"}, 2)

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from service import lifecycle
-from service.records import (
+from service.core import lifecycle
+from service.core.records import (
+    STORED_NAMES,
     SUBSCRIPTION_HASH,
     Delivery,
     Run,
@@ -40,9 +41,9 @@ def test_a_run_round_trips_and_stores_only_what_differs_from_the_defaults() -> N
     run = replace(_run(), state={"row": "r1"}, delay_s=1.5, vendor_cancel_pending=True)
     stored = json.loads(run.to_json())
     assert Run.from_json(run.to_json()) == run
-    assert {"polls", "progress", "vendor_run_id", "transient", "vendor_delete_pending"}.isdisjoint(stored)
+    assert {"n", "p", "vr", "tf", "vendor_delete_pending"}.isdisjoint(stored)  # at their defaults
     assert stored["version"] == 0 and stored["status"] == "queued"  # always written: the Lua reads them
-    assert stored["state"] == {"row": "r1"} and stored["vendor_cancel_pending"] is True
+    assert stored["st"] == {"row": "r1"} and stored["vendor_cancel_pending"] is True
 
 
 def test_a_run_stored_before_the_fields_had_one_name_still_reads() -> None:
@@ -108,8 +109,13 @@ def test_a_run_is_stored_byte_for_byte_as_the_pydantic_record_stored_it() -> Non
         trail_dropped=2,
         event_ids=["evt_1"],
     )
-    assert run.to_json() == PYDANTIC_ERA
+    # Written before the stored names were short: it still reads, and is written back shorter, every
+    # field under its short name but those the scripts read.
     assert Run.from_json(PYDANTIC_ERA) == run and Run.from_json(PYDANTIC_ERA.encode()) == run
+    stored = run.to_json()
+    assert Run.from_json(stored) == run and len(stored) < len(PYDANTIC_ERA) - 100
+    assert set(json.loads(stored)) == {STORED_NAMES.get(k, k) for k in json.loads(PYDANTIC_ERA)}
+    assert {"id", "vendor", "status", "version"} <= set(json.loads(stored))
 
 
 @pytest.mark.parametrize(

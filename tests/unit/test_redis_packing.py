@@ -10,8 +10,8 @@ from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocket
 from redis.asyncio.sentinel import SentinelManagedConnection
 from redis.exceptions import DataError
 
-from service import settings as settings_mod
 from service.store.connection import _HiredisPacking, connect
+from service.vendors.registry import load_settings
 from tests.conftest import base_env
 
 COMMANDS: list[tuple[Any, ...]] = [
@@ -53,7 +53,7 @@ def test_what_redis_py_refuses_is_still_its_data_error(value: Any) -> None:
 async def test_every_connection_connect_makes_packs_with_hiredis(env: dict[str, str], base: type) -> None:
     # One Redis address at a time (contract section 10): the case's own replaces base_env's URL.
     common = {k: v for k, v in base_env("redis://127.0.0.1:9/0").items() if k != "HOOKBRIDGE_REDIS_URL"}
-    settings = settings_mod.load({**common, **env})
+    settings = load_settings({**common, **env})
     for for_arq in (False, True):
         client = connect(settings, for_arq=for_arq)
         try:

@@ -6,11 +6,12 @@ import ipaddress
 
 import pytest
 
-from service import settings as s
+from service.config import settings as s
+from service.vendors.registry import load_settings
 
 
 def test_defaults_follow_the_contract_and_the_vendor_documents() -> None:
-    cfg = s.load({})
+    cfg = load_settings({})
     assert cfg.callback_timeout_s == 15 and cfg.max_document_bytes == 50 * 1024 * 1024
     assert cfg.retry_schedule == (5, 300, 1800, 7200, 18000, 36000, 36000)
     nutrient = cfg.vendor("nutrient")
@@ -39,16 +40,16 @@ def test_defaults_follow_the_contract_and_the_vendor_documents() -> None:
 )
 def test_a_bad_value_names_its_variable(name: str, value: str, words: str) -> None:
     with pytest.raises(s.SettingsError) as info:
-        s.load({name: value})
+        load_settings({name: value})
     message = str(info.value)
     assert message.startswith(name) and words in message
 
 
 def test_api_keys_never_echo_a_secret_in_errors() -> None:
     with pytest.raises(s.SettingsError) as info:
-        s.load({"HOOKBRIDGE_API_KEYS": "app:ok,broken-secret-value"})
+        load_settings({"HOOKBRIDGE_API_KEYS": "app:ok,broken-secret-value"})
     assert "broken-secret-value" not in str(info.value)
-    keys = s.load({"HOOKBRIDGE_API_KEYS": "a:one, b:sha256:" + "ab" * 32}).api_keys
+    keys = load_settings({"HOOKBRIDGE_API_KEYS": "a:one, b:sha256:" + "ab" * 32}).api_keys
     assert keys == (("a", "one"), ("b", "sha256:" + "ab" * 32))
 
 
@@ -60,6 +61,6 @@ def test_durations(text: str, seconds: float) -> None:
 
 
 def test_the_lease_must_outlast_every_outbound_timeout() -> None:
-    assert s.load({"HOOKBRIDGE_VENDOR_TIMEOUT_S": "10", "HOOKBRIDGE_LEASE_S": "21"}).lease_s == 21
+    assert load_settings({"HOOKBRIDGE_VENDOR_TIMEOUT_S": "10", "HOOKBRIDGE_LEASE_S": "21"}).lease_s == 21
     with pytest.raises(s.SettingsError, match="LEASE_S"):
-        s.load({"HOOKBRIDGE_CALLBACK_TIMEOUT_S": "100"})
+        load_settings({"HOOKBRIDGE_CALLBACK_TIMEOUT_S": "100"})

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from service import settings as s
+from service.config import settings as s
+from service.vendors.registry import load_settings
 
 HOOKBRIDGE = Path(sys.executable).parent / "hookbridge"
 
@@ -121,7 +122,7 @@ def test_effective_prints_the_running_configuration_without_a_secret(tmp_path: P
     assert lines["HOOKBRIDGE_REDIS_URL"] == "redis://user:***@127.0.0.1:9/0"
     # What it prints, the non-secret part fed back, is the same configuration.
     plain = {k: v for k, v in lines.items() if v not in ("", s.REDACTED) and k != "HOOKBRIDGE_REDIS_URL"}
-    assert s.load(plain).lease_s == 42
+    assert load_settings(plain).lease_s == 42
 
 
 def test_effective_refuses_what_api_would_refuse() -> None:

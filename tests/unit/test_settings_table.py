@@ -1,4 +1,4 @@
-"""The settings table (service/settings.py): every setting declared once, bounded, and refused with its
+"""The settings table (service/config/settings.py): every setting declared once, bounded, and refused with its
 variable named when it is nonsense; the README's table and the chart's schema generated from it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 
 from service import cli
-from service import settings as s
+from service.config import settings as s
 from service.vendors import registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,21 +165,25 @@ def test_one_redis_address_at_most(env: dict[str, str]) -> None:
         s.load(env, vendors={})
 
 
-def test_redis_cluster_and_wait_are_declared_and_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_redis_cluster_and_wait_are_accepted_at_start() -> None:
+    """Contract section 10: REDIS_CLUSTER_NODES is one of the three ways to reach Redis, and
+    REDIS_WAIT_REPLICAS is honoured (tests/store/test_wait.py); neither stops `api` or `worker`."""
+    from service import cli
+
     cfg = s.load(
-        {"HOOKBRIDGE_REDIS_CLUSTER_NODES": "a:7000, b:7001", "HOOKBRIDGE_REDIS_WAIT_TIMEOUT_MS": "250"},
+        {
+            "HOOKBRIDGE_REDIS_CLUSTER_NODES": "a:7000, b:7001",
+            "HOOKBRIDGE_REDIS_WAIT_REPLICAS": "1",
+            "HOOKBRIDGE_REDIS_WAIT_TIMEOUT_MS": "250",
+        },
         vendors={},
     )
     assert cfg.redis_cluster_nodes == (("a", 7000), ("b", 7001)) and cfg.connection.configured
-    assert (cfg.redis_wait_replicas, cfg.redis_wait_timeout_ms) == (0, 250)
+    assert (cfg.redis_wait_replicas, cfg.redis_wait_timeout_ms) == (1, 250)
     for command in ("api", "worker"):
-        code, _, err = _cli([command], {"HOOKBRIDGE_REDIS_CLUSTER_NODES": "a:7000"}, monkeypatch)
-        assert code == 2 and "HOOKBRIDGE_REDIS_CLUSTER_NODES: Redis Cluster is not supported yet" in err
-        env = {"HOOKBRIDGE_REDIS_URL": "redis://127.0.0.1:9", "HOOKBRIDGE_REDIS_WAIT_REPLICAS": "1"}
-        code, _, err = _cli([command], env, monkeypatch)
-        assert (
-            code == 2 and "HOOKBRIDGE_REDIS_WAIT_REPLICAS: waiting for replicas is not supported yet" in err
-        )
+        cli._require_redis(cfg, command)  # no SystemExit
+    with pytest.raises(SystemExit):
+        cli._require_redis(s.load({}, vendors={}), "api")
 
 
 def test_vendor_settings_are_declared_once_for_every_vendor() -> None:

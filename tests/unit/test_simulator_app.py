@@ -13,8 +13,8 @@ import pytest
 import uvicorn
 from starlette.applications import Starlette
 
+from service.core.clock import ManualClock
 from service.simulator import SimulatorConfig, create_app
-from service.simulator._state import ManualClock
 from tests.conftest import eventually
 
 NUTRIENT_AUTH = {"Authorization": "Bearer sim-nutrient-key"}

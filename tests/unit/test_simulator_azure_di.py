@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from service.core.clock import ManualClock
 from service.simulator import SimulatorConfig, create_app
-from service.simulator._state import ManualClock
 
 AUTH = {"Ocp-Apim-Subscription-Key": "sim-azure-di-key"}
 V = {"api-version": "2024-11-30"}
@@ -214,6 +214,29 @@ async def test_delete_is_204_and_then_the_result_is_404(
     gone = await poll(client, location)
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "NotFound"
     assert (await client.delete(location, headers=AUTH)).status_code == 404
+
+
+@pytest.mark.parametrize(("reading", "status"), [("allow", 204), ("409", 409)])
+async def test_delete_of_an_unfinished_operation_plays_both_readings(
+    clock: ManualClock, reading: str, status: int
+) -> None:
+    async with make_client(clock, azure_di_delete_unfinished=reading) as client:
+        location = (await analyze(client)).headers["operation-location"]
+        refused = await client.delete(location, headers=AUTH)
+        assert refused.status_code == status
+        if status == 409:
+            assert refused.json()["error"]["code"] == "Conflict"
+            clock.advance(20)  # finished: deletable under either reading
+            assert (await client.delete(location, headers=AUTH)).status_code == 204
+
+
+async def test_the_result_grows_by_the_padding(clock: ManualClock) -> None:
+    async with make_client(clock, azure_di_result_pad_bytes=200_000) as client:
+        location = (await analyze(client)).headers["operation-location"]
+        clock.advance(20)
+        answer = await poll(client, location)
+        assert 200_000 <= len(answer.content) <= 230_000
+        assert answer.json()["analyzeResult"]["paragraphs"][-1]["content"].startswith("lorem ipsum")
 
 
 async def test_results_expire_after_retention_from_submit(clock: ManualClock) -> None:

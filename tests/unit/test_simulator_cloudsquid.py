@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
+from service.core.clock import ManualClock
 from service.simulator import SimulatorConfig, create_app
-from service.simulator._state import ManualClock
 
 AUTH = {"X-API-Key": "sim-cloudsquid-key"}
 TABLE = "3fa85f64-5717-4562-b3fc-2c963f66afa6"

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from service.core.clock import ManualClock
 from service.simulator import SimulatorConfig, create_app
-from service.simulator._state import ManualClock
 
 AUTH = {"Authorization": "Bearer sim-nutrient-key"}
 BASE = "/nutrient/extraction"

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
+from service.core.clock import ManualClock
 from service.simulator import SimulatorConfig, create_app
-from service.simulator._state import ManualClock
 
 NUTRIENT_AUTH = {"Authorization": "Bearer sim-nutrient-key"}
 CLOUDSQUID_AUTH = {"X-API-Key": "sim-cloudsquid-key"}

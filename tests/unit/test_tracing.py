@@ -1,5 +1,5 @@
-"""service/tracing.py: when the OTEL_* variables turn tracing on, the poll thinning, the off path, and the
-log lines that join a trace."""
+"""service/observability/tracing.py: when the OTEL_* variables turn tracing on, the poll thinning, the
+off path, and the log lines that join a trace."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from service import cli, logs, tracing
+from service import cli
+from service.observability import logs, tracing
 
 ENDPOINT = "http://collector:4318"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from service import lifecycle, trail
-from service.lifecycle import Transition
-from service.records import Run
+from service.core import lifecycle, trail
+from service.core.lifecycle import Transition
+from service.core.records import Run
 
 
 def _change() -> Transition:

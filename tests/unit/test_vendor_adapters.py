@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from service import settings as settings_mod
-from service.vendors import base, build_adapters
+from service.vendors import base, build_adapters, registry
 from service.vendors.base import Document, SubmitRequest, VendorExpired, VendorRejected, VendorTransient
 from service.vendors.cloudsquid import CloudsquidAdapter
 from service.vendors.http import get_bounded
+from service.vendors.registry import load_settings
 from service.vendors.uptiq import SUBMITTED_KEY, UptiqAdapter
 
 ENV = {
@@ -24,6 +24,7 @@ ENV = {
     "HOOKBRIDGE_CLOUDSQUID_TABLE_ID": "tbl",
     "HOOKBRIDGE_UPTIQ_API_KEY": "up-key",
     "HOOKBRIDGE_NUTRIENT_API_KEY": "nu-key",
+    "HOOKBRIDGE_AZURE_DI_API_KEY": "az-key",
 }
 
 
@@ -42,11 +43,15 @@ async def test_build_adapters_registers_every_vendor_with_its_auth_header() -> N
             return httpx.Response(202, json={"run_id": "run-1"})
         return httpx.Response(200, json={"data": {"_id": "x1", "documentStatus": "Pending"}})
 
-    clients, adapters = build_adapters(
-        settings_mod.load(ENV), {}, None, transport=httpx.MockTransport(vendor)
-    )
+    clients, adapters = build_adapters(load_settings(ENV), {}, None, transport=httpx.MockTransport(vendor))
     try:
-        assert set(adapters) == {"nutrient", "cloudsquid", "uptiq"}
+        # Every installed vendor (the plugins installed by default, LlamaParse, included).
+        assert (
+            set(adapters)
+            == set(registry.vendors())
+            >= {"nutrient", "cloudsquid", "uptiq", "azure_di", "textract", "google_docai"}
+        )
+        assert adapters["azure_di"]._client.headers["Ocp-Apim-Subscription-Key"] == "az-key"  # type: ignore[attr-defined]
         for name, adapter in adapters.items():
             assert adapter.name == name
         assert not adapters["cloudsquid"].supports_cancel and not adapters["uptiq"].supports_cancel
@@ -59,7 +64,7 @@ async def test_build_adapters_registers_every_vendor_with_its_auth_header() -> N
     upload, start, extract = seen
     assert str(upload.url) == "https://api.cloudsquid.io/api/projects/proj/tables/tbl/files"
     assert upload.headers["x-api-key"] == "cs-key" and start.headers["x-api-key"] == "cs-key"
-    assert upload.extensions["kind"] == "upload" and start.extensions["kind"] == "submit"
+    assert upload.extensions["kind"] == "submit" and start.extensions["kind"] == "submit"  # one submit
     assert str(extract.url) == "https://api-docai-uat.uptiq.ai/extract"
     assert extract.headers["x-api-key"] == "up-key"
 
@@ -190,21 +195,21 @@ class TestBoundedReads:
     async def test_a_stream_past_the_limit_is_refused_as_read(self) -> None:
         async with self.client(b"x" * 10_000) as client:
             with pytest.raises(base.VendorResultTooLarge, match="5000"):
-                await get_bounded(client, "/a", limit=5_000, kind="zip")
+                await get_bounded(client, "/a", limit=5_000)
 
     async def test_a_declared_length_past_the_limit_is_refused_before_reading(self) -> None:
         async with self.client(b"x" * 10_000, declare=True) as client:
             with pytest.raises(base.VendorResultTooLarge, match="10000 bytes"):
-                await get_bounded(client, "/a", limit=5_000, kind="zip")
+                await get_bounded(client, "/a", limit=5_000)
 
     async def test_within_the_limit_the_body_is_whole(self) -> None:
         async with self.client(b'{"a": 1}') as client:
-            response, body = await get_bounded(client, "/a", limit=8, kind="result")
+            response, body = await get_bounded(client, "/a", limit=8)
         assert body == b'{"a": 1}' and response.json() == {"a": 1}
 
     async def test_an_error_body_is_cut_not_refused(self) -> None:
         async with self.client(b"e" * 200_000, status=503) as client:
-            response, body = await get_bounded(client, "/a", limit=10_000_000, kind="result")
+            response, body = await get_bounded(client, "/a", limit=10_000_000)
         assert response.status_code == 503 and len(body) == 64 * 1024
 
     async def test_a_body_that_does_not_decode_is_transient(self) -> None:
@@ -215,4 +220,4 @@ class TestBoundedReads:
             base_url="http://v.test", transport=httpx.MockTransport(vendor)
         ) as client:
             with pytest.raises(VendorTransient, match="does not decode"):
-                await get_bounded(client, "/a", limit=1000, kind="result")
+                await get_bounded(client, "/a", limit=1000)

@@ -11,10 +11,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from service.config.settings import parse_blocked_networks, parse_networks
 from service.delivery.fetch import MAX_REDIRECTS, DocumentFetcher
 from service.delivery.urlsafety import Policy
 from service.dev.embedded_redis import free_port
-from service.settings import parse_blocked_networks, parse_networks
 from service.vendors.base import DocumentTooLarge, DocumentUnavailable, VendorTransient
 
 LOOPBACK_ALLOWED = Policy(parse_networks("127.0.0.0/8,::1/128"), parse_blocked_networks(""))

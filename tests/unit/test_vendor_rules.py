@@ -12,14 +12,16 @@ from typing import Any
 import httpx
 import pytest
 
+from service.config.settings import VendorSettings
 from service.core.backoff import jittered
 from service.core.backoff import poll_delay as next_delay
 from service.delivery.fetch import DocumentFetcher
 from service.delivery.urlsafety import Policy
-from service.settings import VendorSettings
 from service.vendors import cloudsquid, nutrient, uptiq
 from service.vendors.base import (
+    NO_CALL,
     SUCCEEDED,
+    Call,
     Document,
     DocumentTooLarge,
     DocumentUnavailable,
@@ -409,6 +411,29 @@ async def test_nutrient_zip_is_read_from_the_right_place(
     assert (result.content, result.media_type) == (content, "application/zip")
     assert stub.urls == fetched
     assert seen[-1].endswith("/assets/zip") is (not fetched)
+
+
+@pytest.mark.parametrize(
+    ("call", "shaped"),
+    [
+        # In a step: downloadUrl names hookbridge's copy (Nutrient's needs Nutrient's key).
+        (Call(run_id="r", result_url="/v1/runs/r/result"), {"downloadUrl": "/v1/runs/r/result"}),
+        # Zero retention: nothing kept, the zip inline.
+        (
+            Call(run_id="r", result_url="/v1/runs/r/result", zero_retention=True),
+            {"file_base64": "UEsgb3du", "file_media_type": "application/zip"},
+        ),
+        # Outside a step: as the vendor said.
+        (NO_CALL, {"downloadUrl": "https://vendor.test/extraction/runs/R1/assets/zip"}),
+    ],
+)
+async def test_nutrient_shapes_its_split_result(call: Call, shaped: dict[str, Any]) -> None:
+    own = "https://vendor.test/extraction/runs/R1/assets/zip"
+    adapter = nutrient.NutrientAdapter(client(nutrient_result(own, [])), fetcher=StubFetcher())
+    result = await adapter.fetch_result("R1", {}, call)
+    data = result.data if isinstance(result, FileResult) else result
+    assert data == {"output": shaped}
+    assert isinstance(result, FileResult) is (not call.zero_retention)
 
 
 @pytest.mark.parametrize(

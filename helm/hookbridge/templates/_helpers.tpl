@@ -100,9 +100,6 @@ The secret settings: environment variable -> key under .Values.secret and
 */}}
 {{- define "hookbridge.secretSettings" -}}
 HOOKBRIDGE_API_KEYS: apiKeys
-HOOKBRIDGE_NUTRIENT_API_KEY: nutrientApiKey
-HOOKBRIDGE_CLOUDSQUID_API_KEY: cloudsquidApiKey
-HOOKBRIDGE_UPTIQ_API_KEY: uptiqApiKey
 HOOKBRIDGE_REDIS_URL: redisUrl
 HOOKBRIDGE_REDIS_PASSWORD: redisPassword
 HOOKBRIDGE_REDIS_SENTINEL_PASSWORD: redisSentinelPassword
@@ -144,6 +141,116 @@ HOOKBRIDGE_SECRET_KEYS: secretKeys
       key: {{ $env }}
 {{- end }}
 {{- end }}
+{{- include "hookbridge.vendorSecretEnv" . }}
+{{- end }}
+
+{{/*
+Vendors, generically: .Values.vendors.<name> for any installed vendor (hookbridge's own or a plugin's).
+Its API key (HOOKBRIDGE_<NAME>_API_KEY) comes from, in this order: its own Secret (existingSecret, under
+key, default HOOKBRIDGE_<NAME>_API_KEY; mounted at /etc/hookbridge/vendor-secrets/<name> with
+secretsAsFiles), the release's existingSecret.name (under key, optional unless secretsAsFiles; key: ""
+reads none), or apiKey put in the chart's Secret. Its settings are HOOKBRIDGE_<NAME>_<SETTING> in the
+ConfigMap.
+*/}}
+{{- define "hookbridge.vendorKeyEnv" -}}
+{{- printf "HOOKBRIDGE_%s_API_KEY" (upper .) }}
+{{- end }}
+
+{{- define "hookbridge.vendorSecretEnv" -}}
+{{- range $name := keys ($.Values.vendors | default dict) | sortAlpha }}
+{{- $v := get $.Values.vendors $name | default dict }}
+{{- $env := include "hookbridge.vendorKeyEnv" $name }}
+{{- $key := ternary $v.key $env (hasKey $v "key") }}
+{{- if $v.existingSecret }}
+{{- if $.Values.secretsAsFiles }}
+- name: {{ $env }}_FILE
+  value: /etc/hookbridge/vendor-secrets/{{ $name }}/{{ $key }}
+{{- else }}
+- name: {{ $env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $v.existingSecret }}
+      key: {{ $key }}
+{{- end }}
+{{- else if and $.Values.existingSecret.name $key }}
+{{- if $.Values.secretsAsFiles }}
+- name: {{ $env }}_FILE
+  value: /etc/hookbridge/secrets/{{ $key }}
+{{- else }}
+- name: {{ $env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $.Values.existingSecret.name }}
+      key: {{ $key }}
+      optional: true
+{{- end }}
+{{- else if and $v.apiKey (not $.Values.existingSecret.name) }}
+{{- if $.Values.secretsAsFiles }}
+- name: {{ $env }}_FILE
+  value: /etc/hookbridge/secrets/{{ $env }}
+{{- else }}
+- name: {{ $env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "hookbridge.secretName" $ }}
+      key: {{ $env }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The chart Secret's vendor keys: HOOKBRIDGE_<NAME>_API_KEY -> apiKey, for vendors without a Secret. */}}
+{{- define "hookbridge.vendorSecretData" -}}
+{{- $data := dict }}
+{{- range $name, $v := ($.Values.vendors | default dict) }}
+{{- if and $v $v.apiKey (not $v.existingSecret) }}
+{{- $_ := set $data (include "hookbridge.vendorKeyEnv" $name) $v.apiKey }}
+{{- end }}
+{{- end }}
+{{- toYaml $data }}
+{{- end }}
+
+{{/* The vendors' own Secrets, as volumes and mounts with secretsAsFiles. */}}
+{{- define "hookbridge.vendorSecretVolumes" -}}
+{{- if .Values.secretsAsFiles }}
+{{- range $name := keys (.Values.vendors | default dict) | sortAlpha }}
+{{- $v := get $.Values.vendors $name | default dict }}
+{{- if $v.existingSecret }}
+- name: vendor-{{ $name | replace "_" "-" }}
+  secret:
+    secretName: {{ $v.existingSecret }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "hookbridge.vendorSecretMounts" -}}
+{{- if .Values.secretsAsFiles }}
+{{- range $name := keys (.Values.vendors | default dict) | sortAlpha }}
+{{- $v := get $.Values.vendors $name | default dict }}
+{{- if $v.existingSecret }}
+- name: vendor-{{ $name | replace "_" "-" }}
+  mountPath: /etc/hookbridge/vendor-secrets/{{ $name }}
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Vendor settings given twice (config and vendors.<name>.settings), or a key with nowhere to go. */}}
+{{- define "hookbridge.validateVendors" -}}
+{{- range $name, $v := (.Values.vendors | default dict) }}
+{{- $v = $v | default dict }}
+{{- range $setting, $_ := ($v.settings | default dict) }}
+{{- $key := printf "%s_%s" (upper $name) $setting }}
+{{- if hasKey $.Values.config $key }}
+{{- fail (printf "HOOKBRIDGE_%s is set twice: in config.%s and in vendors.%s.settings.%s; keep one" $key $key $name $setting) }}
+{{- end }}
+{{- end }}
+{{- if and $v.apiKey (or $v.existingSecret $.Values.existingSecret.name) }}
+{{- fail (printf "vendors.%s.apiKey goes into the chart's Secret, which is not made with existingSecret.name or vendors.%s.existingSecret: put the key in that Secret" $name $name) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* The pod annotations that roll the pods when their configuration changes. */}}
@@ -154,6 +261,15 @@ checksum/config: {{ include (print $.Template.BasePath "/configmap.yaml") . | sh
 checksum/secret: {{ toJson .Values.existingSecret | sha256sum }}
 {{- else }}
 checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha256sum }}
+{{- end }}
+{{- $refs := list }}
+{{- range $name, $v := (.Values.vendors | default dict) }}
+{{- if and $v $v.existingSecret }}
+{{- $refs = append $refs (printf "%s:%s:%s" $name $v.existingSecret ($v.key | default "")) }}
+{{- end }}
+{{- end }}
+{{- with $refs }}
+checksum/vendor-secrets: {{ toJson . | sha256sum }}
 {{- end }}
 {{- end }}
 
@@ -178,6 +294,13 @@ checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha25
 {{- if or (empty .Values.redis.sentinel.hosts) (empty .Values.redis.sentinel.master) }}
 {{- fail "redis.mode=sentinel needs redis.sentinel.hosts and redis.sentinel.master" }}
 {{- end }}
+{{- else if eq .Values.redis.mode "cluster" }}
+{{- if or .Values.redis.url $inSecret }}
+{{- fail "redis.mode=cluster: hookbridge takes exactly one of HOOKBRIDGE_REDIS_URL, _SENTINELS and _CLUSTER_NODES; leave redis.url, secret.redisUrl and existingSecret.keys.redisUrl empty" }}
+{{- end }}
+{{- if empty .Values.redis.cluster.nodes }}
+{{- fail "redis.mode=cluster needs redis.cluster.nodes" }}
+{{- end }}
 {{- end }}
 {{- if and .Values.worker.split .Values.config.WORKER_ROLE }}
 {{- fail "worker.split sets each worker Deployment's HOOKBRIDGE_WORKER_ROLE: leave config.WORKER_ROLE unset" }}
@@ -186,6 +309,7 @@ checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha25
 {{- include "hookbridge.validateKeda" . }}
 {{- include "hookbridge.validatePdbs" . }}
 {{- include "hookbridge.validateRedisAuth" . }}
+{{- include "hookbridge.validateVendors" . }}
 {{- end }}
 
 {{/*
@@ -292,8 +416,9 @@ through a ServiceMonitor: a query that filters on them reads nothing (KEDA takes
 {{- if and (not $sentinelMode) (or .Values.redis.sentinel.tls .Values.redis.sentinel.username (include "hookbridge.secretHas" (dict "ctx" . "field" "redisSentinelPassword"))) }}
 {{- fail "Sentinel credentials or TLS (redis.sentinel.username, redis.sentinel.tls, the Sentinel password) are set, but redis.mode is not sentinel" }}
 {{- end }}
-{{- if and .Values.redis.tls.enabled (not $sentinelMode) }}
-{{- fail "redis.tls.enabled is for the master found through Sentinel; with redis.mode=url say TLS with a rediss:// URL (redis.tls.caSecret and redis.tls.verify still apply)" }}
+{{- $clusterMode := and (not .Values.redis.embedded.enabled) (eq .Values.redis.mode "cluster") }}
+{{- if and .Values.redis.tls.enabled (not (or $sentinelMode $clusterMode)) }}
+{{- fail "redis.tls.enabled is for the master found through Sentinel or a cluster's nodes; with redis.mode=url say TLS with a rediss:// URL (redis.tls.caSecret and redis.tls.verify still apply)" }}
 {{- end }}
 {{- if and .Values.redis.embedded.enabled (or .Values.redis.auth.username (include "hookbridge.secretHas" (dict "ctx" . "field" "redisPassword"))) }}
 {{- fail "the embedded Redis has no password: leave redis.auth.username and the Redis password empty with redis.embedded.enabled" }}
@@ -356,6 +481,7 @@ for everything else; "" computes that from the settings, a quantity overrides it
 - name: secrets
   secret:
     secretName: {{ include "hookbridge.secretName" . }}
+{{- include "hookbridge.vendorSecretVolumes" . }}
 {{- end }}
 {{- end }}
 
@@ -364,6 +490,7 @@ for everything else; "" computes that from the settings, a quantity overrides it
 - name: secrets
   mountPath: /etc/hookbridge/secrets
   readOnly: true
+{{- include "hookbridge.vendorSecretMounts" . }}
 {{- end }}
 {{- end }}
 

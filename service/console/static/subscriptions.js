@@ -343,9 +343,15 @@ export function subscriptionView(root, subId) {
   };
 
   let busy = false;
+  let again = false;
   let pending = false;
   const load = async () => {
-    if (busy) return;
+    if (busy) {
+      // A read asked for during a read (a Retry's answer, an event) is read once more after it: dropped,
+      // the log would show the state from before the Retry until something else asked.
+      again = true;
+      return;
+    }
     busy = true;
     try {
       sub = await api(`/v1/subscriptions/${id}`);
@@ -366,6 +372,10 @@ export function subscriptionView(root, subId) {
       notice(message, `Could not load the subscription: ${e.message}`, "error");
     } finally {
       busy = false;
+      if (again) {
+        again = false;
+        load();
+      }
     }
   };
   // Live from the client's event stream (a run's event may have made a delivery to this subscription):

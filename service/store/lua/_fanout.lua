@@ -1,7 +1,34 @@
+#!lua
 -- Shared by transition.lua and emit.lua (prepended by scripts.py, after DEFAULT_TYPES and EVENT_TEST
--- from service/domain.py).
+-- from service/core/domain.py).
 -- Creates one delivery per matching active subscription for one event, in the same atomic step that
 -- emits the event: there is never an event without its deliveries.
+--
+-- Every key is declared (service/store/fanout.py builds them in this order): a fan-out block of KEYS,
+-- from `at`: the client's feed, the active deliveries, the due deliveries; then per event (in the order
+-- of the events) its body and its pending count; then per subscription named (in the order of `subs`)
+-- its hash, its delivery log and its chain for this run; then per event, per subscription, the delivery.
+-- Subscriptions are only ever ones the caller read and declared: a script never builds a key.
+
+local function fanout_keys(K, at, events, subs)
+  local F = {feed = K[at], active = K[at + 1], due = K[at + 2], evt = {}, sub = {}, dlv = {}}
+  at = at + 3
+  for _, ev in ipairs(events) do
+    F.evt[ev['id']] = {body = K[at], pending = K[at + 1]}
+    at = at + 2
+  end
+  for _, sid in ipairs(subs) do
+    F.sub[sid] = {hash = K[at], log = K[at + 1], chain = K[at + 2]}
+    at = at + 3
+  end
+  for _, ev in ipairs(events) do
+    for _, sid in ipairs(subs) do
+      F.dlv[ev['id'] .. ' ' .. sid] = K[at]
+      at = at + 1
+    end
+  end
+  return F
+end
 
 -- The one event matcher: no list means DEFAULT_TYPES; 'run.*' matches every run event; the test event
 -- goes only to the subscription it was sent to (emit.lua's filter), whatever that one asked for.
@@ -19,73 +46,89 @@ local function matches(etype, types_json)
 end
 
 -- Deliveries of one run to one subscription form a chain; only its head is ever due, so a later event
--- waits until the earlier one is delivered or has failed for good.
-local function create_delivery(ev, sid, run_id, client, now, retention_ms)
+-- waits until the earlier one is delivered or has failed for good. `run_deliveries`: the run's index of
+-- deliveries (nil for an event of no run).
+local function create_delivery(F, ev, sid, run_id, run_deliveries, client, now, retention_ms)
   local did = 'dlv_' .. string.sub(redis.sha1hex(ev['id'] .. ':' .. sid), 1, 26)
-  local dkey = k_dlv(did)
+  local dkey, s = F.dlv[ev['id'] .. ' ' .. sid], F.sub[sid]
   if redis.call('EXISTS', dkey) == 1 then return 0 end
   redis.call('HSET', dkey, DF.id, did, DF.event_id, ev['id'], DF.event_type, ev['type'], DF.subscription_id, sid, DF.run_id, run_id,
     DF.client, client, DF.status, DLV.PENDING, DF.attempts, 0, DF.created_at, now, DF.updated_at, now,
     DF.next_attempt_at, now, DF.chained, 1, DF.counted, 0, DF.series, 0)
-  redis.call('ZADD', k_sub_deliveries(sid), now, did)
-  if run_id ~= '' then
+  redis.call('ZADD', s.log, now, did)
+  if run_deliveries then
     -- GET /v1/runs/{id}/deliveries; kept as long as the run is after its last event.
-    redis.call('ZADD', k_run_deliveries(run_id), now, did)
-    redis.call('PEXPIRE', k_run_deliveries(run_id), retention_ms)
+    redis.call('ZADD', run_deliveries, now, did)
+    redis.call('PEXPIRE', run_deliveries, retention_ms)
   end
-  redis.call('SADD', K_ACTIVE_DELIVERIES, did)
-  if redis.call('RPUSH', k_chain(sid, run_id), did) == 1 then
-    redis.call('ZADD', K_DUE_DELIVERIES, now, did)
+  redis.call('SADD', F.active, did)
+  if redis.call('RPUSH', s.chain, did) == 1 then
+    redis.call('ZADD', F.due, now, did)
   end
   return 1
 end
 
 -- Appends the event to the client's feed (GET /v1/events, the SSE streams), trimmed to the retention
--- window. The body goes into the entry only where k_event does not keep it for as long: an event kept
--- nowhere else, and zero retention (whose body goes once delivered; ev.feed is then the body without
--- the result, which is never kept).
-local function append_feed(ev, run_id, client, own_body, retention_ms)
-  local fkey = k_client_feed(client)
+-- window. The body goes into the entry only where the event's key does not keep it for as long: an event
+-- kept nowhere else, and zero retention (whose body goes once delivered; ev.feed is then the body without
+-- the result, which is never kept). Otherwise the entry carries the body's size ('n'), so that a reader
+-- bounds its page's bytes before it reads the bodies.
+local function append_feed(F, ev, run_id, own_body, retention_ms)
   local fields = {'e', ev['id'], 't', ev['type']}
   if run_id ~= '' then table.insert(fields, 'r'); table.insert(fields, run_id) end
   if ev['vendor'] then table.insert(fields, 'v'); table.insert(fields, ev['vendor']) end
-  if own_body then table.insert(fields, 'b'); table.insert(fields, ev['feed'] or ev['body']) end
+  if own_body then
+    table.insert(fields, 'b'); table.insert(fields, ev['feed'] or ev['body'])
+  else
+    table.insert(fields, 'n'); table.insert(fields, tostring(#ev['body']))
+  end
   -- Trimmed by Redis's clock, which also makes the entry ids: a worker's clock never trims early.
   local t = redis.call('TIME')
   local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(retention_ms)
-  redis.call('XADD', fkey, 'MINID', tostring(cutoff), '*', unpack(fields))
-  redis.call('PEXPIRE', fkey, retention_ms)
+  redis.call('XADD', F.feed, 'MINID', tostring(cutoff), '*', unpack(fields))
+  redis.call('PEXPIRE', F.feed, retention_ms)
 end
 
--- Emits one event: fans it out, appends it to the client's feed, stores its body (the exact bytes
--- sent) and, for run.progress, appends it to the run's list. A run.progress event that no subscription
--- asked for is kept in the feed only. Returns deliveries created.
-local function emit(ev, run_id, client, subs, filter, zr, now, retention_ms)
-  local ekey = k_event(ev['id'])
+-- Emits one event: fans it out to `subs` (the client's subscriptions as they are now, each declared),
+-- appends it to the client's feed, stores its body (the exact bytes sent) and, for run.progress, appends
+-- it to the run's list (`run_events`, nil for an event of no run). A run.progress event that no
+-- subscription asked for is kept in the feed only. Returns deliveries created.
+local function emit(F, ev, run_id, run_events, run_deliveries, client, subs, filter, zr, now, retention_ms)
+  local ekey = F.evt[ev['id']].body
   if redis.call('EXISTS', ekey) == 1 then return 0 end
   local n = 0
   for _, sid in ipairs(subs) do
     if filter == nil or filter[sid] then
-      local s = redis.call('HMGET', k_sub(sid), 'disabled', 'event_types')
+      local s = redis.call('HMGET', F.sub[sid].hash, 'disabled', 'event_types')
       if s[1] == '0' and matches(ev['type'], s[2]) then
-        n = n + create_delivery(ev, sid, run_id, client, now, retention_ms)
+        n = n + create_delivery(F, ev, sid, run_id, run_deliveries, client, now, retention_ms)
       end
     end
   end
   local dropped = n == 0 and ev['type'] == 'run.progress'
-  append_feed(ev, run_id, client, dropped or zr == '1', retention_ms)
+  append_feed(F, ev, run_id, dropped or zr == '1', retention_ms)
   if dropped then return 0 end
   redis.call('SET', ekey, ev['body'], 'PX', retention_ms)
   -- The run's record holds the ids of its other events (records.Run.event_ids): only progress, as many
   -- as the vendor reports, needs a list.
-  if run_id ~= '' and ev['type'] == 'run.progress' then
-    redis.call('RPUSH', k_run_events(run_id), ev['id'])
+  if run_events and ev['type'] == 'run.progress' then
+    redis.call('RPUSH', run_events, ev['id'])
   end
   if zr == '1' and n > 0 then
     -- Zero retention: counts the deliveries not yet final; the last one to end drops the body.
-    redis.call('SET', k_event_pending(ev['id']), n, 'PX', retention_ms)
+    redis.call('SET', F.evt[ev['id']].pending, n, 'PX', retention_ms)
   end
   return n
+end
+
+-- The events' bodies (and zero retention's feed bodies) travel as arguments of their own, the packed bytes
+-- (service/store/bodies.py: binary, so never inside the JSON): each event names their positions in `argv`.
+local function with_bodies(events, argv)
+  for _, ev in ipairs(events) do
+    ev['body'] = argv[ev['body']]
+    if ev['feed'] then ev['feed'] = argv[ev['feed']] end
+  end
+  return events
 end
 
 local function as_filter(list)

@@ -1,3 +1,4 @@
+#!lua
 -- A per-client rate (GCRA) shared by every API pod, on Redis's clock so that pods' clocks do not matter.
 -- gcra(key, interval_ms (1000 / rate), burst (requests allowed at once), take): 0 when the request may go
 -- (counted when ``take``; a peek writes nothing), else how many ms until it may.

@@ -1,3 +1,4 @@
+#!lua
 -- A request budget (GCRA) shared by every worker. KEYS: budget. ARGV: now_ms, interval_ms
 -- Reserves the next slot and returns it (the caller waits until then to send).
 local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])

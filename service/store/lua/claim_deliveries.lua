@@ -1,3 +1,4 @@
+#!lua
 -- Claims up to `limit` due deliveries under a lease, fairly across clients: within each client's and
 -- each subscription's in-flight limit and each subscription's rate.
 -- A delivery held back by a subscription's rate is re-scored to when it may go. A client or a
@@ -7,44 +8,55 @@
 -- next delivery goes as soon as one ends rather than at a later claim's guess. (The sweeper puts a
 -- pending delivery that is in no due set back in it, parked ones too: a parked set never holds one
 -- for longer than SWEEP_INTERVAL_S that nothing else brings back.)
--- KEYS: due_deliveries. ARGV: now_ms, limit, lease_ms, default_max_in_flight, client_max_in_flight
+-- The caller reads the due ids first (a plain ZRANGEBYSCORE, up to 4 x limit, so that parking one
+-- client's surplus does not take a claim per batch) and each one's subscription, event and client (a plain
+-- HMGET), and declares the keys they name; each is claimed only if it is still due now and still names
+-- them (a race changes nothing), in the order given.
+-- KEYS: due_deliveries, active_deliveries, then per candidate: delivery, subscription, its in-flight, its
+--   parked, its rate budget, the client's in-flight, the client's parked, the event's body (the delivery
+--   key stands in for those of a candidate whose record was gone).
+-- ARGV: now_ms, limit, lease_ms, default_max_in_flight, client_max_in_flight, then per candidate: id,
+--   subscription id, event id, client (as read)
 -- Returns {{delivery_fields, subscription_fields, event_body}, ...}, next_due_score | false}.
 local now, limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local default_max, client_max = tonumber(ARGV[4]), tonumber(ARGV[5])
--- Looks past `limit`, so that parking one client's surplus does not take a claim per batch.
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit * 4)
 local out = {}
 local in_flight = {}
-for i = 1, #due, 2 do
+local c = 0
+for a = 6, #ARGV, 4 do
   if #out >= limit then break end
-  local id, score = due[i], due[i + 1]
-  local dkey = k_dlv(id)
+  local id, want_sid, want_evt, want_client = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local k = 3 + 8 * c
+  c = c + 1
+  local dkey, skey, ikey, spkey, bkey = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+  local cin, cpkey, ekey = KEYS[k + 5], KEYS[k + 6], KEYS[k + 7]
+  local score = redis.call('ZSCORE', KEYS[1], id)
   local d = redis.call('HMGET', dkey, DF.subscription_id, DF.event_id, DF.status, DF.client)
-  if not d[1] or not d[2] or d[3] ~= DLV.PENDING then
+  if not score or tonumber(score) > now then
+    -- claimed (or moved) since the caller read it: not this claim's
+  elseif not d[1] or not d[2] or d[3] ~= DLV.PENDING then
     redis.call('ZREM', KEYS[1], id)
     -- A pending record that names no event can never be sent: end it, or the sweeper re-adds it.
     if d[3] == DLV.PENDING then redis.call('HSET', dkey, DF.status, DLV.FAILED) end
-    redis.call('SREM', K_ACTIVE_DELIVERIES, id)
+    redis.call('SREM', KEYS[2], id)
+  elseif d[1] ~= want_sid or d[2] ~= want_evt or (d[4] or '') ~= want_client then
+    -- not the record the keys were declared for (it cannot change; a caller's slip): left alone
   else
-    local client = d[4] or ''
-    local cin = k_client_inflight(client)
+    local client = want_client
     if in_flight[client] == nil then
       redis.call('ZREMRANGEBYSCORE', cin, '-inf', now)
       in_flight[client] = redis.call('ZCARD', cin)
     end
     if in_flight[client] >= client_max then
       redis.call('ZREM', KEYS[1], id)
-      redis.call('ZADD', k_client_parked(client), score, id)
+      redis.call('ZADD', cpkey, score, id)
     else
-      local sid = d[1]
-      local skey = k_sub(sid)
       local s = redis.call('HMGET', skey, 'max_in_flight', 'rate_per_s')
-      local ikey = k_sub_inflight(sid)
       redis.call('ZREMRANGEBYSCORE', ikey, '-inf', now)
       local held = false
       if redis.call('ZCARD', ikey) >= (tonumber(s[1]) or default_max) then
         redis.call('ZREM', KEYS[1], id)
-        redis.call('ZADD', k_sub_parked(sid), score, id)
+        redis.call('ZADD', spkey, score, id)
         held = true
       end
       local rate = tonumber(s[2]) or 0
@@ -52,7 +64,6 @@ for i = 1, #due, 2 do
         -- Within the API's bounds (delivery/schedule.py), whatever the record says: a rate of 1e-300
         -- stored before them would park its deliveries 1e+303 ms ahead. NaN fails `rate > 0` above.
         local interval = 1000 / math.min(math.max(rate, 0.001), 10000)
-        local bkey = k_sub_budget(sid)
         local tat = math.min(math.max(tonumber(redis.call('GET', bkey) or '0') or 0, now), now + interval)
         if tat > now then
           redis.call('ZADD', KEYS[1], tat, id)
@@ -64,12 +75,12 @@ for i = 1, #due, 2 do
       if not held then
         redis.call('ZADD', ikey, now + lease, id)
         redis.call('ZADD', cin, now + lease, id)
-        redis.call('ZREM', k_client_parked(client), id)
-        redis.call('ZREM', k_sub_parked(sid), id)
+        redis.call('ZREM', cpkey, id)
+        redis.call('ZREM', spkey, id)
         redis.call('PEXPIRE', cin, lease * 2)
         in_flight[client] = in_flight[client] + 1
         redis.call('ZADD', KEYS[1], now + lease, id)
-        local body = redis.call('GET', k_event(d[2]))
+        local body = redis.call('GET', ekey)
         table.insert(out, {redis.call('HGETALL', dkey), redis.call('HGETALL', skey), body or false})
       end
     end

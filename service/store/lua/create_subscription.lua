@@ -1,3 +1,4 @@
+#!lua
 -- Writes a new subscription and its listing entry unless the client already has its quota of them.
 -- KEYS: subscription, client_subs. ARGV: created_ms, sub_id, max_count, then field, value, ...
 -- Returns 1, or 0 when the client is at its quota (nothing written).

@@ -1,16 +1,26 @@
+#!lua
 -- Records one delivery attempt and its consequence, atomically.
--- KEYS[1] delivery key. ARGV[1] JSON: id, outcome (an OUTCOME: domain.AttemptOutcome, which says what
+-- KEYS: 1 delivery, 2 its attempts, 3 its subscription, 4 the subscription's in-flight, 5 its parked,
+--   6 the client's in-flight, 7 the client's parked, 8 due deliveries, 9 active deliveries, 10 the chain
+--   (subscription, run), 11 the event's body, 12 the event's pending count: the caller reads the
+--   delivery's subscription, run, event and client first (a plain HMGET) to name them.
+-- ARGV[1] JSON: sid, run_id, evt, client (as the caller read them), id, outcome (an OUTCOME: domain.AttemptOutcome, which says what
 --   each means), next_at (for RETRY), attempt (JSON string, absent for SKIPPED without attempt), now,
 --   retention_ms, disable_after_ms, keep_attempts, status_code, default_max_in_flight
--- Returns {'ok', next_in_chain | ''} | {'missing'}.
+-- Returns {'ok', next_in_chain | ''} | {'missing'} | {'stale'} (the record does not name what the caller
+-- read: nothing written, the caller reads it again).
 local ops = cjson.decode(ARGV[1])
 local id, outcome, now = ops['id'], ops['outcome'], tonumber(ops['now'])
 local d = redis.call('HMGET', KEYS[1], DF.subscription_id, DF.run_id, DF.event_id, DF.chained, DF.counted,
-  DF.created_at, DF.client)
+  DF.created_at, DF.client, DF.series)
 if not d[1] then return {'missing'} end
 local sid, run_id, evt = d[1], d[2], d[3]
-local skey = k_sub(sid)
-local sub_inflight, sub_parked = k_sub_inflight(sid), k_sub_parked(sid)
+if sid ~= ops['sid'] or (run_id or '') ~= ops['run_id'] or (evt or '') ~= ops['evt']
+  or (d[7] or '') ~= ops['client'] then
+  return {'stale'}
+end
+local skey = KEYS[3]
+local sub_inflight, sub_parked = KEYS[4], KEYS[5]
 redis.call('ZREM', sub_inflight, id)
 -- The attempt frees one of its subscription's in-flight slots: its oldest parked deliveries (see
 -- claim_deliveries.lua) go back to the due set, as many as it has room for (more than one when its
@@ -22,60 +32,74 @@ local room = math.max(1, math.min(100, sub_max - redis.call('ZCARD', sub_infligh
 local back = redis.call('ZRANGE', sub_parked, 0, room - 1, 'WITHSCORES')
 for j = 1, #back, 2 do
   redis.call('ZREM', sub_parked, back[j])
-  redis.call('ZADD', K_DUE_DELIVERIES, 'NX', math.min(tonumber(back[j + 1]), now), back[j])
+  redis.call('ZADD', KEYS[8], 'NX', math.min(tonumber(back[j + 1]), now), back[j])
 end
 -- The attempt frees one of its client's in-flight slots: the client's oldest parked delivery (see
 -- claim_deliveries.lua) goes back to the due set, at its own due time.
-local parked_key = k_client_parked(d[7] or '')
-redis.call('ZREM', k_client_inflight(d[7] or ''), id)
+local parked_key = KEYS[7]
+redis.call('ZREM', KEYS[6], id)
 redis.call('ZREM', parked_key, id)
 local parked = redis.call('ZRANGE', parked_key, 0, 0, 'WITHSCORES')
 if parked[1] then
   redis.call('ZREM', parked_key, parked[1])
-  redis.call('ZADD', K_DUE_DELIVERIES, 'NX', math.min(tonumber(parked[2]), now), parked[1])
+  redis.call('ZADD', KEYS[8], 'NX', math.min(tonumber(parked[2]), now), parked[1])
 end
 if ops['attempt'] then
-  local akey = k_dlv_attempts(id)
+  local akey = KEYS[2]
   redis.call('RPUSH', akey, ops['attempt'])
   redis.call('LTRIM', akey, -ops['keep_attempts'], -1)
   redis.call('HINCRBY', KEYS[1], DF.attempts, 1)
 end
-redis.call('HSET', KEYS[1], DF.updated_at, now, DF.last_status_code, ops['status_code'] or '')
+redis.call('HSET', KEYS[1], DF.updated_at, now)
+-- A field that is gone reads as empty (records.Delivery.from_hash), and a hash kept for RETENTION_S is
+-- smaller without it.
+if (ops['status_code'] or '') == '' then
+  redis.call('HDEL', KEYS[1], DF.last_status_code)
+else
+  redis.call('HSET', KEYS[1], DF.last_status_code, ops['status_code'])
+end
 
 if outcome == OUTCOME.RETRY then
   redis.call('HSET', KEYS[1], DF.status, DLV.PENDING, DF.next_attempt_at, ops['next_at'])
-  redis.call('ZADD', K_DUE_DELIVERIES, ops['next_at'], id)
+  redis.call('ZADD', KEYS[8], ops['next_at'], id)
   return {'ok', ''}
 end
 
 local final = FINAL_STATUS[outcome] or DLV.FAILED
-redis.call('ZREM', K_DUE_DELIVERIES, id)
-redis.call('SREM', K_ACTIVE_DELIVERIES, id)
-redis.call('HSET', KEYS[1], DF.status, final, DF.next_attempt_at, '')
+redis.call('ZREM', KEYS[8], id)
+redis.call('SREM', KEYS[9], id)
+redis.call('HSET', KEYS[1], DF.status, final)
+-- What only a pending delivery needs goes (read as empty, or as 0: records.Delivery.from_hash): its next
+-- attempt's time, a series that never restarted; and, below, its place in the chain and its count.
+redis.call('HDEL', KEYS[1], DF.next_attempt_at)
+if d[8] == '0' then redis.call('HDEL', KEYS[1], DF.series) end
 
 local nxt = ''
 if d[4] == '1' then
-  local ckey = k_chain(sid, run_id)
+  local ckey = KEYS[10]
   if redis.call('LINDEX', ckey, 0) == id then
     redis.call('LPOP', ckey)
     nxt = redis.call('LINDEX', ckey, 0) or ''
-    if nxt ~= '' then redis.call('ZADD', K_DUE_DELIVERIES, now, nxt) end
+    if nxt ~= '' then redis.call('ZADD', KEYS[8], now, nxt) end
   else
     redis.call('LREM', ckey, 1, id)
   end
-  redis.call('HSET', KEYS[1], DF.chained, 0)
+  -- Out of the chain: every reader of the field asks whether it is '1' (retry_delivery, repair).
+  redis.call('HDEL', KEYS[1], DF.chained)
 end
 
 if d[5] == '0' then
-  redis.call('HSET', KEYS[1], DF.counted, 1)
-  local pkey = k_event_pending(evt)
+  -- Counted: only a '0' is ever counted (above), so the field is no longer needed; a retry that ends
+  -- again finds it gone, and counts nothing twice.
+  redis.call('HDEL', KEYS[1], DF.counted)
+  local pkey = KEYS[12]
   if redis.call('EXISTS', pkey) == 1 and redis.call('DECR', pkey) <= 0 then
     -- Zero retention: every delivery of the event has ended, so its body (the result) goes.
-    redis.call('DEL', k_event(evt), pkey)
+    redis.call('DEL', KEYS[11], pkey)
   end
 end
 redis.call('PEXPIRE', KEYS[1], ops['retention_ms'])
-redis.call('PEXPIRE', k_dlv_attempts(id), ops['retention_ms'])
+redis.call('PEXPIRE', KEYS[2], ops['retention_ms'])
 
 if redis.call('EXISTS', skey) == 1 then
   if outcome == OUTCOME.SUCCEEDED then

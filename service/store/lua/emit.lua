@@ -1,22 +1,26 @@
+#!lua
 -- Emits an event outside a run transition to the subscriptions named: subscription.test, or an example
 -- of another type (ops.example).
--- ARGV[1] JSON: client, now, retention_ms, event {id,type,body,created}, sub_filter [sub ids], example
+-- KEYS: the fan-out block (_fanout.lua) from 1, for the event and the subscriptions of sub_filter.
+-- ARGV[1] JSON: client, now, retention_ms, event {id,type,body,created}, sub_filter [sub ids], example;
+--   the event's body is ARGV[event.body] (its packed bytes: _fanout.lua's with_bodies)
 -- An example goes to the named subscription whatever event types it asked for, and is not appended to
 -- the client's feed (it happened to no run): only its body and its delivery are written. Returns the
 -- deliveries created.
 local ops = cjson.decode(ARGV[1])
 local now, retention_ms = tonumber(ops['now']), ops['retention_ms']
+local ev = with_bodies({ops['event']}, ARGV)[1]
+local F = fanout_keys(KEYS, 1, {ev}, ops['sub_filter'])
 if not ops['example'] then
-  return emit(ops['event'], '', ops['client'], ops['sub_filter'], as_filter(ops['sub_filter']), '0',
+  return emit(F, ev, '', nil, nil, ops['client'], ops['sub_filter'], as_filter(ops['sub_filter']), '0',
     now, retention_ms)
 end
-local ev = ops['event']
-if redis.call('EXISTS', k_event(ev['id'])) == 1 then return 0 end
+if redis.call('EXISTS', F.evt[ev['id']].body) == 1 then return 0 end
 local n = 0
 for _, sid in ipairs(ops['sub_filter']) do
-  if redis.call('HGET', k_sub(sid), 'disabled') == '0' then
-    n = n + create_delivery(ev, sid, '', ops['client'], now, retention_ms)
+  if redis.call('HGET', F.sub[sid].hash, 'disabled') == '0' then
+    n = n + create_delivery(F, ev, sid, '', nil, ops['client'], now, retention_ms)
   end
 end
-if n > 0 then redis.call('SET', k_event(ev['id']), ev['body'], 'PX', retention_ms) end
+if n > 0 then redis.call('SET', F.evt[ev['id']].body, ev['body'], 'PX', retention_ms) end
 return n

@@ -1,5 +1,8 @@
+#!lua
 -- Reads a client's feed after an iterator (GET /v1/events, the SSE streams): one page, filtered, with
--- the bodies, in one round trip.
+-- the bodies the entries carry. An entry whose body is kept under the event's own key (not a key this
+-- script may name: the feed's entries are data) answers `false` for it and its size counts as the 'n'
+-- the entry carries; the caller reads those bodies (one MGET) and skips an event whose body expired.
 -- KEYS[1] the client's feed. ARGV: after (a stream id; '' = from the oldest kept), limit (matches at
 --   most), scan (entries read at most), cutoff_ms (now - retention), types (JSON list; [] = every type;
 --   'run.*' matches every run event), run_id ('' = any), vendor ('' = any), future_ms (how far past
@@ -11,7 +14,7 @@
 -- Returns {'expired'} (entries after the iterator may be gone: it is older than the retention window and
 -- nothing at or before it is kept) | {'invalid'} (it points into the future) |
 -- {'throttled', ms} (the client's scan rate is spent: none may be scanned for ms) |
--- {'ok', iterator, done, scanned, id1, event_id1, body1, id2, ...}: done = 1 when the page reached the
+-- {'ok', iterator, done, scanned, id1, event_id1, body1 | false, id2, ...}: done = 1 when the page reached the
 -- feed's end; scanned = the entries read (the caller's budget per request). The iterator at the end is pushed to the current millisecond, so that a consumer of a quiet feed
 -- keeps an iterator inside the retention window: entries added later get ids past it.
 local key = KEYS[1]
@@ -56,16 +59,13 @@ for i, row in ipairs(rows) do
   local f, h = row[2], {}
   for j = 1, #f, 2 do h[f[j]] = f[j + 1] end
   if wanted(h) then
-    -- An event whose body expired with it (k_event) is past retention: skipped.
-    local body = h['b'] or redis.call('GET', k_event(h['e']))
-    if body then
-      table.insert(out, row[1]); table.insert(out, h['e']); table.insert(out, body)
-      matched = matched + 1
-      bytes = bytes + #body
-      if matched >= limit or bytes >= max_bytes then
-        full = i < #rows or #rows >= scan
-        break
-      end
+    local body = h['b'] or false
+    table.insert(out, row[1]); table.insert(out, h['e']); table.insert(out, body)
+    matched = matched + 1
+    bytes = bytes + (body and #body or tonumber(h['n'] or '0') or 0)
+    if matched >= limit or bytes >= max_bytes then
+      full = i < #rows or #rows >= scan
+      break
     end
   end
 end

@@ -1,3 +1,4 @@
+#!lua
 -- Hands leased work back at once (a worker past its shutdown grace), instead of leaving it to wait for
 -- its lease to run out. An item is released only while its due score is still the lease this worker
 -- took: a step that finished (or another worker's newer lease) moved it, and is left alone.

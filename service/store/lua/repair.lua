@@ -1,5 +1,12 @@
+#!lua
 -- The sweeper's check of one run or one delivery, atomic so that it never acts on a stale read.
--- KEYS[1] the run or delivery key. ARGV: kind ('run' | 'delivery'), now_ms, id
+-- The caller reads what names the other keys first (a plain read: the run's vendor; the delivery's chain
+-- and the chain's heads before it) and declares them; what changed since is left to the next pass.
+-- A run: KEYS 1 run, 2 its vendor's due set (the run key stands in when the run is gone), 3 active runs.
+--   ARGV: 'run', now_ms, id, vendor (as read).
+-- A delivery: KEYS 1 delivery, 2 its chain (the delivery key stands in for an unchained one), 3 due
+--   deliveries, 4 active deliveries, then the delivery key of each id in ARGV[6..] (the chain's heads
+--   before it, as read). ARGV: 'delivery', now_ms, id, subscription id, run id (as read), head ids...
 -- The sweeper walks the active runs and deliveries (keys.ACTIVE_RUNS, keys.ACTIVE_DELIVERIES) (work not finished), so a pass costs what is
 -- in flight, not what is kept; an id whose work is gone or done leaves its set here.
 -- Returns 1 when it scheduled work that had no place in a due set, else 0.
@@ -7,7 +14,7 @@ local kind, now = ARGV[1], tonumber(ARGV[2])
 if kind == 'run' then
   local raw = redis.call('GET', KEYS[1])
   if not raw then
-    redis.call('SREM', K_ACTIVE_RUNS, ARGV[3])
+    redis.call('SREM', KEYS[3], ARGV[3])
     return 0
   end
   local run = cjson.decode(raw)
@@ -16,19 +23,23 @@ if kind == 'run' then
   local tell = run['vendor_cancel_pending'] or run['vendor_delete_pending'] or run['_vendor_cancel']
     or run['_vendor_delete']
   if terminal and not tell then
-    redis.call('SREM', K_ACTIVE_RUNS, ARGV[3])
+    redis.call('SREM', KEYS[3], ARGV[3])
     return 0
   end
-  return redis.call('ZADD', k_due_runs(run['vendor']), 'NX', now, run['id'])
+  if run['vendor'] ~= ARGV[4] then return 0 end -- not the due set declared (a vendor never changes)
+  return redis.call('ZADD', KEYS[2], 'NX', now, run['id'])
 end
 
 local d = redis.call('HMGET', KEYS[1], DF.id, DF.status, DF.chained, DF.subscription_id, DF.run_id)
 if not d[1] or d[2] ~= DLV.PENDING then
-  redis.call('SREM', K_ACTIVE_DELIVERIES, ARGV[3])
+  redis.call('SREM', KEYS[4], ARGV[3])
   return 0
 end
 if d[3] == '1' then
-  local ckey = k_chain(d[4], d[5])
+  if d[4] ~= ARGV[4] or (d[5] or '') ~= ARGV[5] then return 0 end -- not the chain declared
+  local declared = {}
+  for i = 6, #ARGV do declared[ARGV[i]] = KEYS[i - 1] end
+  local ckey = KEYS[2]
   while true do
     local head = redis.call('LINDEX', ckey, 0)
     if not head then
@@ -36,10 +47,11 @@ if d[3] == '1' then
       break
     end
     if head == d[1] then break end
-    if redis.call('HGET', k_dlv(head), DF.status) == DLV.PENDING then
+    if not declared[head] then return 0 end -- the chain moved since the caller read it: the next pass
+    if redis.call('HGET', declared[head], DF.status) == DLV.PENDING then
       return 0 -- waits behind an earlier event of its run
     end
     redis.call('LPOP', ckey) -- a head that is no longer pending holds nothing back
   end
 end
-return redis.call('ZADD', K_DUE_DELIVERIES, 'NX', now, d[1])
+return redis.call('ZADD', KEYS[3], 'NX', now, d[1])

@@ -1,3 +1,4 @@
+#!lua
 -- Replaces a subscription's stored secrets only if they are still what was read (a compare-and-set, so
 -- that a re-seal never undoes a rotation that happened meanwhile).
 -- KEYS[1] subscription key. ARGV: old value, new value. Returns 1 when replaced, else 0.

@@ -1,3 +1,4 @@
+#!lua
 -- A client's open event streams and waiting long-polls, across every API pod: a slot is a member of a
 -- sorted set scored by its lease's end, so a pod that dies leaves slots that run out by themselves.
 -- KEYS[1] the client's streams. ARGV: op ('take' | 'renew' | 'drop'), token, now_ms, lease_ms, cap.

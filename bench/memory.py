@@ -1,0 +1,438 @@
+"""Redis memory per run: in flight with a full vendor trail, and finished (kept for ``RETENTION_S``).
+
+    python -m bench.memory                  # 10,000 runs
+    python -m bench.memory --runs 1000
+    python -m bench.memory --no-progress    # a vendor that reports no progress (no run.progress events)
+
+Memory, not time, so it drives the store directly: a private Redis (no AOF) and the ``Store`` with the
+calls and the decisions the API and the worker make, in their order, for every run:
+
+- the submit (``lifecycle.new_run``, ``Runs.create_run``: a URL document and one metadata pair, as
+  ``bench.scale``'s runs);
+- the vendor's acceptance and ``--polls`` polls (``core.runs.after_submit`` / ``after_poll`` with what the
+  Nutrient adapter makes of the simulator's answers: ``running``, its progress, the poll policy's
+  intervals; every poll's progress moved, so ``run.progress`` goes to the feed as often as
+  ``PROGRESS_MIN_INTERVAL_S`` lets it), applied as the worker's batcher applies them
+  (``Runs.transitions``): 12 polls fill the trail (``trail.HEAD + trail.TAIL`` entries, and it counts the
+  dropped ones);
+- the end: ``done`` with the result asset and the usage the adapter reads (``after_poll`` with
+  ``needs_fetch``), then the callback's delivery to the one subscription (the default: terminal events),
+  claimed and recorded as the deliverer does (``claim_deliveries``, ``record_attempt`` with a 204).
+
+Measured after each phase: ``used_memory`` (less the client and AOF buffers) against the baseline, per run;
+and ``MEMORY USAGE`` of each kind of key, averaged over a sample of runs for the keys of one run, and
+divided by the runs for the keys they share (the due set, the indexes, the feed), so that the table says
+what each key costs a run. What neither accounts for is the main dictionary's and the expiry
+dictionary's entries and buckets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from bench._common import BenchResult, Figure, environment, print_result, run_main
+from service.config.settings import Settings
+from service.core import domain, lifecycle, runs
+from service.core.domain import AttemptOutcome
+from service.core.records import Attempt, Run, Subscription, Transition
+from service.dev.embedded_redis import EmbeddedRedis
+from service.store import Store, bodies, connect, keys
+from service.vendors import base
+from service.vendors.registry import load_settings
+
+CLIENT = "bench"
+VENDOR = "nutrient"
+IN_FLIGHT_GOAL = 1024  # issue 30: bytes per run in flight, with a full trail
+FINISHED_GOAL = 2048  # issue 30: bytes per finished run kept for RETENTION_S
+BATCH = 250  # runs per batch of transitions (the worker's batcher takes about 74 a call)
+SAMPLE = 100  # runs whose keys are measured one by one
+
+
+async def run(
+    runs_n: int | None = None,
+    polls: int = 12,
+    sample: int = SAMPLE,
+    progress: bool = True,
+    quick: bool = False,
+) -> BenchResult:
+    """``quick`` (``bench.run --quick``): 1,000 runs unless ``runs_n`` says otherwise; else 10,000."""
+    if runs_n is None:
+        runs_n = 1000 if quick else 10_000
+    started = time.monotonic()
+    result = BenchResult(
+        name="memory",
+        command="python -m bench.memory",
+        quick_command="python -m bench.memory --runs 1000",
+    )
+    server = EmbeddedRedis(appendonly=False)
+    server.start()
+    try:
+        settings = load_settings(
+            # One subscription takes every callback: its in-flight limit is not what is measured.
+            environment(server.url, "http://127.0.0.1:9", SUBSCRIPTION_MAX_IN_FLIGHT="1000")
+        )
+        store = Store(connect(settings), settings)
+        redis = aioredis.Redis.from_url(server.url, decode_responses=True)
+        try:
+            figures = await _measure(store, redis, settings, runs_n, polls, sample, progress)
+        finally:
+            await store.close()
+            await redis.aclose()
+    finally:
+        server.cleanup()
+    in_flight, finished, data = figures
+    result.add(
+        Figure(
+            "Redis memory per run in flight, with a full vendor trail",
+            in_flight,
+            "bytes",
+            target="≤ 1,024 B",
+            goal=IN_FLIGHT_GOAL,
+            higher_is_better=False,
+            note=f"{runs_n:,} runs, each submitted and polled {polls} times; used_memory delta per run",
+        ),
+        Figure(
+            "the same less the client's feed (its entries are kept for RETENTION_S, whatever the run does)",
+            data["in_flight"]["per_run"] - data["in_flight"]["keys"].get("feed (stream) (shared)", 0.0),
+            "bytes",
+            note=f"{data['in_flight']['feed_entries']:.1f} feed entries per run: run.submitted and every "
+            "run.progress, with its body when no subscription keeps it",
+        ),
+        Figure(
+            "Redis memory per finished run (called back, kept for RETENTION_S)",
+            finished,
+            "bytes",
+            target="≤ 2 KiB",
+            goal=FINISHED_GOAL,
+            higher_is_better=False,
+            note=f"{runs_n:,} runs, each ended (done, with its result) and its callback delivered",
+        ),
+    )
+    for phase in ("in_flight", "finished"):
+        sizes = data[phase]["keys"]
+        keys_note = ", ".join(f"{name} {size:,.0f}" for name, size in sizes.items())
+        result.notes.append(
+            f"{phase.replace('_', ' ')}: MEMORY USAGE per run, by key: {keys_note} (sum "
+            f"{sum(sizes.values()):,.0f} B; used_memory says {data[phase]['per_run']:,.0f}); "
+            f"{data[phase]['feed_entries']:.1f} feed entries per run"
+        )
+    result.data.update(data, runs=runs_n, polls=polls)
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+async def _measure(
+    store: Store, redis: aioredis.Redis, settings: Settings, n: int, polls: int, sample: int, progress: bool
+) -> tuple[float, float, dict[str, Any]]:
+    sub_id = await _subscribe(store)
+    await _settle(redis)
+    baseline = await used_memory(redis)
+    rng = random.Random(7)
+    t0 = domain.now_ms() - 3_600_000  # the runs' times lie in the past hour, as the worker's would
+    ids = [domain.new_id("run") for _ in range(n)]
+    current: dict[str, Run] = {}
+
+    async def each_batch(step: Callable[[Sequence[str]], Awaitable[None]]) -> None:
+        for at in range(0, n, BATCH):
+            await step(ids[at : at + BATCH])
+
+    async def submit(batch: Sequence[str]) -> None:
+        for run_id in batch:
+            run = lifecycle.new_run(
+                run_id=run_id,
+                client=CLIENT,
+                vendor=VENDOR,
+                operation="extract",
+                document={
+                    "url": f"https://docs.example/scale/invoice-{len(current)}.pdf",
+                    "media_type": "application/pdf",
+                },
+                options={},
+                metadata={"i": str(len(current))},
+                subscription_ids=[],
+                zero_retention=False,
+                now_ms=t0 + len(current),
+                traceparent=None,
+            )
+            assert await store.runs.create_run(run, None, None) is None
+            current[run_id] = run
+        policy = settings.vendor(VENDOR)
+        changes = [
+            runs.after_submit(
+                current[r],
+                base.Submitted(vendor_run_id=_vendor_id(r), vendor_status="queued"),
+                {},
+                policy,
+                now_ms=current[r].created_at + 40,
+                jitter=rng,
+                latency_ms=rng.uniform(2, 9),
+            )
+            for r in batch
+        ]
+        await _apply(store, current, changes)
+
+    async def poll(batch: Sequence[str]) -> None:
+        policy = settings.vendor(VENDOR)
+        for k in range(polls):
+            changes = []
+            for r in batch:
+                run = current[r]
+                fraction = (k + 1) / (polls + 2)
+                phase = "preprocessing" if fraction < 0.15 else "ocr" if fraction < 0.6 else "extraction"
+                answer = base.PollResult(
+                    base.RUNNING,
+                    "running",
+                    progress=base.Progress(percent=float(min(99, int(fraction * 100))), phase=phase)
+                    if progress
+                    else None,
+                )
+                at = run.updated_at + int((run.delay_s or 2.0) * 1000)
+                changes.append(
+                    runs.after_poll(
+                        run,
+                        answer,
+                        policy,
+                        settings.run_policy,
+                        now_ms=at,
+                        jitter=rng,
+                        latency_ms=rng.uniform(2, 9),
+                    )
+                )
+            await _apply(store, current, changes)
+
+    await each_batch(submit)
+    await each_batch(poll)
+    await _settle(redis)
+    in_flight_bytes = await used_memory(redis) - baseline
+    probe = rng.sample(ids, min(sample, n))
+    in_flight = {
+        "per_run": in_flight_bytes / n,
+        "keys": await _breakdown(redis, probe, n, sub_id),
+        "trail": sum(len(current[r].trail) for r in probe) / len(probe),
+        "feed_entries": await redis.xlen(keys.client_feed(CLIENT)) / n,
+    }
+
+    async def finish(batch: Sequence[str]) -> None:
+        policy = settings.vendor(VENDOR)
+        changes = []
+        for r in batch:
+            run = current[r]
+            usage = {"data_extraction_credits": {"cost": 1.0}}
+            answer = base.PollResult(
+                base.SUCCEEDED, "done", needs_fetch=True, usage={"credits": 1.0, "reported": usage}
+            )
+            changes.append(
+                runs.after_poll(
+                    run,
+                    answer,
+                    policy,
+                    settings.run_policy,
+                    now_ms=run.updated_at + 30_000,
+                    jitter=rng,
+                    payload=_result(r),
+                    latency_ms=rng.uniform(2, 9),
+                )
+            )
+        await _apply(store, current, changes)
+
+    await each_batch(finish)
+    await _deliver(store, n)
+    await _settle(redis)
+    finished_bytes = await used_memory(redis) - baseline
+    finished = {
+        "per_run": finished_bytes / n,
+        "keys": await _breakdown(redis, probe, n, sub_id),
+        "feed_entries": await redis.xlen(keys.client_feed(CLIENT)) / n,
+    }
+    return (
+        in_flight["per_run"],
+        finished["per_run"],
+        {
+            "baseline_bytes": baseline,
+            "in_flight": in_flight,
+            "finished": finished,
+        },
+    )
+
+
+async def _subscribe(store: Store) -> str:
+    now = domain.now_ms()
+    sub = Subscription(
+        id=domain.new_id("sub"),
+        client=CLIENT,
+        url="http://127.0.0.1:9/hooks",
+        secrets=f'[["whsec_{"x" * 32}", null]]',
+        created_at=now,
+        updated_at=now,
+    )
+    assert await store.subscriptions.create_subscription(sub, max_count=100)
+    return sub.id
+
+
+async def _apply(store: Store, current: dict[str, Run], changes: list[Transition]) -> None:
+    outcomes = await store.runs.transitions(changes)
+    for change, outcome in zip(changes, outcomes, strict=True):
+        if isinstance(outcome, Exception):
+            raise outcome
+        current[change.run.id] = change.run
+
+
+async def _deliver(store: Store, n: int) -> None:
+    """Every due delivery claimed and answered 204, as the deliverer records it; until none is left (with a
+    deadline: the fan-out made one per run)."""
+    delivered = 0
+    deadline = time.monotonic() + 600
+    while delivered < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{delivered:,} of {n:,} deliveries made")
+        now = domain.now_ms()
+        claimed, _ = await store.deliveries.claim_deliveries(now, 200, 30_000, client_max=1_000_000)
+        if not claimed:
+            continue
+        await asyncio.gather(
+            *(
+                store.deliveries.record_attempt(
+                    c.delivery,
+                    AttemptOutcome.SUCCEEDED,
+                    now_ms=now + 5,
+                    attempt=Attempt(
+                        at=domain.rfc3339(now) or "",
+                        status_code=204,
+                        duration_ms=3.4,
+                        error=None,
+                        response_body="",
+                    ),
+                    status_code=204,
+                )
+                for c in claimed
+            )
+        )
+        delivered += len(claimed)
+
+
+def _vendor_id(run_id: str) -> str:
+    """A Nutrient run id: a UUID, as the simulator makes them."""
+    h = hashlib.sha256(run_id.encode()).hexdigest()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _result(run_id: str) -> dict[str, Any]:
+    """The simulator's Nutrient ``extract`` result asset for a run's document."""
+    digest = hashlib.sha256(run_id.encode()).hexdigest()
+    fields = {
+        "invoice_number": f"INV-{digest[:6]}",
+        "total": int(digest[6:14], 16) % 1_000_000 / 100,
+        "currency": "USD",
+        "pages": 1 + int(digest[14:16], 16) % 5,
+        "sha256": digest,
+    }
+    return {"output": {"fields": fields}, "usage": {"data_extraction_credits": {"cost": 1.0}}}
+
+
+async def used_memory(redis: aioredis.Redis) -> int:
+    """``used_memory`` without the client buffers and the AOF buffer (``Cluster.redis_memory``)."""
+    info = await redis.info("memory")
+    return (
+        int(info["used_memory"]) - int(info.get("mem_clients_normal", 0)) - int(info.get("mem_aof_buffer", 0))
+    )
+
+
+async def _settle(redis: aioredis.Redis) -> None:
+    """Lets Redis finish an incremental rehash of its dictionaries (they double in steps, a bucket per
+    command): a few hundred cheap commands, polled until ``used_memory`` stops moving (a deadline)."""
+    last = -1
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for _ in range(200):
+            await redis.ping()
+        now = await used_memory(redis)
+        if now == last:
+            return
+        last = now
+
+
+async def _usage(redis: aioredis.Redis, key: str) -> int:
+    return int(await redis.memory_usage(key, samples=0) or 0)
+
+
+async def _breakdown(redis: aioredis.Redis, run_ids: Sequence[str], n: int, sub_id: str) -> dict[str, float]:
+    """``MEMORY USAGE`` per run of each kind of key: a run's own keys averaged over ``run_ids``; the keys
+    that many runs share (due set, indexes, feed, delivery log) divided by ``n``."""
+    own: dict[str, float] = {}
+
+    async def add(name: str, key: str) -> None:
+        size = await _usage(redis, key)
+        if size:
+            own[name] = own.get(name, 0.0) + size / len(run_ids)
+
+    for run_id in run_ids:
+        raw = await redis.get(keys.run(run_id))
+        run = Run.from_json(raw) if raw else None
+        await add("run record", keys.run(run_id))
+        await add("result", keys.result(run_id))
+        await add("run's progress list", keys.run_events(run_id))
+        await add("run's delivery index", keys.run_deliveries(run_id))
+        if run is not None:
+            for key, value in run.metadata.items():
+                await add("metadata index", keys.run_metadata(run.client, key, value))
+            for event_id in run.event_ids:
+                etype = await _event_type(redis, event_id)
+                await add(f"event {etype}", keys.event(event_id))
+            for dlv_id in await redis.zrange(keys.run_deliveries(run_id), 0, -1):
+                await add("delivery", keys.delivery(dlv_id))
+                await add("delivery's attempts", keys.delivery_attempts(dlv_id))
+    shared = {
+        "due set": keys.due_runs(VENDOR),
+        "active runs": keys.ACTIVE_RUNS,
+        "client's runs index": keys.client_runs(CLIENT),
+        "feed (stream)": keys.client_feed(CLIENT),
+        "subscription's delivery log": keys.sub_deliveries(sub_id),
+        "due deliveries": keys.DUE_DELIVERIES,
+        "active deliveries": keys.ACTIVE_DELIVERIES,
+    }
+    for name, key in shared.items():
+        size = await _usage(redis, key)
+        if size:
+            own[name + " (shared)"] = size / n
+    return own
+
+
+async def _event_type(redis: aioredis.Redis, event_id: str) -> str:
+    """The type in an event's body (a packed body is bytes: read without decoding)."""
+    raw = await redis.execute_command("GET", keys.event(event_id), NEVER_DECODE=True)
+    if raw is None:
+        return "gone"
+    body = bodies.unpacked_or_none(raw)
+    if body is None:
+        return "?"
+    return str(json.loads(body).get("type"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument(
+        "--polls", type=int, default=12, help="polls per run while in flight (12 fill the trail)"
+    )
+    parser.add_argument("--sample", type=int, default=SAMPLE, help="runs whose keys are measured one by one")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="a vendor that reports no progress: no run.progress events"
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    print_result(run_main(run(args.runs, args.polls, args.sample, not args.no_progress)), args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The configuration: every setting declared once (``settings``), read from the environment."""

@@ -1,0 +1,1 @@
+"""What hookbridge tells its operators: structured logs, Prometheus metrics, OpenTelemetry traces."""

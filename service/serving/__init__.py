@@ -1,0 +1,1 @@
+"""uvicorn as hookbridge runs it (``server``): embedded servers and the API's connection guard."""

@@ -1,0 +1,45 @@
+"""What every aggregate of the store shares: the connection, the loaded scripts and the few settings the
+scripts are given (retention), built once by the facade (``service/store/__init__.py``) and handed to
+each aggregate, so that the five of them never load the scripts five times."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from redis.asyncio import Redis
+
+from service.config.settings import Settings
+from service.core.records import Event
+from service.store import bodies
+from service.store.scripts import Scripts
+
+
+class Part:
+    """One aggregate's view of the store: the connection, the scripts, the settings it reads."""
+
+    def __init__(self, redis: Redis, scripts: Scripts, settings: Settings) -> None:
+        self.redis = redis
+        self.scripts = scripts
+        self.settings = settings
+        self.retention_ms = int(settings.retention_s * 1000)
+
+    async def hashes(self, names: Iterable[str]) -> list[Any]:
+        """Every field of each hash, in one round trip (an empty reply for a hash that is gone)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(name)
+        return list(await pipe.execute())
+
+
+def stored_event(event: Event, argv: list[Any]) -> dict[str, Any]:
+    """The event as the scripts take it: no null fields (a Lua null is truthy), and its bodies in their
+    stored form (``bodies.packed``: bytes) appended to ``argv``, the script's arguments, which it names by
+    their positions there (1-based, as Lua's ``ARGV``: ``_fanout.lua``'s ``with_bodies``)."""
+    out = event.model_dump(exclude_none=True, exclude={"body", "feed"})
+    argv.append(bodies.packed(event.body))
+    out["body"] = len(argv)
+    if event.feed is not None:
+        argv.append(bodies.packed(event.feed))
+        out["feed"] = len(argv)
+    return out

@@ -1,0 +1,390 @@
+"""The run aggregate: a run's record, its document, its result and its events; the client's listing of
+runs; the due sets the run pump claims from. Every change of a run is one script (``create_run``,
+``transition``, ``claim_runs``, ``release``), so a run and the events and deliveries it implies are
+written together or not at all."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from service.config.settings import Settings
+from service.core.domain import SUCCEEDED, TERMINAL
+from service.core.records import Run, Transition, result_in_event
+from service.store import bodies, fanout, jsoncodec, keys
+from service.store.base import Part, stored_event
+from service.store.codec import ClaimedRun, claimed_runs, run_or_none, text
+from service.store.limits import OverRate
+from service.store.outcomes import Applied, Conflict, Missing, Outcome
+from service.store.pages import Listing, page
+
+
+def metadata_ttl_ms(settings: Settings) -> int:
+    """A metadata index outlives its newest run: the longest a run may take, then the retention."""
+    longest_run_s = max((v.max_run_s for v in settings.vendors.values()), default=0.0)
+    return int(settings.retention_s * 1000) + int(longest_run_s * 1000)
+
+
+class Runs(Part):
+    async def create_run(
+        self,
+        run: Run,
+        document: bytes | None,
+        idem: tuple[str, str] | None,
+        *,
+        rate: tuple[float, int] | None = None,
+    ) -> str | None:
+        """Writes a new run. With ``idem=(key, fingerprint)`` returns the stored ``"fingerprint run_id"``
+        instead when the key was used before (and writes nothing). With ``rate=(per_s, burst)`` the
+        submit takes one request from the client's ``submit`` limiter in the same step, and raises
+        :class:`OverRate` (nothing written) when the client is over it; a replay takes nothing."""
+        ks = [
+            keys.run(run.id),
+            keys.document(run.id),
+            keys.client_runs(run.client),
+            keys.due_runs(run.vendor),
+            keys.client_rate("submit", run.client),
+            keys.ACTIVE_RUNS,
+        ]
+        interval, burst = (1000.0 / rate[0], rate[1]) if rate else ("", 0)
+        args: list[Any] = [run.to_json(), document or b"", run.created_at, run.id, interval, burst]
+        if idem:
+            ks.append(keys.idempotency(run.client, idem[0]))
+            args += [f"{idem[1]} {run.id}", int(self.settings.idempotency_ttl_s * 1000)]
+        else:
+            args += ["", 0]
+        # One index per metadata pair (at most MAX_METADATA_PAIRS): the metadata filter reads one.
+        args += [len(ks) + 1, metadata_ttl_ms(self.settings)]
+        ks += [keys.run_metadata(run.client, k, v) for k, v in run.metadata.items()]
+        reply = await self.scripts.create_run(keys=ks, args=args)
+        outcome = text(reply[0])
+        if outcome == "rate_limited":
+            raise OverRate(int(text(reply[1])) / 1000)
+        return text(reply[1]) if outcome == "exists" else None
+
+    async def idempotency_record(self, client: str, key: str) -> str | None:
+        value = await self.redis.get(keys.idempotency(client, key))
+        return text(value) if value is not None else None
+
+    async def get_run(self, run_id: str) -> Run | None:
+        return run_or_none(await self.redis.get(keys.run(run_id)))
+
+    async def get_runs(self, run_ids: Sequence[str]) -> list[Run | None]:
+        if not run_ids:
+            return []
+        return [run_or_none(raw) for raw in await self.redis.mget([keys.run(r) for r in run_ids])]
+
+    async def get_document(self, run_id: str) -> bytes | None:
+        raw = await self.redis.get(keys.document(run_id))
+        return bytes(raw) if raw is not None else None
+
+    async def keep_document(self, run_id: str, content: bytes, ttl_s: float) -> bytes:
+        """Keeps a fetched document under the run's document key, as a bytes submit is kept, unless one is
+        kept already; returns the kept bytes (the first fetch's, on a race). ``ttl_s`` bounds a key that
+        a run ended meanwhile would otherwise leave behind."""
+        key = keys.document(run_id)
+        if await self.redis.set(key, content, nx=True, px=max(1, int(ttl_s * 1000))):
+            return content
+        kept = await self.redis.get(key)
+        return bytes(kept) if kept is not None else content
+
+    async def get_result(self, run: Run) -> bytes | None:
+        """The run's result as ``GET /v1/runs/{id}/result`` serves it: its own key, or, for a result inline
+        in the run's ``run.succeeded`` (which keeps it alone: ``lifecycle.finished``), from that event's
+        body; None when neither is kept (past retention)."""
+        raw = await self.redis.get(keys.result(run.id))
+        if raw is not None:
+            return bytes(raw)
+        if run.status != SUCCEEDED or run.result_type is not None or not run.event_ids:
+            return None
+        stored = await self.redis.get(keys.event(run.event_ids[-1]))  # the run's end: its last event
+        body = bodies.unpacked_or_none(stored) if stored is not None else None
+        if body is None:
+            return None
+        try:
+            return result_in_event(body)
+        except ValueError:
+            return None
+
+    async def run_events(self, run: Run) -> list[tuple[str, dict[str, Any]]]:
+        """The run's events that are still kept, oldest first, as (event id, body): those its record names
+        (``Run.event_ids``) and its progress events (a list; every event, for a run written before the
+        record named them)."""
+        listed = [text(i) for i in await self.redis.lrange(keys.run_events(run.id), 0, -1)]  # type: ignore[misc]
+        ids = list(dict.fromkeys([*run.event_ids, *listed]))
+        if not ids:
+            return []
+        stored = await self.redis.mget([keys.event(i) for i in ids])
+        kept = [
+            (event_id, json.loads(body))
+            for event_id, raw in zip(ids, stored, strict=True)
+            if raw and (body := bodies.unpacked_or_none(raw))
+        ]
+        # By time; the sort is stable, so events of one millisecond keep the order they were named in.
+        return sorted(kept, key=lambda item: str(item[1].get("timestamp", "")))
+
+    async def list_runs(
+        self,
+        client: str,
+        *,
+        limit: int,
+        cursor: str | None,
+        status: str | None,
+        vendor: str | None,
+        created_after_ms: int | None = None,
+        created_before_ms: int | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> Listing[Run]:
+        """The client's runs, newest first, filtered. The time range [after, before) is read from the
+        index's scores; with ``metadata`` pairs (all must match) the index read is the smallest of their
+        own indexes (written at create), and the other filters check each run read, within
+        :func:`pages.page`'s bound per request."""
+
+        def keep(run: Run) -> bool:
+            return (
+                (status is None or run.status == status)
+                and (vendor is None or run.vendor == vendor)
+                and all(run.metadata.get(k) == v for k, v in metadata)
+            )
+
+        index = keys.client_runs(client)
+        if metadata:
+            candidates = [keys.run_metadata(client, k, v) for k, v in dict.fromkeys(metadata)]
+            pipe = self.redis.pipeline(transaction=False)
+            for name in candidates:
+                pipe.zcard(name)
+            sizes = await pipe.execute()
+            index = min(zip(sizes, candidates, strict=True))[1]
+        return await page(
+            self.redis,
+            index,
+            limit,
+            cursor,
+            self.get_runs,
+            keep,
+            low=created_after_ms,
+            high=created_before_ms,
+        )
+
+    async def transition(self, change: Transition) -> Outcome:
+        """Applies ``change`` if the run is still at version ``expect_v``: :class:`Applied` (with the
+        deliveries created, and whether it ended the run: the caller counts that end), :class:`Conflict`
+        (with the stored run) or :class:`Missing`. A change with events reads the client's
+        subscriptions first (``fanout.py``), and again if one was created meanwhile."""
+        for _ in range(fanout.STALE_TRIES):
+            subs = await self._subscriptions([change])
+            ks, args = self._transition_call(change, subs)
+            reply = await self.scripts.transition(keys=ks, args=args)
+            if text(reply[0]) != "stale":
+                return _transition_outcome(change, reply)
+        raise fanout.StaleFanout(f"the subscriptions of {change.run.client} kept changing")
+
+    async def transitions(self, changes: Sequence[Transition]) -> list[Outcome | Exception]:
+        """:meth:`transition` for many runs in one call of ``transitions.lua`` (one round trip and one
+        reply, each change still applied on its own, as it would be alone).
+
+        Returns each change's outcome, or the error its step raised; a lost connection raises.
+        """
+        subs = await self._subscriptions(changes)
+        ks: list[str] = []
+        argv: list[Any] = []
+        for change in changes:
+            change_keys, args = self._transition_call(change, subs)
+            ks += change_keys
+            argv += [len(change_keys), len(args), *args]
+        replies = await self.scripts.transitions(keys=ks, args=argv)
+        out: list[Outcome | Exception] = []
+        for change, reply in zip(changes, replies, strict=True):
+            outcome = text(reply[0])
+            if outcome == "error":
+                out.append(ResponseError(text(reply[1])))
+            elif outcome == "stale":  # a subscription created meanwhile: this one again, alone
+                try:
+                    out.append(await self.transition(change))
+                except fanout.StaleFanout as exc:
+                    out.append(exc)
+            else:
+                out.append(_transition_outcome(change, reply))
+        return out
+
+    async def _subscriptions(self, changes: Sequence[Transition]) -> dict[str, list[str]]:
+        """The subscription ids of each client whose change emits events (one read for them all)."""
+        clients = list(dict.fromkeys(c.run.client for c in changes if c.events))
+        if not clients:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for client in clients:
+            pipe.zrange(keys.client_subs(client), 0, -1)
+        replies = await pipe.execute()
+        return {c: [text(s) for s in ids] for c, ids in zip(clients, replies, strict=True)}
+
+    def _transition_call(self, change: Transition, subs: dict[str, list[str]]) -> tuple[list[str], list[Any]]:
+        """transition.lua's KEYS and ARGV for ``change``; ``subs``: the client's subscription ids as read."""
+        run = change.run
+        ks = [
+            keys.run(run.id),
+            keys.due_runs(run.vendor),
+            keys.ACTIVE_RUNS,
+            keys.result(run.id),
+            keys.document(run.id),
+            keys.run_events(run.id),
+            keys.run_deliveries(run.id),
+            keys.client_subs(run.client),
+        ]
+        targets: list[str] = []
+        if change.events:
+            wanted = set(run.subscription_ids)
+            targets = [s for s in subs.get(run.client, []) if not wanted or s in wanted]
+            ks += fanout.block(run.client, run.id, [e.id for e in change.events], targets)
+        # ARGV: the ops (below), the run and the result as their own arguments (not escaped inside the ops
+        # JSON), then the events' bodies (binary), which the ops name by position.
+        args: list[Any] = ["", run.to_json()]
+        if change.result is not None:
+            args.append(change.result)
+        ops: dict[str, Any] = {
+            "run_id": run.id,
+            "client": run.client,
+            "expect_v": change.expect_v,
+            "status": run.status,
+            "now": run.updated_at,
+            "retention_ms": self.retention_ms,
+            "zr": "1" if run.zero_retention else "0",
+            "result": change.result is not None,
+            "events": [stored_event(e, args) for e in change.events],
+            "sub_filter": run.subscription_ids,
+            "subs": targets,
+            "del_doc": change.delete_document,
+        }
+        if change.due_ms is not None:
+            ops["due_score"] = int(change.due_ms)
+        elif change.remove_due:
+            ops["due_remove"] = True
+        if change.ttl_ms is not None:
+            ops["ttl_ms"] = change.ttl_ms
+        args[0] = jsoncodec.dumps(ops)
+        return ks, args
+
+    async def schedule_run(self, vendor: str, run_id: str, due_ms: float) -> None:
+        """Moves a run's next step (no state change: a retry after a transient fault)."""
+        await self.redis.zadd(keys.due_runs(vendor), {run_id: int(due_ms)}, xx=True)
+
+    async def claim_runs(
+        self,
+        vendor: str,
+        now_ms: int,
+        limit: int,
+        lease_ms: int,
+        interval_ms: float,
+        lookahead_ms: int,
+        probe_lease_ms: int = 60_000,
+    ) -> tuple[list[ClaimedRun], float | None]:
+        """Claims due runs; none while the vendor is paused after a 429, then one as its probe.
+
+        In steps, each on the keys of one slot: the due ids, the due set's head and the vendor's pause
+        are read (with none due, or the vendor paused, that is all); the vendor's budget gives its slots
+        for them (``budget_batch.lua``: at most those within ``lookahead_ms``); ``claim_runs.lua`` leases
+        those still due, one per slot, and the slots left over are given back; a probe is set last
+        (``pause.lua``), or its run handed back when another claim's probe got there first."""
+        due = keys.due_runs(vendor)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrangebyscore(due, "-inf", now_ms, start=0, num=limit)
+        pipe.zrange(due, 0, 0, withscores=True)
+        pipe.hmget(keys.vendor_pause(vendor), ["until", "probe", "probe_exp"])
+        ids_raw, head, pause = await pipe.execute()
+        ids = [text(i) for i in ids_raw]
+        held, probing = _paused(now_ms, pause)
+        if held or not ids:
+            return [], _next_due(now_ms, head, pause)
+        if probing:
+            ids = ids[:1]
+        budget = keys.vendor_budget(vendor)
+        start, count = float(now_ms), len(ids)
+        if interval_ms > 0:
+            first, count = await self.scripts.budget_batch(
+                keys=[budget], args=["take", now_ms, interval_ms, len(ids), lookahead_ms]
+            )
+            start, count = float(first), int(count)
+            if count == 0:
+                return [], float(head[0][1]) if head else None
+        reply = await self.scripts.claim_runs(
+            keys=[due, *map(keys.run, ids)],
+            args=[now_ms, lease_ms, start, interval_ms if interval_ms > 0 else 0, count, *ids],
+        )
+        claimed, nxt = claimed_runs([reply[0], reply[1], False])
+        unused = count - len(reply[0]) // 4
+        if interval_ms > 0 and unused > 0:
+            await self.scripts.budget_batch(
+                keys=[budget], args=["give_back", interval_ms, start + count * interval_ms, unused]
+            )
+        if probing and claimed:
+            one = claimed[0]
+            token = f"{one.run.id}@{now_ms}"
+            took = int(
+                await self.scripts.pause(
+                    keys=[keys.vendor_pause(vendor)],
+                    args=["probe", now_ms, token, one.slot_ms + probe_lease_ms],
+                )
+            )
+            if took == 0:  # another claim's probe, or a new 429: the run goes back, due as it was
+                await self.scripts.release(
+                    keys=[due, due, due], args=[one.due_ms, one.run.id, one.slot_ms + lease_ms]
+                )
+                return [], None
+            if took == 1:
+                claimed = [replace(one, probe=token)]
+        return claimed, nxt
+
+    async def release_runs(self, vendor: str, leases: Sequence[tuple[str, float]], now_ms: int) -> int:
+        """Makes leased runs due now, each only while its lease (id, lease end ms) is still the one taken."""
+        if not leases:
+            return 0
+        args: list[Any] = [now_ms]
+        for run_id, lease_end in leases:
+            args += [run_id, lease_end]
+        due = keys.due_runs(vendor)
+        return int(await self.scripts.release(keys=[due] + [due] * (2 * len(leases)), args=args))
+
+    async def in_flight_count(self, vendors: Sequence[str]) -> int:
+        pipe = self.redis.pipeline(transaction=False)
+        for vendor in vendors:
+            pipe.zcard(keys.due_runs(vendor))
+        return sum(await pipe.execute())
+
+
+def _paused(now_ms: int, pause: list[bytes | None]) -> tuple[bool, bool]:
+    """(held, probing): the vendor's pause holds every claim until it ends and while its probe is out;
+    then the next claim takes one run, as the probe."""
+    untl, probe, probe_exp = pause
+    if untl is None:
+        return False, False
+    if now_ms < float(untl) or (probe is not None and float(probe_exp or 0) > now_ms):
+        return True, False
+    return False, True
+
+
+def _next_due(now_ms: int, head: list[tuple[bytes, float]], pause: list[bytes | None]) -> float | None:
+    """When the vendor's next run falls due, as claim_runs.lua answers a claim that finds none due: not
+    before a pause ends; unknown (None) while its probe is out."""
+    nxt = float(head[0][1]) if head else None
+    untl, probe, probe_exp = pause
+    if untl is not None:
+        if now_ms < float(untl):
+            return None if nxt is None else max(nxt, float(untl))
+        if probe is not None and float(probe_exp or 0) > now_ms:
+            return None
+    return nxt
+
+
+def _transition_outcome(change: Transition, reply: Any) -> Outcome:
+    # transition.lua's reply: {'ok', deliveries, previous_status} | {'conflict', run} | {'missing'}
+    outcome = text(reply[0])
+    if outcome == "conflict":
+        return Conflict(Run.from_json(reply[1]))
+    if outcome == "ok":
+        ended = change.run.status in TERMINAL and text(reply[2]) not in TERMINAL
+        return Applied(int(reply[1]), ended)
+    return Missing()

@@ -1,0 +1,262 @@
+"""The store's upkeep, off the hot path: workers' heartbeats, the sweeper's repair, the purge of expired
+listing entries, and the gauges' samples (``observe``, ``due_counts``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis, RedisCluster
+from redis.commands.core import AsyncScript
+
+from service.config.settings import Settings
+from service.core.domain import DeliveryStatus
+from service.core.records import DELIVERY_HASH, DELIVERY_HASH_INTERNAL
+from service.store import jsoncodec, keys
+from service.store.base import Part
+from service.store.codec import text
+from service.store.scripts import Scripts
+from service.store.subscriptions import OWNER_DISABLED
+
+
+async def repair(redis: Redis, scripts: Scripts, now_ms: int) -> dict[str, int]:
+    """The sweeper: every unfinished run and every pending delivery that should be due has a place in
+    its due set. The scripts keep that true; this catches what they cannot (a due set lost or edited
+    by hand, a Redis restored from an older snapshot). It walks the sets of unfinished work, so a pass
+    costs what is in flight, not the history kept for retention. Idempotent: ``ZADD NX`` never moves
+    work that is already scheduled or leased."""
+    counts = {"runs": 0, "deliveries": 0}
+    for count, active, fix in (
+        ("runs", keys.ACTIVE_RUNS, _repair_runs),
+        ("deliveries", keys.ACTIVE_DELIVERIES, _repair_deliveries),
+    ):
+        batch: list[str] = []
+        async for raw in redis.sscan_iter(active, count=500):
+            batch.append(text(raw))
+            if len(batch) >= 500:
+                counts[count] += await fix(redis, scripts, batch, now_ms)
+                batch = []
+        if batch:
+            counts[count] += await fix(redis, scripts, batch, now_ms)
+    return counts
+
+
+async def _repair_runs(redis: Redis, scripts: Scripts, ids: list[str], now_ms: int) -> int:
+    """repair.lua per run, given the due set of the run's vendor (read first: a script names no key)."""
+    pipe = redis.pipeline(transaction=False)
+    for run_id in ids:
+        pipe.get(keys.run(run_id))
+    calls = []
+    for run_id, raw in zip(ids, await pipe.execute(), strict=True):
+        vendor = _vendor_of(raw)
+        due = keys.due_runs(vendor) if vendor else keys.run(run_id)
+        calls.append(([keys.run(run_id), due, keys.ACTIVE_RUNS], ["run", now_ms, run_id, vendor]))
+    return sum(int(r) for r in await _each(redis, scripts.repair, calls))
+
+
+async def _each(redis: Redis, script: AsyncScript, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+    """``script`` once per (keys, args): in one pipeline on a Redis server; on a cluster client, which
+    refuses scripts in its pipelines, a few at a time (each call goes to its keys' node)."""
+    if not isinstance(redis, RedisCluster):
+        pipe = redis.pipeline(transaction=False)
+        for ks, args in calls:
+            await script(keys=ks, args=args, client=pipe)
+        return list(await pipe.execute())
+    out: list[Any] = []
+    for at in range(0, len(calls), 50):
+        out += await asyncio.gather(*(script(keys=ks, args=args) for ks, args in calls[at : at + 50]))
+    return out
+
+
+def _vendor_of(raw: bytes | None) -> str:
+    if not raw:
+        return ""
+    try:
+        run = jsoncodec.loads(raw)
+    except ValueError:
+        return ""  # the script reads it again, and fails on it as it always did
+    vendor = run.get("vendor") if isinstance(run, dict) else None
+    return vendor if isinstance(vendor, str) else ""
+
+
+_REPAIR_FIELDS = [
+    *(DELIVERY_HASH[f] for f in ("status", "subscription_id", "run_id")),
+    DELIVERY_HASH_INTERNAL["chained"],
+]
+
+
+async def _repair_deliveries(redis: Redis, scripts: Scripts, ids: list[str], now_ms: int) -> int:
+    """repair.lua per delivery, given its chain and the chain's entries before it (read first)."""
+    pipe = redis.pipeline(transaction=False)
+    for dlv_id in ids:
+        pipe.hmget(keys.delivery(dlv_id), _REPAIR_FIELDS)
+    rows = [[text(v) for v in row] for row in await pipe.execute()]
+    chained = [
+        (dlv_id, sid, run_id)
+        for dlv_id, (status, sid, run_id, in_chain) in zip(ids, rows, strict=True)
+        if status == DeliveryStatus.PENDING and in_chain == "1"
+    ]
+    pipe = redis.pipeline(transaction=False)
+    for _, sid, run_id in chained:
+        pipe.lrange(keys.chain(sid, run_id), 0, -1)
+    heads: dict[str, list[str]] = {}
+    for (dlv_id, _, _), chain in zip(chained, await pipe.execute(), strict=True):
+        members = [text(m) for m in chain]
+        heads[dlv_id] = members[: members.index(dlv_id)] if dlv_id in members else members
+    calls = []
+    for dlv_id, (_, sid, run_id, _) in zip(ids, rows, strict=True):
+        before = heads.get(dlv_id, [])
+        dkey = keys.delivery(dlv_id)
+        chain_key = keys.chain(sid, run_id) if dlv_id in heads else dkey
+        calls.append(
+            (
+                [dkey, chain_key, keys.DUE_DELIVERIES, keys.ACTIVE_DELIVERIES, *map(keys.delivery, before)],
+                ["delivery", now_ms, dlv_id, sid, run_id, *before],
+            )
+        )
+    return sum(int(r) for r in await _each(redis, scripts.repair, calls))
+
+
+async def purge_indexes(redis: Redis, cutoff_ms: int) -> int:
+    """Drops listing entries older than ``cutoff_ms`` whose records have expired.
+
+    Only the listings of records that expire are walked (a client's runs, by creation and by metadata
+    pair, a subscription's deliveries), found by the key builders' own patterns, so a subscription
+    index can never match.
+    An entry stays while its record lives: a run still in flight, a delivery still pending."""
+    removed = 0
+    for pattern, record in (
+        (keys.client_runs("*"), keys.run),
+        (keys.sub_deliveries("*"), keys.delivery),
+        (f"{keys.PREFIX}client:*:meta:*", keys.run),
+    ):
+        async for index in redis.scan_iter(match=pattern, count=500):
+            removed += await _purge_index(redis, text(index), record, cutoff_ms)
+    return removed
+
+
+async def _purge_index(
+    redis: Redis, index: str, record: Callable[[str], str], cutoff: int, chunk: int = 500
+) -> int:
+    removed = 0
+    start = 0
+    while True:
+        rows = await redis.zrangebyscore(index, "-inf", cutoff, start=start, num=chunk)
+        if not rows:
+            return removed
+        ids = [text(r) for r in rows]
+        pipe = redis.pipeline(transaction=False)
+        for item in ids:
+            pipe.exists(record(item))
+        gone = [item for item, alive in zip(ids, await pipe.execute(), strict=True) if not alive]
+        if gone:
+            # A record that expired never comes back (ids are never reused): no race to guard.
+            removed += await redis.zrem(index, *gone)
+        if len(rows) < chunk:
+            return removed
+        start += len(rows) - len(gone)
+
+
+@dataclass
+class Observation:
+    """A sample of the store for the worker's gauges (:func:`observe`)."""
+
+    paused_until_ms: dict[str, float | None] = field(default_factory=dict)
+    oldest_pending_s: dict[str, float] = field(default_factory=dict)
+    disabled_subs: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+async def observe(
+    redis: Redis,
+    settings: Settings,
+    vendors: Sequence[str],
+    clients: Sequence[str],
+    now_ms: int,
+    *,
+    sample: int = 200,
+    parked_sample: int = 20,
+    batch: int = 250,
+) -> Observation:
+    """What the worker exports as gauges, at a bounded cost: each vendor's pause; per client the oldest
+    pending delivery and the disabled subscriptions. The oldest pending delivery is a chain's head, so
+    it is among the ``sample`` next due, the client's in-flight (at most CLIENT_MAX_IN_FLIGHT), or the
+    ``parked_sample`` first parked ones of the client or of one of its subscriptions, unless more
+    deliveries fall due before it (the gauge then reads low, never high). Subscriptions: at most
+    MAX_SUBSCRIPTIONS_PER_CLIENT per client. The reads go in pipelines of ``batch`` commands, so the event
+    loop is never held for long."""
+    obs = Observation()
+    pipe = redis.pipeline(transaction=False)
+    for vendor in vendors:
+        pipe.hget(keys.vendor_pause(vendor), "until")
+    pipe.zrange(keys.DUE_DELIVERIES, 0, sample - 1)
+    for client in clients:
+        pipe.zrange(keys.client_inflight(client), 0, settings.client_max_in_flight - 1)
+        pipe.zrange(keys.client_parked(client), 0, parked_sample - 1)
+        pipe.zrange(keys.client_subs(client), 0, settings.max_subscriptions_per_client - 1)
+    replies = await pipe.execute()
+    for vendor, untl in zip(vendors, replies, strict=False):
+        obs.paused_until_ms[vendor] = None if untl is None else float(untl)
+    rest = replies[len(vendors) :]
+    dlv_ids = {text(i) for i in rest[0]}
+    sub_ids: list[tuple[str, str]] = []
+    for n, client in enumerate(clients):
+        inflight, parked, subs = rest[1 + 3 * n : 4 + 3 * n]
+        dlv_ids.update(text(i) for i in (*inflight, *parked))
+        sub_ids.extend((client, text(s)) for s in subs)
+    for at in range(0, len(sub_ids), batch):  # each subscription's parked surplus (claim_deliveries.lua)
+        pipe = redis.pipeline(transaction=False)
+        for _, sub_id in sub_ids[at : at + batch]:
+            pipe.zrange(keys.sub_parked(sub_id), 0, parked_sample - 1)
+        for parked in await pipe.execute():
+            dlv_ids.update(text(i) for i in parked)
+    reads: list[tuple[str, list[str]]] = [
+        (keys.delivery(d), [DELIVERY_HASH[n] for n in ("client", "created_at", "status")]) for d in dlv_ids
+    ] + [(keys.subscription(sub_id), ["disabled", "disabled_reason"]) for _, sub_id in sub_ids]
+    fields: list[list[Any]] = []
+    for at in range(0, len(reads), batch):
+        pipe = redis.pipeline(transaction=False)
+        for key, names in reads[at : at + batch]:
+            pipe.hmget(key, names)
+        fields += await pipe.execute()
+    for client_raw, created, status in fields[: len(dlv_ids)]:
+        pending = text(status) == DeliveryStatus.PENDING
+        if client_raw is None or created is None or not pending or not created.isdigit():
+            continue
+        client = text(client_raw)
+        age = max(0.0, (now_ms - int(created)) / 1000)
+        obs.oldest_pending_s[client] = max(obs.oldest_pending_s.get(client, 0.0), age)
+    for (client, _), (disabled, reason) in zip(sub_ids, fields[len(dlv_ids) :], strict=False):
+        if disabled is not None and text(disabled) == "1":
+            kind = "auto" if reason and text(reason) != OWNER_DISABLED else "owner"
+            obs.disabled_subs[(client, kind)] = obs.disabled_subs.get((client, kind), 0) + 1
+    return obs
+
+
+class Upkeep(Part):
+    async def heartbeat(self, worker_id: str, payload: str, ttl_s: float) -> None:
+        await self.redis.set(keys.worker(worker_id), payload, px=int(ttl_s * 1000))
+
+    async def repair(self, now_ms: int) -> dict[str, int]:
+        """The sweeper's pass (:func:`repair`)."""
+        return await repair(self.redis, self.scripts, now_ms)
+
+    async def purge_indexes(self, now_ms: int) -> int:
+        """Drops listing entries past retention whose records expired (:func:`purge_indexes`)."""
+        return await purge_indexes(self.redis, now_ms - self.retention_ms)
+
+    async def observe(self, vendors: Sequence[str], clients: Sequence[str], now_ms: int) -> Observation:
+        """The worker's gauges, sampled at a bounded cost (:func:`observe`)."""
+        return await observe(self.redis, self.settings, vendors, clients, now_ms)
+
+    async def due_counts(self, vendors: Sequence[str], now_ms: int) -> dict[str, int]:
+        """How many runs per vendor and deliveries are due now and unclaimed (the ready-jobs gauge)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for vendor in vendors:
+            pipe.zcount(keys.due_runs(vendor), "-inf", now_ms)
+        pipe.zcount(keys.DUE_DELIVERIES, "-inf", now_ms)
+        counts = await pipe.execute()
+        out = dict(zip(vendors, counts, strict=False))
+        out["deliveries"] = counts[-1]
+        return out

@@ -1,0 +1,103 @@
+"""``REDIS_WAIT_REPLICAS=1`` end to end on a real primary and replica (contract section 10): a submit's
+202, a subscription's create, change and delete return once the replica has them; with the replica
+frozen the API answers 503 with Retry-After, the write may exist, and a retry with the same
+Idempotency-Key returns it; /readyz is not ready while the primary has no replica; the worker's
+transitions of one turn wait once, not once per run."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from service.core.lifecycle import Transition
+from service.store import Applied, Store, connect
+from service.vendors.registry import load_settings
+from service.worker.transitions import TransitionBatcher
+from tests.conftest import Receiver, StackFactory, base_env
+from tests.redis_pair import Pair, command, stopped
+from tests.store.test_lua import _next, _run
+
+WAIT = {"HOOKBRIDGE_REDIS_WAIT_REPLICAS": "1", "HOOKBRIDGE_REDIS_WAIT_TIMEOUT_MS": "1000"}
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[Pair]:
+    with Pair.started() as found:
+        yield found
+
+
+def _waits(pair: Pair) -> int:
+    return int(command(pair.primary.port, "INFO", "commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+
+async def test_shown_writes_wait_and_a_replica_behind_is_a_503_that_a_retry_settles(
+    pair: Pair, make_stack: StackFactory, receiver: Receiver
+) -> None:
+    stack = await make_stack(worker=False, HOOKBRIDGE_REDIS_URL=pair.primary.url, **WAIT)
+    assert (await stack.api.get("/readyz")).status_code == 200
+    sub = await stack.subscribe(receiver.url)
+    before = _waits(pair)
+    run = await stack.submit("nutrient")
+    assert _waits(pair) >= before + 1  # the 202 came after a WAIT
+    body = {"vendor": "nutrient", "document": {"url": "https://example.com/a.pdf"}}
+    with stopped(pair.replica.process):
+        held = await stack.api.post("/v1/runs", json=body, headers={"Idempotency-Key": "behind-1"})
+        assert held.status_code == 503, held.text
+        assert int(held.headers["retry-after"]) >= 1 and "may exist" in held.json()["detail"]
+        patched = await stack.api.patch(f"/v1/subscriptions/{sub['id']}", json={"description": "x"})
+        assert patched.status_code == 503, patched.text
+        # Reads need no replica.
+        assert (await stack.api.get(f"/v1/runs/{run['id']}")).status_code == 200
+    again = await stack.api.post("/v1/runs", json=body, headers={"Idempotency-Key": "behind-1"})
+    assert again.status_code in (200, 202), again.text
+    listed = (await stack.api.get("/v1/runs", params={"limit": 100})).json()["data"]
+    assert sum(1 for r in listed if r["id"] == again.json()["id"]) == 1  # the one written before the 503
+    assert (
+        await stack.api.patch(f"/v1/subscriptions/{sub['id']}", json={"description": "y"})
+    ).status_code == 200
+    assert (await stack.api.delete(f"/v1/subscriptions/{sub['id']}")).status_code == 204
+
+
+async def test_readyz_is_not_ready_while_the_primary_has_too_few_replicas(
+    pair: Pair, make_stack: StackFactory
+) -> None:
+    stack = await make_stack(worker=False, HOOKBRIDGE_REDIS_URL=pair.primary.url, **WAIT)
+    pair.detach()
+    try:
+        answer = await stack.api.get("/readyz")
+        assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+        assert answer.json()["status"] == "too few replicas"
+    finally:
+        pair.attach()
+    assert (await stack.api.get("/readyz")).status_code == 200
+    plain = await make_stack(worker=False, HOOKBRIDGE_REDIS_URL=pair.primary.url)
+    pair.detach()
+    try:
+        assert (await plain.api.get("/readyz")).status_code == 200  # no replica asked for
+    finally:
+        pair.attach()
+
+
+async def test_the_transitions_of_one_turn_wait_once(pair: Pair) -> None:
+    settings = load_settings(base_env(pair.primary.url, **WAIT))
+    store = Store(connect(settings, durable=True), settings)
+    try:
+        runs = [await _run(store, f"run_wait_{i}") for i in range(20)]
+        batcher = TransitionBatcher(store.runs)
+        warm = [await _run(store, f"run_warm_{i}") for i in range(2)]  # transitions.lua loaded (NOSCRIPT)
+        await asyncio.gather(*(batcher.apply(Transition(_next(r, "processing"), 0)) for r in warm))
+        before = _waits(pair)
+        outcomes = await asyncio.gather(*(batcher.apply(Transition(_next(r, "processing"), 0)) for r in runs))
+        assert outcomes == [Applied()] * 20
+        assert _waits(pair) == before + 1
+        with stopped(pair.replica.process):
+            failed = await asyncio.gather(
+                *(batcher.apply(Transition(_next(_next(r, "processing"), "processing"), 1)) for r in runs),
+                return_exceptions=True,
+            )
+        # Every step of the batch learns that its change is not on the replica: none goes on to announce.
+        assert all(type(f).__name__ == "ReplicasBehind" for f in failed)
+    finally:
+        await store.close()

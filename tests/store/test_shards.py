@@ -1,0 +1,98 @@
+"""The virtual shards' table (issue 26, keys.py): 16 tags, one in each sixteenth of the slot space, so
+that any even split of the slots over up to 16 primaries gives each 16 / N shards give or take one;
+``shard_of`` stable across processes; ids minted into a chosen shard stay deterministic. Checked with
+redis-py's own CRC16 and on the real 3-primary cluster (tests/redis_cluster.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+import redis.asyncio.cluster as aiocluster
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+from service.core import domain
+from service.store import fanout, keys
+from tests.redis_cluster import RedisCluster, _slot_range
+
+
+def test_sixteen_short_tags_one_in_each_sixteenth_of_the_slots() -> None:
+    assert keys.SHARDS == len(keys.TAGS) == 16
+    width = REDIS_CLUSTER_HASH_SLOTS // keys.SHARDS
+    for shard, tag in enumerate(keys.TAGS):
+        slot = key_slot(tag.encode())
+        # In the middle half of its own range: never at an edge a split could cut.
+        assert shard * width + width // 4 <= slot < shard * width + 3 * width // 4, (shard, tag, slot)
+        assert len(tag) <= 6 and tag.isalnum()
+    assert len(set(keys.TAGS)) == keys.SHARDS
+
+
+@pytest.mark.parametrize("primaries", [1, 2, 3, 4, 5, 8, 16])
+def test_an_even_split_of_the_slots_gives_each_primary_its_share_of_shards(primaries: int) -> None:
+    ranges = [_slot_range(i, primaries) for i in range(primaries)]
+    owners = Counter(
+        next(i for i, (lo, hi) in enumerate(ranges) if lo <= key_slot(t.encode()) <= hi) for t in keys.TAGS
+    )
+    share = keys.SHARDS / primaries
+    assert len(owners) == primaries
+    assert all(share - 1 <= n <= share + 1 for n in owners.values()), owners
+
+
+def test_the_table_is_computed_the_same_everywhere() -> None:
+    assert keys.balanced_tags() == keys.TAGS
+    # Another interpreter (its own hash seed) computes the same tags and shards.
+    code = "from service.store import keys; print(keys.TAGS, keys.shard_of('run_01J0000000000000000000000A'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"{keys.TAGS} {keys.shard_of('run_01J0000000000000000000000A')}"
+
+
+def test_shard_of_is_stable_and_spreads_ids() -> None:
+    # Golden values: a change of the function would move every stored run and subscription.
+    assert [keys.shard_of(i) for i in ("run_a", "sub_a", "alice", "")] == [3, 7, 7, 0]
+    counts = Counter(keys.shard_of(domain.new_id("run")) for _ in range(4000))
+    assert len(counts) == 16 and max(counts.values()) < 2 * 4000 / 16
+
+
+def test_a_prefix_puts_every_key_of_a_shard_in_its_tags_slot() -> None:
+    for shard, tag in enumerate(keys.TAGS):
+        prefix = keys.shard_prefix(shard)
+        assert prefix == f"hb:{{{tag}}}:"
+        slots = {key_slot(f"{prefix}{kind}:x".encode()) for kind in ("run", "due:runs:nutrient", "outbox")}
+        assert slots == {key_slot(tag.encode())}
+
+
+def test_a_delivery_id_minted_in_its_subscriptions_shard_is_deterministic_and_well_formed() -> None:
+    for n in range(200):
+        event, sub = f"evt_{n}", domain.new_id("sub")
+        dlv = fanout.delivery_id_in_shard(event, sub)
+        assert keys.shard_of(dlv) == keys.shard_of(sub)
+        assert dlv == fanout.delivery_id_in_shard(event, sub)
+        assert domain.is_id("dlv", dlv)
+    # The first candidate is today's id: a delivery already in its subscription's shard keeps it.
+    first = fanout.delivery_id("evt_0", "sub_0")
+    if keys.shard_of(first) == keys.shard_of("sub_0"):
+        assert fanout.delivery_id_in_shard("evt_0", "sub_0") == first
+
+
+def test_a_clients_subscriptions_spread_round_robin_over_shards() -> None:
+    shards = [keys.spread_shard("alice", n) for n in range(5)]
+    assert len(set(shards)) == 5 and shards[0] == keys.shard_of("alice")
+    assert [keys.spread_shard("alice", n) for n in range(16, 21)] == shards
+
+
+async def test_the_tags_spread_over_the_primaries_of_a_real_cluster(redis_cluster: RedisCluster) -> None:
+    client = aiocluster.RedisCluster.from_url(redis_cluster.url)
+    try:
+        await client.initialize()
+        owners = Counter(client.get_node_from_key(keys.shard_prefix(s) + "x").port for s in range(16))
+        assert sorted(owners.values()) == [5, 5, 6]
+        for shard in range(keys.SHARDS):  # the server's slot is the table's
+            name = keys.shard_prefix(shard) + "run:x"
+            node = client.get_node_from_key(name)
+            assert await client.execute_command("CLUSTER KEYSLOT", name, target_nodes=node) == key_slot(
+                keys.TAGS[shard].encode()
+            )
+    finally:
+        await client.aclose()

@@ -1,0 +1,227 @@
+"""The scripts that learn their keys from data are two-phase (issue 25): the caller reads what names the
+keys (the due ids, a delivery's subscription, a client's subscriptions), then the script, given every key,
+checks what it relies on still holds. These tests put a change between the two phases (a subscription
+created, a run claimed by another worker) and check the race changes nothing: what the one-phase script
+did is what happens."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from service.core.domain import AttemptOutcome, DeliveryStatus
+from service.core.records import Transition, replace
+from service.store import Applied, Store, fanout, keys
+from tests.store.test_lua import (
+    LEASE,
+    T0,
+    _attempt,
+    _deliveries_of,
+    _due_deliveries,
+    _event,
+    _next,
+    _run,
+    _s,
+    _sub,
+)
+from tests.store.test_lua import store as store  # the fixture
+
+
+async def test_a_subscription_created_after_the_read_gets_the_event(store: Store) -> None:
+    run = await _run(store)
+    await _sub(store, "sub_early", event_types=json.dumps(["run.*"]))
+    change = Transition(
+        replace(_next(run, "succeeded"), event_ids=["evt_done"]),
+        run.version,
+        events=[_event("run.succeeded", event_id="evt_done")],
+    )
+    # Phase one as the store does it, then a subscription created before phase two.
+    ks, args = store.runs._transition_call(change, await store.runs._subscriptions([change]))
+    await _sub(store, "sub_late", event_types=json.dumps(["run.*"]))
+    reply = await store.runs.scripts.transition(keys=ks, args=args)
+    assert [_s(r) for r in reply] == ["stale"]
+    assert (await store.runs.get_run(run.id)).status == run.status  # type: ignore[union-attr]
+    assert await _deliveries_of(store, "sub_early") == []
+    # Through the store: read again, then applied, with both deliveries (as the one-phase script did).
+    outcome = await store.runs.transition(change)
+    assert outcome == Applied(2, True)
+    assert [d.event_id for d in await _deliveries_of(store, "sub_late")] == ["evt_done"]
+
+
+async def test_a_batch_retries_only_the_stale_change(store: Store) -> None:
+    a, b = await _run(store, "run_a"), await _run(store, "run_b", client="bob")
+    await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
+
+    async def late_sub(changes: list[Transition]) -> dict[str, list[str]]:
+        read = await original(changes)
+        await _sub(store, "sub_a2", event_types=json.dumps(["run.*"]))  # after the first read only
+        store.runs._subscriptions = original  # type: ignore[method-assign]
+        return read
+
+    original = store.runs._subscriptions
+    store.runs._subscriptions = late_sub  # type: ignore[method-assign]
+    events = [_event("run.succeeded", event_id="evt_a")]
+    outcomes = await store.runs.transitions(
+        [
+            Transition(replace(_next(a, "succeeded"), event_ids=["evt_a"]), a.version, events=events),
+            Transition(_next(b, "processing"), b.version),
+        ]
+    )
+    assert outcomes == [Applied(2, True), Applied(0, False)]
+    assert len(await _deliveries_of(store, "sub_a2")) == 1
+
+
+async def test_a_run_claimed_between_the_read_and_the_script_is_not_claimed_twice(store: Store) -> None:
+    run = await _run(store)
+    first, _ = await store.runs.claim_runs("nutrient", T0, 10, LEASE, 0, 1000)
+    assert [c.run.id for c in first] == [run.id]
+    # A second worker read the id as due before the first claim moved it: the script checks again.
+    reply = await store.runs.scripts.claim_runs(
+        keys=[keys.due_runs("nutrient"), keys.run(run.id)], args=[T0, LEASE, T0, 0, 1, run.id]
+    )
+    assert reply[0] == []
+
+
+async def test_a_delivery_claimed_between_the_read_and_the_script_is_not_claimed_twice(store: Store) -> None:
+    run = await _run(store)
+    await _sub(store, "sub_x", event_types=json.dumps(["run.*"]))
+    change = Transition(
+        replace(_next(run, "succeeded"), event_ids=["evt_x"]),
+        run.version,
+        events=[_event("run.succeeded", event_id="evt_x")],
+    )
+    assert await store.runs.transition(change) == Applied(1, True)
+    dlv_id = fanout.delivery_id("evt_x", "sub_x")
+    assert dlv_id in await _due_deliveries(store)
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 5, 10, LEASE)
+    assert [c.delivery.id for c in claimed] == [dlv_id]
+    sid, client = "sub_x", "alice"
+    reply = await store.deliveries.scripts.claim_deliveries(
+        keys=[
+            keys.DUE_DELIVERIES,
+            keys.ACTIVE_DELIVERIES,
+            keys.delivery(dlv_id),
+            keys.subscription(sid),
+            keys.sub_inflight(sid),
+            keys.sub_parked(sid),
+            keys.sub_budget(sid),
+            keys.client_inflight(client),
+            keys.client_parked(client),
+            keys.event("evt_x"),
+        ],
+        args=[T0 + 5, 10, LEASE, 2, 3, dlv_id, sid, "evt_x", client],
+    )
+    assert reply[0] == []
+
+
+async def test_the_python_delivery_id_is_the_one_the_fanout_mints(store: Store) -> None:
+    run = await _run(store)
+    await _sub(store, "sub_id", event_types=json.dumps(["run.*"]))
+    change = Transition(
+        replace(_next(run, "failed"), event_ids=["evt_f"]),
+        run.version,
+        events=[_event("run.failed", event_id="evt_f")],
+    )
+    assert await store.runs.transition(change) == Applied(1, True)
+    [d] = await _deliveries_of(store, "sub_id")
+    assert d.id == fanout.delivery_id("evt_f", "sub_id")
+
+
+async def test_a_feed_page_reads_the_bodies_kept_under_the_events_keys(store: Store) -> None:
+    from service.store.feed import Feed
+
+    run = await _run(store)
+    change = Transition(
+        replace(_next(run, "succeeded"), event_ids=["evt_kept"]),
+        run.version,
+        events=[_event("run.succeeded", event_id="evt_kept")],
+    )
+    assert await store.runs.transition(change) == Applied(0, True)
+    # The entry does not carry the body (the event's key keeps it) but its size.
+    [(_, fields)] = await store.redis.xrange(keys.client_feed("alice"))
+    assert b"b" not in fields and int(fields[b"n"]) > 0
+    feed = Feed(store.redis, store.redis, 3600)
+    page = await feed.read("alice", "", limit=10, now_ms=T0)
+    assert [(e.event_id, json.loads(e.body)["type"]) for e in page.events] == [("evt_kept", "run.succeeded")]
+    await store.redis.delete(keys.event("evt_kept"))  # expired: the entry is past retention, skipped
+    assert (await feed.read("alice", "", limit=10, now_ms=T0)).events == []
+
+
+async def test_an_attempt_recorded_from_the_claimed_record_reads_nothing_first(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = await _run(store)
+    await _sub(store, "sub_r", event_types=json.dumps(["run.*"]))
+    events = [_event("run.succeeded", event_id="evt_r")]
+    change = Transition(replace(_next(run, "succeeded"), event_ids=["evt_r"]), run.version, events=events)
+    assert await store.runs.transition(change) == Applied(1, True)
+    [claimed], _ = await store.deliveries.claim_deliveries(T0 + 5, 10, LEASE)
+    reads: list[object] = []
+    original = store.deliveries._named
+
+    async def counted(*args: object) -> list[list[str]]:
+        reads.append(args)
+        return await original(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.deliveries, "_named", counted)
+    await store.deliveries.record_attempt(
+        claimed.delivery, AttemptOutcome.SUCCEEDED, now_ms=T0 + 6, attempt=_attempt(200)
+    )
+    assert reads == []
+    stored = await store.deliveries.get_delivery(claimed.delivery.id)
+    assert stored is not None and stored.status == DeliveryStatus.SUCCEEDED
+
+
+async def test_a_record_that_names_other_keys_is_refused_then_read_again(store: Store) -> None:
+    run = await _run(store)
+    await _sub(store, "sub_s", event_types=json.dumps(["run.*"]))
+    events = [_event("run.succeeded", event_id="evt_s")]
+    change = Transition(replace(_next(run, "succeeded"), event_ids=["evt_s"]), run.version, events=events)
+    assert await store.runs.transition(change) == Applied(1, True)
+    [claimed], _ = await store.deliveries.claim_deliveries(T0 + 5, 10, LEASE)
+    wrong = replace(claimed.delivery, client="mallory")  # names mallory's in-flight set: stale
+    await store.deliveries.record_attempt(
+        wrong, AttemptOutcome.SUCCEEDED, now_ms=T0 + 6, attempt=_attempt(200)
+    )
+    stored = await store.deliveries.get_delivery(claimed.delivery.id)
+    assert stored is not None and stored.status == DeliveryStatus.SUCCEEDED
+    assert await store.redis.zcard(keys.client_inflight("alice")) == 0  # the right set was freed
+
+
+async def test_budget_slots_of_runs_claimed_meanwhile_are_given_back(store: Store) -> None:
+    for n in range(3):
+        await _run(store, f"run_{n}")
+    # Another worker claims run_1 between this claim's read and its script: 3 slots taken, 2 used.
+    original = store.runs.scripts.claim_runs
+
+    async def race(**kwargs: Any) -> Any:
+        await store.redis.zadd(keys.due_runs("nutrient"), {"run_1": T0 + 10 + LEASE}, xx=True)
+        return await original(**kwargs)
+
+    store.runs.scripts.claim_runs = race  # type: ignore[method-assign]
+    claimed, _ = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 1000.0, 10_000)
+    store.runs.scripts.claim_runs = original  # type: ignore[method-assign]
+    assert [(c.run.id, c.slot_ms) for c in claimed] == [("run_0", T0 + 10), ("run_2", T0 + 1010)]
+    # The third slot went back: the next request's slot follows the last one used.
+    assert await store.limits.budget_take("nutrient", T0 + 20, 1000.0) == T0 + 2010
+
+
+async def test_a_probe_taken_by_another_claim_meanwhile_hands_the_run_back(store: Store) -> None:
+    for n in range(2):
+        await _run(store, f"run_{n}")
+    await store.limits.pause_limited("nutrient", T0, 1000, 1000, 60_000, None)
+    original = store.runs.scripts.claim_runs
+
+    async def race(**kwargs: Any) -> Any:  # another worker's claim set its probe first
+        await store.redis.hset(
+            keys.vendor_pause("nutrient"), mapping={"probe": "x", "probe_exp": T0 + 99_000}
+        )
+        return await original(**kwargs)
+
+    store.runs.scripts.claim_runs = race  # type: ignore[method-assign]
+    claimed, nxt = await store.runs.claim_runs("nutrient", T0 + 1000, 10, LEASE, 0.0, 0)
+    store.runs.scripts.claim_runs = original  # type: ignore[method-assign]
+    assert claimed == [] and nxt is None
+    assert await store.redis.zscore(keys.due_runs("nutrient"), "run_0") == T0  # due again, as it was
