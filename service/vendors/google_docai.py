@@ -444,13 +444,6 @@ def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> GoogleDocaiAd
     )
 
 
-def _http_url_or_empty(raw: str) -> str:
-    value = raw.strip().rstrip("/")
-    if value and not value.startswith(("http://", "https://")):
-        raise ValueError("must be an http(s) URL")
-    return value
-
-
 def _location(raw: str) -> str:
     value = raw.strip()
     if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", value):
@@ -485,7 +478,10 @@ SPEC = VendorSpec(
         VendorSetting("GCS_BUCKET", "", str, "bucket for staged documents and Document AI's output"),
         VendorSetting("GCS_PREFIX", "", str, "object prefix (run id + / follow) in GCS_BUCKET"),
         VendorSetting(
-            "GCS_BASE_URL", "", _http_url_or_empty, "Cloud Storage API root override (without /storage/v1)"
+            "GCS_BASE_URL",
+            "",
+            staging.endpoint_override,
+            "Cloud Storage API root override (without /storage/v1)",
         ),
         VendorSetting(
             "CREDENTIALS_FILE",

@@ -24,3 +24,12 @@ async def before_submit(timeout_s: float) -> AsyncIterator[None]:
         raise VendorTransient(f"staging the document: {exc.message}", status_code=exc.status_code) from None
     except TimeoutError:
         raise VendorTransient(f"staging the document took more than {timeout_s:g} s") from None
+
+
+def endpoint_override(raw: str) -> str:
+    """A setting that replaces a cloud API's root (the S3 or Cloud Storage endpoint): empty, or an
+    http(s) URL without its trailing slash."""
+    value = raw.strip().rstrip("/")
+    if value and not value.startswith(("http://", "https://")):
+        raise ValueError("must be an http(s) URL")
+    return value

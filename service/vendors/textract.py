@@ -471,13 +471,6 @@ def _build(client: httpx.AsyncClient, extra: Mapping[str, Any]) -> TextractAdapt
     )
 
 
-def _http_url_or_empty(raw: str) -> str:
-    value = raw.strip().rstrip("/")
-    if value and not value.startswith(("http://", "https://")):
-        raise ValueError("must be an http(s) URL")
-    return value
-
-
 def throttling(response: httpx.Response) -> bool:
     """Textract's throttling answers (§2.7: 400 ``ProvisionedThroughputExceededException``, 500
     ``ThrottlingException``; the concurrent-job cap, 400 ``LimitExceededException``): a 429 in all but
@@ -518,7 +511,10 @@ SPEC = VendorSpec(
             "S3_PREFIX", "", str, "object prefix of staged documents (run id + / + file name follow)"
         ),
         VendorSetting(
-            "S3_ENDPOINT_URL", "", _http_url_or_empty, "S3 endpoint override (path-style URLs under it)"
+            "S3_ENDPOINT_URL",
+            "",
+            staging.endpoint_override,
+            "S3 endpoint override (path-style URLs under it)",
         ),
     ),
     description="AWS Textract, asynchronous operations",
