@@ -5,6 +5,9 @@ Speed is never asserted here: only that the benchmark ran against real processes
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +46,19 @@ async def test_the_feed_benchmark_measures_every_event_for_every_reader() -> Non
     result = await feed.run(quick=True, events=5, interval_ms=20)
     assert [p["samples"] for p in result.data["phases"]] == [5, 80]  # 1 reader, then 16, each sees all
     assert all(f.value is not None and f.value >= 0 for f in result.figures)
+
+
+def test_the_api_profile_runs_a_submit_and_a_read_per_phase() -> None:
+    """``bench.api_profile`` drives the app in-process: its submits must be accepted (a vendor without its
+    key is refused at submit, which once left it reading an ``id`` from a 422)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.api_profile"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    cpu = re.findall(r"^(post|get): ([0-9.]+) ms of CPU per request$", done.stdout, re.MULTILINE)
+    assert [name for name, _ in cpu] == ["post", "get"], done.stdout
+    assert all(float(ms) > 0 for _, ms in cpu)
