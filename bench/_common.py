@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 import redis.asyncio as aioredis
@@ -409,6 +409,16 @@ def machine() -> dict[str, str]:
 # The processes ----------------------------------------------------------------------------------------
 
 
+class ClusterNodes(Protocol):
+    """A Redis Cluster of local processes (tests/redis_cluster.py's), primaries first."""
+
+    primaries: int
+    nodes: list[Any]
+
+    @property
+    def seeds(self) -> list[tuple[str, int]]: ...
+
+
 def environment(redis_url: str, sim_url: str, **overrides: str) -> dict[str, str]:
     """Production defaults except where a benchmark says otherwise (``overrides``, without the prefix for
     hookbridge settings; ``SIM_...`` for the simulator's)."""
@@ -508,8 +518,11 @@ class Cluster:
         worker: bool = True,
         simulator: bool = True,
         receiver: bool = True,
+        redis_cluster: ClusterNodes | None = None,
     ) -> None:
         self.name = name
+        # A Redis Cluster started by the caller (HOOKBRIDGE_REDIS_CLUSTER_NODES), else a Redis of our own.
+        self.redis_cluster = redis_cluster
         self.overrides = dict(overrides or {})
         self.want_api, self.want_worker, self.want_sim, self.want_receiver = api, worker, simulator, receiver
         self.logdir = Path(tempfile.mkdtemp(prefix=f"hookbridge-bench-{name}-"))
@@ -554,6 +567,12 @@ class Cluster:
 
     def pids(self) -> dict[str, int]:
         out = {name: p.process.pid for name, p in self.procs.items()}
+        if self.redis_cluster is not None:
+            primaries = self.redis_cluster.primaries
+            for i, node in enumerate(self.redis_cluster.nodes):
+                if node.process is not None:
+                    role = f"redis primary {i}" if i < primaries else f"redis replica {i - primaries}"
+                    out[role] = node.process.pid
         for i, child in enumerate(self.worker_children()):
             out[f"worker {i}"] = child
         if self.redis.process is not None:
@@ -562,9 +581,15 @@ class Cluster:
         return out
 
     async def __aenter__(self) -> Cluster:
-        self.redis.start()
         overrides = {"WORKER_METRICS_PORT": str(self.metrics_port), **self.overrides}
-        self.env = environment(self.redis.url, self.sim_url, **overrides)
+        if self.redis_cluster is None:
+            self.redis.start()
+            self.env = environment(self.redis.url, self.sim_url, **overrides)
+        else:
+            self.env = environment("", self.sim_url, **overrides)
+            del self.env["HOOKBRIDGE_REDIS_URL"]
+            seeds = ",".join(f"{host}:{port}" for host, port in self.redis_cluster.seeds)
+            self.env["HOOKBRIDGE_REDIS_CLUSTER_NODES"] = seeds
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=256), timeout=aiohttp.ClientTimeout(total=60)
         )

@@ -27,6 +27,7 @@ TITLES = {
     "feed": "The event feed: from emission to a waiting long-poll",
     "slowloris": "Slow clients against the API",
     "soak": "Soak: months in minutes",
+    "cluster": "One Redis against a Redis Cluster",
 }
 BLUE, ORANGE, GREY, GREEN = "#1f77b4", "#ff7f0e", "#7f7f7f", "#2ca02c"
 

@@ -6,7 +6,7 @@
     python -m bench.run --render results.json  # rewrite the page from saved results, without running
 
 Each benchmark is also a module of its own: ``python -m bench.throughput`` (``scale``, ``efficiency``,
-``api``, ``feed``, ``slowloris``, ``soak``, ``memory``), each with ``--quick`` and ``--help``.
+``api``, ``feed``, ``slowloris``, ``soak``, ``memory``, ``cluster``), each with ``--quick`` and ``--help``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench import api, efficiency, feed, memory, report, scale, slowloris, soak, throughput
+from bench import api, cluster, efficiency, feed, memory, report, scale, slowloris, soak, throughput
 from bench._common import BenchResult, machine, print_result, run_main
 
 BENCHMARKS: dict[str, Callable[..., Awaitable[BenchResult]]] = {
@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, Callable[..., Awaitable[BenchResult]]] = {
     "slowloris": slowloris.run,
     "soak": soak.run,
     "memory": memory.run,
+    "cluster": cluster.run,
 }
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -223,48 +223,56 @@ class Runs(Part):
         return {c: [text(s) for s in ids] for c, ids in zip(clients, replies, strict=True)}
 
     def _transition_call(self, change: Transition, subs: dict[str, list[str]]) -> tuple[list[str], list[Any]]:
-        """transition.lua's KEYS and ARGV for ``change``; ``subs``: the client's subscription ids as read."""
+        """transition.lua's KEYS and ARGV for ``change``; ``subs``: the client's subscription ids as read.
+
+        A change that only rewrites the run and moves its next step (most polls) declares those two keys
+        alone: the script touches the others only for what the change does (events, a result, the
+        document, the run's end), and a key it does not touch need not be declared."""
         run = change.run
-        ks = [
-            keys.run(run.id),
-            keys.due_runs(run.vendor),
-            keys.ACTIVE_RUNS,
-            keys.result(run.id),
-            keys.document(run.id),
-            keys.run_events(run.id),
-            keys.run_deliveries(run.id),
-            keys.client_subs(run.client),
-        ]
-        targets: list[str] = []
-        if change.events:
-            wanted = set(run.subscription_ids)
-            targets = [s for s in subs.get(run.client, []) if not wanted or s in wanted]
-            ks += fanout.block(run.client, run.id, [e.id for e in change.events], targets)
+        ks = [keys.run(run.id), keys.due_runs(run.vendor)]
         # ARGV: the ops (below), the run and the result as their own arguments (not escaped inside the ops
         # JSON), then the events' bodies (binary), which the ops name by position.
         args: list[Any] = ["", run.to_json()]
-        if change.result is not None:
-            args.append(change.result)
-        ops: dict[str, Any] = {
-            "run_id": run.id,
-            "client": run.client,
-            "expect_v": change.expect_v,
-            "status": run.status,
-            "now": run.updated_at,
-            "retention_ms": self.retention_ms,
-            "zr": "1" if run.zero_retention else "0",
-            "result": change.result is not None,
-            "events": [stored_event(e, args) for e in change.events],
-            "sub_filter": run.subscription_ids,
-            "subs": targets,
-            "del_doc": change.delete_document,
-        }
+        ops: dict[str, Any] = {"run_id": run.id, "expect_v": change.expect_v, "status": run.status}
         if change.due_ms is not None:
             ops["due_score"] = int(change.due_ms)
         elif change.remove_due:
             ops["due_remove"] = True
-        if change.ttl_ms is not None:
-            ops["ttl_ms"] = change.ttl_ms
+        if (
+            change.events
+            or change.result is not None
+            or change.delete_document
+            or change.remove_due
+            or (change.ttl_ms is not None)
+        ):
+            ks += [
+                keys.ACTIVE_RUNS,
+                keys.result(run.id),
+                keys.document(run.id),
+                keys.run_events(run.id),
+                keys.run_deliveries(run.id),
+                keys.client_subs(run.client),
+            ]
+            if change.result is not None:
+                args.append(change.result)
+            targets: list[str] = []
+            if change.events:
+                wanted = set(run.subscription_ids)
+                targets = [s for s in subs.get(run.client, []) if not wanted or s in wanted]
+                ks += fanout.block(run.client, run.id, [e.id for e in change.events], targets)
+            ops |= {
+                "client": run.client,
+                "now": run.updated_at,
+                "retention_ms": self.retention_ms,
+                "zr": "1" if run.zero_retention else "0",
+                "result": change.result is not None,
+                "events": [stored_event(e, args) for e in change.events],
+                "sub_filter": run.subscription_ids,
+                "subs": targets,
+                "del_doc": change.delete_document,
+            }
+            if change.ttl_ms is not None:
+                ops["ttl_ms"] = change.ttl_ms
         args[0] = jsoncodec.dumps(ops)
         return ks, args
 
@@ -284,32 +292,30 @@ class Runs(Part):
     ) -> tuple[list[ClaimedRun], float | None]:
         """Claims due runs; none while the vendor is paused after a 429, then one as its probe.
 
-        In steps, each on the keys of one slot: the due ids, the due set's head and the vendor's pause
-        are read (with none due, or the vendor paused, that is all); the vendor's budget gives its slots
-        for them (``budget_batch.lua``: at most those within ``lookahead_ms``); ``claim_runs.lua`` leases
-        those still due, one per slot, and the slots left over are given back; a probe is set last
-        (``pause.lua``), or its run handed back when another claim's probe got there first."""
+        In steps, each on the keys of one slot: the due set's first ``limit`` ids by score are read (the
+        due ones, and the head: with none due that is all); the vendor's pause and budget give their
+        slots for them (``budget_batch.lua``: none while paused, one for the probe after, at most those
+        within ``lookahead_ms``); ``claim_runs.lua`` leases those still due, one per slot, and the slots
+        left over are given back; a probe is set last (``pause.lua``), or its run handed back when
+        another claim's probe got there first."""
         due = keys.due_runs(vendor)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zrangebyscore(due, "-inf", now_ms, start=0, num=limit)
-        pipe.zrange(due, 0, 0, withscores=True)
-        pipe.hmget(keys.vendor_pause(vendor), ["until", "probe", "probe_exp"])
-        ids_raw, head, pause = await pipe.execute()
-        ids = [text(i) for i in ids_raw]
-        held, probing = _paused(now_ms, pause)
-        if held or not ids:
-            return [], _next_due(now_ms, head, pause)
+        first_ids = await self.redis.zrangebyscore(due, "-inf", "+inf", start=0, num=limit, withscores=True)
+        head = float(first_ids[0][1]) if first_ids else None
+        ids = [text(i) for i, score in first_ids if score <= now_ms]
+        if not ids:
+            return [], head
+        budget = keys.vendor_budget(vendor)
+        state, first, count, untl = await self.scripts.budget_batch(
+            keys=[budget, keys.vendor_pause(vendor)],
+            args=["take", now_ms, max(interval_ms, 0), len(ids), lookahead_ms],
+        )
+        start, count, probing = float(first), int(count), text(state) == "probe"
+        if text(state) == "held":  # not before the pause ends; unknown while its probe is out
+            return [], None if untl is None else max(float(untl), head or 0.0)
+        if count == 0:
+            return [], head
         if probing:
             ids = ids[:1]
-        budget = keys.vendor_budget(vendor)
-        start, count = float(now_ms), len(ids)
-        if interval_ms > 0:
-            first, count = await self.scripts.budget_batch(
-                keys=[budget], args=["take", now_ms, interval_ms, len(ids), lookahead_ms]
-            )
-            start, count = float(first), int(count)
-            if count == 0:
-                return [], float(head[0][1]) if head else None
         reply = await self.scripts.claim_runs(
             keys=[due, *map(keys.run, ids)],
             args=[now_ms, lease_ms, start, interval_ms if interval_ms > 0 else 0, count, *ids],
@@ -353,30 +359,6 @@ class Runs(Part):
         for vendor in vendors:
             pipe.zcard(keys.due_runs(vendor))
         return sum(await pipe.execute())
-
-
-def _paused(now_ms: int, pause: list[bytes | None]) -> tuple[bool, bool]:
-    """(held, probing): the vendor's pause holds every claim until it ends and while its probe is out;
-    then the next claim takes one run, as the probe."""
-    untl, probe, probe_exp = pause
-    if untl is None:
-        return False, False
-    if now_ms < float(untl) or (probe is not None and float(probe_exp or 0) > now_ms):
-        return True, False
-    return False, True
-
-
-def _next_due(now_ms: int, head: list[tuple[bytes, float]], pause: list[bytes | None]) -> float | None:
-    """When the vendor's next run falls due, as claim_runs.lua answers a claim that finds none due: not
-    before a pause ends; unknown (None) while its probe is out."""
-    nxt = float(head[0][1]) if head else None
-    untl, probe, probe_exp = pause
-    if untl is not None:
-        if now_ms < float(untl):
-            return None if nxt is None else max(nxt, float(untl))
-        if probe is not None and float(probe_exp or 0) > now_ms:
-            return None
-    return nxt
 
 
 def _transition_outcome(change: Transition, reply: Any) -> Outcome:

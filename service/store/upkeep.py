@@ -14,19 +14,19 @@ from redis.commands.core import AsyncScript
 from service.config.settings import Settings
 from service.core.domain import DeliveryStatus
 from service.core.records import DELIVERY_HASH, DELIVERY_HASH_INTERNAL
-from service.store import jsoncodec, keys
+from service.store import keys
 from service.store.base import Part
 from service.store.codec import text
 from service.store.scripts import Scripts
 from service.store.subscriptions import OWNER_DISABLED
 
 
-async def repair(redis: Redis, scripts: Scripts, now_ms: int) -> dict[str, int]:
-    """The sweeper: every unfinished run and every pending delivery that should be due has a place in
-    its due set. The scripts keep that true; this catches what they cannot (a due set lost or edited
-    by hand, a Redis restored from an older snapshot). It walks the sets of unfinished work, so a pass
-    costs what is in flight, not the history kept for retention. Idempotent: ``ZADD NX`` never moves
-    work that is already scheduled or leased."""
+async def repair(redis: Redis, scripts: Scripts, now_ms: int, vendors: Sequence[str]) -> dict[str, int]:
+    """The sweeper: every unfinished run (of one of ``vendors``) and every pending delivery that should
+    be due has a place in its due set. The scripts keep that true; this catches what they cannot (a due
+    set lost or edited by hand, a Redis restored from an older snapshot). It walks the sets of unfinished
+    work, so a pass costs what is in flight, not the history kept for retention. Idempotent: ``ZADD NX``
+    never moves work that is already scheduled or leased."""
     counts = {"runs": 0, "deliveries": 0}
     for count, active, fix in (
         ("runs", keys.ACTIVE_RUNS, _repair_runs),
@@ -36,23 +36,21 @@ async def repair(redis: Redis, scripts: Scripts, now_ms: int) -> dict[str, int]:
         async for raw in redis.sscan_iter(active, count=500):
             batch.append(text(raw))
             if len(batch) >= 500:
-                counts[count] += await fix(redis, scripts, batch, now_ms)
+                counts[count] += await fix(redis, scripts, batch, now_ms, vendors)
                 batch = []
         if batch:
-            counts[count] += await fix(redis, scripts, batch, now_ms)
+            counts[count] += await fix(redis, scripts, batch, now_ms, vendors)
     return counts
 
 
-async def _repair_runs(redis: Redis, scripts: Scripts, ids: list[str], now_ms: int) -> int:
-    """repair.lua per run, given the due set of the run's vendor (read first: a script names no key)."""
-    pipe = redis.pipeline(transaction=False)
-    for run_id in ids:
-        pipe.get(keys.run(run_id))
-    calls = []
-    for run_id, raw in zip(ids, await pipe.execute(), strict=True):
-        vendor = _vendor_of(raw)
-        due = keys.due_runs(vendor) if vendor else keys.run(run_id)
-        calls.append(([keys.run(run_id), due, keys.ACTIVE_RUNS], ["run", now_ms, run_id, vendor]))
+async def _repair_runs(
+    redis: Redis, scripts: Scripts, ids: list[str], now_ms: int, vendors: Sequence[str]
+) -> int:
+    """repair.lua per run, given every vendor's due set: the script picks the run's own (no read first)."""
+    due_sets = [keys.due_runs(v) for v in vendors]
+    calls = [
+        ([keys.run(run_id), keys.ACTIVE_RUNS, *due_sets], ["run", now_ms, run_id, *vendors]) for run_id in ids
+    ]
     return sum(int(r) for r in await _each(redis, scripts.repair, calls))
 
 
@@ -70,24 +68,15 @@ async def _each(redis: Redis, script: AsyncScript, calls: list[tuple[list[str], 
     return out
 
 
-def _vendor_of(raw: bytes | None) -> str:
-    if not raw:
-        return ""
-    try:
-        run = jsoncodec.loads(raw)
-    except ValueError:
-        return ""  # the script reads it again, and fails on it as it always did
-    vendor = run.get("vendor") if isinstance(run, dict) else None
-    return vendor if isinstance(vendor, str) else ""
-
-
 _REPAIR_FIELDS = [
     *(DELIVERY_HASH[f] for f in ("status", "subscription_id", "run_id")),
     DELIVERY_HASH_INTERNAL["chained"],
 ]
 
 
-async def _repair_deliveries(redis: Redis, scripts: Scripts, ids: list[str], now_ms: int) -> int:
+async def _repair_deliveries(
+    redis: Redis, scripts: Scripts, ids: list[str], now_ms: int, vendors: Sequence[str] = ()
+) -> int:
     """repair.lua per delivery, given its chain and the chain's entries before it (read first)."""
     pipe = redis.pipeline(transaction=False)
     for dlv_id in ids:
@@ -240,7 +229,7 @@ class Upkeep(Part):
 
     async def repair(self, now_ms: int) -> dict[str, int]:
         """The sweeper's pass (:func:`repair`)."""
-        return await repair(self.redis, self.scripts, now_ms)
+        return await repair(self.redis, self.scripts, now_ms, list(self.settings.vendors))
 
     async def purge_indexes(self, now_ms: int) -> int:
         """Drops listing entries past retention whose records expired (:func:`purge_indexes`)."""

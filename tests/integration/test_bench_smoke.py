@@ -62,3 +62,18 @@ def test_the_api_profile_runs_a_submit_and_a_read_per_phase() -> None:
     cpu = re.findall(r"^(post|get): ([0-9.]+) ms of CPU per request$", done.stdout, re.MULTILINE)
     assert [name for name, _ in cpu] == ["post", "get"], done.stdout
     assert all(float(ms) > 0 for _, ms in cpu)
+
+
+@pytest.mark.slow
+async def test_the_cluster_benchmark_measures_one_node_and_a_cluster_in_one_run() -> None:
+    """``bench.cluster`` polls on one Redis, then on a 3-primary cluster of real processes: both phases
+    poll, and each primary's keys are counted (stage one: hookbridge's keys share one slot)."""
+    from bench import cluster
+
+    result = await cluster.run(n=60, window_s=2.0)
+    one, many = result.data["one_node"], result.data["cluster"]
+    assert one["polls_per_s"] > 0 and many["polls_per_s"] > 0
+    assert len(one["keys"]) == 1 and len(many["keys"]) == 3
+    assert sum(many["keys"]) >= 60  # every run's record, at least, is on some primary
+    assert len(many["primary_cpu"]) == 3 and many["replica_cpu"] >= 0
+    assert len(result.figures) == 12 and all(f.value is not None for f in result.figures)

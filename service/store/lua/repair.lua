@@ -1,9 +1,10 @@
 #!lua
 -- The sweeper's check of one run or one delivery, atomic so that it never acts on a stale read.
--- The caller reads what names the other keys first (a plain read: the run's vendor; the delivery's chain
--- and the chain's heads before it) and declares them; what changed since is left to the next pass.
--- A run: KEYS 1 run, 2 its vendor's due set (the run key stands in when the run is gone), 3 active runs.
---   ARGV: 'run', now_ms, id, vendor (as read).
+-- A run: KEYS 1 run, 2 active runs, then the due set of each vendor named in ARGV[4..] (every vendor
+--   the worker serves: the script picks the run's own, so nothing is read first). ARGV: 'run', now_ms,
+--   id, vendors...
+-- A delivery: the caller reads what names the other keys first (the delivery's chain and the chain's
+-- heads before it) and declares them; what changed since is left to the next pass.
 -- A delivery: KEYS 1 delivery, 2 its chain (the delivery key stands in for an unchained one), 3 due
 --   deliveries, 4 active deliveries, then the delivery key of each id in ARGV[6..] (the chain's heads
 --   before it, as read). ARGV: 'delivery', now_ms, id, subscription id, run id (as read), head ids...
@@ -14,7 +15,7 @@ local kind, now = ARGV[1], tonumber(ARGV[2])
 if kind == 'run' then
   local raw = redis.call('GET', KEYS[1])
   if not raw then
-    redis.call('SREM', KEYS[3], ARGV[3])
+    redis.call('SREM', KEYS[2], ARGV[3])
     return 0
   end
   local run = cjson.decode(raw)
@@ -23,11 +24,13 @@ if kind == 'run' then
   local tell = run['vendor_cancel_pending'] or run['vendor_delete_pending'] or run['_vendor_cancel']
     or run['_vendor_delete']
   if terminal and not tell then
-    redis.call('SREM', KEYS[3], ARGV[3])
+    redis.call('SREM', KEYS[2], ARGV[3])
     return 0
   end
-  if run['vendor'] ~= ARGV[4] then return 0 end -- not the due set declared (a vendor never changes)
-  return redis.call('ZADD', KEYS[2], 'NX', now, run['id'])
+  for i = 4, #ARGV do
+    if ARGV[i] == run['vendor'] then return redis.call('ZADD', KEYS[i - 1], 'NX', now, run['id']) end
+  end
+  return 0 -- a vendor this worker does not serve: none of its workers would claim it either
 end
 
 local d = redis.call('HMGET', KEYS[1], DF.id, DF.status, DF.chained, DF.subscription_id, DF.run_id)

@@ -1,10 +1,12 @@
 #!lua
 -- One state change of a run, with the events it emits and their deliveries, in one atomic step.
 -- KEYS: 1 run, 2 the vendor's due set, 3 active runs, 4 result, 5 document, 6 run events, 7 the run's
---   deliveries, 8 the client's subscriptions; with events, the fan-out block (_fanout.lua) from 9.
+--   deliveries, 8 the client's subscriptions; with events, the fan-out block (_fanout.lua) from 9. A
+--   change that only rewrites the run and moves or keeps its due score declares KEYS 1-2 alone: 3-8 are
+--   touched only for events, a result, the document, due_remove and ttl_ms.
 -- ARGV[2] the new run (JSON). ARGV[3] the result to keep (JSON), if ops.result. Then the events' bodies.
--- ARGV[1] JSON: run_id, client, expect_v, status (the new run's), now, retention_ms, zr ('0'|'1'),
---   due_score (absent = leave alone), due_remove (bool), result (bool: ARGV[3] is the result), events
+-- ARGV[1] JSON: run_id, expect_v, status (the new run's); with KEYS 3-8 also client, now, retention_ms,
+--   zr ('0'|'1'); due_score (absent = leave alone), due_remove (bool), result (bool: ARGV[3] is the result), events
 --   [{id,type,body,feed?,created}] (body, feed: the positions in ARGV of the packed bodies),
 --   sub_filter [sub ids], subs [the subscriptions declared in the fan-out block], del_doc (bool),
 --   ttl_ms (set on terminal runs)
