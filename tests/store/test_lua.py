@@ -785,6 +785,25 @@ async def test_repair_re_adds_lost_work_and_drops_finished_entries(store: Store)
     assert await store.upkeep.repair(T0 + 200) == {"runs": 0, "deliveries": 0}  # NX: nothing moves twice
 
 
+async def test_repair_puts_each_run_in_its_own_vendors_due_set_without_reading_it_first(store: Store) -> None:
+    """The sweeper declares every served vendor's due set and repair.lua picks the run's own; a run of a
+    vendor this deployment does not serve is left where it is (no worker here would claim it)."""
+    r = store.redis
+    nutrient = await _run(store, "run_n")
+    uptiq = replace(nutrient, id="run_u", vendor="uptiq")
+    assert await store.runs.create_run(uptiq, None, None) is None
+    unserved = replace(nutrient, id="run_x", vendor="acme")
+    await r.set(keys.run("run_x"), unserved.to_json())
+    await r.sadd(keys.ACTIVE_RUNS, "run_x")
+    await r.delete(keys.due_runs("nutrient"), keys.due_runs("uptiq"))
+
+    assert await store.upkeep.repair(T0 + 100) == {"runs": 2, "deliveries": 0}
+    assert [_s(m) for m in await r.zrange(keys.due_runs("nutrient"), 0, -1)] == ["run_n"]
+    assert [_s(m) for m in await r.zrange(keys.due_runs("uptiq"), 0, -1)] == ["run_u"]
+    assert not await r.exists(keys.due_runs("acme"))
+    assert {_s(m) for m in await r.smembers(keys.ACTIVE_RUNS)} == {"run_n", "run_u", "run_x"}
+
+
 async def test_repair_rebuilds_a_lost_chain_behind_a_pending_head(store: Store) -> None:
     await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
     run = await _run(store)
