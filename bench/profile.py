@@ -33,7 +33,7 @@ PARTS = [
         r"\btransitions? \(service/store/|service/worker/transitions\.py",
     ),
     ("the claim (claim_runs Lua, load_run of each run)", r"claim_runs|RunPump\.claim\b"),
-    ("building the change (lifecycle)", r"service/lifecycle\.py"),
+    ("building the change (the core's decisions: lifecycle, runs, trail, backoff)", r"service/core/"),
     ("aiohttp: the HTTP request and response", r"aiohttp/|httpx_aiohttp"),
     ("httpx's own layers (request building, URL merging, cookies, Response)", r"httpx/"),
     ("structlog (context binding, log lines)", r"structlog"),
