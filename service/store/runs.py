@@ -292,18 +292,19 @@ class Runs(Part):
     ) -> tuple[list[ClaimedRun], float | None]:
         """Claims due runs; none while the vendor is paused after a 429, then one as its probe.
 
-        In steps, each on the keys of one slot: the due set's first ``limit`` ids by score are read (the
-        due ones, and the head: with none due that is all); the vendor's pause and budget give their
-        slots for them (``budget_batch.lua``: none while paused, one for the probe after, at most those
-        within ``lookahead_ms``); ``claim_runs.lua`` leases those still due, one per slot, and the slots
-        left over are given back; a probe is set last (``pause.lua``), or its run handed back when
-        another claim's probe got there first."""
+        In steps, each on the keys of one slot: the first ``limit`` due ids are read (with none due, the due
+        set's head, and that is all); the vendor's pause and budget give their slots for them
+        (``budget_batch.lua``: none while paused, one for the probe after, at most those within
+        ``lookahead_ms``); ``claim_runs.lua`` leases those still due, one per slot, and the slots left over
+        are given back; a probe is set last (``pause.lua``), or its run handed back when another claim's probe
+        got there first."""
         due = keys.due_runs(vendor)
-        first_ids = await self.redis.zrangebyscore(due, "-inf", "+inf", start=0, num=limit, withscores=True)
-        head = float(first_ids[0][1]) if first_ids else None
-        ids = [text(i) for i, score in first_ids if score <= now_ms]
+        # The ids alone: with their scores redis-py would make a pair and a float of each, which cost a
+        # poll more than the round trip does. The head is read only when none is due.
+        ids = [text(i) for i in await self.redis.zrangebyscore(due, "-inf", now_ms, start=0, num=limit)]
         if not ids:
-            return [], head
+            head = await self.redis.zrange(due, 0, 0, withscores=True)
+            return [], float(head[0][1]) if head else None
         budget = keys.vendor_budget(vendor)
         state, first, count, untl = await self.scripts.budget_batch(
             keys=[budget, keys.vendor_pause(vendor)],
@@ -311,9 +312,9 @@ class Runs(Part):
         )
         start, count, probing = float(first), int(count), text(state) == "probe"
         if text(state) == "held":  # not before the pause ends; unknown while its probe is out
-            return [], None if untl is None else max(float(untl), head or 0.0)
-        if count == 0:
-            return [], head
+            return [], None if untl is None else float(untl)
+        if count == 0:  # the budget's next slot is past the lookahead: runs are due, ask again
+            return [], float(now_ms)
         if probing:
             ids = ids[:1]
         reply = await self.scripts.claim_runs(
