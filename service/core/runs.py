@@ -1,5 +1,9 @@
-"""What follows a vendor's answer for a run: pure decisions, each returning the one :class:`Transition`
-the worker applies (tests/unit/test_decisions.py).
+"""What a step does at the vendor, and what follows its answer: pure decisions, each returning the one
+:class:`Transition` the worker applies (tests/unit/test_decisions.py).
+
+A step is claim → call → decide → apply: :func:`next_action` says which call (before any), the worker makes
+it and brings back what it got as one :data:`Called` value, and :func:`decide` turns that into the change.
+Each kind of answer has its own function, which :func:`decide` picks:
 
 - :func:`after_submit`: the vendor took the run; its first poll is due after the poll policy's first step.
 - :func:`after_poll`: still working (next poll with the grown interval and its jitter), succeeded (the
@@ -14,8 +18,9 @@ the worker applies (tests/unit/test_decisions.py).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, assert_never
 
 import msgspec
 
@@ -50,6 +55,129 @@ class Fault:
     message: str  # what the vendor (or the transport) said, already cleaned
     retry_after: float | None = None  # seconds, when the vendor said (429, 503)
     answer: str | None = None  # the vendor's answer to an ambiguous submit, when it gave one
+
+
+class StepLimits(RunLimits, Protocol):
+    """What a step's decision reads of the run policy (``settings.RunPolicy``)."""
+
+    @property
+    def vendor_max_transient_failures(self) -> int: ...
+
+
+# Which call -----------------------------------------------------------------------------------------------
+
+
+class Action(StrEnum):
+    """What a step does at the vendor, chosen before any call by :func:`next_action`."""
+
+    TELL = "tell"  # a run that ended here, with a cancel or a delete at the vendor still to send
+    TIME_OUT = "time_out"  # past MAX_RUN_S: cancel at the vendor (best effort), then end timed_out
+    SUBMIT = "submit"
+    POLL = "poll"
+
+
+def next_action(run: Run, policy: VendorPolicy, now_ms: int) -> Action:
+    """A claimed run's call: told (ended runs), timed out, submitted (queued), else polled."""
+    if run.status in domain.TERMINAL:
+        return Action.TELL
+    if is_overdue(run, policy, now_ms):
+        return Action.TIME_OUT
+    if run.status == domain.QUEUED:
+        return Action.SUBMIT
+    return Action.POLL
+
+
+# What the call brought ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The vendor took the submit: its answer (made safe by the worker) and the adapter's state before it."""
+
+    answer: Submitted
+    state: dict[str, Any] = field(default_factory=dict)
+    latency_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Polled:
+    """A poll's answer (made safe), and the result when it was fetched apart (``needs_fetch``)."""
+
+    result: PollResult
+    payload: Any = None
+    latency_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Overdue:
+    """``MAX_RUN_S`` passed; the vendor was asked to cancel (best effort, whatever it said)."""
+
+
+@dataclass(frozen=True)
+class DocumentGone:
+    """A queued run whose document is no longer here: nothing could be submitted."""
+
+
+@dataclass(frozen=True)
+class Told:
+    """Cancel and delete at the vendor for an ended run: done, refused (``error``) or failed (``fault``)."""
+
+    deleted: bool | None = None
+    error: str | None = None
+    fault: Fault | None = None
+
+
+# One step's call, as the decision sees it: an answer, or the fault it raised (worker/decide.py's map).
+Called = Accepted | Polled | Overdue | DocumentGone | Told | Fault
+
+
+def decide(
+    run: Run, called: Called, policy: VendorPolicy, limits: StepLimits, *, now_ms: int, jitter: Jitter
+) -> Transition:
+    """What the call brought → the run's one change (the run as it stood after the call: a submit may have
+    checkpointed it)."""
+    max_transient = limits.vendor_max_transient_failures
+    match called:
+        case Accepted():
+            return after_submit(
+                run,
+                called.answer,
+                called.state,
+                policy,
+                now_ms=now_ms,
+                jitter=jitter,
+                latency_ms=called.latency_ms,
+            )
+        case Polled():
+            return after_poll(
+                run,
+                called.result,
+                policy,
+                limits,
+                now_ms=now_ms,
+                jitter=jitter,
+                payload=called.payload,
+                latency_ms=called.latency_ms,
+            )
+        case Fault():
+            return after_fault(run, called, policy, limits, max_transient, now_ms=now_ms, jitter=jitter)
+        case Told():
+            return after_telling(
+                run,
+                policy,
+                max_transient,
+                now_ms=now_ms,
+                jitter=jitter,
+                deleted=called.deleted,
+                error=called.error,
+                fault=called.fault,
+            )
+        case Overdue():
+            return timed_out(run, policy, limits, now_ms=now_ms)
+        case DocumentGone():
+            return document_gone(run, limits, now_ms=now_ms)
+        case _:
+            assert_never(called)
 
 
 # After a submit -------------------------------------------------------------------------------------------

@@ -13,12 +13,13 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote, quote_plus
 
 # What is left of one vendor string (the core's bound: it cuts the messages it composes the same way).
 from service.core.answers import MAX_TEXT as MAX_TEXT
-from service.core.answers import cut
+from service.core.answers import FileResult, PollResult, Submitted, cut
 
 # What is left of a vendor's structured error details (Uptiq's documentQuality, Nutrient's error object).
 MAX_DETAILS_BYTES = 4096
@@ -140,3 +141,39 @@ def _scrub_tree(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_scrub_tree(v) for v in value]
     return value
+
+
+# A vendor call's answer, made safe whole -------------------------------------------------------------------
+
+
+def safe_poll(result: PollResult) -> PollResult:
+    """A poll's answer with every string the vendor wrote cut short and scrubbed of our credentials, before
+    any of it is stored, logged, traced or delivered (the worker calls it on every answer it gets)."""
+    progress = result.progress
+    if progress is not None:
+        progress = replace(
+            progress,
+            phase=clean_optional(progress.phase, 200),
+            message=clean_optional(progress.message),
+        )
+    return replace(
+        result,
+        vendor_status=clean_optional(result.vendor_status, 200),
+        progress=progress,
+        error=clean_optional(result.error),
+        error_details=clean_json(result.error_details) if result.error_details else None,
+        usage=scrub_json(result.usage),
+        result=safe_result(result.result),
+    )
+
+
+def safe_submit(accepted: Submitted) -> Submitted:
+    """A submit's answer with the vendor's status word cut short and scrubbed, as a poll's is."""
+    return replace(accepted, vendor_status=clean_optional(accepted.vendor_status, 200))
+
+
+def safe_result(payload: Any) -> Any:
+    """A result (JSON, or the JSON beside a :class:`FileResult`) scrubbed of our credentials, uncut."""
+    if isinstance(payload, FileResult):
+        return FileResult(payload.content, payload.media_type, scrub_json(payload.data))
+    return scrub_json(payload)

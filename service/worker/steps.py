@@ -1,9 +1,10 @@
 """One step of one run: claim → call → decide → apply.
 
-The step calls the vendor (submit, poll, or cancel at ``MAX_RUN_S``), asks the core what the answer means
-(``service.core.runs``: pure decisions that return the one transition to apply) and applies it (one
-atomic script, batched with the other steps of the same turn). A fault is mapped once to the core's
-:class:`~service.core.runs.Fault` (``worker/decide.py``), and the core decides again.
+The core names the call (``runs.next_action``: tell the vendor of an ended run, time out at ``MAX_RUN_S``,
+submit, or poll), the step makes it and brings back what it got as one value (an answer, or the fault it
+raised, mapped once by ``worker/decide.py``), the core decides the change (``runs.decide``, pure) and the
+step applies it (one atomic script, batched with the other steps of the same turn). Nothing is decided
+here: the step's own code is the calls, the safety of what the vendor wrote, and the apply.
 
 A step is idempotent: it may run twice (a worker died after the vendor call, before the write), and the
 second time changes nothing twice. The vendor idempotency key (Nutrient) or the adapter's checkpoint
@@ -19,7 +20,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import KW_ONLY, dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import structlog
@@ -31,6 +32,7 @@ from service.core.clock import SYSTEM, Clock
 from service.core.domain import QUEUED, TERMINAL, FaultKind
 from service.core.lifecycle import Transition
 from service.core.records import Run
+from service.core.runs import Action, Fault
 from service.observability import logs, tracing
 from service.observability.metrics import RUN_TIMEOUTS, VENDOR_CREDITS, client_label
 from service.store import Applied, ClaimedRun, Conflict, Outcome
@@ -40,10 +42,7 @@ from service.vendors.base import (
     Call,
     DeletesRuns,
     Document,
-    FileResult,
-    PollResult,
     SubmitRequest,
-    Submitted,
     VendorAdapter,
     VendorTransient,
 )
@@ -74,7 +73,6 @@ class RunStepper:
         self._deadlines = Deadlines()
         # What the decisions read of the configuration: the run policy, not the whole settings.
         self.limits = self.settings.run_policy
-        self.max_transient = self.limits.vendor_max_transient_failures
 
     async def close(self) -> None:
         """Waits for the changes of the steps that ended (before the store closes)."""
@@ -103,50 +101,62 @@ class RunStepper:
         run = claimed.run
         policy = self.settings.vendor(run.vendor)
         adapter = self.adapters[run.vendor]
+        action = runs.next_action(run, policy, self._now())
+        run, called = await self._call(action, claimed, adapter, policy, call)
+        change = runs.decide(run, called, policy, self.limits, now_ms=self._now(), jitter=self.rng)
+        if isinstance(called, Fault) and called.kind in (FaultKind.TRANSIENT, FaultKind.AMBIGUOUS):
+            log.warning("vendor fault", kind=called.kind, error=called.message, attempt=change.run.transient)
+        outcome = await self._apply(change)
+        if action is Action.TIME_OUT and isinstance(outcome, Applied):
+            RUN_TIMEOUTS.labels(run.vendor).inc()
+        if isinstance(called, runs.Accepted):
+            vendor_run_id = called.answer.vendor_run_id
+            log.info("run submitted", run_id=run.id, vendor=run.vendor, vendor_run_id=vendor_run_id)
+            if isinstance(outcome, Conflict) and outcome.current.status in TERMINAL:
+                # Canceled while we were submitting: the vendor has a run nobody wants any more.
+                state = {**called.state, **called.answer.state}
+                await self._withdraw(run, adapter, vendor_run_id, state, call)
+
+    # The call -----------------------------------------------------------------------------------
+
+    async def _call(
+        self, action: Action, claimed: ClaimedRun, adapter: VendorAdapter, policy: VendorSettings, call: Call
+    ) -> tuple[Run, runs.Called]:
+        """The vendor call the action names, and what it brought: an answer, or the fault it raised, mapped
+        once (``worker/decide.py``). Also the run as it stands after the call: a submit may checkpoint."""
+        run = claimed.run
         # A step makes at most two vendor calls in a row; the slot the budget gave it counts on top.
         timeout = self.limits.vendor_timeout_s * 2 + max(0.0, claimed.slot_ms / 1000 - self.clock.time())
-        if run.status in TERMINAL:
-            # Its own bounded retries: a terminal run never goes through the fault path below. Up to four
-            # vendor calls in a row: cancel, delete, and on 409 run_in_flight cancel and delete again.
-            await self._tell_vendor(run, adapter, policy, timeout * 2, call)
-            return
-        # A submit may checkpoint (a newer version of the run): the fault's decision must see that one.
+        if action is Action.TELL:
+            # Its own bounded retries (up to four calls: cancel, delete, and on 409 run_in_flight both
+            # again), every fault recorded in the answer: an ended run never goes through the path below.
+            return run, await self._tell_vendor(run, adapter, timeout * 2, call)
         latest = [run]
         try:
             async with self._deadlines.timeout(timeout):
-                if runs.is_overdue(run, policy, self._now()):
+                called: runs.Called
+                if action is Action.TIME_OUT:
                     await self._cancel_at_vendor(adapter, run.vendor_run_id, run.state, call)
-                    await self._apply(runs.timed_out(run, policy, self.limits, now_ms=self._now()))
-                    RUN_TIMEOUTS.labels(run.vendor).inc()
-                elif run.status == QUEUED:
-                    await self._submit(latest, adapter, policy, call)
+                    called = runs.Overdue()
+                elif action is Action.SUBMIT:
+                    called = await self._submit(latest, adapter, policy, call)
                 else:
-                    await self._poll(run, adapter, policy, call)
+                    called = await self._poll(run, adapter, call)
+                return latest[0], called
         except RedisError:
             raise  # Redis is unreachable: the lease hands the step back once it returns
         except Exception as exc:
-            submitting = run.status == QUEUED and latest[0].status == QUEUED
+            submitting = action is Action.SUBMIT and latest[0].status == QUEUED
             idempotent = bool(getattr(adapter, "submit_idempotent", False))
-            fault = decide.fault_of(exc, submitting=submitting, idempotent=idempotent)
-            change = runs.after_fault(
-                latest[0], fault, policy, self.limits, self.max_transient, now_ms=self._now(), jitter=self.rng
-            )
-            if fault.kind in (FaultKind.TRANSIENT, FaultKind.AMBIGUOUS):
-                log.warning(
-                    "vendor fault", kind=fault.kind, error=fault.message, attempt=change.run.transient
-                )
-            await self._apply(change)
-
-    # The calls ----------------------------------------------------------------------------------
+            return latest[0], decide.fault_of(exc, submitting=submitting, idempotent=idempotent)
 
     async def _submit(
         self, latest: list[Run], adapter: VendorAdapter, policy: VendorSettings, call: Call
-    ) -> None:
+    ) -> runs.Accepted | runs.DocumentGone:
         run = latest[0]
         document = await self._document(run, adapter, policy)
         if document is None:
-            await self._apply(runs.document_gone(run, self.limits, now_ms=self._now()))
-            return
+            return runs.DocumentGone()
         state = dict(run.state)
 
         async def checkpoint(update: dict[str, Any]) -> None:
@@ -170,27 +180,20 @@ class RunStepper:
         )
         started = time.perf_counter()
         with tracing.vendor_call("submit", run):
-            accepted = _untrusted_submit(await adapter.submit(request, call=call))
-        change = runs.after_submit(
-            run, accepted, state, policy, now_ms=self._now(), jitter=self.rng, latency_ms=_ms(started)
-        )
-        outcome = await self._apply(change)
-        if isinstance(outcome, Conflict) and outcome.current.status in TERMINAL:
-            # Canceled while we were submitting: the vendor has a run nobody wants any more.
-            await self._withdraw(run, adapter, accepted.vendor_run_id, {**state, **accepted.state}, call)
-        log.info("run submitted", run_id=run.id, vendor=run.vendor, vendor_run_id=accepted.vendor_run_id)
+            accepted = text.safe_submit(await adapter.submit(request, call=call))
+        return runs.Accepted(accepted, state, latency_ms=_ms(started))
 
-    async def _poll(self, run: Run, adapter: VendorAdapter, policy: VendorSettings, call: Call) -> None:
+    async def _poll(self, run: Run, adapter: VendorAdapter, call: Call) -> runs.Polled:
         # Past the submit a run has a vendor id; a record without one fails its polls (a bounded outcome).
         vendor_run_id = run.vendor_run_id or ""
         started = time.perf_counter()
         with tracing.vendor_call("poll", run):
-            result = _untrusted(await adapter.poll(vendor_run_id, run.state, call=call))
+            result = text.safe_poll(await adapter.poll(vendor_run_id, run.state, call=call))
         payload = None
         if result.status == base.SUCCEEDED and result.needs_fetch:
             state = {**run.state, **result.state} if result.state else run.state
             with tracing.vendor_call("fetch_result", run):
-                payload = _scrubbed(await adapter.fetch_result(vendor_run_id, state, call=call))
+                payload = text.safe_result(await adapter.fetch_result(vendor_run_id, state, call=call))
         if isinstance(payload, base.ResultFile) or isinstance(result.result, base.ResultFile):
             # Not yet: the store takes a result whole (MAX_DOCUMENT_BYTES). Refused for good, the file
             # removed, rather than read into memory.
@@ -201,52 +204,27 @@ class RunStepper:
             raise base.VendorResultTooLarge(
                 "a result streamed to a file is not kept by this version of hookbridge yet"
             )
-        change = runs.after_poll(
-            run,
-            result,
-            policy,
-            self.limits,
-            now_ms=self._now(),
-            jitter=self.rng,
-            payload=payload,
-            latency_ms=_ms(started),
-        )
-        await self._apply(change)
+        return runs.Polled(result, payload, latency_ms=_ms(started))
 
-    async def _tell_vendor(
-        self, run: Run, adapter: VendorAdapter, policy: VendorSettings, timeout: float, call: Call
-    ) -> None:
+    async def _tell_vendor(self, run: Run, adapter: VendorAdapter, timeout: float, call: Call) -> runs.Told:
         """Cancels (canceled here) and deletes (zero retention) the vendor's run; what follows a failure
         (again later, or given up and recorded) is the core's ``after_telling``. It never loops."""
         vendor_run_id, state = run.vendor_run_id, run.state
-        deleted: bool | None = None
-        error: str | None = None
-        fault = None
         try:
             async with asyncio.timeout(timeout):
                 if run.vendor_cancel_pending and vendor_run_id and adapter.supports_cancel:
                     await adapter.cancel(vendor_run_id, state, call=call)
                 if run.vendor_delete_pending and vendor_run_id:
-                    if isinstance(adapter, DeletesRuns):
-                        await adapter.delete(vendor_run_id, state, call=call)
-                        deleted = True
-                        log.info("vendor copy deleted", run_id=run.id, vendor=run.vendor)
-                    else:
-                        error = f"{run.vendor} has no API to delete its copy of a run"
+                    if not isinstance(adapter, DeletesRuns):
+                        return runs.Told(error=f"{run.vendor} has no API to delete its copy of a run")
+                    await adapter.delete(vendor_run_id, state, call=call)
+                    log.info("vendor copy deleted", run_id=run.id, vendor=run.vendor)
+                    return runs.Told(deleted=True)
         except Exception as exc:  # anything at all: a cleanup step ends recorded, never in a lease loop
             fault = decide.fault_of(exc)
             log.warning("telling the vendor failed", error=fault.message, attempt=run.vendor_attempts + 1)
-        change = runs.after_telling(
-            run,
-            policy,
-            self.max_transient,
-            now_ms=self._now(),
-            jitter=self.rng,
-            deleted=deleted,
-            error=error,
-            fault=fault,
-        )
-        await self._apply(change)
+            return runs.Told(fault=fault)
+        return runs.Told()
 
     # Applying -----------------------------------------------------------------------------------
 
@@ -303,13 +281,17 @@ class RunStepper:
     async def _withdraw(
         self, run: Run, adapter: VendorAdapter, vendor_run_id: str, state: dict[str, Any], call: Call
     ) -> None:
-        """The run ended here while the vendor took it: cancel it there, and delete it (zero retention)."""
-        await self._cancel_at_vendor(adapter, vendor_run_id, state, call)
-        if run.zero_retention and isinstance(adapter, DeletesRuns):
-            try:
-                await adapter.delete(vendor_run_id, state, call=call)
-            except base.VendorError as exc:
-                log.warning("vendor delete failed", vendor=adapter.name, error=exc.message)
+        """The run ended here while the vendor took it: cancel it there, and delete it (zero retention).
+        Best effort, within the step's two vendor calls' time: whatever it meets, the run's end stands."""
+        try:
+            async with self._deadlines.timeout(self.limits.vendor_timeout_s * 2):
+                await self._cancel_at_vendor(adapter, vendor_run_id, state, call)
+                if run.zero_retention and isinstance(adapter, DeletesRuns):
+                    await adapter.delete(vendor_run_id, state, call=call)
+        except RedisError:
+            raise
+        except Exception as exc:
+            log.warning("vendor delete failed", vendor=adapter.name, error=decide.said(exc))
 
     @staticmethod
     async def _cancel_at_vendor(
@@ -330,39 +312,6 @@ def _url_filename(url: str) -> str:
     """The last path segment of a document URL, as the upload's filename (stable across tries)."""
     name = url.split("?", 1)[0].split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1]
     return name[:200] or "document"
-
-
-def _untrusted(result: PollResult) -> PollResult:
-    """A poll's answer with every string the vendor wrote cut short and scrubbed of our credentials
-    (service/vendors/text.py), before any of it is stored, logged, traced or delivered."""
-    progress = result.progress
-    if progress is not None:
-        progress = replace(
-            progress,
-            phase=text.clean_optional(progress.phase, 200),
-            message=text.clean_optional(progress.message),
-        )
-    return replace(
-        result,
-        vendor_status=text.clean_optional(result.vendor_status, 200),
-        progress=progress,
-        error=text.clean_optional(result.error),
-        error_details=text.clean_json(result.error_details) if result.error_details else None,
-        usage=text.scrub_json(result.usage),
-        result=_scrubbed(result.result),
-    )
-
-
-def _untrusted_submit(accepted: Submitted) -> Submitted:
-    """A submit's answer with the vendor's status word cut short and scrubbed, as a poll's is."""
-    return replace(accepted, vendor_status=text.clean_optional(accepted.vendor_status, 200))
-
-
-def _scrubbed(payload: Any) -> Any:
-    """A result (JSON, or the JSON beside a :class:`FileResult`) scrubbed of our credentials, uncut."""
-    if isinstance(payload, FileResult):
-        return FileResult(payload.content, payload.media_type, text.scrub_json(payload.data))
-    return text.scrub_json(payload)
 
 
 def _ms(started: float) -> float:

@@ -333,6 +333,137 @@ def test_a_missing_document_fails_the_run() -> None:
     assert error_code(change) == domain.VENDOR_REJECTED
 
 
+# Which call a claimed run's step makes: (status, age) → action ------------------------------------------
+@pytest.mark.parametrize(
+    ("status", "age_s", "action"),
+    [
+        (RunStatus.QUEUED, 1.0, runs.Action.SUBMIT),
+        (RunStatus.SUBMITTED, 1.0, runs.Action.POLL),
+        (RunStatus.RUNNING, 1.0, runs.Action.POLL),
+        (RunStatus.QUEUED, 1800.001, runs.Action.TIME_OUT),  # past MAX_RUN_S before its submit: not sent
+        (RunStatus.RUNNING, 1800.001, runs.Action.TIME_OUT),
+        (RunStatus.RUNNING, 1800.0, runs.Action.POLL),
+        # An ended run is claimed only to tell the vendor (cancel, delete), however old it is.
+        (RunStatus.CANCELED, 1.0, runs.Action.TELL),
+        (RunStatus.SUCCEEDED, 9999.0, runs.Action.TELL),
+        (RunStatus.FAILED, 1.0, runs.Action.TELL),
+    ],
+)
+def test_next_action(status: RunStatus, age_s: float, action: runs.Action) -> None:
+    assert runs.next_action(run(status), POLICY, T0 + int(age_s * 1000)) is action
+
+
+# What the call brought → the decision that follows it (decide picks the one function) -------------------
+@pytest.mark.parametrize(
+    ("status", "called", "new_status", "code", "events"),
+    [
+        (
+            RunStatus.QUEUED,
+            runs.Accepted(Submitted("v-9", "queued")),
+            RunStatus.SUBMITTED,
+            None,
+            ["run.submitted"],
+        ),
+        (RunStatus.QUEUED, runs.DocumentGone(), RunStatus.FAILED, domain.VENDOR_REJECTED, ["run.failed"]),
+        (RunStatus.RUNNING, runs.Polled(PollResult(base.RUNNING, "busy")), RunStatus.RUNNING, None, []),
+        (
+            RunStatus.RUNNING,
+            runs.Polled(PollResult(base.SUCCEEDED, "done", needs_fetch=True), payload={"p": 1}),
+            RunStatus.SUCCEEDED,
+            None,
+            ["run.succeeded"],
+        ),
+        (RunStatus.RUNNING, runs.Overdue(), RunStatus.FAILED, domain.TIMED_OUT, ["run.failed"]),
+        (RunStatus.RUNNING, Fault(FaultKind.TRANSIENT, "HTTP 502"), RunStatus.RUNNING, None, []),
+        (
+            RunStatus.RUNNING,
+            Fault(FaultKind.EXPIRED, "HTTP 404"),
+            RunStatus.FAILED,
+            "vendor_expired",
+            ["run.failed"],
+        ),
+        (
+            RunStatus.QUEUED,
+            Fault(FaultKind.AMBIGUOUS, "read timeout"),
+            RunStatus.FAILED,
+            domain.VENDOR_SUBMIT_AMBIGUOUS,
+            ["run.failed"],
+        ),
+        (RunStatus.CANCELED, runs.Told(deleted=True), RunStatus.CANCELED, None, []),
+        (
+            RunStatus.CANCELED,
+            runs.Told(fault=Fault(FaultKind.TRANSIENT, "HTTP 502")),
+            RunStatus.CANCELED,
+            None,
+            [],
+        ),
+    ],
+)
+def test_decide(
+    status: RunStatus, called: runs.Called, new_status: RunStatus, code: str | None, events: list[str]
+) -> None:
+    before = run(status, vendor_cancel_pending=status == RunStatus.CANCELED)
+    change = runs.decide(before, called, POLICY, LIMITS, now_ms=NOW, jitter=LOW)
+    assert change.run.status == new_status
+    assert error_code(change) == code
+    assert [e.type for e in change.events] == events
+
+
+@pytest.mark.parametrize(
+    ("called", "expected"),
+    [
+        (
+            runs.Polled(
+                PollResult(base.SUCCEEDED, "done", needs_fetch=True), payload={"p": 1}, latency_ms=5.0
+            ),
+            lambda before: runs.after_poll(
+                before,
+                PollResult(base.SUCCEEDED, "done", needs_fetch=True),
+                POLICY,
+                LIMITS,
+                now_ms=NOW,
+                jitter=LOW,
+                payload={"p": 1},
+                latency_ms=5.0,
+            ),
+        ),
+        (
+            Fault(FaultKind.TRANSIENT, "HTTP 502"),
+            lambda before: runs.after_fault(
+                before,
+                Fault(FaultKind.TRANSIENT, "HTTP 502"),
+                POLICY,
+                LIMITS,
+                MAX_TRANSIENT,
+                now_ms=NOW,
+                jitter=LOW,
+            ),
+        ),
+        (
+            runs.Told(fault=Fault(FaultKind.TRANSIENT, "HTTP 502")),
+            lambda before: runs.after_telling(
+                before,
+                POLICY,
+                MAX_TRANSIENT,
+                now_ms=NOW,
+                jitter=LOW,
+                fault=Fault(FaultKind.TRANSIENT, "HTTP 502"),
+            ),
+        ),
+    ],
+)
+def test_decide_passes_the_whole_answer_on(called: runs.Called, expected: Any) -> None:
+    """decide adds nothing of its own: its change is the one the answer's own decision makes, the run
+    policy's VENDOR_MAX_TRANSIENT_FAILURES, the fetched payload and the latency included."""
+    before = run(RunStatus.RUNNING, transient=1)
+    got, want = runs.decide(before, called, POLICY, LIMITS, now_ms=NOW, jitter=LOW), expected(before)
+    # Each call mints its events' ids: the two changes are compared with the ids paired up.
+    shown = repr(got)
+    for mine, theirs in zip([e.id for e in got.events], [e.id for e in want.events], strict=True):
+        shown = shown.replace(mine, theirs)
+    assert shown == repr(want)
+
+
 # Telling the vendor: (attempts so far, what happened) → again, or done ------------------------------------
 @pytest.mark.parametrize(
     ("attempts", "fault", "again_s", "error"),

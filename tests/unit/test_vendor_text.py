@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from service.vendors import text
-from service.vendors.base import VendorRejected
+from service.vendors.base import FileResult, PollResult, Progress, Submitted, VendorRejected
 
 KEY = "sk-live/9f8e+7d6c5b4a3=="
 
@@ -71,3 +71,33 @@ def test_every_vendor_error_is_cleaned_as_it_is_made() -> None:
 def test_short_secrets_are_not_scrubbed_everywhere() -> None:
     text.register(["ab"])
     assert text.clean("a tab") == "a tab"
+
+
+# A whole answer: every field the vendor wrote is made safe, the rest left as it came ------------------
+def test_a_poll_answer_is_made_safe_field_by_field() -> None:
+    echo = f"bad token Bearer {KEY}"
+    answer = PollResult(
+        "failed",
+        vendor_status="s" * 500,
+        progress=Progress(percent=50, phase=echo, message="m" * 1_000_000),
+        error=echo,
+        error_details={"echo": echo},
+        usage={"note": echo, "credits": 3},
+        result={"text": echo, "long": "x" * 100_000},
+        state={"cursor": "c"},
+    )
+    safe = text.safe_poll(answer)
+    assert KEY not in json.dumps(
+        [safe.vendor_status, safe.progress.phase, safe.error, safe.error_details, safe.usage, safe.result]
+    )
+    assert len(safe.vendor_status or "") <= 200 and len(safe.progress.message or "") <= text.MAX_TEXT
+    assert safe.result["long"] == "x" * 100_000  # a result is scrubbed, never cut
+    assert safe.usage["credits"] == 3 and safe.progress.percent == 50
+    assert (safe.status, safe.state) == ("failed", {"cursor": "c"})
+
+
+def test_a_submit_answer_and_a_file_result_are_made_safe() -> None:
+    accepted = text.safe_submit(Submitted("v-1", f"queued {KEY}", {"k": 1}))
+    assert KEY not in (accepted.vendor_status or "") and accepted.vendor_run_id == "v-1"
+    file = text.safe_result(FileResult(b"%PDF", "application/pdf", {"by": KEY}))
+    assert file.content == b"%PDF" and KEY not in json.dumps(file.data)
