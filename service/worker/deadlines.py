@@ -20,7 +20,7 @@ _ENTERED, _EXPIRING, _LEFT = 0, 1, 2
 
 
 class Deadlines:
-    """The timeouts of one event loop's steps (one per :class:`~service.worker.steps.RunStepper`)."""
+    """The timeouts of one event loop's steps (one per :class:`~service.worker.calls.VendorCalls`)."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, _Deadline]] = []
