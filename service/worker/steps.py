@@ -16,21 +16,24 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 
 import structlog
+from redis.exceptions import RedisError
 
-from service.config.settings import Settings
+from service.config.settings import Settings, VendorSettings
 from service.core import runs
 from service.core.clock import SYSTEM, Clock
 from service.core.domain import TERMINAL, FaultKind
 from service.core.lifecycle import Transition
+from service.core.records import Run
 from service.core.runs import Action, Fault
 from service.observability import logs, tracing
 from service.observability.metrics import RUN_TIMEOUTS, VENDOR_CREDITS, client_label
 from service.store import Applied, ClaimedRun, Conflict, Outcome
 from service.store.ports import RunSteps
 from service.vendors.base import Call, VendorAdapter
+from service.worker import decide
 from service.worker.budget import StepTicket
 from service.worker.calls import VendorCalls
 from service.worker.transitions import TransitionBatcher
@@ -88,10 +91,22 @@ class RunStepper:
         policy = self.settings.vendor(run.vendor)
         action = runs.next_action(run, policy, self._now())
         run, called = await self.calls.make(action, claimed, call)
-        change = runs.decide(run, called, policy, self.limits, now_ms=self._now(), jitter=self.rng)
-        if isinstance(called, Fault) and called.kind in (FaultKind.TRANSIENT, FaultKind.AMBIGUOUS):
-            log.warning("vendor fault", kind=called.kind, error=called.message, attempt=change.run.transient)
-        outcome = await self._apply(change)
+        try:
+            outcome = await self._decide_and_apply(run, called, policy)
+        except RedisError:
+            raise  # Redis is unreachable: the lease hands the step back once it returns
+        except Exception as exc:
+            # The answer could not be decided or written (an adapter's value the core cannot read, a bug):
+            # a fault of this step like any other, bounded by its kind, never a lease that comes back for
+            # ever. A submit the vendor took is not sent again unless the vendor is idempotent.
+            fault = decide.fault_of(exc)
+            idempotent = bool(getattr(self.adapters[run.vendor], "submit_idempotent", False))
+            if isinstance(called, runs.Accepted) and not idempotent:
+                fault = replace(fault, kind=FaultKind.AMBIGUOUS, answer=called.answer.vendor_run_id)
+            log.error("deciding the step's answer failed", error=fault.message)  # cleaned: no traceback
+            outcome = await self._decide_and_apply(
+                run, runs.Told(fault=fault) if action is Action.TELL else fault, policy
+            )
         if action is Action.TIME_OUT and isinstance(outcome, Applied):
             RUN_TIMEOUTS.labels(run.vendor).inc()
         if isinstance(called, runs.Accepted):
@@ -105,6 +120,12 @@ class RunStepper:
 
     def _now(self) -> int:
         return self.clock.now_ms()
+
+    async def _decide_and_apply(self, run: Run, called: runs.Called, policy: VendorSettings) -> Outcome:
+        change = runs.decide(run, called, policy, self.limits, now_ms=self._now(), jitter=self.rng)
+        if isinstance(called, Fault) and called.kind in (FaultKind.TRANSIENT, FaultKind.AMBIGUOUS):
+            log.warning("vendor fault", kind=called.kind, error=called.message, attempt=change.run.transient)
+        return await self._apply(change)
 
     async def _apply(self, change: Transition) -> Outcome:
         """The change, in the batch of this turn. A run's end (the only change that sets ``ttl_ms``) is
