@@ -4,10 +4,12 @@ each aggregate, so that the five of them never load the scripts five times."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
+from redis.commands.core import AsyncScript
 
 from service.config.settings import Settings
 from service.core.records import Event
@@ -42,4 +44,18 @@ def stored_event(event: Event, argv: list[Any]) -> dict[str, Any]:
     if event.feed is not None:
         argv.append(bodies.packed(event.feed))
         out["feed"] = len(argv)
+    return out
+
+
+async def each_call(redis: Redis, script: AsyncScript, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+    """``script`` once per (keys, args): in one pipeline on a Redis server; on a cluster client, which
+    refuses scripts in its pipelines, a few at a time (each call goes to its keys' node)."""
+    if not isinstance(redis, RedisCluster):
+        pipe = redis.pipeline(transaction=False)
+        for ks, args in calls:
+            await script(keys=ks, args=args, client=pipe)
+        return list(await pipe.execute())
+    out: list[Any] = []
+    for at in range(0, len(calls), 50):
+        out += await asyncio.gather(*(script(keys=ks, args=args) for ks, args in calls[at : at + 50]))
     return out

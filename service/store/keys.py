@@ -10,6 +10,11 @@ hb:run:{run}                      string  the run as JSON (public fields and ``_
 hb:doc:{run}                      string  the submitted document bytes, until the vendor accepted it
 hb:result:{run}                   string  the vendor's result as JSON (not kept with zero retention)
 hb:run:{run}:events               list    kept run.progress ids, oldest first (the rest: event_ids)
+hb:run:{run}:outbox               list    the run's events not yet fanned out, in emission order: per
+                                          transition its relay ops (JSON) then the events' packed bodies;
+                                          written by the transition, emptied by the relay (relay.lua)
+hb:outbox                         zset    runs whose outbox holds events, by the time of the oldest:
+                                          the sweeper relays what a crash left behind
 hb:evt:{evt}                      string  the event's body, the exact bytes sent, packed (bodies.py)
 hb:evt:{evt}:pending              string  zero retention only: deliveries of the event not yet final
 hb:client:{client}:runs           zset    run ids by creation time (listing)
@@ -69,6 +74,7 @@ PREFIX = f"{ROOT}{{{TAG}}}:"
 DUE_DELIVERIES = f"{PREFIX}due:deliveries"
 ACTIVE_RUNS = f"{PREFIX}active:runs"
 ACTIVE_DELIVERIES = f"{PREFIX}active:deliveries"
+OUTBOX = f"{PREFIX}outbox"
 WORKERS = f"{PREFIX}worker:"
 # Per-client delivery bookkeeping (client_inflight, client_parked).
 DELIVERY_CLIENT = f"{PREFIX}dlvclient:"
@@ -88,6 +94,10 @@ def result(run_id: str) -> str:
 
 def run_events(run_id: str) -> str:
     return f"{PREFIX}run:{run_id}:events"
+
+
+def run_outbox(run_id: str) -> str:
+    return f"{PREFIX}run:{run_id}:outbox"
 
 
 def event(event_id: str) -> str:

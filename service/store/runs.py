@@ -5,22 +5,31 @@ written together or not at all."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
 from service.config.settings import Settings
 from service.core.domain import SUCCEEDED, TERMINAL
 from service.core.records import Run, Transition, result_in_event
+from service.observability import logs
 from service.store import bodies, fanout, jsoncodec, keys
-from service.store.base import Part, stored_event
+from service.store.base import Part, each_call, stored_event
 from service.store.codec import ClaimedRun, claimed_runs, run_or_none, text
 from service.store.limits import OverRate
 from service.store.outcomes import Applied, Conflict, Missing, Outcome
 from service.store.pages import Listing, page
+
+log = logs.get("hookbridge.store")
+
+# How long a run's events may wait in its outbox before the sweeper relays them: the relay right after the
+# transition takes milliseconds; the sweeper's is for a process that died between the two. Two relays of
+# one outbox at once are safe (the first empties it), so this only spares the sweeper needless work.
+RELAY_GRACE_MS = 5_000
 
 
 def metadata_ttl_ms(settings: Settings) -> int:
@@ -172,48 +181,153 @@ class Runs(Part):
 
     async def transition(self, change: Transition) -> Outcome:
         """Applies ``change`` if the run is still at version ``expect_v``: :class:`Applied` (with the
-        deliveries created, and whether it ended the run: the caller counts that end), :class:`Conflict`
-        (with the stored run) or :class:`Missing`. A change with events reads the client's
-        subscriptions first (``fanout.py``), and again if one was created meanwhile."""
-        for _ in range(fanout.STALE_TRIES):
-            subs = await self._subscriptions([change])
-            ks, args = self._transition_call(change, subs)
-            reply = await self.scripts.transition(keys=ks, args=args)
-            if text(reply[0]) != "stale":
-                return _transition_outcome(change, reply)
-        raise fanout.StaleFanout(f"the subscriptions of {change.run.client} kept changing")
+        deliveries its events created, and whether it ended the run: the caller counts that end),
+        :class:`Conflict` (with the stored run) or :class:`Missing`. A change with events puts them in the
+        run's outbox in the same step; they are relayed at once (:meth:`relay`)."""
+        outcome = _transition_outcome(change, await self.scripts.transition(*self._transition_call(change)))
+        if isinstance(outcome, Applied) and change.events:
+            [count] = await self._relay_after([change])
+            return replace(outcome, deliveries=count)
+        return outcome
 
     async def transitions(self, changes: Sequence[Transition]) -> list[Outcome | Exception]:
         """:meth:`transition` for many runs in one call of ``transitions.lua`` (one round trip and one
-        reply, each change still applied on its own, as it would be alone).
+        reply, each change still applied on its own, as it would be alone), then the relays of those that
+        emitted events, in one round trip more.
 
         Returns each change's outcome, or the error its step raised; a lost connection raises.
         """
-        subs = await self._subscriptions(changes)
         ks: list[str] = []
         argv: list[Any] = []
         for change in changes:
-            change_keys, args = self._transition_call(change, subs)
+            change_keys, args = self._transition_call(change)
             ks += change_keys
             argv += [len(change_keys), len(args), *args]
         replies = await self.scripts.transitions(keys=ks, args=argv)
-        out: list[Outcome | Exception] = []
-        for change, reply in zip(changes, replies, strict=True):
-            outcome = text(reply[0])
-            if outcome == "error":
-                out.append(ResponseError(text(reply[1])))
-            elif outcome == "stale":  # a subscription created meanwhile: this one again, alone
-                try:
-                    out.append(await self.transition(change))
-                except fanout.StaleFanout as exc:
-                    out.append(exc)
-            else:
-                out.append(_transition_outcome(change, reply))
+        out: list[Outcome | Exception] = [
+            ResponseError(text(reply[1])) if text(reply[0]) == "error" else _transition_outcome(change, reply)
+            for change, reply in zip(changes, replies, strict=True)
+        ]
+        emitted = [i for i, outcome in enumerate(out) if changes[i].events and isinstance(outcome, Applied)]
+        if emitted:
+            counts = await self._relay_after([changes[i] for i in emitted])
+            for i, count in zip(emitted, counts, strict=True):
+                out[i] = replace(cast(Applied, out[i]), deliveries=count)
         return out
+
+    async def relay(
+        self,
+        run_id: str,
+        client: str,
+        sub_filter: Sequence[str],
+        event_ids: Sequence[str],
+        subs: Sequence[str] | None,
+        *,
+        reply: Any = None,
+    ) -> int:
+        """Fans out every event in the run's outbox (``relay.lua``), oldest first; returns the deliveries
+        created. ``event_ids`` and ``subs`` (the client's subscription ids, None: read them) name the
+        keys to declare (``reply``: the script's reply to that call, made already); when the outbox holds
+        other events, or the client other subscriptions, the script says so and writes nothing, and they
+        are read and declared again."""
+        ids = list(event_ids)
+        for _ in range(fanout.STALE_TRIES):
+            if reply is None:
+                if subs is None:
+                    subs = (await self._subscriptions_of([client]))[client]
+                reply = await self.scripts.relay(*self._relay_call(run_id, client, sub_filter, ids, subs))
+            if text(reply[0]) == "ok":
+                return int(reply[1])
+            outbox = json.loads(text(reply[1]))  # the outbox's event ids ({} when there are none)
+            ids, subs, reply = (outbox if isinstance(outbox, list) else []), None, None
+        raise fanout.StaleFanout(f"the subscriptions of {client} kept changing")
+
+    def _relay_call(
+        self, run_id: str, client: str, sub_filter: Sequence[str], event_ids: list[str], subs: Sequence[str]
+    ) -> tuple[list[str], list[Any]]:
+        """relay.lua's KEYS and ARGV for the events and the subscriptions (those of ``sub_filter``, when the
+        run names any) to declare."""
+        wanted = set(sub_filter)
+        targets = [s for s in subs if not wanted or s in wanted]
+        ks = [
+            keys.run_outbox(run_id),
+            keys.OUTBOX,
+            keys.run_events(run_id),
+            keys.run_deliveries(run_id),
+            keys.client_subs(client),
+            *fanout.block(client, run_id, event_ids, targets),
+        ]
+        query = {"run_id": run_id, "client": client, "events": event_ids, "subs": targets}
+        return ks, [jsoncodec.dumps(query)]
+
+    async def _relay_after(self, changes: Sequence[Transition]) -> list[int]:
+        """The relays right after ``changes`` put their events in their runs' outboxes: one read of the
+        clients' subscriptions, then every relay in one round trip (so one WAIT, with
+        ``REDIS_WAIT_REPLICAS``), then again, alone, any whose subscriptions changed meanwhile. A relay
+        that fails leaves its events in the outbox and the change stands: the sweeper relays them
+        (:meth:`relay_stranded`). Returns each change's deliveries created (0 when left to the sweeper)."""
+        try:
+            subs = await self._subscriptions(changes)
+            calls = [
+                self._relay_call(
+                    c.run.id,
+                    c.run.client,
+                    c.run.subscription_ids,
+                    [e.id for e in c.events],
+                    subs[c.run.client],
+                )
+                for c in changes
+            ]
+            replies = await each_call(self.redis, self.scripts.relay, calls)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the changes stand: the sweeper relays their events
+            log.warning("relay left to the sweeper", runs=len(changes), error=type(exc).__name__)
+            return [0] * len(changes)
+        counts = []
+        for change, reply in zip(changes, replies, strict=True):
+            run = change.run
+            try:
+                counts.append(
+                    await self.relay(run.id, run.client, run.subscription_ids, [], None, reply=reply)
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # this change stands: the sweeper relays its events
+                log.warning("relay left to the sweeper", run_id=run.id, error=type(exc).__name__)
+                counts.append(0)
+        return counts
+
+    async def relay_stranded(
+        self, now_ms: int, *, older_than_ms: int = RELAY_GRACE_MS, limit: int = 500
+    ) -> int:
+        """The sweeper's part of the relay: the runs whose outbox has held events for ``older_than_ms``
+        (a worker or an API process died between a transition and its relay, or the relay failed), at
+        most ``limit`` of them, relayed; returns how many runs were. A run gone from the store (past
+        retention) has nothing left to tell: its outbox is dropped."""
+        ids = [
+            text(i)
+            for i in await self.redis.zrangebyscore(
+                keys.OUTBOX, "-inf", now_ms - older_than_ms, start=0, num=limit
+            )
+        ]
+        done = 0
+        for run_id, run in zip(ids, await self.get_runs(ids), strict=True):
+            if run is None:
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.delete(keys.run_outbox(run_id))
+                pipe.zrem(keys.OUTBOX, run_id)
+                await pipe.execute()
+                continue
+            await self.relay(run.id, run.client, run.subscription_ids, [], None)
+            done += 1
+        return done
 
     async def _subscriptions(self, changes: Sequence[Transition]) -> dict[str, list[str]]:
         """The subscription ids of each client whose change emits events (one read for them all)."""
-        clients = list(dict.fromkeys(c.run.client for c in changes if c.events))
+        return await self._subscriptions_of(list(dict.fromkeys(c.run.client for c in changes if c.events)))
+
+    async def _subscriptions_of(self, clients: Sequence[str]) -> dict[str, list[str]]:
         if not clients:
             return {}
         pipe = self.redis.pipeline(transaction=False)
@@ -222,8 +336,8 @@ class Runs(Part):
         replies = await pipe.execute()
         return {c: [text(s) for s in ids] for c, ids in zip(clients, replies, strict=True)}
 
-    def _transition_call(self, change: Transition, subs: dict[str, list[str]]) -> tuple[list[str], list[Any]]:
-        """transition.lua's KEYS and ARGV for ``change``; ``subs``: the client's subscription ids as read.
+    def _transition_call(self, change: Transition) -> tuple[list[str], list[Any]]:
+        """transition.lua's KEYS and ARGV for ``change``.
 
         A change that only rewrites the run and moves its next step (most polls) declares those two keys
         alone: the script touches the others only for what the change does (events, a result, the
@@ -231,7 +345,8 @@ class Runs(Part):
         run = change.run
         ks = [keys.run(run.id), keys.due_runs(run.vendor)]
         # ARGV: the ops (below), the run and the result as their own arguments (not escaped inside the ops
-        # JSON), then the events' bodies (binary), which the ops name by position.
+        # JSON), then the outbox entry: the relay's ops and the events' bodies (binary), which the relay's
+        # ops name by their position in the entry.
         args: list[Any] = ["", run.to_json()]
         ops: dict[str, Any] = {"run_id": run.id, "expect_v": change.expect_v, "status": run.status}
         if change.due_ms is not None:
@@ -250,31 +365,45 @@ class Runs(Part):
                 keys.result(run.id),
                 keys.document(run.id),
                 keys.run_events(run.id),
-                keys.run_deliveries(run.id),
-                keys.client_subs(run.client),
+                keys.run_outbox(run.id),
+                keys.OUTBOX,
             ]
             if change.result is not None:
                 args.append(change.result)
-            targets: list[str] = []
-            if change.events:
-                wanted = set(run.subscription_ids)
-                targets = [s for s in subs.get(run.client, []) if not wanted or s in wanted]
-                ks += fanout.block(run.client, run.id, [e.id for e in change.events], targets)
             ops |= {
-                "client": run.client,
                 "now": run.updated_at,
                 "retention_ms": self.retention_ms,
-                "zr": "1" if run.zero_retention else "0",
                 "result": change.result is not None,
-                "events": [stored_event(e, args) for e in change.events],
-                "sub_filter": run.subscription_ids,
-                "subs": targets,
                 "del_doc": change.delete_document,
             }
+            if change.events:
+                entry, relay_ops = self._outbox_entry(change)
+                ops["relay"] = len(args) + 1
+                ops["bodies"] = [len(args) + e["body"] for e in relay_ops["events"]]
+                ks += [keys.event(e.id) for e in change.events]
+                args += entry
             if change.ttl_ms is not None:
                 ops["ttl_ms"] = change.ttl_ms
         args[0] = jsoncodec.dumps(ops)
         return ks, args
+
+    def _outbox_entry(self, change: Transition) -> tuple[list[Any], dict[str, Any]]:
+        """The outbox entry of ``change``'s events (relay.lua reads it): the relay's ops, then the events'
+        packed bodies, which the ops name by their position in the entry (1-based: the ops are 1)."""
+        run = change.run
+        entry: list[Any] = [""]
+        relay_ops: dict[str, Any] = {
+            "now": run.updated_at,
+            "retention_ms": self.retention_ms,
+            "zr": "1" if run.zero_retention else "0",
+            "sub_filter": run.subscription_ids,
+            "events": [stored_event(e, entry) for e in change.events],
+        }
+        relay_ops["n"] = len(entry) - 1
+        if change.ttl_ms is not None:
+            relay_ops["ttl_ms"] = change.ttl_ms
+        entry[0] = jsoncodec.dumps(relay_ops)
+        return entry, relay_ops
 
     async def schedule_run(self, vendor: str, run_id: str, due_ms: float) -> None:
         """Moves a run's next step (no state change: a retry after a transient fault)."""
@@ -363,11 +492,12 @@ class Runs(Part):
 
 
 def _transition_outcome(change: Transition, reply: Any) -> Outcome:
-    # transition.lua's reply: {'ok', deliveries, previous_status} | {'conflict', run} | {'missing'}
+    # transition.lua's reply: {'ok', entries in the outbox, previous_status} | {'conflict', run} |
+    # {'missing'}; the deliveries are the relay's to count.
     outcome = text(reply[0])
     if outcome == "conflict":
         return Conflict(Run.from_json(reply[1]))
     if outcome == "ok":
         ended = change.run.status in TERMINAL and text(reply[2]) not in TERMINAL
-        return Applied(int(reply[1]), ended)
+        return Applied(0, ended)
     return Missing()

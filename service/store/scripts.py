@@ -2,12 +2,13 @@
 
 Each script is sent as ``#!lua`` (so that Redis and Valkey >= 7 hold it to the keys it declares), then
 ``status_prelude()`` (the statuses and outcomes, generated from domain.py), then, for the scripts that
-emit events, the event defaults from domain.py and ``_fanout.lua``, for those that apply a client's rate
-``_gcra.lua``, then its own file; ``transitions`` holds ``transition.lua`` as a function that it applies
-to each run of a batch. No script spells a status, and no script names a key: every key it touches is
-one of its ``KEYS``, built by the Python caller (``keys.py``); where a key depends on data in Redis (a
-delivery's subscription, a client's subscriptions) the caller reads that first and the script checks it
-still holds (tests/store/test_script_keys.py holds every file to this)."""
+fan events out (the relay, emit), the event defaults from domain.py and ``_fanout.lua``, for those that
+apply a client's rate ``_gcra.lua``, then its own file; ``transitions`` holds ``transition.lua`` as a
+function that it applies to each run of a batch. No script spells a status, and no script names a key:
+every key it touches is one of its ``KEYS``, built by the Python caller (``keys.py``); where a key
+depends on data in Redis (a delivery's subscription, a client's subscriptions, the events in a run's
+outbox) the caller reads that first and the script checks it still holds
+(tests/store/test_script_keys.py holds every file to this)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from redis.commands.core import AsyncScript
 from service.core import domain, records
 
 _LUA = files("service.store") / "lua"
-_SHARED = ("transition", "transitions", "emit")
+_SHARED = ("relay", "emit")  # the scripts that fan events out (_fanout.lua)
 _LIMITED = ("create_run", "rate_limit", "read_feed")  # the scripts that apply a client's rate (_gcra.lua)
 
 
@@ -88,6 +89,7 @@ class Scripts:
         self.create_run = load("create_run")
         self.transition = load("transition")
         self.transitions = load("transitions")
+        self.relay = load("relay")
         self.emit = load("emit")
         self.claim_runs = load("claim_runs")
         self.budget = load("budget")

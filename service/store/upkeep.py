@@ -3,19 +3,17 @@ listing entries, and the gauges' samples (``observe``, ``due_counts``)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis, RedisCluster
-from redis.commands.core import AsyncScript
+from redis.asyncio import Redis
 
 from service.config.settings import Settings
 from service.core.domain import DeliveryStatus
 from service.core.records import DELIVERY_HASH, DELIVERY_HASH_INTERNAL
 from service.store import keys
-from service.store.base import Part
+from service.store.base import Part, each_call
 from service.store.codec import text
 from service.store.scripts import Scripts
 from service.store.subscriptions import OWNER_DISABLED
@@ -51,21 +49,7 @@ async def _repair_runs(
     calls = [
         ([keys.run(run_id), keys.ACTIVE_RUNS, *due_sets], ["run", now_ms, run_id, *vendors]) for run_id in ids
     ]
-    return sum(int(r) for r in await _each(redis, scripts.repair, calls))
-
-
-async def _each(redis: Redis, script: AsyncScript, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-    """``script`` once per (keys, args): in one pipeline on a Redis server; on a cluster client, which
-    refuses scripts in its pipelines, a few at a time (each call goes to its keys' node)."""
-    if not isinstance(redis, RedisCluster):
-        pipe = redis.pipeline(transaction=False)
-        for ks, args in calls:
-            await script(keys=ks, args=args, client=pipe)
-        return list(await pipe.execute())
-    out: list[Any] = []
-    for at in range(0, len(calls), 50):
-        out += await asyncio.gather(*(script(keys=ks, args=args) for ks, args in calls[at : at + 50]))
-    return out
+    return sum(int(r) for r in await each_call(redis, scripts.repair, calls))
 
 
 _REPAIR_FIELDS = [
@@ -105,7 +89,7 @@ async def _repair_deliveries(
                 ["delivery", now_ms, dlv_id, sid, run_id, *before],
             )
         )
-    return sum(int(r) for r in await _each(redis, scripts.repair, calls))
+    return sum(int(r) for r in await each_call(redis, scripts.repair, calls))
 
 
 async def purge_indexes(redis: Redis, cutoff_ms: int) -> int:

@@ -224,7 +224,9 @@ class WorkerRuntime:
 
     async def sweep(self) -> dict[str, int]:
         """The sweeper's pass (also arq's periodic job)."""
-        repaired = await self.store.upkeep.repair(self.clock.now_ms())
+        now_ms = self.clock.now_ms()
+        repaired = await self.store.upkeep.repair(now_ms)
+        repaired["relayed"] = await self.durable.runs.relay_stranded(now_ms)
         if any(repaired.values()):
             log.warning("sweeper rescheduled lost work", **repaired)
         return repaired

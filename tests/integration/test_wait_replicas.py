@@ -7,17 +7,19 @@ transitions of one turn wait once, not once per run."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 
 import pytest
 
 from service.core.lifecycle import Transition
+from service.core.records import Run, replace
 from service.store import Applied, Store, connect
 from service.vendors.registry import load_settings
 from service.worker.transitions import TransitionBatcher
 from tests.conftest import Receiver, StackFactory, base_env
 from tests.redis_pair import Pair, command, stopped
-from tests.store.test_lua import _next, _run
+from tests.store.test_lua import _event, _next, _run, _sub
 
 WAIT = {"HOOKBRIDGE_REDIS_WAIT_REPLICAS": "1", "HOOKBRIDGE_REDIS_WAIT_TIMEOUT_MS": "1000"}
 
@@ -99,5 +101,29 @@ async def test_the_transitions_of_one_turn_wait_once(pair: Pair) -> None:
             )
         # Every step of the batch learns that its change is not on the replica: none goes on to announce.
         assert all(type(f).__name__ == "ReplicasBehind" for f in failed)
+    finally:
+        await store.close()
+
+
+async def test_the_transitions_of_one_turn_and_their_relays_wait_once_each(pair: Pair) -> None:
+    """Changes that emit events: the transitions in one call, then the relays of their outboxes in one
+    pipeline, so two WAITs for the turn, not one per run; and no callback is announced before both."""
+    settings = load_settings(base_env(pair.primary.url, **WAIT))
+    store = Store(connect(settings, durable=True), settings)
+    try:
+        runs = [await _run(store, f"run_relay_{i}", client="walt") for i in range(20)]
+        await _sub(store, "sub_walt", client="walt", event_types=json.dumps(["run.*"]))
+        batcher = TransitionBatcher(store.runs)
+
+        def change(run: Run) -> Transition:
+            event = _event("run.succeeded", event_id=f"evt_{run.id}")
+            return Transition(replace(_next(run, "succeeded"), event_ids=[event.id]), 0, events=[event])
+
+        warm = [await _run(store, f"run_relay_warm_{i}", client="walt") for i in range(2)]  # scripts loaded
+        await asyncio.gather(*(batcher.apply(change(r)) for r in warm))
+        before = _waits(pair)
+        outcomes = await asyncio.gather(*(batcher.apply(change(r)) for r in runs))
+        assert outcomes == [Applied(1, ended=True)] * 20
+        assert _waits(pair) == before + 2
     finally:
         await store.close()

@@ -4,10 +4,12 @@ sweeper, asserted at exact instants instead of waited for."""
 from __future__ import annotations
 
 import httpx
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from service.store import keys
+from service.store.runs import RELAY_GRACE_MS
 from service.worker.runtime import WorkerRuntime
-from tests.conftest import Clocked, ClockedFactory
+from tests.conftest import Clocked, ClockedFactory, Receiver
 
 
 async def _status(c: Clocked, run_id: str) -> str:
@@ -73,6 +75,32 @@ async def test_the_sweeper_reschedules_a_run_whose_due_entry_was_lost(clocked: C
     await c.step()
     await c.worker.store.redis.zrem(keys.due_runs("nutrient"), run["id"])  # lost: a restore, a hand edit
     assert await c.advance(60) == 0  # a minute later, nothing knows of it
-    assert await c.worker.sweep() == {"runs": 1, "deliveries": 0}
+    assert await c.worker.sweep() == {"runs": 1, "deliveries": 0, "relayed": 0}
     await c.step()
     assert await _status(c, run["id"]) in ("running", "succeeded")
+
+
+async def test_the_sweeper_relays_the_events_of_a_worker_that_died_before_its_relay(
+    clocked: Clocked, receiver: Receiver
+) -> None:
+    c = clocked
+    await c.stack.subscribe(receiver.url)
+    run = await c.stack.submit("nutrient")
+    relay = c.worker.durable.runs.scripts.relay
+
+    async def died(*args: object, **kwargs: object) -> object:
+        # The worker's process dies between its transition and the relay: no simulator can do that to
+        # it, so the relay's call is made to fail (the one mock of this file), then given back.
+        raise RedisConnectionError("the worker died here")
+
+    c.worker.durable.runs.scripts.relay = died  # type: ignore[assignment]
+    while await _status(c, run["id"]) != "succeeded":
+        await c.advance(10)
+    assert receiver.events("run.succeeded") == []
+    assert await c.worker.store.redis.zscore(keys.OUTBOX, run["id"]) is not None
+    c.worker.durable.runs.scripts.relay = relay
+    c.clock.advance(RELAY_GRACE_MS / 1000)
+    assert (await c.worker.sweep())["relayed"] == 1
+    await c.step()  # the deliveries the relay made due, sent
+    assert [e["data"]["run"]["id"] for e in receiver.events("run.succeeded")] == [run["id"]]
+    assert (await c.worker.sweep())["relayed"] == 0

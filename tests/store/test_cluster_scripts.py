@@ -1,9 +1,9 @@
 """Every script on a real Redis Cluster (tests/redis_cluster.py, 3 primaries): each is ``#!lua`` and
 touches only the keys it declares, so the server runs it as long as its keys share one slot. Every key
 is under the store's one hash tag (``hb:{hb}:``, keys.PREFIX), and the whole of tests/store/test_lua.py
-(and the races of test_two_phase.py) runs against redis-py's cluster client: a key built inside a
-script, or one left out of KEYS, fails here with the server's "keys that do not hash to the same slot"
-(or redis-py's "all keys must map to the same key slot")."""
+(with the outbox's tests and the races of test_two_phase.py) runs against redis-py's cluster client: a
+key built inside a script, or one left out of KEYS, fails here with the server's "keys that do not hash
+to the same slot" (or redis-py's "all keys must map to the same key slot")."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from tests.conftest import base_env
 from tests.redis_cluster import RedisCluster
 from tests.store import test_lua
 from tests.store.test_lua import *  # noqa: F403  (the same tests, with the fixture below)
+from tests.store.test_outbox import *  # noqa: F403  (the outbox and the relay)
 from tests.store.test_two_phase import (  # noqa: F401  (the races between the read and the script)
-    test_a_batch_retries_only_the_stale_change,
+    test_a_batch_relays_again_only_the_change_whose_subscriptions_changed,
     test_a_delivery_claimed_between_the_read_and_the_script_is_not_claimed_twice,
     test_a_run_claimed_between_the_read_and_the_script_is_not_claimed_twice,
     test_a_subscription_created_after_the_read_gets_the_event,

@@ -1,8 +1,8 @@
 #!lua
--- Shared by transition.lua and emit.lua (prepended by scripts.py, after DEFAULT_TYPES and EVENT_TEST
+-- Shared by relay.lua and emit.lua (prepended by scripts.py, after DEFAULT_TYPES and EVENT_TEST
 -- from service/core/domain.py).
 -- Creates one delivery per matching active subscription for one event, in the same atomic step that
--- emits the event: there is never an event without its deliveries.
+-- fans the event out: there is never an event in the feed without its deliveries.
 --
 -- Every key is declared (service/store/fanout.py builds them in this order): a fan-out block of KEYS,
 -- from `at`: the client's feed, the active deliveries, the due deliveries; then per event (in the order
@@ -92,10 +92,13 @@ end
 -- Emits one event: fans it out to `subs` (the client's subscriptions as they are now, each declared),
 -- appends it to the client's feed, stores its body (the exact bytes sent) and, for run.progress, appends
 -- it to the run's list (`run_events`, nil for an event of no run). A run.progress event that no
--- subscription asked for is kept in the feed only. Returns deliveries created.
-local function emit(F, ev, run_id, run_events, run_deliveries, client, subs, filter, zr, now, retention_ms)
+-- subscription asked for is kept in the feed only. `stored`: the body is stored already (a run's
+-- transition stores its events' bodies; the relay then fans them out once, as it empties the outbox);
+-- otherwise an event whose body is stored was emitted already. Returns deliveries created.
+local function emit(F, ev, run_id, run_events, run_deliveries, client, subs, filter, zr, now, retention_ms,
+    stored)
   local ekey = F.evt[ev['id']].body
-  if redis.call('EXISTS', ekey) == 1 then return 0 end
+  if not stored and redis.call('EXISTS', ekey) == 1 then return 0 end
   local n = 0
   for _, sid in ipairs(subs) do
     if filter == nil or filter[sid] then
@@ -107,8 +110,11 @@ local function emit(F, ev, run_id, run_events, run_deliveries, client, subs, fil
   end
   local dropped = n == 0 and ev['type'] == 'run.progress'
   append_feed(F, ev, run_id, dropped or zr == '1', retention_ms)
-  if dropped then return 0 end
-  redis.call('SET', ekey, ev['body'], 'PX', retention_ms)
+  if dropped then
+    if stored then redis.call('DEL', ekey) end
+    return 0
+  end
+  if not stored then redis.call('SET', ekey, ev['body'], 'PX', retention_ms) end
   -- The run's record holds the ids of its other events (records.Run.event_ids): only progress, as many
   -- as the vendor reports, needs a list.
   if run_events and ev['type'] == 'run.progress' then

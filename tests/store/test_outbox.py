@@ -1,0 +1,124 @@
+"""The run's outbox (issue 26): a transition puts the events it emits in the run's outbox, in its own
+step and slot, and the relay fans them out (deliveries, the client's feed) right after; the sweeper
+relays what a process that died between the two left there. These tests leave events stranded the way a
+crash does (the transition's script alone, no relay) and check that nothing is lost, nothing is sent
+twice, and a run's events still reach each subscription in the order it emitted them. Real Redis."""
+
+from __future__ import annotations
+
+import json
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from service.core.records import Event, Run, Transition, replace
+from service.store import Applied, Store, keys
+from service.store.runs import RELAY_GRACE_MS
+from tests.store.test_lua import T0, _deliveries_of, _due_deliveries, _event, _next, _run, _s, _sub
+from tests.store.test_lua import store as store  # the fixture
+
+
+async def _strand(store: Store, run: Run, status: str, *events: Event, now: int = T0 + 1) -> Run:
+    """The transition's own step, and no relay after it: what a process that died in between leaves."""
+    current = await store.runs.get_run(run.id)
+    assert current is not None
+    new = replace(_next(current, status, now), event_ids=[*current.event_ids, *(e.id for e in events)])
+    reply = await store.runs.scripts.transition(
+        *store.runs._transition_call(Transition(new, current.version, events=list(events)))
+    )
+    assert _s(reply[0]) == "ok"
+    return new
+
+
+async def _feed_ids(store: Store, client: str = "alice") -> list[str]:
+    entries = await store.redis.xrange(keys.client_feed(client))
+    return [_s(fields[b"e"]) for _, fields in entries]
+
+
+async def test_a_stranded_event_is_readable_at_once_and_relayed_by_the_sweeper_once(store: Store) -> None:
+    run = await _run(store)
+    await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
+    done = _event("run.succeeded", event_id="evt_done")
+    await _strand(store, run, "succeeded", done)
+    # The transition stored the body: what the record names is readable (the result inline in it, say).
+    assert await store.redis.get(keys.event("evt_done")) is not None
+    assert await _deliveries_of(store, "sub_a") == [] and await _feed_ids(store) == []
+    assert await store.redis.zscore(keys.OUTBOX, run.id) == T0 + 1
+    # Within the grace the relay right after the transition may still be under way: left alone.
+    assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS - 1) == 0
+    assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
+    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == ["evt_done"]
+    assert await _feed_ids(store) == ["evt_done"]
+    assert await store.redis.exists(keys.run_outbox(run.id), keys.OUTBOX) == 0
+    # Again: nothing left, nothing sent twice.
+    assert await store.runs.relay_stranded(T0 + 10 * RELAY_GRACE_MS) == 0
+    assert await store.runs.relay(run.id, run.client, [], [], None) == 0
+    assert len(await _deliveries_of(store, "sub_a")) == 1 and await _feed_ids(store) == ["evt_done"]
+
+
+async def test_stranded_events_are_relayed_in_the_order_the_run_emitted_them(store: Store) -> None:
+    run = await _run(store)
+    await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
+    first = await _strand(store, run, "processing", _event("run.submitted", event_id="evt_1"))
+    await _strand(store, first, "succeeded", _event("run.succeeded", event_id="evt_2"), now=T0 + 2)
+    assert await store.redis.zscore(keys.OUTBOX, run.id) == T0 + 1  # the oldest entry's time
+    assert await store.runs.relay_stranded(T0 + 2 + RELAY_GRACE_MS) == 1
+    assert await _feed_ids(store) == ["evt_1", "evt_2"]
+    deliveries = {d.event_id: d.id for d in await _deliveries_of(store, "sub_a")}
+    # Per-run order per subscription: the first event's delivery is the chain's head, the only one due.
+    chain = [_s(i) for i in await store.redis.lrange(keys.chain("sub_a", run.id), 0, -1)]  # type: ignore[misc]
+    assert chain == [deliveries["evt_1"], deliveries["evt_2"]]
+    assert list(await _due_deliveries(store)) == [deliveries["evt_1"]]
+
+
+async def test_a_later_transition_relays_the_earlier_stranded_events_first(store: Store) -> None:
+    run = await _run(store)
+    await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
+    first = await _strand(store, run, "processing", _event("run.submitted", event_id="evt_1"))
+    new = replace(_next(first, "succeeded", T0 + 2), event_ids=[*first.event_ids, "evt_2"])
+    outcome = await store.runs.transition(
+        Transition(new, first.version, events=[_event("run.succeeded", event_id="evt_2")])
+    )
+    assert outcome == Applied(2, ended=True)  # both events, one delivery each, in order
+    assert await _feed_ids(store) == ["evt_1", "evt_2"]
+    assert await store.redis.exists(keys.run_outbox(run.id)) == 0
+
+
+async def test_a_failed_relay_leaves_the_change_applied_and_the_events_to_the_sweeper(store: Store) -> None:
+    run = await _run(store)
+    await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
+    relay = store.runs.scripts.relay
+
+    async def lost(*args: object, **kwargs: object) -> object:
+        raise RedisConnectionError("connection lost")  # the one failure a simulator cannot produce here
+
+    store.runs.scripts.relay = lost  # type: ignore[assignment]
+    new = replace(_next(run, "succeeded"), event_ids=["evt_done"])
+    outcome = await store.runs.transition(
+        Transition(new, run.version, events=[_event("run.succeeded", event_id="evt_done")])
+    )
+    assert outcome == Applied(0, ended=True)
+    assert (await store.runs.get_run(run.id)).status == "succeeded"  # type: ignore[union-attr]
+    store.runs.scripts.relay = relay
+    assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
+    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == ["evt_done"]
+
+
+async def test_the_sweeper_drops_the_outbox_of_a_run_gone_and_takes_a_bounded_number(store: Store) -> None:
+    for n in range(3):
+        await _strand(store, await _run(store, f"run_{n}"), "processing", _event("run.submitted", n))
+    await store.redis.delete(keys.run("run_0"))  # past retention
+    assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS, limit=2) == 1  # run_0 dropped, run_1
+    assert await store.redis.exists(keys.run_outbox("run_0"), keys.run_outbox("run_1")) == 0
+    assert [_s(r) for r in await store.redis.zrange(keys.OUTBOX, 0, -1)] == ["run_2"]
+    assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS, limit=2) == 1
+    assert await store.redis.zcard(keys.OUTBOX) == 0
+
+
+async def test_a_progress_event_nobody_asked_for_is_kept_in_the_feed_only(store: Store) -> None:
+    run = await _run(store)
+    await _sub(store, "sub_a")  # the default types: no run.progress
+    await _strand(store, run, "processing", _event("run.progress", event_id="evt_p"))
+    assert await store.redis.get(keys.event("evt_p")) is not None  # stored by the transition
+    assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
+    assert await store.redis.get(keys.event("evt_p")) is None  # dropped by the relay: nobody wants it
+    assert await _feed_ids(store) == ["evt_p"] and await _deliveries_of(store, "sub_a") == []
