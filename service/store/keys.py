@@ -1,7 +1,8 @@
 """Every Redis key that hookbridge uses, in one place.
 
-All keys share the prefix ``hb:{hb}:`` (``PREFIX``; written ``hb:`` in the table below). The scripts in
-lua/ never build one: every key a script touches is passed in its ``KEYS``, built here. Values:
+All keys share the prefix ``hb:{hb}:`` (``PREFIX``; written ``hb:`` in the table below) but a vendor's
+budget and pause, which have the vendor's own tag (``hb:{v:<vendor>}:``, written as it is). The scripts
+in lua/ never build one: every key a script touches is passed in its ``KEYS``, built here. Values:
 
 ================================  ======  =========================================================
 key                               type    holds
@@ -42,12 +43,13 @@ hb:due:deliveries                 zset    delivery ids by the time their next at
 hb:active:runs                    set     runs not finished (the sweeper walks this, not the history)
 hb:active:deliveries              set     deliveries pending
 hb:idem:{client}:{sha256(key)}    string  "fingerprint run_id" for Idempotency-Key, with a TTL
-hb:budget:{vendor}                string  the vendor budget's theoretical arrival time (GCRA), ms
+hb:{v:<vendor>}:budget            string  the vendor budget's theoretical arrival time (GCRA), ms; under
+                                          the vendor's own tag (``vendor_prefix``), as is its pause
 hb:budget:sub:{sub}               string  the same for a subscription's delivery rate
 hb:dlvclient:{client}:inflight    zset    a client's deliveries being attempted, by lease expiry
 hb:dlvclient:{client}:parked      zset    a client's due deliveries held back by its in-flight limit,
                                           by due time; one returns to the due set as one ends
-hb:pause:{vendor}                 hash    the vendor's pause after a 429: until (ms), streak (429s in a
+hb:{v:<vendor>}:pause             hash    the vendor's pause after a 429: until (ms), streak (429s in a
                                           row), probe (the one request allowed out after it), probe_exp
 hb:rate:{name}:{client}           string  a client's API rate limiter (GCRA), e.g. submits, with a TTL
 hb:worker:{worker}                string  a worker's heartbeat, with a TTL
@@ -180,8 +182,16 @@ def idempotency(client: str, key: str) -> str:
     return f"{PREFIX}idem:{client}:{digest}"
 
 
+def vendor_prefix(vendor: str) -> str:
+    """``hb:{v:<vendor>}:``: a vendor's own hash tag. Its budget and pause are global by nature (the
+    vendor's limit holds for every run of every shard), so they sit apart from the run shards, each
+    vendor's in a slot of its own (a budget group's name, ``<vendor>.<group>``, is a tag of its own too):
+    on a cluster, the vendors' budgets spread over the primaries instead of adding to one shard's load."""
+    return f"{ROOT}{{v:{vendor}}}:"
+
+
 def vendor_budget(vendor: str) -> str:
-    return f"{PREFIX}budget:{vendor}"
+    return f"{vendor_prefix(vendor)}budget"
 
 
 def sub_budget(sub_id: str) -> str:
@@ -197,7 +207,7 @@ def worker(worker_id: str) -> str:
 
 
 def vendor_pause(vendor: str) -> str:
-    return f"{PREFIX}pause:{vendor}"
+    return f"{vendor_prefix(vendor)}pause"
 
 
 # Virtual shards (issue 26, ../shared/REDIS-CLUSTER.md §4) ----------------------------------------------

@@ -1,8 +1,12 @@
 """Moving a store that hookbridge 2 wrote to today's key layout: `hookbridge migrate-keys`.
 
-hookbridge 2 named its keys ``hb:<name>``; every key now carries the store's hash tag,
-``hb:{hb}:<name>`` (``keys.PREFIX``, stage one of the virtual shards in docs/shards.md), so that every
-script runs on a Redis Cluster. The names after the prefix, the values and the expiries are unchanged,
+hookbridge 2 named its keys ``hb:<name>``; every key now carries a hash tag, so that every script runs
+on a Redis Cluster: the store's, ``hb:{hb}:<name>`` (``keys.PREFIX``, stage one of the virtual shards in
+docs/shards.md), or, for a vendor's budget and pause, the vendor's own (``hb:{v:<vendor>}:budget``,
+``:pause``). An earlier hookbridge 3 kept those two under the store's tag; they are moved too. Where
+they are not (a cluster, where this does not run) they only expire: the vendor's budget starts afresh
+(one burst at most) and a pause in force is forgotten (the vendor's next 429 pauses it again). The
+values and the expiries are unchanged,
 so the move is a ``RENAMENX`` per key (which keeps its TTL): on one Redis or Sentinel only (hookbridge 2
 never ran on a cluster), with every hookbridge 2 process stopped first (a process still writing would
 write untagged keys after they were moved). It can be run again: a key moved already is not seen, and a
@@ -19,10 +23,19 @@ from service.store.codec import text
 
 
 def tagged(name: str) -> str | None:
-    """The key of today's layout for the hookbridge 2 key ``name``; None for a key that is not one."""
-    if not name.startswith(keys.ROOT) or name.startswith(keys.ROOT + "{"):
+    """The key of today's layout for the hookbridge 2 key ``name`` (a vendor's budget or pause under the
+    vendor's own tag, every other key under the store's), or for a vendor's budget or pause under the
+    store's tag, as an earlier hookbridge 3 named them; None for any other key."""
+    if not name.startswith(keys.ROOT):
         return None
-    return keys.PREFIX + name.removeprefix(keys.ROOT)
+    store_tagged = name.startswith(keys.PREFIX)
+    if name.startswith(keys.ROOT + "{") and not store_tagged:
+        return None  # under a shard's or a vendor's tag: today's already
+    rest = name.removeprefix(keys.PREFIX if store_tagged else keys.ROOT)
+    kind, _, vendor = rest.partition(":")
+    if kind in ("budget", "pause") and vendor and not vendor.startswith("sub:"):
+        return keys.vendor_budget(vendor) if kind == "budget" else keys.vendor_pause(vendor)
+    return None if store_tagged else keys.PREFIX + rest
 
 
 async def move_untagged_keys(redis: Redis, *, batch: int = 500) -> dict[str, int]:

@@ -13,6 +13,14 @@ ROWS = [
     ("hb:client:alice:feed", "hb:{hb}:client:alice:feed"),
     ("hb:chain:sub_1:run_1", "hb:{hb}:chain:sub_1:run_1"),
     ("hb:due:runs:nutrient", keys.due_runs("nutrient")),
+    ("hb:budget:nutrient", "hb:{v:nutrient}:budget"),  # a vendor's budget and pause: the vendor's tag
+    ("hb:pause:nutrient", "hb:{v:nutrient}:pause"),
+    ("hb:budget:azure_di.read", keys.vendor_budget("azure_di.read")),  # a budget group's
+    ("hb:budget:sub:sub_1", "hb:{hb}:budget:sub:sub_1"),  # a subscription's rate: the store's tag
+    ("hb:{hb}:budget:nutrient", keys.vendor_budget("nutrient")),  # as an earlier hookbridge 3 named it
+    ("hb:{hb}:pause:nutrient", keys.vendor_pause("nutrient")),
+    ("hb:{hb}:budget:sub:sub_1", None),
+    ("hb:{v:nutrient}:budget", None),
     ("hb:{hb}:run:run_1", None),  # today's already
     ("hb:{hb03b}:run:run_1", None),  # a shard's key of stage two
     ("hookbridge:{arq:abort}:health-check", None),  # arq's keys were never renamed

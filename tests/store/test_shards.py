@@ -96,3 +96,16 @@ async def test_the_tags_spread_over_the_primaries_of_a_real_cluster(redis_cluste
             )
     finally:
         await client.aclose()
+
+
+def test_a_vendors_budget_and_pause_share_a_slot_of_their_own() -> None:
+    # The claim takes the budget and reads the pause in one script (budget_batch.lua): one slot, the
+    # vendor's, apart from the store's tag, so that on a cluster the vendors' budgets are not one more
+    # load on the primary of the runs.
+    vendors = ("nutrient", "cloudsquid", "uptiq", "azure_di", "llamaparse", "textract", "google_docai")
+    slots = {v: key_slot(keys.vendor_budget(v).encode()) for v in vendors}
+    assert all(key_slot(keys.vendor_pause(v).encode()) == slot for v, slot in slots.items())
+    assert key_slot(keys.PREFIX.encode()) not in slots.values()
+    assert key_slot(keys.vendor_budget("azure_di.read").encode()) != slots["azure_di"]  # a group: its own
+    # Over the even split of 3 primaries, the seven land on all three.
+    assert {slot * 3 // REDIS_CLUSTER_HASH_SLOTS for slot in slots.values()} == {0, 1, 2}
