@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, cast
 
+from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from service.config.settings import Settings
@@ -23,6 +24,7 @@ from service.store.codec import ClaimedRun, claimed_runs, run_or_none, text
 from service.store.limits import OverRate
 from service.store.outcomes import Applied, Conflict, Missing, Outcome
 from service.store.pages import Listing, page
+from service.store.scripts import Scripts
 
 log = logs.get("hookbridge.store")
 
@@ -39,6 +41,12 @@ def metadata_ttl_ms(settings: Settings) -> int:
 
 
 class Runs(Part):
+    def __init__(self, redis: Redis, scripts: Scripts, settings: Settings) -> None:
+        super().__init__(redis, scripts, settings)
+        # Per vendor, the ids the last claim's script saw still due: the next claim's candidates (each is
+        # claimed only if it is still due then, so a stale one costs nothing but its place in the batch).
+        self._due_ahead: dict[str, list[str]] = {}
+
     async def create_run(
         self,
         run: Run,
@@ -428,9 +436,12 @@ class Runs(Part):
         are given back; a probe is set last (``pause.lua``), or its run handed back when another claim's probe
         got there first."""
         due = keys.due_runs(vendor)
-        # The ids alone: with their scores redis-py would make a pair and a float of each, which cost a
-        # poll more than the round trip does. The head is read only when none is due.
-        ids = [text(i) for i in await self.redis.zrangebyscore(due, "-inf", now_ms, start=0, num=limit)]
+        # The ids the last claim left due (its script's reply), else read: the ids alone (with their scores
+        # redis-py would make a pair and a float of each, which cost a poll more than the round trip
+        # does); the head only when none is due.
+        ids = self._due_ahead.pop(vendor, [])[:limit]
+        if not ids:
+            ids = [text(i) for i in await self.redis.zrangebyscore(due, "-inf", now_ms, start=0, num=limit)]
         if not ids:
             head = await self.redis.zrange(due, 0, 0, withscores=True)
             return [], float(head[0][1]) if head else None
@@ -448,9 +459,11 @@ class Runs(Part):
             ids = ids[:1]
         reply = await self.scripts.claim_runs(
             keys=[due, *map(keys.run, ids)],
-            args=[now_ms, lease_ms, start, interval_ms if interval_ms > 0 else 0, count, *ids],
+            args=[now_ms, lease_ms, start, interval_ms if interval_ms > 0 else 0, count, limit, *ids],
         )
         claimed, nxt = claimed_runs([reply[0], reply[1], False])
+        if reply[2]:
+            self._due_ahead[vendor] = [text(i) for i in reply[2]]
         unused = count - len(reply[0]) // 4
         if interval_ms > 0 and unused > 0:
             await self.scripts.budget_batch(

@@ -92,9 +92,37 @@ async def test_a_run_claimed_between_the_read_and_the_script_is_not_claimed_twic
     assert [c.run.id for c in first] == [run.id]
     # A second worker read the id as due before the first claim moved it: the script checks again.
     reply = await store.runs.scripts.claim_runs(
-        keys=[keys.due_runs("nutrient"), keys.run(run.id)], args=[T0, LEASE, T0, 0, 1, run.id]
+        keys=[keys.due_runs("nutrient"), keys.run(run.id)], args=[T0, LEASE, T0, 0, 1, 10, run.id]
     )
-    assert reply[0] == []
+    assert reply[0] == [] and reply[2] == []  # and nothing is due to give back
+
+
+async def test_a_busy_claim_takes_the_ids_the_last_one_left_due_without_reading_them(store: Store) -> None:
+    for n in range(5):
+        await _run(store, f"run_{n}")
+    first, _ = await store.runs.claim_runs("nutrient", T0, 2, LEASE, 0, 1000)
+    assert [c.run.id for c in first] == ["run_0", "run_1"]
+    reads = 0
+    original = store.runs.redis.zrangebyscore
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await original(*args, **kwargs)
+
+    store.runs.redis.zrangebyscore = counted  # type: ignore[method-assign]
+    try:
+        # Another worker claims run_2 meanwhile: the ids left due are candidates, checked by the script.
+        await store.redis.zadd(keys.due_runs("nutrient"), {"run_2": T0 + LEASE}, xx=True)
+        second, _ = await store.runs.claim_runs("nutrient", T0 + 1, 2, LEASE, 0, 1000)
+        assert [c.run.id for c in second] == ["run_3"] and reads == 0
+        third, _ = await store.runs.claim_runs("nutrient", T0 + 2, 2, LEASE, 0, 1000)
+        assert [c.run.id for c in third] == ["run_4"] and reads == 0
+        # Nothing was left due: the next claim reads (and finds none).
+        assert await store.runs.claim_runs("nutrient", T0 + 3, 2, LEASE, 0, 1000) == ([], T0 + LEASE)
+        assert reads == 1
+    finally:
+        store.runs.redis.zrangebyscore = original  # type: ignore[method-assign]
 
 
 async def test_a_delivery_claimed_between_the_read_and_the_script_is_not_claimed_twice(store: Store) -> None:
