@@ -14,6 +14,9 @@ import pytest
 
 from bench import api, report
 from bench._common import machine
+from service.store import Store
+from tests.store.test_lua import _run
+from tests.store.test_lua import store as store  # the fixture
 
 
 @pytest.mark.slow
@@ -77,3 +80,12 @@ async def test_the_cluster_benchmark_measures_one_node_and_a_cluster_in_one_run(
     assert sum(many["keys"]) >= 60  # every run's record, at least, is on some primary
     assert len(many["primary_cpu"]) == 3 and many["replica_cpu"] >= 0
     assert len(result.figures) == 12 and all(f.value is not None for f in result.figures)
+
+
+async def test_the_scale_benchmark_measures_what_a_full_trail_adds(store: Store) -> None:
+    """``bench.scale``'s last step (it once failed there, after minutes of runs, on a key it had not
+    followed through a rename): a run's record with a full trail, against the record as it is."""
+    from bench.scale import _full_trail_extra
+
+    run = await _run(store)
+    assert await _full_trail_extra(store.redis, [run.id]) > 0
