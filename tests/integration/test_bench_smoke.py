@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 
 from bench import api, report
 from bench._common import machine
 from service.store import Store
+from tests.conftest import base_env
 from tests.store.test_lua import _run
 from tests.store.test_lua import store as store  # the fixture
 
@@ -89,3 +91,24 @@ async def test_the_scale_benchmark_measures_what_a_full_trail_adds(store: Store)
 
     run = await _run(store)
     assert await _full_trail_extra(store.redis, [run.id]) > 0
+
+
+async def test_the_scale_benchmark_times_a_sweeper_pass(store: Store, redis_url: str) -> None:
+    """``bench.scale``'s sweeper figure (it once reported an error in place of the figure: a local name
+    hid the key builders' module)."""
+    from bench.scale import _sweep_cost
+
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+
+    class Started:  # what _sweep_cost reads of bench._common.Cluster: its settings and its client
+        env = base_env(redis_url)
+
+        async def redis_client(self) -> aioredis.Redis:
+            return client
+
+    await _run(store)
+    try:
+        cost = await _sweep_cost(Started())  # type: ignore[arg-type]
+    finally:
+        await client.aclose()
+    assert "error" not in cost and cost["keys"] == 1 and cost["cpu_s"] >= 0
