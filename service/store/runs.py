@@ -312,7 +312,9 @@ class Runs(Part):
         """The sweeper's part of the relay: the runs whose outbox has held events for ``older_than_ms``
         (a worker or an API process died between a transition and its relay, or the relay failed), at
         most ``limit`` of them, relayed; returns how many runs were. A run gone from the store (past
-        retention) has nothing left to tell: its outbox is dropped."""
+        retention) has nothing left to tell: its outbox is dropped. A relay that fails for its own run's
+        sake (its client's subscriptions kept changing, an entry the script refuses) is logged and tried
+        again next pass; it does not hold up the others' relays behind it."""
         ids = [
             text(i)
             for i in await self.redis.zrangebyscore(
@@ -327,7 +329,11 @@ class Runs(Part):
                 pipe.zrem(keys.OUTBOX, run_id)
                 await pipe.execute()
                 continue
-            await self.relay(run.id, run.client, run.subscription_ids, [], None)
+            try:
+                await self.relay(run.id, run.client, run.subscription_ids, [], None)
+            except (fanout.StaleFanout, ResponseError) as exc:
+                log.warning("relay failed; the next sweep tries again", run_id=run.id, error=str(exc)[:200])
+                continue
             done += 1
         return done
 

@@ -122,3 +122,20 @@ async def test_a_progress_event_nobody_asked_for_is_kept_in_the_feed_only(store:
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
     assert await store.redis.get(keys.event("evt_p")) is None  # dropped by the relay: nobody wants it
     assert await _feed_ids(store) == ["evt_p"] and await _deliveries_of(store, "sub_a") == []
+
+
+async def test_one_run_whose_relay_fails_does_not_hold_up_the_others(store: Store) -> None:
+    # A tenant whose subscriptions keep changing under every relay (StaleFanout), or an entry the script
+    # refuses: that run waits for the next pass; the other runs' events are relayed in this one.
+    for n in range(3):
+        await _strand(
+            store,
+            await _run(store, f"run_{n}", client=f"client_{n}"),
+            "processing",
+            _event("run.submitted", n),
+        )
+    await store.redis.rpush(keys.run_outbox("run_0"), "not the relay's ops")  # type: ignore[misc]
+    assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 2
+    assert [_s(r) for r in await store.redis.zrange(keys.OUTBOX, 0, -1)] == ["run_0"]
+    assert await _feed_ids(store, "client_1") == ["evt_run.submitted_1"]
+    assert await _feed_ids(store, "client_2") == ["evt_run.submitted_2"]
