@@ -132,6 +132,11 @@ DELIVERY_LATENCY = Histogram(
 )
 READY_JOBS = Gauge("hookbridge_ready_jobs", "Work due now and not yet claimed", ["queue"], registry=REGISTRY)
 RUNS_IN_FLIGHT = Gauge("hookbridge_runs_in_flight", "Runs not yet finished", registry=REGISTRY)
+OUTBOX_STRANDED = Gauge(
+    "hookbridge_outbox_stranded",
+    "Runs whose events have waited in their outbox past RELAY_GRACE_MS (their relay failed: the sweeper's)",
+    registry=REGISTRY,
+)
 API_REQUESTS = Counter(
     "hookbridge_api_requests_total", "API requests", ["method", "route", "status"], registry=REGISTRY
 )

@@ -337,6 +337,10 @@ class Runs(Part):
             done += 1
         return done
 
+    async def stranded_count(self, now_ms: int, *, older_than_ms: int = RELAY_GRACE_MS) -> int:
+        """How many runs' outboxes the sweeper would relay now (the gauge hookbridge_outbox_stranded)."""
+        return int(await self.redis.zcount(keys.OUTBOX, "-inf", now_ms - older_than_ms))
+
     async def _subscriptions(self, changes: Sequence[Transition]) -> dict[str, list[str]]:
         """The subscription ids of each client whose change emits events (one read for them all)."""
         return await self._subscriptions_of(list(dict.fromkeys(c.run.client for c in changes if c.events)))

@@ -267,6 +267,7 @@ class WorkerRuntime:
                 for queue, count in counts.items():
                     metrics.READY_JOBS.labels(queue).set(count)
                 metrics.RUNS_IN_FLIGHT.set(await self.store.runs.in_flight_count(list(self.adapters)))
+                metrics.OUTBOX_STRANDED.set(await self.store.runs.stranded_count(now_ms))
                 if time.monotonic() >= self._next_observe:
                     # Heavier than the rest of the heartbeat (bench/observe_cost.py): every 30 s.
                     self._next_observe = time.monotonic() + OBSERVE_EVERY_S

@@ -130,6 +130,7 @@ def test_every_alert_has_a_runbook_section_and_parses(monitored: dict[str, Any])
         "HookbridgeSubscriptionAutoDisabled",
         "HookbridgeRedisUnreachable",
         "HookbridgeNoWorkerAlive",
+        "HookbridgeOutboxStranded",
         "HookbridgeApiErrors",
         "HookbridgeApiLatencyHigh",
         "HookbridgeFailedRunsSpike",
@@ -186,6 +187,7 @@ def test_promtool_unit_tests_cover_every_alert(chart: helm.Chart, tmp_path: Path
     tested = set(re.findall(r"alertname: (\w+)", PROMTOOL_TESTS.read_text()))
     assert tested >= {
         "HookbridgeNoWorkerAlive",
+        "HookbridgeOutboxStranded",
         "HookbridgeApiErrors",
         "HookbridgeApiLatencyHigh",
         "HookbridgeFailedRunsSpike",

@@ -89,6 +89,7 @@ async def test_metrics_after_a_run(make_stack: StackFactory, receiver: Receiver)
     assert value(found, "hookbridge_ready_jobs", queue="nutrient") >= 0
     assert value(found, "hookbridge_ready_jobs", queue="deliveries") >= 0
     assert value(found, "hookbridge_runs_in_flight") >= 0
+    assert value(found, "hookbridge_outbox_stranded") == 0  # every relay went through
 
     api_metrics = samples((await stack.api.get("/metrics")).text)
     assert (

@@ -44,11 +44,14 @@ async def test_a_stranded_event_is_readable_at_once_and_relayed_by_the_sweeper_o
     assert await _deliveries_of(store, "sub_a") == [] and await _feed_ids(store) == []
     assert await store.redis.zscore(keys.OUTBOX, run.id) == T0 + 1
     # Within the grace the relay right after the transition may still be under way: left alone.
+    assert await store.runs.stranded_count(T0 + 1 + RELAY_GRACE_MS - 1) == 0
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS - 1) == 0
+    assert await store.runs.stranded_count(T0 + 1 + RELAY_GRACE_MS) == 1  # the gauge's count
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
     assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == ["evt_done"]
     assert await _feed_ids(store) == ["evt_done"]
     assert await store.redis.exists(keys.run_outbox(run.id), keys.OUTBOX) == 0
+    assert await store.runs.stranded_count(T0 + 10 * RELAY_GRACE_MS) == 0
     # Again: nothing left, nothing sent twice.
     assert await store.runs.relay_stranded(T0 + 10 * RELAY_GRACE_MS) == 0
     assert await store.runs.relay(run.id, run.client, [], [], None) == 0
