@@ -12,7 +12,9 @@ from dataclasses import replace
 from typing import Any, cast
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.config.settings import Settings
 from service.core.domain import SUCCEEDED, TERMINAL
@@ -313,8 +315,9 @@ class Runs(Part):
         (a worker or an API process died between a transition and its relay, or the relay failed), at
         most ``limit`` of them, relayed; returns how many runs were. A run gone from the store (past
         retention) has nothing left to tell: its outbox is dropped. A relay that fails for its own run's
-        sake (its client's subscriptions kept changing, an entry the script refuses) is logged and tried
-        again next pass; it does not hold up the others' relays behind it."""
+        sake (its client's subscriptions kept changing, an entry the script refuses, anything unexpected)
+        is logged and tried again next pass; it does not hold up the others' relays behind it. A lost
+        connection ends the pass."""
         ids = [
             text(i)
             for i in await self.redis.zrangebyscore(
@@ -331,7 +334,9 @@ class Runs(Part):
                 continue
             try:
                 await self.relay(run.id, run.client, run.subscription_ids, [], None)
-            except (fanout.StaleFanout, ResponseError) as exc:
+            except (RedisConnectionError, RedisTimeoutError):
+                raise  # Redis itself: the pass ends, the next one starts over
+            except Exception as exc:  # this run's own: logged, tried next pass, the others go on
                 log.warning("relay failed; the next sweep tries again", run_id=run.id, error=str(exc)[:200])
                 continue
             done += 1

@@ -142,3 +142,24 @@ async def test_one_run_whose_relay_fails_does_not_hold_up_the_others(store: Stor
     assert [_s(r) for r in await store.redis.zrange(keys.OUTBOX, 0, -1)] == ["run_0"]
     assert await _feed_ids(store, "client_1") == ["evt_run.submitted_1"]
     assert await _feed_ids(store, "client_2") == ["evt_run.submitted_2"]
+
+
+async def test_an_unexpected_error_in_one_relay_is_that_runs_alone(store: Store) -> None:
+    for n in range(2):
+        await _strand(
+            store,
+            await _run(store, f"run_{n}", client=f"client_{n}"),
+            "processing",
+            _event("run.submitted", n),
+        )
+    relay = store.runs.relay
+
+    async def odd(run_id: str, *args: object, **kwargs: object) -> int:
+        if run_id == "run_0":  # a bug's exception, which no real part raises on demand
+            raise ValueError("unexpected")
+        return await relay(run_id, *args, **kwargs)  # type: ignore[arg-type]
+
+    store.runs.relay = odd  # type: ignore[method-assign,assignment]
+    assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
+    assert [_s(r) for r in await store.redis.zrange(keys.OUTBOX, 0, -1)] == ["run_0"]
+    assert await _feed_ids(store, "client_1") == ["evt_run.submitted_1"]
