@@ -22,6 +22,7 @@ after it ends is the probe, and a 429 again lengthens the next pause, doubling w
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from service.config.settings import VendorSettings
@@ -32,6 +33,46 @@ from service.store.ports import VendorLimits
 from service.vendors.base import VendorRateLimited
 
 log = logs.get("hookbridge.worker")
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def paced(now_ms: float, tat_ms: float, interval_ms: float) -> tuple[float, float]:
+    """When a request that woke at its budget slot (``now_ms``) goes out from this process, and the
+    process's pace after it: ``(send_ms, tat_ms)``.
+
+    The store's budget spaces slots ``interval_ms`` apart, but a slot is only a time to wake at: when the
+    process's event loop stalls past several slots (a loaded host, a long GC), every request whose slot went
+    by wakes at once, and without this they would reach the vendor together. So each process also keeps
+    its own pace (GCRA with a tolerance of half an interval), applied in the order the requests wake (their
+    slots' order): a request goes out when it wakes unless the pace asks it to wait. Jitter below half an
+    interval delays nothing and does not add up (the pace remembers only the latest late send); a stall
+    is paid once, by the requests behind it, and never reaches the vendor as a burst.
+    """
+    send = max(now_ms, tat_ms - interval_ms / 2)
+    return send, max(tat_ms, send) + interval_ms
+
+
+class Pace:
+    """One process's pace for one budget (:func:`paced`): waits until a request's slot, then as long as
+    the pace asks."""
+
+    def __init__(self, clock: Clock, interval_ms: float, sleep: Sleep = asyncio.sleep) -> None:
+        self._clock = clock
+        self._interval_ms = interval_ms
+        self._sleep = sleep
+        self._tat_ms = 0.0
+
+    async def until(self, slot_ms: float) -> None:
+        wait = slot_ms / 1000 - self._clock.time()
+        if wait > 0:
+            await self._sleep(wait)
+        if self._interval_ms <= 0:
+            return
+        now_ms = self._clock.time() * 1000
+        send_ms, self._tat_ms = paced(now_ms, self._tat_ms, self._interval_ms)
+        if send_ms > now_ms:
+            await self._sleep((send_ms - now_ms) / 1000)
 
 
 @dataclass
@@ -60,12 +101,19 @@ class StoreBudget:
     budget when it declares no groups; a vendor with groups claims without a slot)."""
 
     def __init__(
-        self, store: VendorLimits, vendor: VendorSettings, clock: Clock = SYSTEM, *, prepaid: bool = True
+        self,
+        store: VendorLimits,
+        vendor: VendorSettings,
+        clock: Clock = SYSTEM,
+        *,
+        prepaid: bool = True,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         self._store = store
         self._clock = clock
         self._vendor = vendor.name
         self.interval_ms = 1000.0 / vendor.max_rps if vendor.max_rps > 0 else 0.0
+        self._pace = Pace(clock, self.interval_ms, sleep)
         self.prepaid = prepaid
         self.floor_ms = vendor.poll_initial_s * 1000
         self.cap_ms = vendor.pause_max_s * 1000
@@ -89,9 +137,7 @@ class StoreBudget:
                 return
             slot_ms = await self._store.budget_take(self._vendor, self._clock.now_ms(), self.interval_ms)
             due_ms = slot_ms
-        wait = slot_ms / 1000 - self._clock.time()
-        if wait > 0:
-            await asyncio.sleep(wait)
+        await self._pace.until(slot_ms)
         if reserved is not None:
             self._lateness.observe(max(0.0, self._clock.time() - due_ms / 1000))
 
@@ -164,6 +210,7 @@ class GroupBudget:
         shared: StoreBudget,
         clock: Clock = SYSTEM,
         schedule_s: tuple[float, ...] = (),
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -171,6 +218,7 @@ class GroupBudget:
         self._group = group
         self._key = f"{vendor.name}.{group}"  # a vendor's name holds no dot: no clash with another's
         self.interval_ms = 1000.0 / max_rps if max_rps > 0 else 0.0
+        self._pace = Pace(clock, self.interval_ms, sleep)
         self.floor_ms = vendor.poll_initial_s * 1000
         self.cap_ms = vendor.pause_max_s * 1000
         self._shared = shared
@@ -190,9 +238,7 @@ class GroupBudget:
         if self.interval_ms <= 0:
             return
         slot_ms = await self._store.budget_take(self._key, now, self.interval_ms)
-        wait = slot_ms / 1000 - self._clock.time()
-        if wait > 0:
-            await asyncio.sleep(wait)
+        await self._pace.until(slot_ms)
 
     async def settle(
         self, ticket: object | None = None, status: int | None = None, retry_after: float | None = None

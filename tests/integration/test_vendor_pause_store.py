@@ -4,6 +4,7 @@ claim holds while paused, then exactly one run goes out as the probe; its answer
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from service.core.records import Run
@@ -165,5 +166,38 @@ async def test_a_kind_group_spends_its_own_gcra_key(redis_url: str) -> None:
         # The group's GCRA has moved 5 ms ahead of the clock; the vendor's own key has not been touched.
         assert await store.limits.budget_take("nutrient.poll", T0, 1.0) >= T0 + 5
         assert await store.limits.budget_take("nutrient", T0, 1.0) == T0
+    finally:
+        await store.close()
+
+
+async def test_a_stall_past_several_slots_does_not_send_them_together(redis_url: str) -> None:
+    """Slots from the store's budget (5 per second), the claim's prepaid one and then one per request,
+    while the worker's loop stalls past all of them: they go out paced, not at once (``worker/budget.py``:
+    ``paced``)."""
+    from service.core.clock import ManualClock
+    from service.worker.budget import StepTicket, StoreBudget
+
+    settings = load_settings(base_env(redis_url, HOOKBRIDGE_NUTRIENT_MAX_RPS="5"))
+    store = Store(connect(settings), settings)
+    try:
+        clock = ManualClock(T0 / 1000)
+
+        async def sleep(seconds: float) -> None:
+            clock.advance(seconds)
+
+        budget = StoreBudget(store.limits, settings.vendor("nutrient"), clock, sleep=sleep)
+        steps = [StepTicket("nutrient", prepaid=(T0 + i * 200.0, T0 + i * 200.0)) for i in range(3)]
+        clock.advance(2.0)  # the loop stalls past the three prepaid slots
+        sent = []
+        for step in steps:  # each step's first request, then one more each from the store's budget
+            await budget.acquire(step)
+            sent.append(clock.time())
+        for step in steps:
+            await budget.acquire(step)
+            sent.append(clock.time())
+        gaps = [b - a for a, b in itertools.pairwise(sent)]
+        assert min(gaps) >= 0.1 - 1e-3
+        assert min(sent[i + 5] - sent[i] for i in range(len(sent) - 5)) >= 0.9 - 1e-3
+        assert sent[0] == T0 / 1000 + 2.0
     finally:
         await store.close()
