@@ -13,11 +13,15 @@ hb:result:{run}                   string  the vendor's result as JSON (not kept 
 hb:run:{run}:events               list    kept run.progress ids, oldest first (the rest: event_ids)
 hb:run:{run}:outbox               list    the run's events not yet fanned out, in emission order: per
                                           transition its relay ops (JSON) then the events' packed bodies;
-                                          written by the transition, emptied by the relay (relay.lua)
+                                          written by the transition, emptied by the relay's last step
+                                          (relay_fanout.lua, then relay_done.lua)
 hb:outbox                         zset    runs whose outbox holds events, by the time of the oldest:
                                           the sweeper relays what a crash left behind
 hb:evt:{evt}                      string  the event's body, the exact bytes sent, packed (bodies.py)
 hb:evt:{evt}:pending              string  zero retention only: deliveries of the event not yet final
+hb:evt:{evt}:relayed              string  the relay's mark that the event was fanned out (its delivery
+                                          ids, whether it was dropped), kept RELAY_MARK_MS: a relay
+                                          whose last step failed is finished without a second feed entry
 hb:client:{client}:runs           zset    run ids by creation time (listing)
 hb:client:{client}:meta:{digest}  zset    run ids by creation time, of the runs whose metadata holds one
                                           pair (digest: sha256 of key NUL value); the metadata filter
@@ -104,6 +108,10 @@ def run_outbox(run_id: str) -> str:
 
 def event(event_id: str) -> str:
     return f"{PREFIX}evt:{event_id}"
+
+
+def event_relayed(event_id: str) -> str:
+    return f"{PREFIX}evt:{event_id}:relayed"
 
 
 def event_pending(event_id: str) -> str:

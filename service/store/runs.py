@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from redis.asyncio import Redis
@@ -17,7 +17,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.config.settings import Settings
-from service.core.domain import SUCCEEDED, TERMINAL
+from service.core.domain import EVENT_PROGRESS, SUCCEEDED, TERMINAL
 from service.core.records import Run, Transition, result_in_event
 from service.observability import logs
 from service.store import bodies, fanout, jsoncodec, keys
@@ -34,6 +34,34 @@ log = logs.get("hookbridge.store")
 # transition takes milliseconds; the sweeper's is for a process that died between the two. Two relays of
 # one outbox at once are safe (the first empties it), so this only spares the sweeper needless work.
 RELAY_GRACE_MS = 5_000
+# How long the relay's mark of an event fanned out is kept (keys.event_relayed): a relay whose last step
+# failed is finished by the next relay of that run (its next transition's, or the sweeper's within
+# RELAY_GRACE_MS and a pass or two), which must find the mark to add nothing twice to the client's feed.
+# Past it, a relay finishing that run's outbox would append the event to the feed a second time (never a
+# delivery: their ids are the event's and the subscription's).
+RELAY_MARK_MS = 600_000
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One transition's entry in a run's outbox, as a relay read it: its first item as stored (``head``,
+    the relay's ops, which the last step matches against the outbox's head), those ops, and how many
+    items the entry is (the ops, then the events' bodies)."""
+
+    head: Any
+    ops: dict[str, Any]
+    items: int
+
+
+def _outbox_entries(items: Sequence[Any]) -> list[_Entry]:
+    out: list[_Entry] = []
+    at = 0
+    while at < len(items):
+        ops = json.loads(items[at])
+        n = 1 + int(ops["n"])
+        out.append(_Entry(items[at], ops, n))
+        at += n
+    return out
 
 
 def metadata_ttl_ms(settings: Settings) -> int:
@@ -194,33 +222,41 @@ class Runs(Part):
         deliveries its events created, and whether it ended the run: the caller counts that end),
         :class:`Conflict` (with the stored run) or :class:`Missing`. A change with events puts them in the
         run's outbox in the same step; they are relayed at once (:meth:`relay`)."""
-        outcome = _transition_outcome(change, await self.scripts.transition(*self._transition_call(change)))
-        if isinstance(outcome, Applied) and change.events:
-            [count] = await self._relay_after([change])
+        ks, args, entry = self._transition_call(change)
+        reply = await self.scripts.transition(keys=ks, args=args)
+        outcome = _transition_outcome(change, reply)
+        if isinstance(outcome, Applied) and entry is not None:
+            [count] = await self._relay_after([(change, entry, int(reply[1]))])
             return replace(outcome, deliveries=count)
         return outcome
 
     async def transitions(self, changes: Sequence[Transition]) -> list[Outcome | Exception]:
         """:meth:`transition` for many runs in one call of ``transitions.lua`` (one round trip and one
         reply, each change still applied on its own, as it would be alone), then the relays of those that
-        emitted events, in one round trip more.
+        emitted events, a round trip per step of the relay for them all.
 
         Returns each change's outcome, or the error its step raised; a lost connection raises.
         """
         ks: list[str] = []
         argv: list[Any] = []
+        entries: list[list[Any] | None] = []
         for change in changes:
-            change_keys, args = self._transition_call(change)
+            change_keys, args, entry = self._transition_call(change)
             ks += change_keys
             argv += [len(change_keys), len(args), *args]
+            entries.append(entry)
         replies = await self.scripts.transitions(keys=ks, args=argv)
         out: list[Outcome | Exception] = [
             ResponseError(text(reply[1])) if text(reply[0]) == "error" else _transition_outcome(change, reply)
             for change, reply in zip(changes, replies, strict=True)
         ]
-        emitted = [i for i, outcome in enumerate(out) if changes[i].events and isinstance(outcome, Applied)]
+        emitted = [
+            i for i, outcome in enumerate(out) if entries[i] is not None and isinstance(outcome, Applied)
+        ]
         if emitted:
-            counts = await self._relay_after([changes[i] for i in emitted])
+            counts = await self._relay_after(
+                [(changes[i], cast(list[Any], entries[i]), int(replies[i][1])) for i in emitted]
+            )
             for i, count in zip(emitted, counts, strict=True):
                 out[i] = replace(cast(Applied, out[i]), deliveries=count)
         return out
@@ -230,83 +266,163 @@ class Runs(Part):
         run_id: str,
         client: str,
         sub_filter: Sequence[str],
-        event_ids: Sequence[str],
-        subs: Sequence[str] | None,
-        *,
-        reply: Any = None,
+        items: Sequence[Any] | None = None,
+        subs: Sequence[str] | None = None,
     ) -> int:
-        """Fans out every event in the run's outbox (``relay.lua``), oldest first; returns the deliveries
-        created. ``event_ids`` and ``subs`` (the client's subscription ids, None: read them) name the
-        keys to declare (``reply``: the script's reply to that call, made already); when the outbox holds
-        other events, or the client other subscriptions, the script says so and writes nothing, and they
-        are read and declared again."""
-        ids = list(event_ids)
+        """Fans out every event in the run's outbox, oldest first, and empties it; returns the deliveries
+        created. Three steps, each in one slot: the outbox read (``items``: read already), the fan-out
+        (``relay_fanout.lua``: deliveries and the client's feed; ``subs``, the client's subscription ids,
+        read when None), then the run's side (``relay_done.lua``: its progress list, its index of
+        deliveries, the entries trimmed). Each step may be repeated: the fan-out marks each event it did,
+        and the last step trims only the entries still at the outbox's head."""
+        if items is None:
+            items = await self.redis.lrange(keys.run_outbox(run_id), 0, -1)  # type: ignore[misc]
+        read = _outbox_entries(items)
+        if not read:  # nothing to fan out: the outbox leaves the index (unless it was written meanwhile)
+            await self.scripts.relay_done(*self._done_call(run_id, [], [b"ok", 0, b"[]"]))
+            return 0
+        reply = await self._fan_out(run_id, client, sub_filter, read, items, subs)
+        await self.scripts.relay_done(*self._done_call(run_id, read, reply))
+        return int(reply[1])
+
+    async def _fan_out(
+        self,
+        run_id: str,
+        client: str,
+        sub_filter: Sequence[str],
+        read: list[_Entry],
+        items: Sequence[Any],
+        subs: Sequence[str] | None,
+        reply: Any = None,
+    ) -> Any:
+        """``relay_fanout.lua`` until the events and subscriptions declared are the ones it needs (its
+        reply, ``reply`` when made already)."""
+        ids = [ev["id"] for entry in read for ev in entry.ops["events"]]
         for _ in range(fanout.STALE_TRIES):
             if reply is None:
                 if subs is None:
                     subs = (await self._subscriptions_of([client]))[client]
-                reply = await self.scripts.relay(*self._relay_call(run_id, client, sub_filter, ids, subs))
+                reply = await self.scripts.relay_fanout(
+                    *self._fanout_call(run_id, client, sub_filter, ids, subs, items)
+                )
             if text(reply[0]) == "ok":
-                return int(reply[1])
-            outbox = json.loads(text(reply[1]))  # the outbox's event ids ({} when there are none)
-            ids, subs, reply = (outbox if isinstance(outbox, list) else []), None, None
+                return reply
+            subs, reply = None, None
         raise fanout.StaleFanout(f"the subscriptions of {client} kept changing")
 
-    def _relay_call(
-        self, run_id: str, client: str, sub_filter: Sequence[str], event_ids: list[str], subs: Sequence[str]
+    def _fanout_call(
+        self,
+        run_id: str,
+        client: str,
+        sub_filter: Sequence[str],
+        event_ids: list[str],
+        subs: Sequence[str],
+        items: Sequence[Any],
     ) -> tuple[list[str], list[Any]]:
-        """relay.lua's KEYS and ARGV for the events and the subscriptions (those of ``sub_filter``, when the
-        run names any) to declare."""
+        """relay_fanout.lua's KEYS and ARGV for the events and the subscriptions (those of ``sub_filter``,
+        when the run names any) to declare, and the outbox's ``items`` as read."""
         wanted = set(sub_filter)
         targets = [s for s in subs if not wanted or s in wanted]
         ks = [
-            keys.run_outbox(run_id),
-            keys.OUTBOX,
-            keys.run_events(run_id),
-            keys.run_deliveries(run_id),
             keys.client_subs(client),
-            *fanout.block(client, run_id, event_ids, targets),
+            *fanout.block(client, run_id, event_ids, targets, own=keys.event_relayed),
         ]
-        query = {"run_id": run_id, "client": client, "events": event_ids, "subs": targets}
-        return ks, [jsoncodec.dumps(query)]
+        query = {
+            "run_id": run_id,
+            "client": client,
+            "mark_ms": RELAY_MARK_MS,
+            "events": event_ids,
+            "subs": targets,
+        }
+        return ks, [jsoncodec.dumps(query), *items]
 
-    async def _relay_after(self, changes: Sequence[Transition]) -> list[int]:
-        """The relays right after ``changes`` put their events in their runs' outboxes: one read of the
-        clients' subscriptions, then every relay in one round trip (so one WAIT, with
-        ``REDIS_WAIT_REPLICAS``), then again, alone, any whose subscriptions changed meanwhile. A relay
-        that fails leaves its events in the outbox and the change stands: the sweeper relays them
+    def _done_call(self, run_id: str, read: list[_Entry], reply: Any) -> tuple[list[str], list[Any]]:
+        """relay_done.lua's KEYS and ARGV from the fan-out's ``reply`` for the entries ``read``."""
+        ks = [keys.run_outbox(run_id), keys.OUTBOX, keys.run_events(run_id), keys.run_deliveries(run_id)]
+        fanned = iter(json.loads(text(reply[2])))
+        done: list[dict[str, Any]] = []
+        for entry in read:
+            out: dict[str, Any] = {"items": entry.items, "progress": [], "dlv": [], "dropped": []}
+            for ev in entry.ops["events"]:
+                result = next(fanned)
+                if result["dropped"]:
+                    ks.append(keys.event(ev["id"]))
+                    out["dropped"].append(len(ks))
+                elif ev["type"] == EVENT_PROGRESS:
+                    out["progress"].append(ev["id"])
+                if result["dlv"]:  # {} (Lua's empty table) or a list of ids
+                    out["dlv"] += [[d, entry.ops["now"]] for d in result["dlv"]]
+            if "ttl_ms" in entry.ops:
+                out["ttl_ms"] = entry.ops["ttl_ms"]
+            done.append(out)
+        query = {"run_id": run_id, "retention_ms": self.retention_ms, "entries": done}
+        return ks, [jsoncodec.dumps(query), *(entry.head for entry in read)]
+
+    async def _relay_after(self, changes: Sequence[tuple[Transition, list[Any], int]]) -> list[int]:
+        """The relays right after each change put its outbox entry (given) in its run's outbox, whose
+        length the transition returned: that entry alone when the outbox was empty, else the outbox is
+        read. Every step of the relays in one round trip for them all (so one WAIT per step, with
+        ``REDIS_WAIT_REPLICAS``), then again, alone, any fan-out whose subscriptions changed meanwhile. A
+        relay that fails leaves its events in the outbox and the change stands: the sweeper relays them
         (:meth:`relay_stranded`). Returns each change's deliveries created (0 when left to the sweeper)."""
+        runs = [change.run for change, _, _ in changes]
         try:
-            subs = await self._subscriptions(changes)
+            items = await self._outboxes(changes)
+            read = [_outbox_entries(i) for i in items]
+            subs = await self._subscriptions_of(list(dict.fromkeys(run.client for run in runs)))
             calls = [
-                self._relay_call(
-                    c.run.id,
-                    c.run.client,
-                    c.run.subscription_ids,
-                    [e.id for e in c.events],
-                    subs[c.run.client],
+                self._fanout_call(
+                    run.id,
+                    run.client,
+                    run.subscription_ids,
+                    [ev["id"] for entry in entries for ev in entry.ops["events"]],
+                    subs[run.client],
+                    its,
                 )
-                for c in changes
+                for run, entries, its in zip(runs, read, items, strict=True)
             ]
-            replies = await each_call(self.redis, self.scripts.relay, calls)
+            replies = await each_call(self.redis, self.scripts.relay_fanout, calls)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the changes stand: the sweeper relays their events
             log.warning("relay left to the sweeper", runs=len(changes), error=type(exc).__name__)
             return [0] * len(changes)
-        counts = []
-        for change, reply in zip(changes, replies, strict=True):
-            run = change.run
+        fanned: list[Any] = []
+        for run, entries, its, reply in zip(runs, read, items, replies, strict=True):
             try:
-                counts.append(
-                    await self.relay(run.id, run.client, run.subscription_ids, [], None, reply=reply)
+                fanned.append(
+                    await self._fan_out(run.id, run.client, run.subscription_ids, entries, its, None, reply)
                 )
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # this change stands: the sweeper relays its events
                 log.warning("relay left to the sweeper", run_id=run.id, error=type(exc).__name__)
-                counts.append(0)
-        return counts
+                fanned.append(None)
+        done = [i for i, reply in enumerate(fanned) if reply is not None]
+        try:
+            await each_call(
+                self.redis,
+                self.scripts.relay_done,
+                [self._done_call(runs[i].id, read[i], fanned[i]) for i in done],
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # fanned out; the sweeper empties their outboxes (nothing twice)
+            log.warning("relay left to the sweeper", runs=len(done), error=type(exc).__name__)
+        return [int(reply[1]) if reply is not None else 0 for reply in fanned]
+
+    async def _outboxes(self, changes: Sequence[tuple[Transition, list[Any], int]]) -> list[Sequence[Any]]:
+        """Each change's run's outbox as it stood after the transition: the change's own entry when that
+        is all it holds (most changes: nothing read), else read (one round trip for those)."""
+        out: list[Sequence[Any]] = [entry for _, entry, _ in changes]
+        behind = [i for i, (_, entry, length) in enumerate(changes) if length != len(entry)]
+        if behind:
+            pipe = self.redis.pipeline(transaction=False)
+            for i in behind:
+                pipe.lrange(keys.run_outbox(changes[i][0].run.id), 0, -1)
+            for i, items in zip(behind, await pipe.execute(), strict=True):
+                out[i] = items
+        return out
 
     async def relay_stranded(
         self, now_ms: int, *, older_than_ms: int = RELAY_GRACE_MS, limit: int = 500
@@ -333,7 +449,7 @@ class Runs(Part):
                 await pipe.execute()
                 continue
             try:
-                await self.relay(run.id, run.client, run.subscription_ids, [], None)
+                await self.relay(run.id, run.client, run.subscription_ids)
             except (RedisConnectionError, RedisTimeoutError):
                 raise  # Redis itself: the pass ends, the next one starts over
             except Exception as exc:  # this run's own: logged, tried next pass, the others go on
@@ -346,11 +462,8 @@ class Runs(Part):
         """How many runs' outboxes the sweeper would relay now (the gauge hookbridge_outbox_stranded)."""
         return int(await self.redis.zcount(keys.OUTBOX, "-inf", now_ms - older_than_ms))
 
-    async def _subscriptions(self, changes: Sequence[Transition]) -> dict[str, list[str]]:
-        """The subscription ids of each client whose change emits events (one read for them all)."""
-        return await self._subscriptions_of(list(dict.fromkeys(c.run.client for c in changes if c.events)))
-
     async def _subscriptions_of(self, clients: Sequence[str]) -> dict[str, list[str]]:
+        """The subscription ids of each client (one read for them all)."""
         if not clients:
             return {}
         pipe = self.redis.pipeline(transaction=False)
@@ -359,8 +472,9 @@ class Runs(Part):
         replies = await pipe.execute()
         return {c: [text(s) for s in ids] for c, ids in zip(clients, replies, strict=True)}
 
-    def _transition_call(self, change: Transition) -> tuple[list[str], list[Any]]:
-        """transition.lua's KEYS and ARGV for ``change``.
+    def _transition_call(self, change: Transition) -> tuple[list[str], list[Any], list[Any] | None]:
+        """transition.lua's KEYS and ARGV for ``change``, and the outbox entry it appends (None: the change
+        emits no event).
 
         A change that only rewrites the run and moves its next step (most polls) declares those two keys
         alone: the script touches the others only for what the change does (events, a result, the
@@ -371,6 +485,7 @@ class Runs(Part):
         # JSON), then the outbox entry: the relay's ops and the events' bodies (binary), which the relay's
         # ops name by their position in the entry.
         args: list[Any] = ["", run.to_json()]
+        entry: list[Any] | None = None
         ops: dict[str, Any] = {"run_id": run.id, "expect_v": change.expect_v, "status": run.status}
         if change.due_ms is not None:
             ops["due_score"] = int(change.due_ms)
@@ -408,7 +523,7 @@ class Runs(Part):
             if change.ttl_ms is not None:
                 ops["ttl_ms"] = change.ttl_ms
         args[0] = jsoncodec.dumps(ops)
-        return ks, args
+        return ks, args, entry
 
     def _outbox_entry(self, change: Transition) -> tuple[list[Any], dict[str, Any]]:
         """The outbox entry of ``change``'s events (relay.lua reads it): the relay's ops, then the events'

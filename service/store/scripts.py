@@ -20,7 +20,7 @@ from redis.commands.core import AsyncScript
 from service.core import domain, records
 
 _LUA = files("service.store") / "lua"
-_SHARED = ("relay", "emit")  # the scripts that fan events out (_fanout.lua)
+_SHARED = ("relay_fanout", "emit")  # the scripts that fan events out (_fanout.lua)
 _LIMITED = ("create_run", "rate_limit", "read_feed")  # the scripts that apply a client's rate (_gcra.lua)
 
 
@@ -89,7 +89,8 @@ class Scripts:
         self.create_run = load("create_run")
         self.transition = load("transition")
         self.transitions = load("transitions")
-        self.relay = load("relay")
+        self.relay_fanout = load("relay_fanout")
+        self.relay_done = load("relay_done")
         self.emit = load("emit")
         self.claim_runs = load("claim_runs")
         self.budget = load("budget")

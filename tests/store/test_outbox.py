@@ -22,9 +22,8 @@ async def _strand(store: Store, run: Run, status: str, *events: Event, now: int 
     current = await store.runs.get_run(run.id)
     assert current is not None
     new = replace(_next(current, status, now), event_ids=[*current.event_ids, *(e.id for e in events)])
-    reply = await store.runs.scripts.transition(
-        *store.runs._transition_call(Transition(new, current.version, events=list(events)))
-    )
+    ks, args, _ = store.runs._transition_call(Transition(new, current.version, events=list(events)))
+    reply = await store.runs.scripts.transition(keys=ks, args=args)
     assert _s(reply[0]) == "ok"
     return new
 
@@ -54,7 +53,7 @@ async def test_a_stranded_event_is_readable_at_once_and_relayed_by_the_sweeper_o
     assert await store.runs.stranded_count(T0 + 10 * RELAY_GRACE_MS) == 0
     # Again: nothing left, nothing sent twice.
     assert await store.runs.relay_stranded(T0 + 10 * RELAY_GRACE_MS) == 0
-    assert await store.runs.relay(run.id, run.client, [], [], None) == 0
+    assert await store.runs.relay(run.id, run.client, []) == 0
     assert len(await _deliveries_of(store, "sub_a")) == 1 and await _feed_ids(store) == ["evt_done"]
 
 
@@ -89,19 +88,19 @@ async def test_a_later_transition_relays_the_earlier_stranded_events_first(store
 async def test_a_failed_relay_leaves_the_change_applied_and_the_events_to_the_sweeper(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
-    relay = store.runs.scripts.relay
+    relay = store.runs.scripts.relay_fanout
 
     async def lost(*args: object, **kwargs: object) -> object:
         raise RedisConnectionError("connection lost")  # the one failure a simulator cannot produce here
 
-    store.runs.scripts.relay = lost  # type: ignore[assignment]
+    store.runs.scripts.relay_fanout = lost  # type: ignore[assignment]
     new = replace(_next(run, "succeeded"), event_ids=["evt_done"])
     outcome = await store.runs.transition(
         Transition(new, run.version, events=[_event("run.succeeded", event_id="evt_done")])
     )
     assert outcome == Applied(0, ended=True)
     assert (await store.runs.get_run(run.id)).status == "succeeded"  # type: ignore[union-attr]
-    store.runs.scripts.relay = relay
+    store.runs.scripts.relay_fanout = relay
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
     assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == ["evt_done"]
 
@@ -163,3 +162,76 @@ async def test_an_unexpected_error_in_one_relay_is_that_runs_alone(store: Store)
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
     assert [_s(r) for r in await store.redis.zrange(keys.OUTBOX, 0, -1)] == ["run_0"]
     assert await _feed_ids(store, "client_1") == ["evt_run.submitted_1"]
+
+
+async def test_a_relay_whose_last_step_failed_is_finished_without_a_second_feed_entry(store: Store) -> None:
+    # The relay's three steps live in different slots once the run's keys have their shard's tag: the
+    # fan-out may succeed and the run's side (relay_done.lua) fail. The events are out, once; the outbox
+    # still holds them; the sweeper's relay finds each event's mark and only finishes the run's side.
+    run = await _run(store)
+    await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
+    done = store.runs.scripts.relay_done
+
+    async def lost(*args: object, **kwargs: object) -> object:
+        raise RedisConnectionError("connection lost")  # the one failure a simulator cannot produce here
+
+    store.runs.scripts.relay_done = lost  # type: ignore[assignment]
+    new = replace(_next(run, "processing"), event_ids=["evt_p"])
+    outcome = await store.runs.transition(
+        Transition(new, run.version, events=[_event("run.progress", event_id="evt_p")])
+    )
+    assert outcome == Applied(1)
+    assert await _feed_ids(store) == ["evt_p"]
+    assert await store.redis.llen(keys.run_outbox(run.id)) > 0  # type: ignore[misc]
+    assert await store.redis.exists(keys.run_deliveries(run.id), keys.run_events(run.id)) == 0
+    store.runs.scripts.relay_done = done
+    assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
+    assert await _feed_ids(store) == ["evt_p"]  # not twice
+    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == ["evt_p"]
+    assert [_s(i) for i in await store.redis.lrange(keys.run_events(run.id), 0, -1)] == ["evt_p"]  # type: ignore[misc]
+    assert await store.redis.zcard(keys.run_deliveries(run.id)) == 1
+    assert await store.redis.exists(keys.run_outbox(run.id), keys.OUTBOX) == 0
+
+
+async def test_two_relays_interleaved_fan_out_each_event_once_and_empty_the_outbox(store: Store) -> None:
+    # Relay A reads the outbox ([e1]); a second transition appends e2; relay B reads [e1, e2] and does all
+    # of it first; A finishes late. Each event is in the feed once, both reach the subscription in order,
+    # and A's last step, finding its entry gone from the outbox's head, trims nothing of B's.
+    from service.store.runs import _outbox_entries
+
+    run = await _run(store)
+    await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
+    runs = store.runs
+    run = await _strand(store, run, "processing", _event("run.progress", event_id="evt_1"))
+    items_a = await store.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
+    await _strand(store, run, "processing", _event("run.progress", event_id="evt_2"), now=T0 + 2)
+    assert await runs.relay(run.id, run.client, []) == 2  # relay B, whole
+    read_a = _outbox_entries(items_a)
+    reply_a = await runs._fan_out(run.id, run.client, [], read_a, items_a, None)
+    assert int(reply_a[1]) == 0  # nothing created twice
+    assert await runs.scripts.relay_done(*runs._done_call(run.id, read_a, reply_a)) == 0
+    assert await _feed_ids(store) == ["evt_1", "evt_2"]
+    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == ["evt_1", "evt_2"]
+    assert [_s(i) for i in await store.redis.lrange(keys.run_events(run.id), 0, -1)] == ["evt_1", "evt_2"]  # type: ignore[misc]
+    assert await store.redis.exists(keys.run_outbox(run.id), keys.OUTBOX) == 0
+
+
+async def test_a_late_last_step_trims_only_its_own_entries(store: Store) -> None:
+    # Relay A reads [e1] and fans it out; a second transition appends e2; A's last step trims e1 alone and
+    # leaves e2, re-indexed by its own time, for its relay.
+    from service.store.runs import _outbox_entries
+
+    run = await _run(store)
+    await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
+    runs = store.runs
+    run = await _strand(store, run, "processing", _event("run.progress", event_id="evt_1"))
+    items_a = await store.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
+    read_a = _outbox_entries(items_a)
+    reply_a = await runs._fan_out(run.id, run.client, [], read_a, items_a, None)
+    await _strand(store, run, "processing", _event("run.progress", event_id="evt_2"), now=T0 + 7)
+    assert await runs.scripts.relay_done(*runs._done_call(run.id, read_a, reply_a)) == 1
+    assert await store.redis.zscore(keys.OUTBOX, run.id) == T0 + 7
+    assert await _feed_ids(store) == ["evt_1"]
+    assert await runs.relay_stranded(T0 + 7 + RELAY_GRACE_MS) == 1
+    assert await _feed_ids(store) == ["evt_1", "evt_2"]
+    assert await store.redis.exists(keys.run_outbox(run.id), keys.OUTBOX) == 0

@@ -39,25 +39,21 @@ async def test_a_subscription_created_after_the_read_gets_the_event(store: Store
     )
     # The transition puts the event in the run's outbox; the relay's phase one reads the subscriptions, then
     # a subscription is created before its phase two.
-    reply = await store.runs.scripts.transition(*store.runs._transition_call(change))
+    ks, args, _ = store.runs._transition_call(change)
+    reply = await store.runs.scripts.transition(keys=ks, args=args)
     assert _s(reply[0]) == "ok"
-    subs = (await store.runs._subscriptions([change]))[run.client]
+    subs = (await store.runs._subscriptions_of([run.client]))[run.client]
     await _sub(store, "sub_late", event_types=json.dumps(["run.*"]))
-    query = {"run_id": run.id, "client": run.client, "events": ["evt_done"], "subs": subs}
-    ks = [
-        keys.run_outbox(run.id),
-        keys.OUTBOX,
-        keys.run_events(run.id),
-        keys.run_deliveries(run.id),
-        keys.client_subs(run.client),
-        *fanout.block(run.client, run.id, ["evt_done"], subs),
-    ]
-    reply = await store.runs.scripts.relay(keys=ks, args=[json.dumps(query)])
+    items = await store.runs.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
+    assert len(items) == 2  # ops, body
+    reply = await store.runs.scripts.relay_fanout(
+        *store.runs._fanout_call(run.id, run.client, [], ["evt_done"], subs, items)
+    )
     assert [_s(r) for r in reply] == ["stale", '["evt_done"]']
     assert await _deliveries_of(store, "sub_early") == []
-    assert await store.runs.redis.llen(keys.run_outbox(run.id)) == 2  # type: ignore[misc]  # ops, body
+    assert await store.runs.redis.exists(keys.event_relayed("evt_done")) == 0
     # Through the store: read again, then relayed, with both deliveries (as the one-phase script did).
-    assert await store.runs.relay(run.id, run.client, [], ["evt_done"], subs) == 2
+    assert await store.runs.relay(run.id, run.client, [], items, subs) == 2
     assert [d.event_id for d in await _deliveries_of(store, "sub_late")] == ["evt_done"]
     assert await store.runs.redis.exists(keys.run_outbox(run.id)) == 0
     assert await store.runs.redis.zscore(keys.OUTBOX, run.id) is None
@@ -67,14 +63,14 @@ async def test_a_batch_relays_again_only_the_change_whose_subscriptions_changed(
     a, b = await _run(store, "run_a"), await _run(store, "run_b", client="bob")
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
 
-    async def late_sub(changes: list[Transition]) -> dict[str, list[str]]:
-        read = await original(changes)
+    async def late_sub(clients: list[str]) -> dict[str, list[str]]:
+        read = await original(clients)
         await _sub(store, "sub_a2", event_types=json.dumps(["run.*"]))  # after the first read only
-        store.runs._subscriptions = original  # type: ignore[method-assign]
+        store.runs._subscriptions_of = original  # type: ignore[method-assign]
         return read
 
-    original = store.runs._subscriptions
-    store.runs._subscriptions = late_sub  # type: ignore[method-assign]
+    original = store.runs._subscriptions_of
+    store.runs._subscriptions_of = late_sub  # type: ignore[method-assign]
     events = [_event("run.succeeded", event_id="evt_a")]
     outcomes = await store.runs.transitions(
         [

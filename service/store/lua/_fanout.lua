@@ -1,20 +1,21 @@
 #!lua
--- Shared by relay.lua and emit.lua (prepended by scripts.py, after DEFAULT_TYPES and EVENT_TEST
+-- Shared by relay_fanout.lua and emit.lua (prepended by scripts.py, after DEFAULT_TYPES and EVENT_TEST
 -- from service/core/domain.py).
 -- Creates one delivery per matching active subscription for one event, in the same atomic step that
 -- fans the event out: there is never an event in the feed without its deliveries.
 --
 -- Every key is declared (service/store/fanout.py builds them in this order): a fan-out block of KEYS,
 -- from `at`: the client's feed, the active deliveries, the due deliveries; then per event (in the order
--- of the events) its body and its pending count; then per subscription named (in the order of `subs`)
--- its hash, its delivery log and its chain for this run; then per event, per subscription, the delivery.
+-- of the events) its own key (emit.lua: its body; relay_fanout.lua: its relay mark) and its pending
+-- count; then per subscription named (in the order of `subs`) its hash, its delivery log and its chain for
+-- this run; then per event, per subscription, the delivery.
 -- Subscriptions are only ever ones the caller read and declared: a script never builds a key.
 
 local function fanout_keys(K, at, events, subs)
   local F = {feed = K[at], active = K[at + 1], due = K[at + 2], evt = {}, sub = {}, dlv = {}}
   at = at + 3
   for _, ev in ipairs(events) do
-    F.evt[ev['id']] = {body = K[at], pending = K[at + 1]}
+    F.evt[ev['id']] = {own = K[at], pending = K[at + 1]}
     at = at + 2
   end
   for _, sid in ipairs(subs) do
@@ -46,26 +47,22 @@ local function matches(etype, types_json)
 end
 
 -- Deliveries of one run to one subscription form a chain; only its head is ever due, so a later event
--- waits until the earlier one is delivered or has failed for good. `run_deliveries`: the run's index of
--- deliveries (nil for an event of no run).
-local function create_delivery(F, ev, sid, run_id, run_deliveries, client, now, retention_ms)
+-- waits until the earlier one is delivered or has failed for good. Returns the delivery's id and whether
+-- this call created it (false: it exists already). (The run's index of deliveries is written in the
+-- run's own slot by the relay's last step, relay_done.lua, from the ids the fan-out returns.)
+local function create_delivery(F, ev, sid, run_id, client, now)
   local did = 'dlv_' .. string.sub(redis.sha1hex(ev['id'] .. ':' .. sid), 1, 26)
   local dkey, s = F.dlv[ev['id'] .. ' ' .. sid], F.sub[sid]
-  if redis.call('EXISTS', dkey) == 1 then return 0 end
+  if redis.call('EXISTS', dkey) == 1 then return did, false end
   redis.call('HSET', dkey, DF.id, did, DF.event_id, ev['id'], DF.event_type, ev['type'], DF.subscription_id, sid, DF.run_id, run_id,
     DF.client, client, DF.status, DLV.PENDING, DF.attempts, 0, DF.created_at, now, DF.updated_at, now,
     DF.next_attempt_at, now, DF.chained, 1, DF.counted, 0, DF.series, 0)
   redis.call('ZADD', s.log, now, did)
-  if run_deliveries then
-    -- GET /v1/runs/{id}/deliveries; kept as long as the run is after its last event.
-    redis.call('ZADD', run_deliveries, now, did)
-    redis.call('PEXPIRE', run_deliveries, retention_ms)
-  end
   redis.call('SADD', F.active, did)
   if redis.call('RPUSH', s.chain, did) == 1 then
     redis.call('ZADD', F.due, now, did)
   end
-  return 1
+  return did, true
 end
 
 -- Appends the event to the client's feed (GET /v1/events, the SSE streams), trimmed to the retention
@@ -89,42 +86,30 @@ local function append_feed(F, ev, run_id, own_body, retention_ms)
   redis.call('PEXPIRE', F.feed, retention_ms)
 end
 
--- Emits one event: fans it out to `subs` (the client's subscriptions as they are now, each declared),
--- appends it to the client's feed, stores its body (the exact bytes sent) and, for run.progress, appends
--- it to the run's list (`run_events`, nil for an event of no run). A run.progress event that no
--- subscription asked for is kept in the feed only. `stored`: the body is stored already (a run's
--- transition stores its events' bodies; the relay then fans them out once, as it empties the outbox);
--- otherwise an event whose body is stored was emitted already. Returns deliveries created.
-local function emit(F, ev, run_id, run_events, run_deliveries, client, subs, filter, zr, now, retention_ms,
-    stored)
-  local ekey = F.evt[ev['id']].body
-  if not stored and redis.call('EXISTS', ekey) == 1 then return 0 end
-  local n = 0
+-- Fans one event out to `subs` (the client's subscriptions as they are now, each declared) and appends it
+-- to the client's feed. A run.progress event that no subscription asked for is kept in the feed only
+-- (`dropped`: the caller drops its stored body). Returns the event's deliveries' ids (those that existed
+-- already too: an event fanned out twice creates nothing twice), how many this call created, and
+-- `dropped`.
+local function fan_out(F, ev, run_id, client, subs, filter, zr, now, retention_ms)
+  local dids, created = {}, 0
   for _, sid in ipairs(subs) do
     if filter == nil or filter[sid] then
       local s = redis.call('HMGET', F.sub[sid].hash, 'disabled', 'event_types')
       if s[1] == '0' and matches(ev['type'], s[2]) then
-        n = n + create_delivery(F, ev, sid, run_id, run_deliveries, client, now, retention_ms)
+        local did, new = create_delivery(F, ev, sid, run_id, client, now)
+        table.insert(dids, did)
+        if new then created = created + 1 end
       end
     end
   end
-  local dropped = n == 0 and ev['type'] == 'run.progress'
+  local dropped = #dids == 0 and ev['type'] == 'run.progress'
   append_feed(F, ev, run_id, dropped or zr == '1', retention_ms)
-  if dropped then
-    if stored then redis.call('DEL', ekey) end
-    return 0
-  end
-  if not stored then redis.call('SET', ekey, ev['body'], 'PX', retention_ms) end
-  -- The run's record holds the ids of its other events (records.Run.event_ids): only progress, as many
-  -- as the vendor reports, needs a list.
-  if run_events and ev['type'] == 'run.progress' then
-    redis.call('RPUSH', run_events, ev['id'])
-  end
-  if zr == '1' and n > 0 then
+  if zr == '1' and created > 0 then
     -- Zero retention: counts the deliveries not yet final; the last one to end drops the body.
-    redis.call('SET', F.evt[ev['id']].pending, n, 'PX', retention_ms)
+    redis.call('SET', F.evt[ev['id']].pending, created, 'PX', retention_ms)
   end
-  return n
+  return dids, created, dropped
 end
 
 -- The events' bodies (and zero retention's feed bodies) travel as arguments of their own, the packed bytes

@@ -11,16 +11,23 @@ local ops = cjson.decode(ARGV[1])
 local now, retention_ms = tonumber(ops['now']), ops['retention_ms']
 local ev = with_bodies({ops['event']}, ARGV)[1]
 local F = fanout_keys(KEYS, 1, {ev}, ops['sub_filter'])
-if not ops['example'] then
-  return emit(F, ev, '', nil, nil, ops['client'], ops['sub_filter'], as_filter(ops['sub_filter']), '0',
-    now, retention_ms)
-end
-if redis.call('EXISTS', F.evt[ev['id']].body) == 1 then return 0 end
+local body = F.evt[ev['id']].own
+-- Emitted already (its body is stored): nothing twice.
+if redis.call('EXISTS', body) == 1 then return 0 end
 local n = 0
-for _, sid in ipairs(ops['sub_filter']) do
-  if redis.call('HGET', F.sub[sid].hash, 'disabled') == '0' then
-    n = n + create_delivery(F, ev, sid, '', nil, ops['client'], now, retention_ms)
+if not ops['example'] then
+  local _, created, dropped = fan_out(F, ev, '', ops['client'], ops['sub_filter'],
+    as_filter(ops['sub_filter']), '0', now, retention_ms)
+  if dropped then return 0 end
+  n = created
+else
+  for _, sid in ipairs(ops['sub_filter']) do
+    if redis.call('HGET', F.sub[sid].hash, 'disabled') == '0' then
+      local _, new = create_delivery(F, ev, sid, '', ops['client'], now)
+      if new then n = n + 1 end
+    end
   end
+  if n == 0 then return 0 end
 end
-if n > 0 then redis.call('SET', F.evt[ev['id']].body, ev['body'], 'PX', retention_ms) end
+redis.call('SET', body, ev['body'], 'PX', retention_ms)
 return n
