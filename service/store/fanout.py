@@ -9,7 +9,7 @@ directory itself."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from service.store import keys
 
@@ -32,15 +32,20 @@ def block(
     run_id: str,
     event_ids: Sequence[str],
     sub_ids: Sequence[str],
-    own: Callable[[str], str] = keys.event,
+    *,
+    with_body: bool = True,
 ) -> list[str]:
-    """The fan-out block: the client's feed, the active and due deliveries; per event its own key (``own``:
-    its body for ``emit.lua``, its relay mark for ``relay_fanout.lua``) and its pending count; per
-    subscription its hash, delivery log and chain for ``run_id``; per event, per subscription, the
-    delivery."""
+    """The fan-out block: the client's feed, the active and due deliveries; per event its body (when the
+    script stores it: ``emit.lua``; the relay's bodies are the transition's to store) and its pending
+    count; per subscription its hash, delivery log and chain for ``run_id``; per event, per
+    subscription, the delivery."""
     out = [keys.client_feed(client), keys.ACTIVE_DELIVERIES, keys.DUE_DELIVERIES]
     for event_id in event_ids:
-        out += [own(event_id), keys.event_pending(event_id)]
+        out += (
+            [keys.event(event_id), keys.event_pending(event_id)]
+            if with_body
+            else [keys.event_pending(event_id)]
+        )
     for sub_id in sub_ids:
         out += [keys.subscription(sub_id), keys.sub_deliveries(sub_id), keys.chain(sub_id, run_id)]
     out += [keys.delivery(delivery_id(e, s)) for e in event_ids for s in sub_ids]

@@ -19,10 +19,10 @@ hb:outbox                         zset    runs whose outbox holds events, by the
                                           the sweeper relays what a crash left behind
 hb:evt:{evt}                      string  the event's body, the exact bytes sent, packed (bodies.py)
 hb:evt:{evt}:pending              string  zero retention only: deliveries of the event not yet final
-hb:evt:{evt}:relayed              string  the relay's mark that the event was fanned out (its delivery
-                                          ids, whether it was dropped), kept RELAY_MARK_MS: a relay
-                                          whose last step failed is finished without a second feed entry
 hb:client:{client}:runs           zset    run ids by creation time (listing)
+hb:client:{client}:relayed:{run}  string  the relay's mark: the run's version whose outbox entry was the
+                                          last fanned out, kept RELAY_MARK_MS (a relay whose last step
+                                          failed is finished without a second feed entry)
 hb:client:{client}:meta:{digest}  zset    run ids by creation time, of the runs whose metadata holds one
                                           pair (digest: sha256 of key NUL value); the metadata filter
 hb:run:{run}:deliveries           zset    the run's delivery ids by creation time (written at fan-out)
@@ -110,16 +110,18 @@ def event(event_id: str) -> str:
     return f"{PREFIX}evt:{event_id}"
 
 
-def event_relayed(event_id: str) -> str:
-    return f"{PREFIX}evt:{event_id}:relayed"
-
-
 def event_pending(event_id: str) -> str:
     return f"{PREFIX}evt:{event_id}:pending"
 
 
 def client_runs(client: str) -> str:
     return f"{PREFIX}client:{client}:runs"
+
+
+def relayed(client: str, run_id: str) -> str:
+    """The relay's mark of how far the run's outbox was fanned out: with the client's feed, which it
+    keeps free of repeats."""
+    return f"{PREFIX}client:{client}:relayed:{run_id}"
 
 
 def run_metadata(client: str, key: str, value: str) -> str:

@@ -34,11 +34,11 @@ log = logs.get("hookbridge.store")
 # transition takes milliseconds; the sweeper's is for a process that died between the two. Two relays of
 # one outbox at once are safe (the first empties it), so this only spares the sweeper needless work.
 RELAY_GRACE_MS = 5_000
-# How long the relay's mark of an event fanned out is kept (keys.event_relayed): a relay whose last step
-# failed is finished by the next relay of that run (its next transition's, or the sweeper's within
-# RELAY_GRACE_MS and a pass or two), which must find the mark to add nothing twice to the client's feed.
-# Past it, a relay finishing that run's outbox would append the event to the feed a second time (never a
-# delivery: their ids are the event's and the subscription's).
+# How long the relay's mark of how far a run's outbox was fanned out is kept after its last fan-out
+# (keys.relayed): a relay whose last step failed is finished by the next relay of that run (its next
+# transition's, or the sweeper's within RELAY_GRACE_MS and a pass or two), which must find the mark to
+# add nothing twice to the client's feed. Past it, a relay finishing that run's outbox would append those
+# events to the feed a second time (never a delivery: their ids are the event's and the subscription's).
 RELAY_MARK_MS = 600_000
 
 
@@ -325,7 +325,8 @@ class Runs(Part):
         targets = [s for s in subs if not wanted or s in wanted]
         ks = [
             keys.client_subs(client),
-            *fanout.block(client, run_id, event_ids, targets, own=keys.event_relayed),
+            keys.relayed(client, run_id),
+            *fanout.block(client, run_id, event_ids, targets, with_body=False),
         ]
         query = {
             "run_id": run_id,
@@ -531,6 +532,7 @@ class Runs(Part):
         run = change.run
         entry: list[Any] = [""]
         relay_ops: dict[str, Any] = {
+            "v": run.version,  # the relay's mark (keys.relayed) says which entries were fanned out
             "now": run.updated_at,
             "retention_ms": self.retention_ms,
             "zr": "1" if run.zero_retention else "0",

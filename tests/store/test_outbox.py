@@ -11,7 +11,7 @@ import json
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from service.core.records import Event, Run, Transition, replace
-from service.store import Applied, Store, keys
+from service.store import Applied, Store, fanout, keys
 from service.store.runs import RELAY_GRACE_MS
 from tests.store.test_lua import T0, _deliveries_of, _due_deliveries, _event, _next, _run, _s, _sub
 from tests.store.test_lua import store as store  # the fixture
@@ -235,3 +235,25 @@ async def test_a_late_last_step_trims_only_its_own_entries(store: Store) -> None
     assert await runs.relay_stranded(T0 + 7 + RELAY_GRACE_MS) == 1
     assert await _feed_ids(store) == ["evt_1", "evt_2"]
     assert await store.redis.exists(keys.run_outbox(run.id), keys.OUTBOX) == 0
+
+
+async def test_a_relay_that_read_long_ago_fans_out_nothing_done_since(store: Store) -> None:
+    # Relay Y reads [e1] and stalls; e1 is relayed whole by another, then e2 is emitted and relayed whole.
+    # Y's fan-out comes last: e1's entry is at or below the run's mark, so nothing goes to the feed again.
+    from service.store.runs import _outbox_entries
+
+    run = await _run(store)
+    await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
+    runs = store.runs
+    run = await _strand(store, run, "processing", _event("run.progress", event_id="evt_1"))
+    items_y = await store.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
+    assert await runs.relay(run.id, run.client, []) == 1
+    await _strand(store, run, "processing", _event("run.progress", event_id="evt_2"), now=T0 + 2)
+    assert await runs.relay(run.id, run.client, []) == 1
+    read_y = _outbox_entries(items_y)
+    reply_y = await runs._fan_out(run.id, run.client, [], read_y, items_y, None)
+    assert int(reply_y[1]) == 0
+    assert json.loads(_s(reply_y[2])) == [{"dlv": [fanout.delivery_id("evt_1", "sub_a")], "dropped": False}]
+    assert await runs.scripts.relay_done(*runs._done_call(run.id, read_y, reply_y)) == 0
+    assert await _feed_ids(store) == ["evt_1", "evt_2"]
+    assert [_s(i) for i in await store.redis.lrange(keys.run_events(run.id), 0, -1)] == ["evt_1", "evt_2"]  # type: ignore[misc]

@@ -51,7 +51,7 @@ async def test_a_subscription_created_after_the_read_gets_the_event(store: Store
     )
     assert [_s(r) for r in reply] == ["stale", '["evt_done"]']
     assert await _deliveries_of(store, "sub_early") == []
-    assert await store.runs.redis.exists(keys.event_relayed("evt_done")) == 0
+    assert await store.runs.redis.exists(keys.relayed(run.client, run.id)) == 0
     # Through the store: read again, then relayed, with both deliveries (as the one-phase script did).
     assert await store.runs.relay(run.id, run.client, [], items, subs) == 2
     assert [d.event_id for d in await _deliveries_of(store, "sub_late")] == ["evt_done"]

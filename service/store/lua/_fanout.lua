@@ -6,17 +6,22 @@
 --
 -- Every key is declared (service/store/fanout.py builds them in this order): a fan-out block of KEYS,
 -- from `at`: the client's feed, the active deliveries, the due deliveries; then per event (in the order
--- of the events) its own key (emit.lua: its body; relay_fanout.lua: its relay mark) and its pending
--- count; then per subscription named (in the order of `subs`) its hash, its delivery log and its chain for
--- this run; then per event, per subscription, the delivery.
+-- of the events) its body, when the script stores it (emit.lua; `with_body`), and its pending count;
+-- then per subscription named (in the order of `subs`) its hash, its delivery log and its chain for this
+-- run; then per event, per subscription, the delivery.
 -- Subscriptions are only ever ones the caller read and declared: a script never builds a key.
 
-local function fanout_keys(K, at, events, subs)
+local function fanout_keys(K, at, events, subs, with_body)
   local F = {feed = K[at], active = K[at + 1], due = K[at + 2], evt = {}, sub = {}, dlv = {}}
   at = at + 3
   for _, ev in ipairs(events) do
-    F.evt[ev['id']] = {own = K[at], pending = K[at + 1]}
-    at = at + 2
+    if with_body then
+      F.evt[ev['id']] = {body = K[at], pending = K[at + 1]}
+      at = at + 2
+    else
+      F.evt[ev['id']] = {pending = K[at]}
+      at = at + 1
+    end
   end
   for _, sid in ipairs(subs) do
     F.sub[sid] = {hash = K[at], log = K[at + 1], chain = K[at + 2]}

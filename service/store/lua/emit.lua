@@ -10,8 +10,8 @@
 local ops = cjson.decode(ARGV[1])
 local now, retention_ms = tonumber(ops['now']), ops['retention_ms']
 local ev = with_bodies({ops['event']}, ARGV)[1]
-local F = fanout_keys(KEYS, 1, {ev}, ops['sub_filter'])
-local body = F.evt[ev['id']].own
+local F = fanout_keys(KEYS, 1, {ev}, ops['sub_filter'], true)
+local body = F.evt[ev['id']].body
 -- Emitted already (its body is stored): nothing twice.
 if redis.call('EXISTS', body) == 1 then return 0 end
 local n = 0

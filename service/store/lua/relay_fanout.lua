@@ -5,15 +5,17 @@
 -- deliveries, and a run's events reach each subscription in the order the run emitted them. It touches
 -- no key of the run's: the caller reads the outbox before (a plain LRANGE, or the entry its transition
 -- just wrote) and empties it after (relay_done.lua), each in the run's own slot.
--- Idempotent per event: each event fanned out leaves its mark (`relayed`, kept mark_ms) holding what
--- this step returns for it, so a relay whose last step failed, or two relays of one outbox at once,
--- fan nothing out twice; both get the first one's answer.
--- KEYS: 1 the client's subscriptions, then the fan-out block (_fanout.lua) from 2, for the events and
---   subscriptions declared, each event's own key being its relay mark.
+-- Idempotent: each entry carries the run's version after its transition (v), and the run's mark holds
+-- the highest version fanned out, so an entry at or below it was done before (a relay whose last step
+-- failed, or two relays of one outbox at once): nothing is fanned out twice, and its answer is read
+-- back from its deliveries (their ids are the event's and the subscription's).
+-- KEYS: 1 the client's subscriptions, 2 the run's relay mark, then the fan-out block (_fanout.lua) from
+--   3, for the events and subscriptions declared, without the events' bodies.
 -- ARGV[1] JSON: run_id, client, mark_ms, events [the event ids declared], subs [the subscriptions
---   declared]. ARGV[2..]: the outbox entries as read: per entry the relay's ops (JSON: now, retention_ms,
---   zr, sub_filter, ttl_ms, events [{id,type,body,feed?,created,vendor?}], n: how many bodies follow),
---   then n packed bodies, which the events name by their position in the entry (the ops are 1).
+--   declared]. ARGV[2..]: the outbox entries as read: per entry the relay's ops (JSON: v, now,
+--   retention_ms, zr, sub_filter, ttl_ms, events [{id,type,body,feed?,created,vendor?}], n: how many
+--   bodies follow), then n packed bodies, which the events name by their position in the entry (the
+--   ops are 1).
 -- Returns {'ok', deliveries created, JSON [per event {dlv: [ids], dropped: bool}], in the entries' order}
 -- | {'stale', [the entries' event ids] as JSON}: an event or a subscription the fan-out needs was not
 -- declared; nothing was written, the caller declares them and calls again.
@@ -33,7 +35,7 @@ end
 
 local declared = {}
 for _, id in ipairs(q['events']) do table.insert(declared, {id = id}) end
-local F = fanout_keys(KEYS, 2, declared, q['subs'])
+local F = fanout_keys(KEYS, 3, declared, q['subs'], false)
 for _, id in ipairs(ids) do
   if not F.evt[id] then return {'stale', cjson.encode(ids)} end
 end
@@ -46,20 +48,38 @@ if #entries > 0 then
   end
 end
 
+-- An event fanned out before: its deliveries as they stand (to the subscriptions declared).
+local function fanned_before(ev)
+  local dids = {}
+  for _, sid in ipairs(subs) do
+    if (filter == nil or filter[sid]) and redis.call('EXISTS', F.dlv[ev['id'] .. ' ' .. sid]) == 1 then
+      table.insert(dids, 'dlv_' .. string.sub(redis.sha1hex(ev['id'] .. ':' .. sid), 1, 26))
+    end
+  end
+  return dids
+end
+
+local mark = tonumber(redis.call('GET', KEYS[2]) or '0')
+local last = mark
 local created, out = 0, {}
 for _, ops in ipairs(entries) do
+  local v = tonumber(ops['v'] or '')
+  local before = v ~= nil and v <= mark
   for _, ev in ipairs(ops['events']) do
-    local mark = F.evt[ev['id']].own
-    local done = redis.call('GET', mark)
-    if not done then
-      local dids, n, dropped = fan_out(F, ev, q['run_id'], q['client'], subs, filter, ops['zr'],
+    local dids, dropped
+    if before then
+      dids = fanned_before(ev)
+      dropped = #dids == 0 and ev['type'] == 'run.progress'
+    else
+      local n
+      dids, n, dropped = fan_out(F, ev, q['run_id'], q['client'], subs, filter, ops['zr'],
         tonumber(ops['now']), ops['retention_ms'])
       created = created + n
-      -- cjson writes an empty table as {}: the reader takes either as no deliveries.
-      done = cjson.encode({dlv = dids, dropped = dropped})
-      redis.call('SET', mark, done, 'PX', q['mark_ms'])
     end
-    table.insert(out, done)
+    -- cjson writes an empty table as {}: the reader takes either as no deliveries.
+    table.insert(out, cjson.encode({dlv = dids, dropped = dropped}))
   end
+  if v and v > last then last = v end
 end
+if last > mark then redis.call('SET', KEYS[2], last, 'PX', q['mark_ms']) end
 return {'ok', created, '[' .. table.concat(out, ',') .. ']'}
