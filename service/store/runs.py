@@ -37,7 +37,8 @@ RELAY_GRACE_MS = 5_000
 # How long the relay's mark of how far a run's outbox was fanned out is kept after its last fan-out
 # (keys.relayed): a relay whose last step failed is finished by the next relay of that run (its next
 # transition's, or the sweeper's within RELAY_GRACE_MS and a pass or two), which must find the mark to
-# add nothing twice to the client's feed. Past it, a relay finishing that run's outbox would append those
+# add nothing twice to the client's feed (never longer than RETENTION_S, the feed's own window). Past it,
+# a relay finishing that run's outbox would append those
 # events to the feed a second time (never a delivery: their ids are the event's and the subscription's).
 RELAY_MARK_MS = 600_000
 
@@ -331,7 +332,8 @@ class Runs(Part):
         query = {
             "run_id": run_id,
             "client": client,
-            "mark_ms": RELAY_MARK_MS,
+            # Never past the retention: by then the feed has let the events go, and the run its outbox.
+            "mark_ms": max(1, min(RELAY_MARK_MS, self.retention_ms)),
             "events": event_ids,
             "subs": targets,
         }
