@@ -41,7 +41,7 @@ from bench._common import (
 )
 
 RATIO_TARGET = 1.5
-AFTER_POLL_TARGET_MS = 250.0
+AFTER_POLL_TARGET_MS = 50.0  # issue 30 (issue 16 asked < 250 ms)
 NUTRIENT = {"initial": 2.0, "multiplier": 2.0, "maximum": 30.0}
 SIM_KEY = {"Authorization": "Bearer sim-nutrient-key"}
 
@@ -209,9 +209,10 @@ async def run(
             "poll that saw the vendor finish → callback received, p99",
             p99_after,
             "ms",
-            target="< 250 ms",
+            target="≤ 50 ms: what hookbridge adds to the vendor's own latency (issue 30)",
             goal=AFTER_POLL_TARGET_MS,
             higher_is_better=False,
+            note="the wait for the poll that sees the vendor finish is the vendor's poll policy, shown above",
         ),
     )
     result.notes.append(

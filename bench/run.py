@@ -1,12 +1,13 @@
 """Every benchmark, one after the other, then ``docs/performance.md`` and its plots (``docs/perf/*.png``).
 
-    python -m bench.run                      # everything (about 18 minutes on a 2-core machine)
+    python -m bench.run                      # everything (about 45 minutes on a 2-core machine)
     python -m bench.run --quick --out /tmp/x # a smoke run of everything, written elsewhere
     python -m bench.run --only api,scale     # some of them
     python -m bench.run --render results.json  # rewrite the page from saved results, without running
 
 Each benchmark is also a module of its own: ``python -m bench.throughput`` (``scale``, ``efficiency``,
-``api``, ``feed``, ``slowloris``, ``soak``, ``memory``, ``cluster``), each with ``--quick`` and ``--help``.
+``api``, ``feed``, ``slowloris``, ``soak``, ``memory``, ``cluster``, ``sweep``), each with ``--quick`` and
+``--help``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,19 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench import api, cluster, efficiency, feed, memory, report, scale, slowloris, soak, throughput
+from bench import (
+    api,
+    cluster,
+    efficiency,
+    feed,
+    memory,
+    report,
+    scale,
+    slowloris,
+    soak,
+    sweep,
+    throughput,
+)
 from bench._common import BenchResult, machine, print_result, run_main
 
 BENCHMARKS: dict[str, Callable[..., Awaitable[BenchResult]]] = {
@@ -32,6 +45,7 @@ BENCHMARKS: dict[str, Callable[..., Awaitable[BenchResult]]] = {
     "soak": soak.run,
     "memory": memory.run,
     "cluster": cluster.run,
+    "sweep": sweep.run,  # last: 1,000 to 100,000 runs in flight, about 25 minutes
 }
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
