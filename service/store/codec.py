@@ -76,15 +76,15 @@ def claimed_runs(reply: Sequence[Any]) -> tuple[list[ClaimedRun], float | None]:
     return claimed, float(nxt) if nxt else None
 
 
-def claimed_deliveries(reply: Sequence[Any]) -> tuple[list[ClaimedDelivery], float | None]:
-    """``claim_deliveries.lua``'s reply: ``{rows [delivery hash, subscription hash, body]..., next due}``."""
+def claimed_deliveries(
+    reply: Sequence[Any],
+) -> tuple[list[tuple[Delivery, Subscription | None]], float | None]:
+    """``claim_deliveries.lua``'s reply: ``{rows [delivery hash, subscription hash]..., next due}``."""
     rows, nxt = reply
-    claimed = [
-        ClaimedDelivery(
-            Delivery.from_hash(hash_of(dlv)),
-            subscription_or_none(sub),
-            bodies.unpacked_or_none(body) if body else None,
-        )
-        for dlv, sub, body in rows
-    ]
+    claimed = [(Delivery.from_hash(hash_of(dlv)), subscription_or_none(sub)) for dlv, sub in rows]
     return claimed, float(nxt) if nxt else None
+
+
+def with_body(delivery: Delivery, subscription: Subscription | None, body: Any) -> ClaimedDelivery:
+    """A claimed delivery with its event's stored body as read after the claim (None where gone)."""
+    return ClaimedDelivery(delivery, subscription, bodies.unpacked_or_none(body) if body else None)

@@ -13,7 +13,7 @@ from service.core.domain import AttemptOutcome, DeliveryStatus
 from service.core.records import DELIVERY_HASH, Attempt, Delivery
 from service.store import fanout, keys
 from service.store.base import Part
-from service.store.codec import ClaimedDelivery, claimed_deliveries, delivery_or_none, text
+from service.store.codec import ClaimedDelivery, claimed_deliveries, delivery_or_none, text, with_body
 from service.store.outcomes import Applied, Busy, Missing, RetryOutcome
 from service.store.pages import RECOVER_SCAN, Listing, oldest_first, page
 
@@ -69,12 +69,20 @@ class Deliveries(Part):
                     keys.sub_budget(sid),
                     keys.client_inflight(client),
                     keys.client_parked(client),
-                    keys.event(evt),
                 ]
             else:  # gone, or names no event: the script only ends it (the delivery key stands in)
-                ks += [dkey] * 8
+                ks += [dkey] * 7
             args += [dlv_id, sid, evt, client]
-        return claimed_deliveries(await self.scripts.claim_deliveries(keys=ks, args=args))
+        claimed, nxt = claimed_deliveries(await self.scripts.claim_deliveries(keys=ks, args=args))
+        if not claimed:
+            return [], nxt
+        # The events' bodies, read after the claim (they live with the run that emitted them, which in
+        # stage two of the shards is not the delivery's slot): one round trip for the batch.
+        pipe = self.redis.pipeline(transaction=False)
+        for dlv, _ in claimed:
+            pipe.get(keys.event(dlv.event_id))
+        read = await pipe.execute()
+        return [with_body(dlv, sub, body) for (dlv, sub), body in zip(claimed, read, strict=True)], nxt
 
     async def _named(self, ids: Sequence[str], fields: Sequence[str]) -> list[list[str]]:
         """``fields`` of each delivery hash, as text ("" for a field or a hash that is gone)."""

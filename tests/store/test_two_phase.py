@@ -146,7 +146,6 @@ async def test_a_delivery_claimed_between_the_read_and_the_script_is_not_claimed
             keys.sub_budget(sid),
             keys.client_inflight(client),
             keys.client_parked(client),
-            keys.event("evt_x"),
         ],
         args=[T0 + 5, 10, LEASE, 2, 3, dlv_id, sid, "evt_x", client],
     )

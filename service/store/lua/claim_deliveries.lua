@@ -13,11 +13,12 @@
 -- HMGET), and declares the keys they name; each is claimed only if it is still due now and still names
 -- them (a race changes nothing), in the order given.
 -- KEYS: due_deliveries, active_deliveries, then per candidate: delivery, subscription, its in-flight, its
---   parked, its rate budget, the client's in-flight, the client's parked, the event's body (the delivery
---   key stands in for those of a candidate whose record was gone).
+--   parked, its rate budget, the client's in-flight, the client's parked (the delivery key stands in for
+--   those of a candidate whose record was gone). The event's body is not among them: the caller reads it
+--   after the claim (it lives with the run that emitted it, a shard of its own in stage two).
 -- ARGV: now_ms, limit, lease_ms, default_max_in_flight, client_max_in_flight, then per candidate: id,
 --   subscription id, event id, client (as read)
--- Returns {{delivery_fields, subscription_fields, event_body}, ...}, next_due_score | false}.
+-- Returns {{delivery_fields, subscription_fields}, ...}, next_due_score | false}.
 local now, limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local default_max, client_max = tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = {}
@@ -26,10 +27,10 @@ local c = 0
 for a = 6, #ARGV, 4 do
   if #out >= limit then break end
   local id, want_sid, want_evt, want_client = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local k = 3 + 8 * c
+  local k = 3 + 7 * c
   c = c + 1
   local dkey, skey, ikey, spkey, bkey = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
-  local cin, cpkey, ekey = KEYS[k + 5], KEYS[k + 6], KEYS[k + 7]
+  local cin, cpkey = KEYS[k + 5], KEYS[k + 6]
   local score = redis.call('ZSCORE', KEYS[1], id)
   local d = redis.call('HMGET', dkey, DF.subscription_id, DF.event_id, DF.status, DF.client)
   if not score or tonumber(score) > now then
@@ -80,8 +81,7 @@ for a = 6, #ARGV, 4 do
         redis.call('PEXPIRE', cin, lease * 2)
         in_flight[client] = in_flight[client] + 1
         redis.call('ZADD', KEYS[1], now + lease, id)
-        local body = redis.call('GET', ekey)
-        table.insert(out, {redis.call('HGETALL', dkey), redis.call('HGETALL', skey), body or false})
+        table.insert(out, {redis.call('HGETALL', dkey), redis.call('HGETALL', skey)})
       end
     end
   end
