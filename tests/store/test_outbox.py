@@ -7,6 +7,8 @@ twice, and a run's events still reach each subscription in the order it emitted 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -26,6 +28,22 @@ async def _strand(store: Store, run: Run, status: str, *events: Event, now: int 
     reply = await store.runs.scripts.transition(keys=ks, args=args)
     assert _s(reply[0]) == "ok"
     return new
+
+
+@contextmanager
+def _lost(store: Store, script: str) -> Iterator[None]:
+    """The store's ``script`` fails as a lost connection would, then is given back: the one failure a
+    simulator cannot produce here (a process or a link lost between two steps of the relay)."""
+    real = getattr(store.runs.scripts, script)
+
+    async def lost(*args: object, **kwargs: object) -> object:
+        raise RedisConnectionError("connection lost")
+
+    setattr(store.runs.scripts, script, lost)
+    try:
+        yield
+    finally:
+        setattr(store.runs.scripts, script, real)
 
 
 async def _feed_ids(store: Store, client: str = "alice") -> list[str]:
@@ -88,19 +106,13 @@ async def test_a_later_transition_relays_the_earlier_stranded_events_first(store
 async def test_a_failed_relay_leaves_the_change_applied_and_the_events_to_the_sweeper(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
-    relay = store.runs.scripts.relay_fanout
-
-    async def lost(*args: object, **kwargs: object) -> object:
-        raise RedisConnectionError("connection lost")  # the one failure a simulator cannot produce here
-
-    store.runs.scripts.relay_fanout = lost  # type: ignore[assignment]
     new = replace(_next(run, "succeeded"), event_ids=["evt_done"])
-    outcome = await store.runs.transition(
-        Transition(new, run.version, events=[_event("run.succeeded", event_id="evt_done")])
-    )
+    with _lost(store, "relay_fanout"):
+        outcome = await store.runs.transition(
+            Transition(new, run.version, events=[_event("run.succeeded", event_id="evt_done")])
+        )
     assert outcome == Applied(0, ended=True)
     assert (await store.runs.get_run(run.id)).status == "succeeded"  # type: ignore[union-attr]
-    store.runs.scripts.relay_fanout = relay
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
     assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == ["evt_done"]
 
@@ -167,24 +179,18 @@ async def test_an_unexpected_error_in_one_relay_is_that_runs_alone(store: Store)
 async def test_a_relay_whose_last_step_failed_is_finished_without_a_second_feed_entry(store: Store) -> None:
     # The relay's three steps live in different slots once the run's keys have their shard's tag: the
     # fan-out may succeed and the run's side (relay_done.lua) fail. The events are out, once; the outbox
-    # still holds them; the sweeper's relay finds each event's mark and only finishes the run's side.
+    # still holds them; the sweeper's relay finds the run's mark and only finishes the run's side.
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
-    done = store.runs.scripts.relay_done
-
-    async def lost(*args: object, **kwargs: object) -> object:
-        raise RedisConnectionError("connection lost")  # the one failure a simulator cannot produce here
-
-    store.runs.scripts.relay_done = lost  # type: ignore[assignment]
     new = replace(_next(run, "processing"), event_ids=["evt_p"])
-    outcome = await store.runs.transition(
-        Transition(new, run.version, events=[_event("run.progress", event_id="evt_p")])
-    )
+    with _lost(store, "relay_done"):
+        outcome = await store.runs.transition(
+            Transition(new, run.version, events=[_event("run.progress", event_id="evt_p")])
+        )
     assert outcome == Applied(1)
     assert await _feed_ids(store) == ["evt_p"]
     assert await store.redis.llen(keys.run_outbox(run.id)) > 0  # type: ignore[misc]
     assert await store.redis.exists(keys.run_deliveries(run.id), keys.run_events(run.id)) == 0
-    store.runs.scripts.relay_done = done
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
     assert await _feed_ids(store) == ["evt_p"]  # not twice
     assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == ["evt_p"]
