@@ -108,7 +108,7 @@ class RunRoutes(HTTPEndpoint):
         fingerprint = sub.fingerprint()
         if record is not None:
             return await _replay(ctx, record, fingerprint)
-        run = _new_run(client, sub)
+        run = _new_run(ctx.store.runs.new_run_id(client, key), client, sub)
         try:
             existing = await ctx.durable.runs.create_run(
                 run, sub.content, (key, fingerprint) if key else None, rate=ctx.submit_rate
@@ -121,10 +121,10 @@ class RunRoutes(HTTPEndpoint):
         return _accepted(run)
 
 
-def _new_run(client: str, sub: Submission) -> Run:
+def _new_run(run_id: str, client: str, sub: Submission) -> Run:
     req = sub.request
     return lifecycle.new_run(
-        run_id=domain.new_id("run"),
+        run_id=run_id,
         client=client,
         vendor=req.vendor,
         operation=req.operation,

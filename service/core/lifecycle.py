@@ -69,7 +69,7 @@ def _event(
         # The feed keeps the event for RETENTION_S: without the result, which only the callback carries.
         feed = json.dumps({**body, "data": {**data, "result": None}}, separators=(",", ":"))
     return Event(
-        id=event_id or domain.new_id("evt"),
+        id=event_id or domain.new_id_beside("evt", run.id),
         type=event_type,
         created=now_ms,
         body=json.dumps(body, separators=(",", ":")),
@@ -103,7 +103,7 @@ def submitted(
         state={**run.state, **state},
         delay_s=delay_s,
         document=None,  # only the submit needed it
-        event_ids=[*run.event_ids, event_id := domain.new_id("evt")],
+        event_ids=[*run.event_ids, event_id := domain.new_id_beside("evt", run.id)],
     )
     event = _event(new, EVENT_SUBMITTED, now_ms, event_id=event_id)
     return Transition(new, run.version, events=[event], due_ms=due_ms, delete_document=True)
@@ -190,7 +190,7 @@ def finished(
     if status == SUCCEEDED and run.progress:
         changes["progress"] = {**run.progress, "percent": 100}
     result_bytes, inline, url = _result(run, status, result, result_file, settings, changes)
-    event_id = domain.new_id("evt")
+    event_id = domain.new_id_beside("evt", run.id)
     new = _next(run, now_ms, event_ids=[*run.event_ids, event_id], **changes)
     event = _event(new, TERMINAL_EVENT[status], now_ms, result=inline, result_url=url, event_id=event_id)
     kept = result_bytes if not run.zero_retention else None

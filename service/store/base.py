@@ -33,6 +33,14 @@ class Part:
             pipe.hgetall(name)
         return list(await pipe.execute())
 
+    async def values(self, names: Iterable[str]) -> list[Any]:
+        """Each string's value (None where it is gone), in one round trip: GETs, not one MGET, since the
+        keys may lie in many shards (a cluster refuses an MGET across slots)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.get(name)
+        return list(await pipe.execute())
+
 
 def stored_event(event: Event, argv: list[Any]) -> dict[str, Any]:
     """The event as the scripts take it: no null fields (a Lua null is truthy), and its bodies in their
@@ -50,12 +58,18 @@ def stored_event(event: Event, argv: list[Any]) -> dict[str, Any]:
 async def each_call(redis: Redis, script: AsyncScript, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
     """``script`` once per (keys, args): in one pipeline on a Redis server; on a cluster client, which
     refuses scripts in its pipelines, a few at a time (each call goes to its keys' node)."""
+    return await scripts_in_turn(redis, [(script, ks, args) for ks, args in calls])
+
+
+async def scripts_in_turn(redis: Redis, calls: list[tuple[AsyncScript, list[str], list[Any]]]) -> list[Any]:
+    """Each (script, keys, args), as :func:`each_call` sends them: on a Redis server in one pipeline, so
+    in this order; on a cluster, at once (each to its keys' node), so in no order between slots."""
     if not isinstance(redis, RedisCluster):
         pipe = redis.pipeline(transaction=False)
-        for ks, args in calls:
+        for script, ks, args in calls:
             await script(keys=ks, args=args, client=pipe)
         return list(await pipe.execute())
     out: list[Any] = []
     for at in range(0, len(calls), 50):
-        out += await asyncio.gather(*(script(keys=ks, args=args) for ks, args in calls[at : at + 50]))
+        out += await asyncio.gather(*(script(keys=ks, args=args) for script, ks, args in calls[at : at + 50]))
     return out

@@ -153,11 +153,14 @@ class Deliveries(Part):
                 keys.DUE_DELIVERIES,
                 keys.ACTIVE_DELIVERIES,
                 keys.chain(sid, run_id),
-                keys.event(evt),
                 keys.event_pending(evt),
             ]
             reply = await self.scripts.delivery_result(keys=ks, args=[json.dumps(ops)])
             if text(reply[0]) != "stale":
+                if len(reply) > 2 and int(reply[2]):
+                    # Zero retention: the event's last delivery ended, its body (the result) goes. Were
+                    # this process to die first, the body would stay until its expiry (RETENTION_S).
+                    await self.redis.delete(keys.event(evt))
                 return text(reply[1]) if len(reply) > 1 else ""
         raise fanout.StaleFanout(f"delivery {delivery_id} kept changing")
 

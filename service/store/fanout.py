@@ -27,25 +27,13 @@ def delivery_id_in_shard(event_id: str, sub_id: str) -> str:
     return keys.in_shard(lambda n: delivery_id(event_id, sub_id, n), keys.shard_of(sub_id))
 
 
-def block(
-    client: str,
-    run_id: str,
-    event_ids: Sequence[str],
-    sub_ids: Sequence[str],
-    *,
-    with_body: bool = True,
-) -> list[str]:
-    """The fan-out block: the client's feed, the active and due deliveries; per event its body (when the
-    script stores it: ``emit.lua``; the relay's bodies are the transition's to store) and its pending
-    count; per subscription its hash, delivery log and chain for ``run_id``; per event, per
-    subscription, the delivery."""
+def block(client: str, run_id: str, event_ids: Sequence[str], sub_ids: Sequence[str]) -> list[str]:
+    """The fan-out block: the client's feed, the active and due deliveries; per event its pending count
+    (zero retention); per subscription its hash, delivery log and chain for ``run_id``; per event, per
+    subscription, the delivery. No event's body: it lives in its run's shard, stored before the fan-out
+    (by the transition that emits it, or by ``emit_test_event``)."""
     out = [keys.client_feed(client), keys.ACTIVE_DELIVERIES, keys.DUE_DELIVERIES]
-    for event_id in event_ids:
-        out += (
-            [keys.event(event_id), keys.event_pending(event_id)]
-            if with_body
-            else [keys.event_pending(event_id)]
-        )
+    out += [keys.event_pending(event_id) for event_id in event_ids]
     for sub_id in sub_ids:
         out += [keys.subscription(sub_id), keys.sub_deliveries(sub_id), keys.chain(sub_id, run_id)]
     out += [keys.delivery(delivery_id(e, s)) for e in event_ids for s in sub_ids]

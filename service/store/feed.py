@@ -169,11 +169,15 @@ class Feed:
             raise IteratorInvalid(after)
         rows = [(_s(reply[i]), _s(reply[i + 1]), reply[i + 2]) for i in range(4, len(reply), 3)]
         # The bodies the entries do not carry are kept under the events' keys, which a script may not
-        # name from the entries it read: one MGET here. An event whose body expired is past retention.
+        # name from the entries it read, and which lie in their runs' shards: one pipeline of GETs here.
+        # An event whose body expired is past retention.
         kept = [event_id for _, event_id, raw in rows if not raw]
         found: dict[str, Any] = {}
         if kept:
-            stored = await _whole(self.redis.mget([keys.event(e) for e in kept]))
+            pipe = self.redis.pipeline(transaction=False)
+            for event_id in kept:
+                pipe.get(keys.event(event_id))
+            stored = await _whole(pipe.execute())
             found = dict(zip(kept, stored, strict=True))
         events = [
             FeedEntry(entry_id, event_id, body)

@@ -65,10 +65,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import string
-import zlib
 from collections.abc import Callable
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+from service.core import domain
 
 # Every key starts with ``hb:`` and, for now, one hash tag (``{hb}``): stage one of the virtual shards
 # (docs/shards.md). One tag puts every key in one Redis Cluster slot, so every script, whose keys are all
@@ -78,36 +79,40 @@ ROOT = "hb:"
 TAG = "hb"
 PREFIX = f"{ROOT}{{{TAG}}}:"
 DUE_DELIVERIES = f"{PREFIX}due:deliveries"
-ACTIVE_RUNS = f"{PREFIX}active:runs"
 ACTIVE_DELIVERIES = f"{PREFIX}active:deliveries"
-OUTBOX = f"{PREFIX}outbox"
 WORKERS = f"{PREFIX}worker:"
 # Per-client delivery bookkeeping (client_inflight, client_parked).
 DELIVERY_CLIENT = f"{PREFIX}dlvclient:"
 
 
+def of(identifier: str) -> str:
+    """The prefix of the keys of what ``identifier`` names: its shard's (a run's, an event's)."""
+    return shard_prefix(shard_of(identifier))
+
+
 def run(run_id: str) -> str:
-    return f"{PREFIX}run:{run_id}"
+    return f"{of(run_id)}run:{run_id}"
 
 
 def document(run_id: str) -> str:
-    return f"{PREFIX}doc:{run_id}"
+    return f"{of(run_id)}doc:{run_id}"
 
 
 def result(run_id: str) -> str:
-    return f"{PREFIX}result:{run_id}"
+    return f"{of(run_id)}result:{run_id}"
 
 
 def run_events(run_id: str) -> str:
-    return f"{PREFIX}run:{run_id}:events"
+    return f"{of(run_id)}run:{run_id}:events"
 
 
 def run_outbox(run_id: str) -> str:
-    return f"{PREFIX}run:{run_id}:outbox"
+    return f"{of(run_id)}run:{run_id}:outbox"
 
 
 def event(event_id: str) -> str:
-    return f"{PREFIX}evt:{event_id}"
+    """An event's body, in the event's shard: its run's (``domain.new_id_beside``)."""
+    return f"{of(event_id)}evt:{event_id}"
 
 
 def event_pending(event_id: str) -> str:
@@ -132,7 +137,7 @@ def run_metadata(client: str, key: str, value: str) -> str:
 
 
 def run_deliveries(run_id: str) -> str:
-    return f"{PREFIX}run:{run_id}:deliveries"
+    return f"{of(run_id)}run:{run_id}:deliveries"
 
 
 def client_subs(client: str) -> str:
@@ -183,13 +188,29 @@ def delivery_attempts(dlv_id: str) -> str:
     return f"{PREFIX}dlv:{dlv_id}:attempts"
 
 
-def due_runs(vendor: str) -> str:
-    return f"{PREFIX}due:runs:{vendor}"
+def due_runs(vendor: str, shard: int) -> str:
+    """The due set of ``vendor``'s runs in ``shard``: a run's is ``due_runs(vendor, shard_of(run))``."""
+    return f"{shard_prefix(shard)}due:runs:{vendor}"
+
+
+def active_runs(shard: int) -> str:
+    return f"{shard_prefix(shard)}active:runs"
+
+
+def outbox(shard: int) -> str:
+    """The runs of ``shard`` whose outbox holds events, by the time of the oldest."""
+    return f"{shard_prefix(shard)}outbox"
+
+
+def idempotency_anchor(client: str, key: str) -> str:
+    """What places a client's ``Idempotency-Key`` in a shard: the run it creates is minted into the same
+    (``Runs.new_run_id``), so the record and the run are written in one step."""
+    return f"{client}:{hashlib.sha256(key.encode()).hexdigest()}"
 
 
 def idempotency(client: str, key: str) -> str:
-    digest = hashlib.sha256(key.encode()).hexdigest()
-    return f"{PREFIX}idem:{client}:{digest}"
+    anchor = idempotency_anchor(client, key)
+    return f"{of(anchor)}idem:{anchor}"
 
 
 def vendor_prefix(vendor: str) -> str:
@@ -230,7 +251,8 @@ def vendor_pause(vendor: str) -> str:
 # 16 / N shards, give or take one: 6/5/5 on 3 primaries. On a single node (or Sentinel) the same 16
 # shards live on the one server: one layout, no second code path.
 
-SHARDS = 16
+SHARDS = domain.SHARDS
+shard_of = domain.shard_of  # CRC-32 of the id mod SHARDS: a run by its id, a subscription, a client
 _ALPHABET = string.ascii_lowercase + string.digits
 
 
@@ -261,12 +283,6 @@ def balanced_tags(count: int = SHARDS) -> tuple[str, ...]:
 
 
 TAGS = balanced_tags()
-
-
-def shard_of(identifier: str) -> int:
-    """The shard of a run (by its id), a subscription (by its id) or a client (by its name): CRC-32 of
-    the id, mod SHARDS. Stable across processes and versions (not Python's salted ``hash``)."""
-    return zlib.crc32(identifier.encode()) % SHARDS
 
 
 def shard_prefix(shard: int) -> str:

@@ -1,19 +1,25 @@
-"""Moving a store that hookbridge 2 wrote to today's key layout: `hookbridge migrate-keys`.
+"""Moving a store that an earlier hookbridge wrote to today's key layout: `hookbridge migrate-keys`.
 
-hookbridge 2 named its keys ``hb:<name>``; every key now carries a hash tag, so that every script runs
-on a Redis Cluster: the store's, ``hb:{hb}:<name>`` (``keys.PREFIX``, stage one of the virtual shards in
-docs/shards.md), or, for a vendor's budget and pause, the vendor's own (``hb:{v:<vendor>}:budget``,
-``:pause``). An earlier hookbridge 3 kept those two under the store's tag; they are moved too. Where
-they are not (a cluster, where this does not run) they only expire: the vendor's budget starts afresh
-(one burst at most) and a pause in force is forgotten (the vendor's next 429 pauses it again). The
-values and the expiries are unchanged,
-so the move is a ``RENAMENX`` per key (which keeps its TTL): on one Redis or Sentinel only (hookbridge 2
-never ran on a cluster), with every hookbridge 2 process stopped first (a process still writing would
-write untagged keys after they were moved). It can be run again: a key moved already is not seen, and a
-tagged key that exists already is never overwritten (counted as ``kept``, its untagged twin left for an
-operator to look at). At most ``batch`` keys are held at once."""
+hookbridge 2 named its keys ``hb:<name>``; an earlier hookbridge 3 put them all under one hash tag,
+``hb:{hb}:<name>`` (stage one of the virtual shards, docs/shards.md). Today a run's keys, and those of
+the events it emits and of an idempotency record, live in their shard (``keys.of``: ``hb:{<tag>}:``,
+found from the id alone), the per-shard indexes of runs (due sets, unfinished runs, outboxes) are one
+per shard, a vendor's budget and pause have the vendor's own tag (``hb:{v:<vendor>}:``), and every other
+key the store's (``keys.PREFIX``). A key named by an id moves with a ``RENAMENX`` (which keeps its
+value and expiry); an index of runs is split by member into its shards' (scores and expiry kept), then
+dropped. A vendor's budget and pause where they are not moved (a cluster, where this does not run) only
+expire: the vendor's budget starts afresh (one burst at most) and a pause in force is forgotten (the
+vendor's next 429 pauses it again).
+
+On one Redis or Sentinel only (hookbridge 2 never ran on a cluster; an earlier hookbridge 3 on a cluster
+is drained instead: docs/deploy.md), with every earlier process stopped first (one still writing would
+write keys of its own layout after they were moved). It can be run again: a key moved already is not
+seen, and a key of today's layout that exists already is never overwritten (counted as ``kept``, its
+old twin left for an operator to look at). At most ``batch`` keys are held at once."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -21,28 +27,67 @@ from redis.exceptions import ResponseError
 from service.store import keys
 from service.store.codec import text
 
+# The indexes of runs that are one per shard today: (name after the prefix, builder of a shard's).
+_SPLIT: dict[str, Callable[[int], str]] = {"active:runs": keys.active_runs, "outbox": keys.outbox}
+
+
+def _split_index(rest: str) -> Callable[[int], str] | None:
+    if rest.startswith("due:runs:"):
+        vendor = rest.removeprefix("due:runs:")
+        return lambda shard: keys.due_runs(vendor, shard)
+    return _SPLIT.get(rest)
+
+
+def _by_id(rest: str) -> str | None:
+    """Today's key for a key named by a run's, an event's or an idempotency record's id (``rest``: its
+    name after the prefix), or None for any other."""
+    kind, _, tail = rest.partition(":")
+    if kind in ("run", "doc", "result") and tail:
+        return keys.of(tail.partition(":")[0]) + rest
+    if kind == "evt" and tail and not tail.endswith(":pending"):
+        return keys.of(tail) + rest
+    if kind == "idem" and tail:
+        return keys.of(tail) + rest
+    return None
+
 
 def tagged(name: str) -> str | None:
-    """The key of today's layout for the hookbridge 2 key ``name`` (a vendor's budget or pause under the
-    vendor's own tag, every other key under the store's), or for a vendor's budget or pause under the
-    store's tag, as an earlier hookbridge 3 named them; None for any other key."""
+    """The key of today's layout for the key ``name`` of an earlier one (hookbridge 2's untagged, or an
+    earlier hookbridge 3's under the store's tag); None for any other key, and for an index of runs
+    (:func:`split` names its shards')."""
     if not name.startswith(keys.ROOT):
         return None
     store_tagged = name.startswith(keys.PREFIX)
     if name.startswith(keys.ROOT + "{") and not store_tagged:
         return None  # under a shard's or a vendor's tag: today's already
     rest = name.removeprefix(keys.PREFIX if store_tagged else keys.ROOT)
+    if _split_index(rest) is not None:
+        return None
     kind, _, vendor = rest.partition(":")
     if kind in ("budget", "pause") and vendor and not vendor.startswith("sub:"):
         return keys.vendor_budget(vendor) if kind == "budget" else keys.vendor_pause(vendor)
+    if (by_id := _by_id(rest)) is not None:
+        return by_id
     return None if store_tagged else keys.PREFIX + rest
 
 
+def split(name: str) -> Callable[[int], str] | None:
+    """For an index of runs of an earlier layout (a vendor's due set, the unfinished runs, the outboxes),
+    the builder of its shards' today; None for any other key."""
+    if not name.startswith(keys.ROOT) or (
+        name.startswith(keys.ROOT + "{") and not name.startswith(keys.PREFIX)
+    ):
+        return None
+    return _split_index(name.removeprefix(keys.PREFIX if name.startswith(keys.PREFIX) else keys.ROOT))
+
+
 async def move_untagged_keys(redis: Redis, *, batch: int = 500) -> dict[str, int]:
-    """Renames every hookbridge 2 key to its tagged name; returns how many were ``moved``, ``kept`` (the
-    tagged one existed) and ``expired`` (between the scan and the rename)."""
-    counts = {"moved": 0, "kept": 0, "expired": 0}
+    """Moves every key of an earlier layout to today's; returns how many were ``moved``, ``kept`` (today's
+    existed), ``expired`` (between the scan and the rename) and ``split`` (indexes of runs spread over
+    their shards)."""
+    counts = {"moved": 0, "kept": 0, "expired": 0, "split": 0}
     names: list[tuple[str, str]] = []
+    indexes: list[tuple[str, Callable[[int], str]]] = []
 
     async def flush() -> None:
         pipe = redis.pipeline(transaction=False)
@@ -53,16 +98,54 @@ async def move_untagged_keys(redis: Redis, *, batch: int = 500) -> dict[str, int
                 counts["expired"] += 1  # between the scan and its rename
             elif isinstance(done, Exception):
                 raise done  # anything else (a lost connection, a refused command) ends the move: re-run it
-            else:  # RENAMENX: False when the tagged key exists already
+            else:  # RENAMENX: False when today's key exists already
                 counts["moved" if done else "kept"] += 1
         names.clear()
 
     async for raw in redis.scan_iter(match=f"{keys.ROOT}*", count=batch):
         name = text(raw)
-        if (new := tagged(name)) is not None:
+        if (shard_key := split(name)) is not None:
+            indexes.append((name, shard_key))
+        elif (new := tagged(name)) is not None:
             names.append((name, new))
             if len(names) >= batch:
                 await flush()
     if names:
         await flush()
+    for name, shard_key in indexes:
+        await _split(redis, name, shard_key, batch)
+        counts["split"] += 1
     return counts
+
+
+async def _split(redis: Redis, name: str, shard_key: Callable[[int], str], batch: int) -> None:
+    """Adds each member of the index ``name`` (a sorted set with its score, or a set) to its shard's,
+    ``batch`` at a time, then drops it. Run again after a failure, it adds nothing twice."""
+    kind = text(await redis.type(name))
+    ttl = int(await redis.pttl(name))
+    targets: set[str] = set()
+    if kind == "zset":
+        start = 0
+        while rows := await redis.zrange(name, start, start + batch - 1, withscores=True):
+            pipe = redis.pipeline(transaction=False)
+            for member, score in rows:
+                target = shard_key(keys.shard_of(text(member)))
+                targets.add(target)
+                pipe.zadd(target, {text(member): score})
+            await pipe.execute()
+            start += len(rows)
+    elif kind == "set":
+        members = [text(m) async for m in redis.sscan_iter(name, count=batch)]
+        for at in range(0, len(members), batch):
+            pipe = redis.pipeline(transaction=False)
+            for member in members[at : at + batch]:
+                target = shard_key(keys.shard_of(member))
+                targets.add(target)
+                pipe.sadd(target, member)
+            await pipe.execute()
+    else:
+        return
+    if ttl > 0:
+        for target in targets:
+            await redis.pexpire(target, ttl)
+    await redis.delete(name)

@@ -17,12 +17,14 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.config.settings import Settings
+from service.core import domain
 from service.core.domain import EVENT_PROGRESS, SUCCEEDED, TERMINAL
 from service.core.records import Run, Transition, result_in_event
 from service.observability import logs
 from service.store import bodies, fanout, jsoncodec, keys
-from service.store.base import Part, each_call, stored_event
+from service.store.base import Part, each_call, scripts_in_turn, stored_event
 from service.store.codec import ClaimedRun, claimed_runs, run_or_none, text
+from service.store.due import DueShards, interleaved
 from service.store.limits import OverRate
 from service.store.outcomes import Applied, Conflict, Missing, Outcome
 from service.store.pages import Listing, page
@@ -74,9 +76,18 @@ def metadata_ttl_ms(settings: Settings) -> int:
 class Runs(Part):
     def __init__(self, redis: Redis, scripts: Scripts, settings: Settings) -> None:
         super().__init__(redis, scripts, settings)
-        # Per vendor, the ids the last claim's script saw still due: the next claim's candidates (each is
-        # claimed only if it is still due then, so a stale one costs nothing but its place in the batch).
-        self._due_ahead: dict[str, list[str]] = {}
+        # Per vendor, what this worker knows of its due sets (service/store/due.py): each shard's next due
+        # run, and the ids the last claim there saw still due, its next candidates (each is claimed only if
+        # it is still due then, so a stale one costs nothing but its place in the batch).
+        self._due: dict[str, DueShards] = {}
+
+    @staticmethod
+    def new_run_id(client: str, idempotency_key: str | None) -> str:
+        """A new run's id: with an ``Idempotency-Key``, in the shard of its record, so that the record and
+        the run are written in one step (:meth:`create_run` refuses one that is not)."""
+        if idempotency_key is None:
+            return domain.new_id("run")
+        return domain.new_id_beside("run", keys.idempotency_anchor(client, idempotency_key))
 
     async def create_run(
         self,
@@ -87,32 +98,51 @@ class Runs(Part):
         rate: tuple[float, int] | None = None,
     ) -> str | None:
         """Writes a new run. With ``idem=(key, fingerprint)`` returns the stored ``"fingerprint run_id"``
-        instead when the key was used before (and writes nothing). With ``rate=(per_s, burst)`` the
-        submit takes one request from the client's ``submit`` limiter in the same step, and raises
-        :class:`OverRate` (nothing written) when the client is over it; a replay takes nothing."""
+        instead when the key was used before (and writes nothing of the run). With ``rate=(per_s, burst)``
+        the submit takes one request from the client's ``submit`` limiter first, and raises
+        :class:`OverRate` (nothing written) when the client is over it.
+
+        Two steps, each in one slot: the client's (``accept_run.lua``: the rate and the run's listing
+        entries), then the run's (``create_run.lua``: the idempotency record, the run, its document and
+        its first due step). Without a rate, which is all that can refuse the first, both go in one round
+        trip. A replay that lost a race to the first submit took a request of the rate and left a listing
+        entry that names no run (skipped, then purged)."""
+        if idem is not None and keys.shard_of(run.id) != keys.shard_of(
+            keys.idempotency_anchor(run.client, idem[0])
+        ):
+            raise ValueError("a run with an Idempotency-Key needs an id from Runs.new_run_id")
+        interval, burst = (1000.0 / rate[0], rate[1]) if rate else ("", 0)
+        # One index per metadata pair (at most MAX_METADATA_PAIRS): the metadata filter reads one.
+        listed: tuple[list[str], list[Any]] = (
+            [
+                keys.client_runs(run.client),
+                keys.client_rate("submit", run.client),
+                *(keys.run_metadata(run.client, k, v) for k, v in run.metadata.items()),
+            ],
+            [run.created_at, run.id, interval, burst, metadata_ttl_ms(self.settings)],
+        )
+        shard = keys.shard_of(run.id)
         ks = [
             keys.run(run.id),
             keys.document(run.id),
-            keys.client_runs(run.client),
-            keys.due_runs(run.vendor),
-            keys.client_rate("submit", run.client),
-            keys.ACTIVE_RUNS,
+            keys.due_runs(run.vendor, shard),
+            keys.active_runs(shard),
         ]
-        interval, burst = (1000.0 / rate[0], rate[1]) if rate else ("", 0)
-        args: list[Any] = [run.to_json(), document or b"", run.created_at, run.id, interval, burst]
+        args: list[Any] = [run.to_json(), document or b"", run.created_at, run.id]
         if idem:
             ks.append(keys.idempotency(run.client, idem[0]))
             args += [f"{idem[1]} {run.id}", int(self.settings.idempotency_ttl_s * 1000)]
+        if rate:
+            accepted = await self.scripts.accept_run(keys=listed[0], args=listed[1])
+            if text(accepted[0]) == "rate_limited":
+                raise OverRate(int(text(accepted[1])) / 1000)
+            reply = await self.scripts.create_run(keys=ks, args=args)
         else:
-            args += ["", 0]
-        # One index per metadata pair (at most MAX_METADATA_PAIRS): the metadata filter reads one.
-        args += [len(ks) + 1, metadata_ttl_ms(self.settings)]
-        ks += [keys.run_metadata(run.client, k, v) for k, v in run.metadata.items()]
-        reply = await self.scripts.create_run(keys=ks, args=args)
-        outcome = text(reply[0])
-        if outcome == "rate_limited":
-            raise OverRate(int(text(reply[1])) / 1000)
-        return text(reply[1]) if outcome == "exists" else None
+            _, reply = await scripts_in_turn(
+                self.redis,
+                [(self.scripts.accept_run, *listed), (self.scripts.create_run, ks, args)],
+            )
+        return text(reply[1]) if text(reply[0]) == "exists" else None
 
     async def idempotency_record(self, client: str, key: str) -> str | None:
         value = await self.redis.get(keys.idempotency(client, key))
@@ -124,7 +154,7 @@ class Runs(Part):
     async def get_runs(self, run_ids: Sequence[str]) -> list[Run | None]:
         if not run_ids:
             return []
-        return [run_or_none(raw) for raw in await self.redis.mget([keys.run(r) for r in run_ids])]
+        return [run_or_none(raw) for raw in await self.values(keys.run(r) for r in run_ids)]
 
     async def get_document(self, run_id: str) -> bytes | None:
         raw = await self.redis.get(keys.document(run_id))
@@ -166,7 +196,7 @@ class Runs(Part):
         ids = list(dict.fromkeys([*run.event_ids, *listed]))
         if not ids:
             return []
-        stored = await self.redis.mget([keys.event(i) for i in ids])
+        stored = await self.values(keys.event(i) for i in ids)
         kept = [
             (event_id, json.loads(body))
             for event_id, raw in zip(ids, stored, strict=True)
@@ -232,21 +262,29 @@ class Runs(Part):
         return outcome
 
     async def transitions(self, changes: Sequence[Transition]) -> list[Outcome | Exception]:
-        """:meth:`transition` for many runs in one call of ``transitions.lua`` (one round trip and one
-        reply, each change still applied on its own, as it would be alone), then the relays of those that
-        emitted events, a round trip per step of the relay for them all.
+        """:meth:`transition` for many runs in one call of ``transitions.lua`` per shard they are in (one
+        round trip for them all, each change still applied on its own, as it would be alone), then the
+        relays of those that emitted events, a round trip per step of the relay for them all.
 
         Returns each change's outcome, or the error its step raised; a lost connection raises.
         """
-        ks: list[str] = []
-        argv: list[Any] = []
         entries: list[list[Any] | None] = []
-        for change in changes:
+        batches: dict[int, tuple[list[int], list[str], list[Any]]] = {}
+        for i, change in enumerate(changes):
             change_keys, args, entry = self._transition_call(change)
+            at, ks, argv = batches.setdefault(keys.shard_of(change.run.id), ([], [], []))
+            at.append(i)
             ks += change_keys
             argv += [len(change_keys), len(args), *args]
             entries.append(entry)
-        replies = await self.scripts.transitions(keys=ks, args=argv)
+        replies: list[Any] = [None] * len(changes)
+        shards = list(batches.values())
+        calls = [(ks, argv) for _, ks, argv in shards]
+        for (at, _, _), batch in zip(
+            shards, await each_call(self.redis, self.scripts.transitions, calls), strict=True
+        ):
+            for i, reply in zip(at, batch, strict=True):
+                replies[i] = reply
         out: list[Outcome | Exception] = [
             ResponseError(text(reply[1])) if text(reply[0]) == "error" else _transition_outcome(change, reply)
             for change, reply in zip(changes, replies, strict=True)
@@ -327,7 +365,7 @@ class Runs(Part):
         ks = [
             keys.client_subs(client),
             keys.relayed(client, run_id),
-            *fanout.block(client, run_id, event_ids, targets, with_body=False),
+            *fanout.block(client, run_id, event_ids, targets),
         ]
         query = {
             "run_id": run_id,
@@ -341,7 +379,12 @@ class Runs(Part):
 
     def _done_call(self, run_id: str, read: list[_Entry], reply: Any) -> tuple[list[str], list[Any]]:
         """relay_done.lua's KEYS and ARGV from the fan-out's ``reply`` for the entries ``read``."""
-        ks = [keys.run_outbox(run_id), keys.OUTBOX, keys.run_events(run_id), keys.run_deliveries(run_id)]
+        ks = [
+            keys.run_outbox(run_id),
+            keys.outbox(keys.shard_of(run_id)),
+            keys.run_events(run_id),
+            keys.run_deliveries(run_id),
+        ]
         fanned = iter(json.loads(text(reply[2])))
         done: list[dict[str, Any]] = []
         for entry in read:
@@ -432,23 +475,21 @@ class Runs(Part):
     ) -> int:
         """The sweeper's part of the relay: the runs whose outbox has held events for ``older_than_ms``
         (a worker or an API process died between a transition and its relay, or the relay failed), at
-        most ``limit`` of them, relayed; returns how many runs were. A run gone from the store (past
-        retention) has nothing left to tell: its outbox is dropped. A relay that fails for its own run's
-        sake (its client's subscriptions kept changing, an entry the script refuses, anything unexpected)
-        is logged and tried again next pass; it does not hold up the others' relays behind it. A lost
-        connection ends the pass."""
-        ids = [
-            text(i)
-            for i in await self.redis.zrangebyscore(
-                keys.OUTBOX, "-inf", now_ms - older_than_ms, start=0, num=limit
-            )
-        ]
+        most ``limit`` of them (over every shard's index, read in one round trip), relayed; returns how
+        many runs were. A run gone from the store (past retention) has nothing left to tell: its outbox
+        is dropped. A relay that fails for its own run's sake (its client's subscriptions kept changing,
+        an entry the script refuses, anything unexpected) is logged and tried again next pass; it does
+        not hold up the others' relays behind it. A lost connection ends the pass."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(keys.SHARDS):
+            pipe.zrangebyscore(keys.outbox(shard), "-inf", now_ms - older_than_ms, start=0, num=limit)
+        ids = [text(i) for found in await pipe.execute() for i in found][:limit]
         done = 0
         for run_id, run in zip(ids, await self.get_runs(ids), strict=True):
             if run is None:
                 pipe = self.redis.pipeline(transaction=False)
                 pipe.delete(keys.run_outbox(run_id))
-                pipe.zrem(keys.OUTBOX, run_id)
+                pipe.zrem(keys.outbox(keys.shard_of(run_id)), run_id)
                 await pipe.execute()
                 continue
             try:
@@ -463,7 +504,10 @@ class Runs(Part):
 
     async def stranded_count(self, now_ms: int, *, older_than_ms: int = RELAY_GRACE_MS) -> int:
         """How many runs' outboxes the sweeper would relay now (the gauge hookbridge_outbox_stranded)."""
-        return int(await self.redis.zcount(keys.OUTBOX, "-inf", now_ms - older_than_ms))
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(keys.SHARDS):
+            pipe.zcount(keys.outbox(shard), "-inf", now_ms - older_than_ms)
+        return sum(int(n) for n in await pipe.execute())
 
     async def _subscriptions_of(self, clients: Sequence[str]) -> dict[str, list[str]]:
         """The subscription ids of each client (one read for them all)."""
@@ -483,7 +527,10 @@ class Runs(Part):
         alone: the script touches the others only for what the change does (events, a result, the
         document, the run's end), and a key it does not touch need not be declared."""
         run = change.run
-        ks = [keys.run(run.id), keys.due_runs(run.vendor)]
+        shard = keys.shard_of(run.id)
+        if any(keys.shard_of(e.id) != shard for e in change.events):
+            raise ValueError("an event's id is minted beside its run's (domain.new_id_beside)")
+        ks = [keys.run(run.id), keys.due_runs(run.vendor, shard)]
         # ARGV: the ops (below), the run and the result as their own arguments (not escaped inside the ops
         # JSON), then the outbox entry: the relay's ops and the events' bodies (binary), which the relay's
         # ops name by their position in the entry.
@@ -502,12 +549,12 @@ class Runs(Part):
             or (change.ttl_ms is not None)
         ):
             ks += [
-                keys.ACTIVE_RUNS,
+                keys.active_runs(shard),
                 keys.result(run.id),
                 keys.document(run.id),
                 keys.run_events(run.id),
                 keys.run_outbox(run.id),
-                keys.OUTBOX,
+                keys.outbox(shard),
             ]
             if change.result is not None:
                 args.append(change.result)
@@ -549,7 +596,7 @@ class Runs(Part):
 
     async def schedule_run(self, vendor: str, run_id: str, due_ms: float) -> None:
         """Moves a run's next step (no state change: a retry after a transient fault)."""
-        await self.redis.zadd(keys.due_runs(vendor), {run_id: int(due_ms)}, xx=True)
+        await self.redis.zadd(keys.due_runs(vendor, keys.shard_of(run_id)), {run_id: int(due_ms)}, xx=True)
 
     async def claim_runs(
         self,
@@ -561,44 +608,46 @@ class Runs(Part):
         lookahead_ms: int,
         probe_lease_ms: int = 60_000,
     ) -> tuple[list[ClaimedRun], float | None]:
-        """Claims due runs; none while the vendor is paused after a 429, then one as its probe.
+        """Claims due runs, over the vendor's 16 due sets (one per shard); none while the vendor is paused
+        after a 429, then one as its probe.
 
-        In steps, each on the keys of one slot: the first ``limit`` due ids are read (with none due, the due
-        set's head, and that is all); the vendor's pause and budget give their slots for them
-        (``budget_batch.lua``: none while paused, one for the probe after, at most those within
-        ``lookahead_ms``); ``claim_runs.lua`` leases those still due, one per slot, and the slots left over
-        are given back; a probe is set last (``pause.lua``), or its run handed back when another claim's probe
-        got there first."""
-        due = keys.due_runs(vendor)
-        # The ids the last claim left due (its script's reply), else read: the ids alone (with their scores
-        # redis-py would make a pair and a float of each, which cost a poll more than the round trip
-        # does); the head only when none is due.
-        ids = self._due_ahead.pop(vendor, [])[:limit]
-        if not ids:
-            ids = [text(i) for i in await self.redis.zrangebyscore(due, "-inf", now_ms, start=0, num=limit)]
-        if not ids:
-            head = await self.redis.zrange(due, 0, 0, withscores=True)
-            return [], float(head[0][1]) if head else None
+        In steps, each on the keys of one slot: the due ids of the shards this worker believes due
+        (:mod:`service.store.due`; every shard once per ``WORKER_IDLE_S``) are read, at most ``limit`` in
+        all, in one round trip (with none due, each shard's head, and that is all); the vendor's pause and
+        budget give their slots for them (``budget_batch.lua``: none while paused, one for the probe after,
+        at most those within ``lookahead_ms``); ``claim_runs.lua`` leases those still due, one call per
+        shard, one slot each, and the slots left over at the end are given back; a probe is set last
+        (``pause.lua``), or its run handed back when another claim's probe got there first."""
+        known = self._due.get(vendor)
+        if known is None:
+            known = self._due[vendor] = DueShards(refresh_ms=self.settings.worker_idle_s * 1000)
+        found = await self._due_ids(vendor, known, now_ms, limit)
+        picked = interleaved(found, limit)
+        if not picked:
+            return [], known.earliest()
         budget = keys.vendor_budget(vendor)
         state, first, count, untl = await self.scripts.budget_batch(
             keys=[budget, keys.vendor_pause(vendor)],
-            args=["take", now_ms, max(interval_ms, 0), len(ids), lookahead_ms],
+            args=["take", now_ms, max(interval_ms, 0), len(picked), lookahead_ms],
         )
         start, count, probing = float(first), int(count), text(state) == "probe"
         if text(state) == "held":  # not before the pause ends; unknown while its probe is out
+            for shard, ids in found.items():  # nothing claimed: the ids stay the next claim's
+                known.ahead[shard] = ids
             return [], None if untl is None else float(untl)
         if count == 0:  # the budget's next slot is past the lookahead: runs are due, ask again
+            for shard, ids in found.items():
+                known.ahead[shard] = ids
             return [], float(now_ms)
-        if probing:
-            ids = ids[:1]
-        reply = await self.scripts.claim_runs(
-            keys=[due, *map(keys.run, ids)],
-            args=[now_ms, lease_ms, start, interval_ms if interval_ms > 0 else 0, count, limit, *ids],
+        picked = picked[: 1 if probing else count]
+        taken = {run_id for _, run_id in picked}
+        for shard, ids in found.items():  # read but not taken: the next claim's, not read again
+            if left := [i for i in ids if i not in taken]:
+                known.ahead[shard] = left
+        claimed, used = await self._claim_in_shards(
+            vendor, known, picked, now_ms, lease_ms, start, interval_ms if interval_ms > 0 else 0, limit
         )
-        claimed, nxt = claimed_runs([reply[0], reply[1], False])
-        if reply[2]:
-            self._due_ahead[vendor] = [text(i) for i in reply[2]]
-        unused = count - len(reply[0]) // 4
+        unused = count - used
         if interval_ms > 0 and unused > 0:
             await self.scripts.budget_batch(
                 keys=[budget], args=["give_back", interval_ms, start + count * interval_ms, unused]
@@ -613,28 +662,97 @@ class Runs(Part):
                 )
             )
             if took == 0:  # another claim's probe, or a new 429: the run goes back, due as it was
+                due = keys.due_runs(vendor, keys.shard_of(one.run.id))
                 await self.scripts.release(
                     keys=[due, due, due], args=[one.due_ms, one.run.id, one.slot_ms + lease_ms]
                 )
                 return [], None
             if took == 1:
                 claimed = [replace(one, probe=token)]
-        return claimed, nxt
+        return claimed, known.earliest()
+
+    async def _due_ids(self, vendor: str, known: DueShards, now_ms: int, limit: int) -> dict[int, list[str]]:
+        """The due ids (at most ``limit`` a shard) of the shards ``known`` says to read: those its last
+        claim there left due, else read, in one round trip; a shard's head is read with them, and kept as
+        its next due time."""
+        found: dict[int, list[str]] = {}
+        unread: list[int] = []
+        for shard in known.to_read(now_ms):
+            ids = known.ahead.pop(shard, [])[:limit]
+            if ids:
+                found[shard] = ids
+            else:
+                unread.append(shard)
+        if unread:
+            # The ids alone (with their scores redis-py would make a pair and a float of each, which cost
+            # a poll more than the round trip does), and the head, for when none is due.
+            pipe = self.redis.pipeline(transaction=False)
+            for shard in unread:
+                pipe.zrangebyscore(keys.due_runs(vendor, shard), "-inf", now_ms, start=0, num=limit)
+                pipe.zrange(keys.due_runs(vendor, shard), 0, 0, withscores=True)
+            read = await pipe.execute()
+            for n, shard in enumerate(unread):
+                ids, head = read[2 * n], read[2 * n + 1]
+                if ids:
+                    found[shard] = [text(i) for i in ids]
+                known.next_due[shard] = float(head[0][1]) if head else None
+        return found
+
+    async def _claim_in_shards(
+        self,
+        vendor: str,
+        known: DueShards,
+        picked: list[tuple[int, str]],
+        now_ms: int,
+        lease_ms: int,
+        start: float,
+        step: float,
+        limit: int,
+    ) -> tuple[list[ClaimedRun], int]:
+        """``claim_runs.lua`` once per shard of the runs ``picked``, one budget slot each from ``start``,
+        ``step`` apart, in the order picked; returns the runs claimed and how many slots lie up to the
+        last one used (those after it are the caller's to give back)."""
+        by_shard: dict[int, list[str]] = {}
+        for shard, run_id in picked:
+            by_shard.setdefault(shard, []).append(run_id)
+        calls, firsts, at = [], [], 0
+        for shard, ids in by_shard.items():
+            firsts.append(at)
+            args = [now_ms, lease_ms, start + at * step, step, len(ids), limit, *ids]
+            calls.append(([keys.due_runs(vendor, shard), *map(keys.run, ids)], args))
+            at += len(ids)
+        claimed: list[ClaimedRun] = []
+        used = 0
+        replies = await each_call(self.redis, self.scripts.claim_runs, calls)
+        for shard, first_at, reply in zip(by_shard, firsts, replies, strict=True):
+            got, nxt = claimed_runs([reply[0], reply[1], False])
+            claimed += got
+            known.next_due[shard] = nxt
+            if reply[2]:
+                known.ahead[shard] = [text(i) for i in reply[2]]
+            else:
+                known.ahead.pop(shard, None)
+            if len(reply[0]):
+                used = max(used, first_at + len(reply[0]) // 4)
+        return claimed, used
 
     async def release_runs(self, vendor: str, leases: Sequence[tuple[str, float]], now_ms: int) -> int:
-        """Makes leased runs due now, each only while its lease (id, lease end ms) is still the one taken."""
-        if not leases:
-            return 0
-        args: list[Any] = [now_ms]
+        """Makes leased runs due now, each only while its lease (id, lease end ms) is still the one taken:
+        one call per shard they are in."""
+        by_shard: dict[int, list[Any]] = {}
         for run_id, lease_end in leases:
-            args += [run_id, lease_end]
-        due = keys.due_runs(vendor)
-        return int(await self.scripts.release(keys=[due] + [due] * (2 * len(leases)), args=args))
+            by_shard.setdefault(keys.shard_of(run_id), []).extend([run_id, lease_end])
+        calls = []
+        for shard, pairs in by_shard.items():
+            due = keys.due_runs(vendor, shard)
+            calls.append(([due] * (1 + len(pairs)), [now_ms, *pairs]))
+        return sum(int(n) for n in await each_call(self.redis, self.scripts.release, calls))
 
     async def in_flight_count(self, vendors: Sequence[str]) -> int:
         pipe = self.redis.pipeline(transaction=False)
         for vendor in vendors:
-            pipe.zcard(keys.due_runs(vendor))
+            for shard in range(keys.SHARDS):
+                pipe.zcard(keys.due_runs(vendor, shard))
         return sum(await pipe.execute())
 
 

@@ -21,7 +21,7 @@ from service.core import domain, records
 
 _LUA = files("service.store") / "lua"
 _SHARED = ("relay_fanout", "emit")  # the scripts that fan events out (_fanout.lua)
-_LIMITED = ("create_run", "rate_limit", "read_feed")  # the scripts that apply a client's rate (_gcra.lua)
+_LIMITED = ("accept_run", "rate_limit", "read_feed")  # the scripts that apply a client's rate (_gcra.lua)
 
 
 def _lua_table(entries: dict[str, str | bool]) -> str:
@@ -86,6 +86,7 @@ class Scripts:
         def load(name: str) -> AsyncScript:
             return redis.register_script(source(name))
 
+        self.accept_run = load("accept_run")
         self.create_run = load("create_run")
         self.transition = load("transition")
         self.transitions = load("transitions")

@@ -92,8 +92,16 @@ class Subscriptions(Part):
             "sub_filter": [sub_id],
         }
         args[0] = json.dumps(ops)
+        body = args[1]  # stored_event's: the packed body, right after the ops
+        # The body first, in the event's own shard (not the fan-out's slot): a delivery is never claimed
+        # before the body it sends exists. Left alone when the event was emitted before.
+        body_key = keys.event(event.id)
+        fresh = await self.redis.set(body_key, body, px=self.retention_ms, nx=True)
         ks = fanout.block(client, "", [event.id], [sub_id])
-        return int(await self.scripts.emit(keys=ks, args=args))
+        created = int(await self.scripts.emit(keys=ks, args=args))
+        if not created and fresh:
+            await self.redis.delete(body_key)  # the subscription is disabled: nothing sends it
+        return created
 
 
 async def reseal_secrets(redis: Redis, scripts: Scripts, box: SecretBox) -> dict[str, int]:

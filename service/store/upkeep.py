@@ -26,10 +26,9 @@ async def repair(redis: Redis, scripts: Scripts, now_ms: int, vendors: Sequence[
     work, so a pass costs what is in flight, not the history kept for retention. Idempotent: ``ZADD NX``
     never moves work that is already scheduled or leased."""
     counts = {"runs": 0, "deliveries": 0}
-    for count, active, fix in (
-        ("runs", keys.ACTIVE_RUNS, _repair_runs),
-        ("deliveries", keys.ACTIVE_DELIVERIES, _repair_deliveries),
-    ):
+    walks = [("runs", keys.active_runs(shard), _repair_runs) for shard in range(keys.SHARDS)]
+    walks.append(("deliveries", keys.ACTIVE_DELIVERIES, _repair_deliveries))
+    for count, active, fix in walks:
         batch: list[str] = []
         async for raw in redis.sscan_iter(active, count=500):
             batch.append(text(raw))
@@ -44,11 +43,15 @@ async def repair(redis: Redis, scripts: Scripts, now_ms: int, vendors: Sequence[
 async def _repair_runs(
     redis: Redis, scripts: Scripts, ids: list[str], now_ms: int, vendors: Sequence[str]
 ) -> int:
-    """repair.lua per run, given every vendor's due set: the script picks the run's own (no read first)."""
-    due_sets = [keys.due_runs(v) for v in vendors]
-    calls = [
-        ([keys.run(run_id), keys.ACTIVE_RUNS, *due_sets], ["run", now_ms, run_id, *vendors]) for run_id in ids
-    ]
+    """repair.lua per run, given every vendor's due set of its shard: the script picks the run's own (no
+    read first)."""
+    calls = []
+    for run_id in ids:
+        shard = keys.shard_of(run_id)
+        due_sets = [keys.due_runs(v, shard) for v in vendors]
+        calls.append(
+            ([keys.run(run_id), keys.active_runs(shard), *due_sets], ["run", now_ms, run_id, *vendors])
+        )
     return sum(int(r) for r in await each_call(redis, scripts.repair, calls))
 
 
@@ -227,9 +230,10 @@ class Upkeep(Part):
         """How many runs per vendor and deliveries are due now and unclaimed (the ready-jobs gauge)."""
         pipe = self.redis.pipeline(transaction=False)
         for vendor in vendors:
-            pipe.zcount(keys.due_runs(vendor), "-inf", now_ms)
+            for shard in range(keys.SHARDS):
+                pipe.zcount(keys.due_runs(vendor, shard), "-inf", now_ms)
         pipe.zcount(keys.DUE_DELIVERIES, "-inf", now_ms)
         counts = await pipe.execute()
-        out = dict(zip(vendors, counts, strict=False))
+        out = {v: sum(counts[n * keys.SHARDS : (n + 1) * keys.SHARDS]) for n, v in enumerate(vendors)}
         out["deliveries"] = counts[-1]
         return out

@@ -6,22 +6,18 @@
 --
 -- Every key is declared (service/store/fanout.py builds them in this order): a fan-out block of KEYS,
 -- from `at`: the client's feed, the active deliveries, the due deliveries; then per event (in the order
--- of the events) its body, when the script stores it (emit.lua; `with_body`), and its pending count;
--- then per subscription named (in the order of `subs`) its hash, its delivery log and its chain for this
--- run; then per event, per subscription, the delivery.
+-- of the events) its pending count (zero retention); then per subscription named (in the order of
+-- `subs`) its hash, its delivery log and its chain for this run; then per event, per subscription, the
+-- delivery. The events' bodies are not among them: they live in their runs' shards, stored by the
+-- transition that emits them (emit.lua's caller stores its own first).
 -- Subscriptions are only ever ones the caller read and declared: a script never builds a key.
 
-local function fanout_keys(K, at, events, subs, with_body)
+local function fanout_keys(K, at, events, subs)
   local F = {feed = K[at], active = K[at + 1], due = K[at + 2], evt = {}, sub = {}, dlv = {}}
   at = at + 3
   for _, ev in ipairs(events) do
-    if with_body then
-      F.evt[ev['id']] = {body = K[at], pending = K[at + 1]}
-      at = at + 2
-    else
-      F.evt[ev['id']] = {pending = K[at]}
-      at = at + 1
-    end
+    F.evt[ev['id']] = {pending = K[at]}
+    at = at + 1
   end
   for _, sid in ipairs(subs) do
     F.sub[sid] = {hash = K[at], log = K[at + 1], chain = K[at + 2]}

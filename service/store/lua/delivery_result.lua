@@ -2,13 +2,16 @@
 -- Records one delivery attempt and its consequence, atomically.
 -- KEYS: 1 delivery, 2 its attempts, 3 its subscription, 4 the subscription's in-flight, 5 its parked,
 --   6 the client's in-flight, 7 the client's parked, 8 due deliveries, 9 active deliveries, 10 the chain
---   (subscription, run), 11 the event's body, 12 the event's pending count: the caller reads the
---   delivery's subscription, run, event and client first (a plain HMGET) to name them.
+--   (subscription, run), 11 the event's pending count (zero retention): the caller reads the
+--   delivery's subscription, run, event and client first (a plain HMGET) to name them. The event's body
+--   is not among them (it lives in its run's shard): when zero retention's last delivery of the event
+--   ends, the reply says so and the caller drops the body.
 -- ARGV[1] JSON: sid, run_id, evt, client (as the caller read them), id, outcome (an OUTCOME: domain.AttemptOutcome, which says what
 --   each means), next_at (for RETRY), attempt (JSON string, absent for SKIPPED without attempt), now,
 --   retention_ms, disable_after_ms, keep_attempts, status_code, default_max_in_flight
--- Returns {'ok', next_in_chain | ''} | {'missing'} | {'stale'} (the record does not name what the caller
--- read: nothing written, the caller reads it again).
+-- Returns {'ok', next_in_chain | '', drop_body (1: zero retention's last delivery of the event ended)}
+-- | {'missing'} | {'stale'} (the record does not name what the caller read: nothing written, the caller
+-- reads it again).
 local ops = cjson.decode(ARGV[1])
 local id, outcome, now = ops['id'], ops['outcome'], tonumber(ops['now'])
 local d = redis.call('HMGET', KEYS[1], DF.subscription_id, DF.run_id, DF.event_id, DF.chained, DF.counted,
@@ -62,7 +65,7 @@ end
 if outcome == OUTCOME.RETRY then
   redis.call('HSET', KEYS[1], DF.status, DLV.PENDING, DF.next_attempt_at, ops['next_at'])
   redis.call('ZADD', KEYS[8], ops['next_at'], id)
-  return {'ok', ''}
+  return {'ok', '', 0}
 end
 
 local final = FINAL_STATUS[outcome] or DLV.FAILED
@@ -88,14 +91,17 @@ if d[4] == '1' then
   redis.call('HDEL', KEYS[1], DF.chained)
 end
 
+local drop = 0
 if d[5] == '0' then
   -- Counted: only a '0' is ever counted (above), so the field is no longer needed; a retry that ends
   -- again finds it gone, and counts nothing twice.
   redis.call('HDEL', KEYS[1], DF.counted)
-  local pkey = KEYS[12]
+  local pkey = KEYS[11]
   if redis.call('EXISTS', pkey) == 1 and redis.call('DECR', pkey) <= 0 then
-    -- Zero retention: every delivery of the event has ended, so its body (the result) goes.
-    redis.call('DEL', KEYS[11], pkey)
+    -- Zero retention: every delivery of the event has ended, so its body (the result) goes: the
+    -- caller's to drop, in the body's own slot.
+    redis.call('DEL', pkey)
+    drop = 1
   end
 end
 redis.call('PEXPIRE', KEYS[1], ops['retention_ms'])
@@ -119,4 +125,4 @@ if redis.call('EXISTS', skey) == 1 then
     end
   end
 end
-return {'ok', nxt}
+return {'ok', nxt, drop}

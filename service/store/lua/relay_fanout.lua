@@ -35,7 +35,7 @@ end
 
 local declared = {}
 for _, id in ipairs(q['events']) do table.insert(declared, {id = id}) end
-local F = fanout_keys(KEYS, 3, declared, q['subs'], false)
+local F = fanout_keys(KEYS, 3, declared, q['subs'])
 for _, id in ipairs(ids) do
   if not F.evt[id] then return {'stale', cjson.encode(ids)} end
 end

@@ -1,6 +1,6 @@
 #!lua
 -- The sweeper's check of one run or one delivery, atomic so that it never acts on a stale read.
--- A run: KEYS 1 run, 2 active runs, then the due set of each vendor named in ARGV[4..] (every vendor
+-- A run: KEYS 1 run, 2 its shard's active runs, then its shard's due set of each vendor named in ARGV[4..] (every vendor
 --   the worker serves: the script picks the run's own, so nothing is read first). ARGV: 'run', now_ms,
 --   id, vendors...
 -- A delivery: the caller reads what names the other keys first (the delivery's chain and the chain's
@@ -8,8 +8,8 @@
 -- A delivery: KEYS 1 delivery, 2 its chain (the delivery key stands in for an unchained one), 3 due
 --   deliveries, 4 active deliveries, then the delivery key of each id in ARGV[6..] (the chain's heads
 --   before it, as read). ARGV: 'delivery', now_ms, id, subscription id, run id (as read), head ids...
--- The sweeper walks the active runs and deliveries (keys.ACTIVE_RUNS, keys.ACTIVE_DELIVERIES) (work not finished), so a pass costs what is
--- in flight, not what is kept; an id whose work is gone or done leaves its set here.
+-- The sweeper walks the active runs (keys.active_runs, one set per shard) and deliveries
+-- (keys.ACTIVE_DELIVERIES): work not finished, so a pass costs what is in flight, not what is kept; an id whose work is gone or done leaves its set here.
 -- Returns 1 when it scheduled work that had no place in a due set, else 0.
 local kind, now = ARGV[1], tonumber(ARGV[2])
 if kind == 'run' then

@@ -1,0 +1,62 @@
+"""Which of a vendor's 16 due sets a worker reads at a claim: what it knows of each shard's next due run,
+so that a claim reads the shards with runs due and not all 16 every turn.
+
+A worker learns a shard's next due time from every claim's reply there (``claim_runs.lua``) and from the
+head it reads when nothing was due. Other processes change the sets meanwhile: an API's submit adds a
+run due now, another worker claims. So every shard is read again once ``refresh_ms`` has passed since
+the last time all were (``WORKER_IDLE_S``: an idle worker already waits that long before it looks
+again), and in between only those this worker believes due. What that costs: a run submitted to a
+shard this worker believed empty, or due later, waits at most ``refresh_ms`` longer than it would on one
+due set, and an idle worker reads 16 heads per vendor per ``refresh_ms``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from service.store import keys
+
+
+def shards_to_read(
+    next_due: Sequence[float | None], now_ms: float, refreshed_ms: float, refresh_ms: float
+) -> list[int]:
+    """The shards to read now: every one when the last full read is ``refresh_ms`` old (or never was),
+    else those whose next due run (None: none known) is due."""
+    if now_ms - refreshed_ms >= refresh_ms:
+        return list(range(len(next_due)))
+    return [s for s, due in enumerate(next_due) if due is not None and due <= now_ms]
+
+
+@dataclass
+class DueShards:
+    """One vendor's due sets as this worker knows them (:func:`shards_to_read`)."""
+
+    refresh_ms: float
+    next_due: list[float | None] = field(default_factory=lambda: [None] * keys.SHARDS)
+    refreshed_ms: float = float("-inf")
+    # Per shard, the ids its last claim saw still due: the next claim's candidates there, not read again.
+    ahead: dict[int, list[str]] = field(default_factory=dict)
+
+    def to_read(self, now_ms: float) -> list[int]:
+        shards = shards_to_read(self.next_due, now_ms, self.refreshed_ms, self.refresh_ms)
+        if len(shards) == len(self.next_due):
+            self.refreshed_ms = now_ms
+        return shards
+
+    def earliest(self) -> float | None:
+        known = [due for due in self.next_due if due is not None]
+        return min(known) if known else None
+
+
+def interleaved(found: dict[int, list[str]], limit: int) -> list[tuple[int, str]]:
+    """Up to ``limit`` of the ids found per shard, one shard's after another's in turn (a busy shard
+    does not take the whole batch), each shard's in its own order."""
+    out: list[tuple[int, str]] = []
+    depth = 0
+    while len(out) < limit:
+        row = [(s, ids[depth]) for s, ids in found.items() if depth < len(ids)]
+        if not row:
+            break
+        out += row[: limit - len(out)]
+        depth += 1
+    return out
