@@ -236,8 +236,9 @@ def cmd_reseal_secrets(args: argparse.Namespace) -> None:
 
 
 def cmd_migrate_keys(args: argparse.Namespace) -> None:
-    """Renames the keys that hookbridge 2 wrote (``hb:<name>``) to today's layout (``hb:{hb}:<name>``),
-    with every hookbridge 2 process stopped (docs/deploy.md, "Upgrading from hookbridge 2")."""
+    """Moves the keys that hookbridge 2 (``hb:<name>``) or an earlier hookbridge 3 (``hb:{hb}:<name>``)
+    wrote to today's layout (service/store/layout.py), with every earlier process stopped (docs/deploy.md,
+    "Upgrading from hookbridge 2" and "from an earlier hookbridge 3")."""
     from redis.asyncio import Redis
 
     from service.store import connect
@@ -247,8 +248,8 @@ def cmd_migrate_keys(args: argparse.Namespace) -> None:
     _require_redis(settings, "migrate-keys")
     if settings.redis_cluster_nodes:
         print(
-            "hookbridge migrate-keys: a cluster never held hookbridge 2's keys (its scripts cannot run on "
-            "one): nothing to move",
+            "hookbridge migrate-keys: a key cannot be renamed to another slot of a cluster; drain an "
+            "earlier hookbridge 3 instead (docs/deploy.md, 'Upgrading from an earlier hookbridge 3')",
             file=sys.stderr,
         )
         raise SystemExit(2)
@@ -263,7 +264,7 @@ def cmd_migrate_keys(args: argparse.Namespace) -> None:
     counts = _run(main())
     print(" ".join(f"{k}={v}" for k, v in counts.items()))
     if counts["kept"]:
-        print("some keys exist in both layouts: the tagged ones were kept, the others left", file=sys.stderr)
+        print("some keys exist in both layouts: today's were kept, the others left", file=sys.stderr)
         raise SystemExit(1)
 
 
@@ -312,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
         "reseal-secrets", help="seal every subscription secret under the first SECRET_KEYS key"
     )
     p.set_defaults(func=cmd_reseal_secrets)
-    p = sub.add_parser("migrate-keys", help="move hookbridge 2's keys to this version's layout")
+    p = sub.add_parser("migrate-keys", help="move an earlier version's keys to this version's layout")
     p.set_defaults(func=cmd_migrate_keys)
     p = sub.add_parser("settings", help="print every setting with its default")
     p.add_argument(

@@ -1,23 +1,28 @@
 """Every Redis key that hookbridge uses, in one place.
 
-All keys share the prefix ``hb:{hb}:`` (``PREFIX``; written ``hb:`` in the table below) but a vendor's
-budget and pause, which have the vendor's own tag (``hb:{v:<vendor>}:``, written as it is). The scripts
-in lua/ never build one: every key a script touches is passed in its ``KEYS``, built here. Values:
+Every key starts with ``hb:`` and a hash tag (docs/shards.md): a run's keys, and those of the events
+it emits and of an idempotency record, have their shard's (``hb:{<tag>}:``, ``of(id)``: the id alone
+says which); the per-shard indexes of runs theirs; a vendor's budget and pause the vendor's own
+(``hb:{v:<vendor>}:``); every other key, the subscriptions' and the clients', the store's one tag
+(``hb:{hb}:``, ``PREFIX``) until they move too. Below, ``hb:<s>:`` is a shard's prefix and ``hb:`` the
+store's. The scripts in lua/ never build one: every key a script touches is passed in its ``KEYS``,
+built here. Values:
 
 ================================  ======  =========================================================
 key                               type    holds
 ================================  ======  =========================================================
-hb:run:{run}                      string  the run as JSON (public fields and ``_``-prefixed internals)
-hb:doc:{run}                      string  the submitted document bytes, until the vendor accepted it
-hb:result:{run}                   string  the vendor's result as JSON (not kept with zero retention)
-hb:run:{run}:events               list    kept run.progress ids, oldest first (the rest: event_ids)
-hb:run:{run}:outbox               list    the run's events not yet fanned out, in emission order: per
+hb:<s>:run:{run}                  string  the run as JSON (public fields and ``_``-prefixed internals)
+hb:<s>:doc:{run}                  string  the submitted document bytes, until the vendor accepted it
+hb:<s>:result:{run}               string  the vendor's result as JSON (not kept with zero retention)
+hb:<s>:run:{run}:events           list    kept run.progress ids, oldest first (the rest: event_ids)
+hb:<s>:run:{run}:outbox           list    the run's events not yet fanned out, in emission order: per
                                           transition its relay ops (JSON) then the events' packed bodies;
                                           written by the transition, emptied by the relay's last step
                                           (relay_fanout.lua, then relay_done.lua)
-hb:outbox                         zset    runs whose outbox holds events, by the time of the oldest:
-                                          the sweeper relays what a crash left behind
-hb:evt:{evt}                      string  the event's body, the exact bytes sent, packed (bodies.py)
+hb:<s>:outbox                     zset    the shard's runs whose outbox holds events, by the time of the
+                                          oldest: the sweeper relays what a crash left behind
+hb:<s>:evt:{evt}                  string  the event's body, the exact bytes sent, packed (bodies.py); in
+                                          its run's shard (its id is minted there: new_id_beside)
 hb:evt:{evt}:pending              string  zero retention only: deliveries of the event not yet final
 hb:client:{client}:runs           zset    run ids by creation time (listing)
 hb:client:{client}:relayed:{run}  string  the relay's mark: the run's version whose outbox entry was the
@@ -25,7 +30,7 @@ hb:client:{client}:relayed:{run}  string  the relay's mark: the run's version wh
                                           failed is finished without a second feed entry)
 hb:client:{client}:meta:{digest}  zset    run ids by creation time, of the runs whose metadata holds one
                                           pair (digest: sha256 of key NUL value); the metadata filter
-hb:run:{run}:deliveries           zset    the run's delivery ids by creation time (written at fan-out)
+hb:<s>:run:{run}:deliveries       zset    the run's delivery ids by creation time (written at fan-out)
 hb:client:{client}:subs           zset    subscription ids by creation time
 hb:client:{client}:feed           stream  the client's events in emission order (GET /v1/events, SSE):
                                           event id, type, run, vendor, and the (packed) body when hb:evt does
@@ -42,11 +47,13 @@ hb:chain:{sub}:{run}              list    undelivered deliveries of one run to o
                                           order; only the head is ever due (ordering per run)
 hb:dlv:{dlv}                      hash    one delivery: event, subscription, status, attempts, ...
 hb:dlv:{dlv}:attempts             list    every attempt as JSON
-hb:due:runs:{vendor}              zset    run ids by the time their next step is due (or lease end)
+hb:<s>:due:runs:{vendor}          zset    the shard's run ids by the time their next step is due (or
+                                          lease end); a worker reads those it believes due (due.py)
 hb:due:deliveries                 zset    delivery ids by the time their next attempt is due
-hb:active:runs                    set     runs not finished (the sweeper walks this, not the history)
+hb:<s>:active:runs                set     the shard's runs not finished (the sweeper walks these)
 hb:active:deliveries              set     deliveries pending
-hb:idem:{client}:{sha256(key)}    string  "fingerprint run_id" for Idempotency-Key, with a TTL
+hb:<s>:idem:{client}:{sha}        string  "fingerprint run_id" for Idempotency-Key (sha: sha256 of the
+                                          key), with a TTL, in the shard of ``{client}:{sha}``: the run's
 hb:{v:<vendor>}:budget            string  the vendor budget's theoretical arrival time (GCRA), ms; under
                                           the vendor's own tag (``vendor_prefix``), as is its pause
 hb:budget:sub:{sub}               string  the same for a subscription's delivery rate
@@ -71,10 +78,8 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from service.core import domain
 
-# Every key starts with ``hb:`` and, for now, one hash tag (``{hb}``): stage one of the virtual shards
-# (docs/shards.md). One tag puts every key in one Redis Cluster slot, so every script, whose keys are all
-# declared, runs on a cluster as on one node; a cluster then buys failover and a managed service, not yet
-# spread. Stage two gives each key its shard's tag (``shard_prefix``) in place of this one.
+# Every key starts with ``hb:``. The store's own tag (``{hb}``) holds what has not moved to a shard yet:
+# the subscriptions', the deliveries' and the clients' keys (docs/shards.md, what is left of stage two).
 ROOT = "hb:"
 TAG = "hb"
 PREFIX = f"{ROOT}{{{TAG}}}:"
