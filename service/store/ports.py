@@ -51,6 +51,8 @@ class RunClaims(Protocol):
 
     async def release_runs(self, vendor: str, leases: Sequence[tuple[str, float]], now_ms: int) -> int: ...
 
+    def forget_due(self) -> None: ...
+
 
 class VendorLimits(Protocol):
     """The vendor's shared budget and pause (``worker/budget.py``)."""

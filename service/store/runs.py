@@ -671,6 +671,11 @@ class Runs(Part):
                 claimed = [replace(one, probe=token)]
         return claimed, known.earliest()
 
+    def forget_due(self) -> None:
+        """Drops what this worker knows of the due sets: the next claim reads every shard (burst mode,
+        which works everything due now, not what this worker believed due)."""
+        self._due.clear()
+
     async def _due_ids(self, vendor: str, known: DueShards, now_ms: int, limit: int) -> dict[int, list[str]]:
         """The due ids (at most ``limit`` a shard) of the shards ``known`` says to read: those its last
         claim there left due, else read, in one round trip; a shard's head is read with them, and kept as

@@ -200,6 +200,12 @@ class RunPump(Pump):
                 next_due = nxt if next_due is None else min(next_due, nxt)
         return work, next_due
 
+    async def until_idle(self) -> int:
+        """Burst mode reads every shard's due set first, not only those this worker believes due
+        (store/due.py): everything due at the clock's now is worked."""
+        self.store.runs.forget_due()
+        return await super().until_idle()
+
     async def release(self, leases: list[Any]) -> int:
         released, now = 0, self.clock.now_ms()
         for vendor in self.vendors:
