@@ -720,10 +720,12 @@ class Runs(Part):
         by_shard: dict[int, list[str]] = {}
         for shard, run_id in picked:
             by_shard.setdefault(shard, []).append(run_id)
+        # Each shard's claim returns the ids it sees due for the next claim: the batch's share of them.
+        ahead = -(-limit // len(by_shard))
         calls, firsts, at = [], [], 0
         for shard, ids in by_shard.items():
             firsts.append(at)
-            args = [now_ms, lease_ms, start + at * step, step, len(ids), limit, *ids]
+            args = [now_ms, lease_ms, start + at * step, step, len(ids), ahead, *ids]
             calls.append(([keys.due_runs(vendor, shard), *map(keys.run, ids)], args))
             at += len(ids)
         claimed: list[ClaimedRun] = []
