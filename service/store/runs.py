@@ -269,9 +269,15 @@ class Runs(Part):
         Returns each change's outcome, or the error its step raised; a lost connection raises.
         """
         entries: list[list[Any] | None] = []
+        refused: dict[int, Exception] = {}  # a change the store cannot apply: its own error, not the batch's
         batches: dict[int, tuple[list[int], list[str], list[Any]]] = {}
         for i, change in enumerate(changes):
-            change_keys, args, entry = self._transition_call(change)
+            try:
+                change_keys, args, entry = self._transition_call(change)
+            except ValueError as exc:
+                refused[i] = exc
+                entries.append(None)
+                continue
             at, ks, argv = batches.setdefault(keys.shard_of(change.run.id), ([], [], []))
             at.append(i)
             ks += change_keys
@@ -286,8 +292,12 @@ class Runs(Part):
             for i, reply in zip(at, batch, strict=True):
                 replies[i] = reply
         out: list[Outcome | Exception] = [
-            ResponseError(text(reply[1])) if text(reply[0]) == "error" else _transition_outcome(change, reply)
-            for change, reply in zip(changes, replies, strict=True)
+            refused[i]
+            if i in refused
+            else ResponseError(text(reply[1]))
+            if text(reply[0]) == "error"
+            else _transition_outcome(change, reply)
+            for i, (change, reply) in enumerate(zip(changes, replies, strict=True))
         ]
         emitted = [
             i for i, outcome in enumerate(out) if entries[i] is not None and isinstance(outcome, Applied)

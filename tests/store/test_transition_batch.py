@@ -1,6 +1,7 @@
 """Transitions applied together (``Store.transitions`` and the worker's ``TransitionBatcher``) against a
-real redis-server: one call (transitions.lua) for the changes of one turn of the event loop, each with
-its own outcome, exactly as one ``Store.transition`` each would have had."""
+real redis-server: one call for the changes of one turn of the event loop (transitions.lua once per shard
+the runs are in, all in one round trip), each with its own outcome, exactly as one ``Store.transition``
+each would have had."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from service.core.records import replace
 from service.observability.metrics import REGISTRY, client_label
 from service.store import Applied, Conflict, Missing, Store, keys
 from service.worker.transitions import MAX_BATCH, TransitionBatcher
-from tests.store.test_lua import T0, _next, _run, store
+from tests.store.test_lua import T0, _event, _in, _next, _run, store
 
 __all__ = ["store"]  # the fixture, shared with test_lua.py
 
@@ -33,24 +34,45 @@ def _count_calls(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return batches
 
 
+def _count_scripts(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many changes each call of transitions.lua carries, from now on (its ARGV: per change, its key
+    count, its argument count, then its arguments)."""
+    sizes: list[int] = []
+    original = store.runs.scripts.transitions
+
+    async def counted(keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        at = n = 0
+        while at < len(args):
+            at, n = at + 2 + int(args[at + 1]), n + 1
+        sizes.append(n)
+        return await original(keys=keys, args=args, client=client)
+
+    monkeypatch.setattr(store.runs.scripts, "transitions", counted)
+    return sizes
+
+
 async def test_one_call_per_turn_each_change_with_its_own_outcome(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runs = [await _run(store, f"run_{i}") for i in range(5)]
+    # Over two shards (run_ghost is in a third): the script runs once per shard, with that shard's changes.
+    ids = [_in(f"run_{i}", (3, 9)[i % 2]) for i in range(5)]
+    runs = [await _run(store, run_id) for run_id in ids]
     await store.runs.transition(Transition(_next(runs[4], "processing"), 0))  # runs[4] is at version 1 now
-    batches = _count_calls(store, monkeypatch)
+    batches, scripts = _count_calls(store, monkeypatch), _count_scripts(store, monkeypatch)
     batcher = TransitionBatcher(store.runs)
     changes = [Transition(_next(run, "processing"), 0, due_ms=T0 + 100 + i) for i, run in enumerate(runs)]
     ghost = Transition(replace(_next(runs[0], "processing"), id="run_ghost"), 0)
     outcomes = await asyncio.gather(*(batcher.apply(c) for c in [*changes, ghost]))
 
     assert batches == [6]
+    assert keys.shard_of("run_ghost") not in (3, 9) and sorted(scripts) == [1, 2, 3]
     assert outcomes[:4] == [Applied()] * 4
     assert isinstance(outcomes[4], Conflict) and outcomes[4].current.version == 1
     assert outcomes[5] == Missing()
-    for i in range(4):
-        assert await store.redis.zscore(keys.due_runs("nutrient"), f"run_{i}") == T0 + 100 + i
-        assert (await store.runs.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
+    for i, run_id in enumerate(ids[:4]):
+        due = keys.due_runs("nutrient", keys.shard_of(run_id))  # the run's shard's due set
+        assert await store.redis.zscore(due, run_id) == T0 + 100 + i
+        assert (await store.runs.get_run(run_id)).version == 1  # type: ignore[union-attr]
 
 
 async def test_a_change_alone_in_its_turn_goes_as_one_script(
@@ -104,17 +126,42 @@ async def test_settle_waits_for_changes_whose_steps_were_cancelled(store: Store)
     assert all(step.cancelled() for step in steps)
 
 
-async def test_a_change_that_raises_fails_alone_in_its_batch(store: Store) -> None:
-    """One call applies the batch (transitions.lua); a step that raises there (here a record that is not
-    JSON, as a hand edit in Redis would leave it) is that change's error, and the others still apply."""
-    runs = [await _run(store, f"run_{i}") for i in range(3)]
-    await store.redis.set(keys.run("run_1"), b"{not json")
+async def test_a_change_that_raises_fails_alone_in_its_batch(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One call applies a shard's batch (transitions.lua); a step that raises there (here a record that is
+    not JSON, as a hand edit in Redis would leave it) is that change's error, and the others still apply.
+    The runs share a shard, so that the three changes are one call of the script."""
+    ids = [_in(f"run_{i}", keys.shard_of("run_0")) for i in range(3)]
+    runs = [await _run(store, run_id) for run_id in ids]
+    scripts = _count_scripts(store, monkeypatch)
+    await store.redis.set(keys.run(ids[1]), b"{not json")
     outcomes = await store.runs.transitions([Transition(_next(r, "processing"), 0) for r in runs])
+    assert scripts == [3]
     assert outcomes[0] == Applied() and outcomes[2] == Applied()
     assert isinstance(outcomes[1], ResponseError) and "invalid token" in str(outcomes[1])
-    assert await store.redis.get(keys.run("run_1")) == b"{not json"  # nothing written for it
+    assert await store.redis.get(keys.run(ids[1])) == b"{not json"  # nothing written for it
     for i in (0, 2):
-        assert (await store.runs.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
+        assert (await store.runs.get_run(ids[i])).version == 1  # type: ignore[union-attr]
+
+
+async def test_a_change_the_store_refuses_fails_alone_in_its_batch(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change the store refuses before any script (an event not minted beside its run: its body would
+    be in another shard) is that change's error; the others of the batch still go, in their call."""
+    ids = [_in(f"run_{i}", keys.shard_of("run_0")) for i in range(3)]
+    runs = [await _run(store, run_id) for run_id in ids]
+    scripts = _count_scripts(store, monkeypatch)
+    stray = _event("run.submitted", event_id=_in("evt_stray", (keys.shard_of(ids[1]) + 1) % keys.SHARDS))
+    changes = [Transition(_next(r, "processing"), 0) for r in runs]
+    changes[1] = Transition(_next(runs[1], "processing"), 0, events=[stray])
+    outcomes = await store.runs.transitions(changes)
+    assert scripts == [2]
+    assert outcomes[0] == Applied() and outcomes[2] == Applied()
+    assert isinstance(outcomes[1], ValueError) and "beside its run" in str(outcomes[1])
+    assert (await store.runs.get_run(ids[1])).version == 0  # type: ignore[union-attr]
+    assert not await store.redis.exists(keys.event(stray.id))
 
 
 async def test_a_turn_past_max_batch_goes_in_several_calls(
