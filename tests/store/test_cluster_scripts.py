@@ -1,9 +1,13 @@
 """Every script on a real Redis Cluster (tests/redis_cluster.py, 3 primaries): each is ``#!lua`` and
-touches only the keys it declares, so the server runs it as long as its keys share one slot. Every key
-is under the store's one hash tag (``hb:{hb}:``, keys.PREFIX), and the whole of tests/store/test_lua.py
-(with the outbox's tests and the races of test_two_phase.py) runs against redis-py's cluster client: a
-key built inside a script, or one left out of KEYS, fails here with the server's "keys that do not hash
-to the same slot" (or redis-py's "all keys must map to the same key slot")."""
+touches only the keys it declares, so the server runs it as long as its keys share one slot. A run's keys
+(its record, document, result, progress, outbox, index of deliveries, its events' bodies and its
+idempotency record) and the per-shard indexes (due sets, unfinished runs, outboxes) are under its shard's
+hash tag (keys.shard_prefix), a vendor's budget and pause under the vendor's own, and the rest under the
+store's ``hb:{hb}:`` (keys.PREFIX); the whole of tests/store/test_lua.py (with the outbox's tests and the
+races of test_two_phase.py) runs against redis-py's cluster client: a key built inside a script, one left
+out of KEYS, or a script given keys of two slots (a run's and its shard's indexes are in one; an event's
+body must be minted beside its run) fails here with the server's "keys that do not hash to the same slot"
+(or redis-py's "all keys must map to the same key slot")."""
 
 from __future__ import annotations
 

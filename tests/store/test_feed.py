@@ -72,9 +72,16 @@ async def _apply(store: Store, change: Transition) -> Run:
     return change.run
 
 
+def _eid(run_id: str, n: int) -> str:
+    """``evt_<run>_<n>`` placed in the run's shard (itself, or the first ``evt_<run>_<n>_<k>`` there): a
+    readable event id minted beside its run, as production mints them (``domain.new_id_beside``)."""
+    name = f"evt_{run_id}_{n}"
+    return keys.in_shard(lambda k: f"{name}_{k}" if k else name, keys.shard_of(run_id))
+
+
 def _event(run: Run, etype: str, n: int) -> Event:
     body = {"type": etype, "timestamp": "t", "data": {"run": {"id": run.id}, "n": n}}
-    return Event(id=f"evt_{run.id}_{n}", type=etype, created=0, vendor=run.vendor, body=json.dumps(body))
+    return Event(id=_eid(run.id, n), type=etype, created=0, vendor=run.vendor, body=json.dumps(body))
 
 
 async def _emit(store: Store, run: Run, *events: Event) -> Run:
@@ -101,7 +108,12 @@ async def test_every_emitted_event_is_in_its_clients_feed_in_order(store: Store,
     await _emit(store, other, _event(other, "run.submitted", 5))
 
     page = await _read(feed)
-    assert [e.event_id for e in page.events] == ["evt_run_a_1", "evt_run_b_2", "evt_run_a_3", "evt_run_a_4"]
+    assert [e.event_id for e in page.events] == [
+        _eid("run_a", 1),
+        _eid("run_b", 2),
+        _eid("run_a", 3),
+        _eid("run_a", 4),
+    ]
     assert page.done and valid_iterator(page.iterator)
     ids = [e.id for e in page.events]
     assert ids == sorted(ids, key=_pos)
@@ -110,12 +122,12 @@ async def test_every_emitted_event_is_in_its_clients_feed_in_order(store: Store,
     assert b"b" not in raw[0][1] and raw[0][1][b"r"] == b"run_a" and raw[0][1][b"v"] == b"nutrient"
     assert page.events[0].envelope() == {
         "id": ids[0],
-        "event_id": "evt_run_a_1",
+        "event_id": _eid("run_a", 1),
         "type": "run.submitted",
         "timestamp": "t",
         "data": {"run": {"id": "run_a"}, "n": 1},
     }
-    assert [e.event_id for e in (await _read(feed, client="bob")).events] == ["evt_run_c_5"]
+    assert [e.event_id for e in (await _read(feed, client="bob")).events] == [_eid("run_c", 5)]
     assert (await _read(feed, page.iterator)).events == []
 
 
@@ -127,19 +139,19 @@ async def test_pages_filters_and_the_iterator(store: Store, feed: Feed) -> None:
     await _emit(store, other, _event(other, "run.submitted", 6))
 
     first = await _read(feed, limit=2)
-    assert [e.event_id for e in first.events] == ["evt_run_a_0", "evt_run_a_1"] and not first.done
+    assert [e.event_id for e in first.events] == [_eid("run_a", 0), _eid("run_a", 1)] and not first.done
     rest = await _read(feed, first.iterator, limit=50)
-    assert [e.event_id for e in rest.events][-1] == "evt_run_b_6" and rest.done
+    assert [e.event_id for e in rest.events][-1] == _eid("run_b", 6) and rest.done
     assert len(first.events) + len(rest.events) == 7
     assert [e.event_id for e in (await _read(feed, only=FeedFilter(types=("run.failed",)))).events] == [
-        "evt_run_a_5"
+        _eid("run_a", 5)
     ]
     assert len((await _read(feed, only=FeedFilter(types=("run.*",)))).events) == 7
     assert [e.event_id for e in (await _read(feed, only=FeedFilter(run_id="run_b"))).events] == [
-        "evt_run_b_6"
+        _eid("run_b", 6)
     ]
     assert [e.event_id for e in (await _read(feed, only=FeedFilter(vendor="uptiq"))).events] == [
-        "evt_run_b_6"
+        _eid("run_b", 6)
     ]
     # A filter that matches nothing still moves the iterator past what it read.
     none = await _read(feed, only=FeedFilter(run_id="run_zzz"))
@@ -247,7 +259,7 @@ async def test_old_entries_are_trimmed_and_an_iterator_past_retention_is_expired
         run = await _run(store, "run_a")
         run = await _emit(store, run, _event(run, "run.submitted", 1))
         first = await _read(feed)
-        assert [e.event_id for e in first.events] == ["evt_run_a_1"]
+        assert [e.event_id for e in first.events] == [_eid("run_a", 1)]
         before = f"{int(first.events[0].id.split('-')[0]) - 1}-0"
 
         # An append trims every entry older than the retention window.
@@ -264,7 +276,7 @@ async def test_old_entries_are_trimmed_and_an_iterator_past_retention_is_expired
             await _read(feed, first.iterator)
         # The iterator of the latest read is inside the window; no iterator reads from the oldest kept.
         latest = await _read(feed)
-        assert latest.events and "evt_run_a_1" not in [e.event_id for e in latest.events]
+        assert latest.events and _eid("run_a", 1) not in [e.event_id for e in latest.events]
         assert (await _read(feed, latest.iterator)).events == []
     finally:
         await feed.close()
@@ -278,7 +290,7 @@ async def test_a_quiet_feed_keeps_its_readers_iterator_inside_the_window(store: 
     assert abs(ms - domain.now_ms()) < 5_000  # now, not the start of time
     run = await _run(store, "run_a")
     await _emit(store, run, _event(run, "run.submitted", 1))
-    assert [e.event_id for e in (await _read(feed, empty.iterator)).events] == ["evt_run_a_1"]
+    assert [e.event_id for e in (await _read(feed, empty.iterator)).events] == [_eid("run_a", 1)]
 
 
 async def test_an_iterator_in_the_future_is_invalid(feed: Feed) -> None:

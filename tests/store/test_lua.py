@@ -50,8 +50,8 @@ def _s(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-async def _run(store: Store, run_id: str = "run_a", client: str = "alice", **extra: Any) -> Run:
-    run = new_run(
+def _new(run_id: str = "run_a", client: str = "alice", **extra: Any) -> Run:
+    return new_run(
         run_id=run_id,
         client=client,
         vendor="nutrient",
@@ -63,7 +63,14 @@ async def _run(store: Store, run_id: str = "run_a", client: str = "alice", **ext
         zero_retention=extra.pop("zero_retention", False),
         now_ms=T0,
     )
-    assert await store.runs.create_run(run, extra.pop("document", None), extra.pop("idem", None)) is None
+
+
+async def _run(store: Store, run_id: str = "run_a", client: str = "alice", **extra: Any) -> Run:
+    """A run created as the API creates it. With ``idem``, ``run_id`` must come from
+    ``store.runs.new_run_id`` (create_run refuses any other)."""
+    document, idem = extra.pop("document", None), extra.pop("idem", None)
+    run = _new(run_id, client, **extra)
+    assert await store.runs.create_run(run, document, idem) is None
     return run
 
 
@@ -73,9 +80,28 @@ async def _sub(store: Store, sub_id: str, client: str = "alice", **fields: str) 
     assert await store.subscriptions.create_subscription(Subscription.from_hash(stored), max_count=100)
 
 
-def _event(etype: str, n: int = 0, event_id: str | None = None) -> Event:
+def _in(name: str, shard: int) -> str:
+    """``name`` when it falls in ``shard``, else the first ``name_<k>`` that does: readable, deterministic."""
+    return keys.in_shard(lambda k: f"{name}_{k}" if k else name, shard)
+
+
+def _beside(name: str, run_id: str) -> str:
+    """``name`` placed in ``run_id``'s shard (:func:`_in`): an event id minted beside its run, as production
+    mints them (``domain.new_id_beside``), which a transition requires (the body is written with the run)."""
+    return _in(name, keys.shard_of(run_id))
+
+
+def _event(etype: str, n: int = 0, event_id: str | None = None, *, beside: str | None = None) -> Event:
+    """An event ``evt_<type>_<n>`` (or ``event_id``); with ``beside`` (a run's id) its id moved into that
+    run's shard (:func:`_beside`), without it the id as named."""
     body = json.dumps({"type": etype, "n": n})
-    return Event(id=event_id or f"evt_{etype}_{n}", type=etype, created=T0, body=body)
+    name = event_id or f"evt_{etype}_{n}"
+    return Event(id=_beside(name, beside) if beside else name, type=etype, created=T0, body=body)
+
+
+def _eid(etype: str, n: int = 0, run_id: str = "run_a") -> str:
+    """The id of ``_event(etype, n, beside=run_id)``."""
+    return _beside(f"evt_{etype}_{n}", run_id)
 
 
 def _next(run: Run, status: str, now: int = T0 + 1) -> Run:
@@ -113,6 +139,31 @@ async def _deliveries_of(store: Store, sub_id: str) -> list[Delivery]:
 
 async def _due_deliveries(store: Store) -> dict[str, float]:
     return {_s(m): s for m, s in await store.redis.zrange(keys.DUE_DELIVERIES, 0, -1, withscores=True)}
+
+
+async def _due_of(store: Store, vendor: str = "nutrient") -> dict[str, float]:
+    """The vendor's due runs over its due sets (one per shard), each found in its own run's shard's."""
+    out: dict[str, float] = {}
+    for shard in range(keys.SHARDS):
+        for m, score in await store.redis.zrange(keys.due_runs(vendor, shard), 0, -1, withscores=True):
+            assert keys.shard_of(_s(m)) == shard, (_s(m), shard)
+            out[_s(m)] = score
+    return out
+
+
+async def _active_runs(store: Store) -> set[str]:
+    """The unfinished runs over the shards' sets, each found in its own shard's."""
+    out: set[str] = set()
+    for shard in range(keys.SHARDS):
+        for m in await store.redis.smembers(keys.active_runs(shard)):
+            assert keys.shard_of(_s(m)) == shard, (_s(m), shard)
+            out.add(_s(m))
+    return out
+
+
+def _due_key(run_id: str, vendor: str = "nutrient") -> str:
+    """The due set ``run_id`` belongs in: its vendor's, in its shard."""
+    return keys.due_runs(vendor, keys.shard_of(run_id))
 
 
 # The status prelude ---------------------------------------------------------------------------------
@@ -157,42 +208,87 @@ async def test_the_status_prelude_gives_the_python_values_inside_redis(store: St
 
 
 async def test_create_run_writes_everything_and_an_idempotency_key_writes_nothing_twice(store: Store) -> None:
-    run = await _run(store, document=b"%PDF", idem=("key-1", "fp1"))
+    run_id = store.runs.new_run_id("alice", "key-1")
+    run = await _run(store, run_id, document=b"%PDF", idem=("key-1", "fp1"))
     r = store.redis
-    assert await store.runs.get_run("run_a") == run
-    assert await r.get(keys.document("run_a")) == b"%PDF"
-    assert await r.zscore(keys.client_runs("alice"), "run_a") == T0
-    assert await r.zscore(keys.due_runs("nutrient"), "run_a") == T0
-    assert await r.sismember(keys.ACTIVE_RUNS, "run_a")
+    shard = keys.shard_of(run_id)
+    assert shard == keys.shard_of(keys.idempotency_anchor("alice", "key-1"))  # the record beside the run
+    assert await store.runs.get_run(run_id) == run
+    assert await r.get(keys.document(run_id)) == b"%PDF"
+    assert await r.zscore(keys.client_runs("alice"), run_id) == T0
+    assert await _due_of(store) == {run_id: T0}
+    assert await _active_runs(store) == {run_id}
     assert await r.pttl(keys.idempotency("alice", "key-1")) > 0
 
-    again = replace(run, id="run_b")
-    assert await store.runs.create_run(again, b"other", ("key-1", "fp2")) == "fp1 run_a"
-    assert await store.runs.get_run("run_b") is None and await r.get(keys.document("run_b")) is None
-    assert not await r.sismember(keys.ACTIVE_RUNS, "run_b")
+    again = replace(run, id=store.runs.new_run_id("alice", "key-1"))
+    assert again.id != run_id
+    assert await store.runs.create_run(again, b"other", ("key-1", "fp2")) == f"fp1 {run_id}"
+    assert await store.runs.get_run(again.id) is None and await r.get(keys.document(again.id)) is None
+    assert await _due_of(store) == {run_id: T0} and await _active_runs(store) == {run_id}
     assert (
-        await store.runs.create_run(again, None, ("key-1", "fp2")) == "fp1 run_a"
+        await store.runs.create_run(again, None, ("key-1", "fp2")) == f"fp1 {run_id}"
     )  # the same answer each time
+    # The replay's first step (accept_run.lua, the client's slot) listed it before the second found the
+    # record: an entry that names no run, which the listing skips.
+    listed = await store.runs.list_runs("alice", limit=10, cursor=None, status=None, vendor=None)
+    assert [listed_run.id for listed_run in listed.data] == [run_id]
 
 
-async def test_create_run_takes_the_submit_rate_in_the_same_step_and_a_refusal_writes_nothing(
+async def test_create_run_takes_the_submit_rate_in_its_first_step_and_a_refusal_writes_nothing(
     store: Store,
 ) -> None:
     # 1 per 100 s, no burst: Redis's own clock cannot move 100 s within this test.
     rate = (0.01, 1)
     first = await _run(store, "run_a")
-    assert await store.runs.create_run(replace(first, id="run_b"), None, ("key-b", "fp"), rate=rate) is None
+    run_b = replace(first, id=store.runs.new_run_id("alice", "key-b"))
+    assert await store.runs.create_run(run_b, None, ("key-b", "fp"), rate=rate) is None
     before = sorted(await store.redis.keys("*"))
+    run_c = replace(first, id=store.runs.new_run_id("alice", "key-c"))
     with pytest.raises(OverRate) as refused:
-        await store.runs.create_run(replace(first, id="run_c"), b"%PDF", ("key-c", "fp"), rate=rate)
+        await store.runs.create_run(run_c, b"%PDF", ("key-c", "fp"), rate=rate)
     assert 99 < refused.value.wait_s <= 100
     assert sorted(await store.redis.keys("*")) == before  # no run, document, listing or idempotency key
-    # A replay is answered from its record and takes nothing, even over the rate.
-    replay = replace(first, id="run_d")
-    assert await store.runs.create_run(replay, None, ("key-b", "fp"), rate=rate) == "fp run_b"
+    # A replay: the API answers it from its record before it creates anything (idempotency_record), so
+    # create_run meets one only when two submits of one key race. Its rate is taken in the first step
+    # (accept_run.lua, the client's slot), before the second (create_run.lua, the run's shard) finds the
+    # record: no longer "answered from its record and takes nothing", as when one script did both. Over
+    # the rate, the late submit is refused like any other (and writes nothing)...
+    assert await store.runs.idempotency_record("alice", "key-b") == f"fp {run_b.id}"
+    late = replace(first, id=store.runs.new_run_id("alice", "key-b"))
+    with pytest.raises(OverRate):
+        await store.runs.create_run(late, None, ("key-b", "fp"), rate=rate)
+    assert sorted(await store.redis.keys("*")) == before
+    # ... and within it, it is answered from the record, having taken a request of the rate.
+    roomy = (0.01, 2)
+    carol = replace(first, client="carol", id=store.runs.new_run_id("carol", "key-x"))
+    assert await store.runs.create_run(carol, None, ("key-x", "fp"), rate=roomy) is None
+    carol_late = replace(carol, id=store.runs.new_run_id("carol", "key-x"))
+    assert await store.runs.create_run(carol_late, None, ("key-x", "fp"), rate=roomy) == f"fp {carol.id}"
+    assert await store.runs.get_run(carol_late.id) is None
+    with pytest.raises(OverRate):  # the burst of 2 is spent: the replay took the second request
+        await store.runs.create_run(replace(carol, id="run_carol_3"), None, None, rate=roomy)
     # Without a rate nothing is taken or written for it.
     await store.runs.create_run(replace(first, id="run_e", client="bob"), None, None)
     assert not await store.redis.exists(keys.client_rate("submit", "bob"))
+
+
+async def test_create_run_refuses_an_idempotent_run_not_minted_beside_its_record(store: Store) -> None:
+    """A run with an Idempotency-Key is written in one step with its record, so in the record's shard:
+    an id not from ``Runs.new_run_id`` is refused before anything is written (the rate untouched)."""
+    record_shard = keys.shard_of(keys.idempotency_anchor("alice", "key-1"))
+    stray = _new(keys.in_shard(lambda k: f"run_stray_{k}", (record_shard + 1) % keys.SHARDS))
+    rate = (0.01, 1)  # one request: the run minted below takes it, so the refusal took none
+    with pytest.raises(ValueError, match="new_run_id"):
+        await store.runs.create_run(stray, b"%PDF", ("key-1", "fp"), rate=rate)
+    with pytest.raises(ValueError, match="new_run_id"):
+        await store.runs.create_run(stray, b"%PDF", ("key-1", "fp"))
+    assert await store.redis.keys("*") == []  # no run, document, listing, record or rate
+    minted = replace(stray, id=store.runs.new_run_id("alice", "key-1"))
+    assert await store.runs.create_run(minted, b"%PDF", ("key-1", "fp"), rate=rate) is None
+    assert await store.runs.idempotency_record("alice", "key-1") == f"fp {minted.id}"
+    # Without a key any id goes: the run is alone in its shard.
+    assert await store.runs.create_run(replace(stray, client="bob"), None, None) is None
+    assert await store.runs.get_run(stray.id) is not None
 
 
 # transition.lua -------------------------------------------------------------------------------------
@@ -202,7 +298,7 @@ async def test_transition_ok_conflict_and_missing(store: Store) -> None:
     run = await _run(store)
     new = _next(run, "processing")
     assert await store.runs.transition(Transition(new, 0, due_ms=T0 + 500)) == Applied(0, ended=False)
-    assert await store.redis.zscore(keys.due_runs("nutrient"), "run_a") == T0 + 500
+    assert await store.redis.zscore(_due_key("run_a"), "run_a") == T0 + 500
     stale = _next(run, "failed")  # written from version 0, but the run is at 1 now
     outcome = await store.runs.transition(Transition(stale, 0))
     assert isinstance(outcome, Conflict) and outcome.current.status == "processing"
@@ -210,6 +306,26 @@ async def test_transition_ok_conflict_and_missing(store: Store) -> None:
     ghost = replace(new, id="run_ghost")
     assert await store.runs.transition(Transition(ghost, 1)) == Missing()
     assert await store.runs.get_run("run_ghost") is None
+
+
+async def test_transition_refuses_an_event_not_minted_beside_its_run(store: Store) -> None:
+    """A transition writes its events' bodies with the run, in one step in the run's shard: an event whose
+    id lies in another shard is refused before anything is written."""
+    await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
+    run = await _run(store)
+    elsewhere = (keys.shard_of(run.id) + 1) % keys.SHARDS
+    stray = _event("run.submitted", event_id=keys.in_shard(lambda k: f"evt_stray_{k}", elsewhere))
+    new = replace(_next(run, "processing"), event_ids=[stray.id])
+    before = sorted(await store.redis.keys("*"))
+    with pytest.raises(ValueError, match="new_id_beside"):
+        await store.runs.transition(Transition(new, run.version, events=[stray], due_ms=T0 + 500))
+    assert sorted(await store.redis.keys("*")) == before
+    assert await store.runs.get_run(run.id) == run and await _due_of(store) == {run.id: T0}
+    # The same event minted beside its run, as lifecycle mints them: applied, and delivered.
+    beside = replace(stray, id=domain.new_id_beside("evt", run.id))
+    change = Transition(replace(new, event_ids=[beside.id]), run.version, events=[beside], due_ms=T0 + 500)
+    assert await store.runs.transition(change) == Applied(1, ended=False)
+    assert await store.redis.exists(keys.event(beside.id))
 
 
 async def test_a_terminal_run_never_changes_status(store: Store) -> None:
@@ -232,14 +348,16 @@ async def test_due_set_is_scored_then_removed_with_the_active_entry(store: Store
     r = store.redis
     new = _next(run, "processing")
     await store.runs.transition(Transition(new, 0, due_ms=T0 + 2000))
-    assert await r.zscore(keys.due_runs("nutrient"), "run_a") == T0 + 2000
+    assert await _due_of(store) == {"run_a": T0 + 2000}
+    assert await _active_runs(store) == {"run_a"}
     before = _next(new, "processing")
     await store.runs.transition(Transition(before, 1))  # neither score nor removal: left alone
-    assert await r.zscore(keys.due_runs("nutrient"), "run_a") == T0 + 2000
+    assert await _due_of(store) == {"run_a": T0 + 2000}
     end = _next(before, "failed")
     await store.runs.transition(Transition(end, 2, remove_due=True))
-    assert await r.zscore(keys.due_runs("nutrient"), "run_a") is None
-    assert not await r.sismember(keys.ACTIVE_RUNS, "run_a")
+    assert await _due_of(store) == {}
+    assert await _active_runs(store) == set()
+    assert not await r.exists(_due_key("run_a"), keys.active_runs(keys.shard_of("run_a")))
 
 
 async def test_result_document_and_ttl_on_the_end_and_keepttl_afterwards(store: Store) -> None:
@@ -247,7 +365,7 @@ async def test_result_document_and_ttl_on_the_end_and_keepttl_afterwards(store: 
     r = store.redis
     submitted = _next(run, "processing")
     await store.runs.transition(
-        Transition(submitted, 0, events=[_event("run.submitted")], delete_document=True)
+        Transition(submitted, 0, events=[_event("run.submitted", beside=run.id)], delete_document=True)
     )
     assert await r.get(keys.document("run_a")) is None
     end = _next(submitted, "succeeded")
@@ -268,8 +386,8 @@ async def test_events_fan_out_to_matching_active_subscriptions_only(store: Store
     await _sub(store, "sub_off", event_types=json.dumps(["run.*"]), disabled="1")
     await _sub(store, "sub_bob", client="bob", event_types=json.dumps(["run.*"]))
     run = await _run(store)
-    assert await _emit(store, run, _event("run.submitted")) == 1  # sub_all only
-    assert await _emit(store, run, _event("run.succeeded"), status="succeeded") == 2
+    assert await _emit(store, run, _event("run.submitted", beside=run.id)) == 1  # sub_all only
+    assert await _emit(store, run, _event("run.succeeded", beside=run.id), status="succeeded") == 2
     assert [d.event_type for d in await _deliveries_of(store, "sub_all")] == [
         "run.submitted",
         "run.succeeded",
@@ -278,7 +396,7 @@ async def test_events_fan_out_to_matching_active_subscriptions_only(store: Store
     for nobody in ("sub_failed", "sub_off", "sub_bob"):
         assert await _deliveries_of(store, nobody) == []
     events = [event_id for event_id, _ in await store.runs.run_events(await _stored(store, "run_a"))]
-    assert events == ["evt_run.submitted_0", "evt_run.succeeded_0"]
+    assert events == [_eid("run.submitted"), _eid("run.succeeded")]
     assert await store.redis.exists(keys.run_events("run_a")) == 0  # no list: the record names them
     d = (await _deliveries_of(store, "sub_default"))[0]
     assert d.status == "pending" and d.client == "alice" and d.run_id == "run_a"
@@ -288,7 +406,7 @@ async def test_events_fan_out_to_matching_active_subscriptions_only(store: Store
 async def test_an_event_emitted_twice_creates_its_deliveries_once(store: Store) -> None:
     await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
     run = await _run(store)
-    ev = _event("run.submitted")
+    ev = _event("run.submitted", beside=run.id)
     assert await _emit(store, run, ev) == 1
     assert await _emit(store, run, ev) == 0
     assert len(await _deliveries_of(store, "sub_all")) == 1
@@ -319,7 +437,7 @@ async def test_the_lua_event_matcher(
         if event_type in ("run.succeeded", "run.failed", "run.canceled")
         else "processing"
     )
-    assert await _emit(store, run, _event(event_type), status=status) == int(matches)
+    assert await _emit(store, run, _event(event_type, beside=run.id), status=status) == int(matches)
 
 
 async def test_the_test_event_reaches_the_named_subscription_whatever_it_asked_for(store: Store) -> None:
@@ -339,7 +457,7 @@ async def test_sub_filter_limits_a_runs_events_to_the_subscriptions_it_names(sto
     await _sub(store, "sub_1")
     await _sub(store, "sub_2")
     run = await _run(store, subscription_ids=["sub_2"])
-    assert await _emit(store, run, _event("run.failed"), status="failed") == 1
+    assert await _emit(store, run, _event("run.failed", beside=run.id), status="failed") == 1
     assert await _deliveries_of(store, "sub_1") == []
     assert len(await _deliveries_of(store, "sub_2")) == 1
 
@@ -347,14 +465,14 @@ async def test_sub_filter_limits_a_runs_events_to_the_subscriptions_it_names(sto
 async def test_a_progress_event_nobody_wants_is_not_kept(store: Store) -> None:
     await _sub(store, "sub_default")
     run = await _run(store)
-    assert await _emit(store, run, _event("run.progress")) == 0
-    assert await store.redis.get(keys.event("evt_run.progress_0")) is None
+    assert await _emit(store, run, _event("run.progress", beside=run.id)) == 0
+    assert await store.redis.get(keys.event(_eid("run.progress"))) is None
     assert await store.redis.llen(keys.run_events("run_a")) == 0
     assert await store.runs.run_events(await _stored(store, "run_a")) == []
     # Other unwanted events are still kept on the run (its history), with no delivery.
-    assert await _emit(store, run, _event("run.submitted")) == 0
+    assert await _emit(store, run, _event("run.submitted", beside=run.id)) == 0
     assert [i for i, _ in await store.runs.run_events(await _stored(store, "run_a"))] == [
-        "evt_run.submitted_0"
+        _eid("run.submitted")
     ]
 
 
@@ -366,18 +484,18 @@ async def test_a_runs_events_are_its_records_and_its_progress_list_in_time_order
 
     def stamped(etype: str, ms: int, n: int = 0) -> Event:
         body = json.dumps({"type": etype, "timestamp": domain.rfc3339(T0 + ms), "data": {}})
-        return Event(id=f"evt_{etype}_{n}", type=etype, created=T0 + ms, body=body)
+        return Event(id=_eid(etype, n), type=etype, created=T0 + ms, body=body)
 
     await _emit(store, run, stamped("run.submitted", 1))
     await _emit(store, run, stamped("run.progress", 2), stamped("run.progress", 3, n=1))
     await _emit(store, run, stamped("run.succeeded", 4), status="succeeded")
     stored = await _stored(store, "run_a")
-    assert stored.event_ids == ["evt_run.submitted_0", "evt_run.succeeded_0"]
+    assert stored.event_ids == [_eid("run.submitted"), _eid("run.succeeded")]
     assert [_s(i) for i in await store.redis.lrange(keys.run_events("run_a"), 0, -1)] == [
-        "evt_run.progress_0",
-        "evt_run.progress_1",
+        _eid("run.progress"),
+        _eid("run.progress", 1),
     ]
-    in_order = ["evt_run.submitted_0", "evt_run.progress_0", "evt_run.progress_1", "evt_run.succeeded_0"]
+    in_order = [_eid("run.submitted"), _eid("run.progress"), _eid("run.progress", 1), _eid("run.succeeded")]
     assert [i for i, _ in await store.runs.run_events(stored)] == in_order
     # Written before: the list holds every event and the record none; the same answer.
     await store.redis.delete(keys.run_events("run_a"))
@@ -390,7 +508,7 @@ async def test_zero_retention_counts_pending_deliveries_and_the_last_end_drops_t
     await _sub(store, "sub_1")
     await _sub(store, "sub_2")
     run = await _run(store, zero_retention=True)
-    ev = _event("run.succeeded")
+    ev = _event("run.succeeded", beside=run.id)
     assert await _emit(store, run, ev, status="succeeded") == 2
     r = store.redis
     assert await r.get(keys.event_pending(ev.id)) == b"2"
@@ -401,33 +519,41 @@ async def test_zero_retention_counts_pending_deliveries_and_the_last_end_drops_t
     assert await r.get(keys.event(ev.id)) is None and await r.get(keys.event_pending(ev.id)) is None
     # Without zero retention the body stays for retention.
     run_b = await _run(store, "run_b")
-    await _emit(store, run_b, _event("run.failed"), status="failed")
-    assert await r.get(keys.event_pending("evt_run.failed_0")) is None
+    kept = _event("run.failed", beside=run_b.id)
+    await _emit(store, run_b, kept, status="failed")
+    assert await r.get(keys.event_pending(kept.id)) is None and await r.get(keys.event(kept.id)) is not None
 
 
 # claim_runs.lua (the pause and probe: tests/integration/test_vendor_pause_store.py) ------------------
 
 
-async def _due_runs(store: Store, n: int) -> None:
+async def _due_runs(store: Store, n: int, shard: int | None = None) -> list[str]:
+    """``n`` runs due at T0, T0 + 1, ...: ``run_<i>``, over the shards those ids fall in, or with ``shard``
+    each the first ``run_<i>[_<k>]`` in that shard (one due set, where the claim keeps the due order)."""
+    ids = []
     for i in range(n):
-        await _run(store, f"run_{i}")
-        await store.redis.zadd(keys.due_runs("nutrient"), {f"run_{i}": T0 + i})
+        run_id = f"run_{i}" if shard is None else _in(f"run_{i}", shard)
+        await _run(store, run_id)
+        await store.redis.zadd(_due_key(run_id), {run_id: T0 + i})
+        ids.append(run_id)
+    return ids
 
 
 async def test_claim_runs_leases_due_runs_and_drops_vanished_ones(store: Store) -> None:
     await _due_runs(store, 3)
     await store.redis.delete(keys.run("run_1"))
-    await store.redis.zadd(keys.due_runs("nutrient"), {"run_late": T0 + 5000})
+    await store.redis.zadd(_due_key("run_late"), {"run_late": T0 + 5000})
     claimed, nxt = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 0.0, 0)
+    # run_0 and run_2 lie in shards 1 and 13, run_late in 1: the claim takes its shards in turn, in order.
     assert [c.run.id for c in claimed] == ["run_0", "run_2"] and claimed[0].due_ms == T0
-    due = {_s(m): s for m, s in await store.redis.zrange(keys.due_runs("nutrient"), 0, -1, withscores=True)}
+    due = await _due_of(store)
     assert due == {"run_0": T0 + 10 + LEASE, "run_2": T0 + 10 + LEASE, "run_late": T0 + 5000}
     assert nxt == T0 + 5000
     # Leased: nothing due until the lease runs out; then the run is claimed again.
     assert (await store.runs.claim_runs("nutrient", T0 + 20, 10, LEASE, 0.0, 0))[0] == []
     again, _ = await store.runs.claim_runs("nutrient", T0 + 10 + LEASE, 10, LEASE, 0.0, 0)
     assert [c.run.id for c in again] == ["run_0", "run_2"]  # run_late had no record: dropped
-    assert await store.redis.zscore(keys.due_runs("nutrient"), "run_late") is None
+    assert await store.redis.zscore(_due_key("run_late"), "run_late") is None
 
 
 async def test_a_record_that_does_not_read_is_left_to_its_lease_and_the_batch_goes_on(store: Store) -> None:
@@ -439,20 +565,21 @@ async def test_a_record_that_does_not_read_is_left_to_its_lease_and_the_batch_go
     assert [(e["log_level"], e["run_id"]) for e in entries] == [("error", "run_1")]
     assert "not a run record" in entries[0]["error"]
     # Leased like the others: handed back when the lease runs out, never worked as something else.
-    assert await store.redis.zscore(keys.due_runs("nutrient"), "run_1") == T0 + 10 + LEASE
+    assert await store.redis.zscore(_due_key("run_1"), "run_1") == T0 + 10 + LEASE
 
 
 async def test_claim_runs_takes_budget_slots_within_the_lookahead(store: Store) -> None:
-    await _due_runs(store, 5)
+    # In one shard, whose due set the claim takes in due order (across shards it takes them in turn).
+    ids = await _due_runs(store, 5, shard=keys.shard_of("run_0"))
     claimed, _ = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 1000.0, 2500)
     # Slots 1 s apart; the fourth (3 s ahead) is past the 2.5 s lookahead and stays due.
     assert [(c.run.id, c.slot_ms) for c in claimed] == [
-        ("run_0", T0 + 10),
-        ("run_1", T0 + 1010),
-        ("run_2", T0 + 2010),
+        (ids[0], T0 + 10),
+        (ids[1], T0 + 1010),
+        (ids[2], T0 + 2010),
     ]
-    assert await store.redis.zscore(keys.due_runs("nutrient"), "run_2") == T0 + 2010 + LEASE
-    assert await store.redis.zscore(keys.due_runs("nutrient"), "run_3") == T0 + 3
+    assert await store.redis.zscore(_due_key(ids[2]), ids[2]) == T0 + 2010 + LEASE
+    assert await store.redis.zscore(_due_key(ids[3]), ids[3]) == T0 + 3
     assert await store.redis.get(keys.vendor_budget("nutrient")) == str(T0 + 3010).encode()
     # The budget is shared: the next claim's first slot is after the last one taken.
     claimed, _ = await store.runs.claim_runs("nutrient", T0 + 20, 10, LEASE, 1000.0, 10_000)
@@ -480,7 +607,7 @@ async def _pending(store: Store, sub_id: str, n: int, client: str = "alice", fir
     ids = []
     for i in range(first, first + n):
         run = await _run(store, f"run_{sub_id}_{i}", client)
-        await _emit(store, run, _event("run.failed", i, f"evt_{sub_id}_{i}"), status="failed")
+        await _emit(store, run, _event("run.failed", i, f"evt_{sub_id}_{i}", beside=run.id), status="failed")
     for d in await _deliveries_of(store, sub_id):
         ids.append(d.id)
     return ids
@@ -652,7 +779,7 @@ async def test_delivery_failed_counts_against_the_subscription_and_disables_it_a
     assert sub.failing_since == T0 + 1  # the first failing delivery's creation
     # Still failing 60 s (the window) after it began: disabled.
     run = await _run(store, "run_late")
-    await _emit(store, run, _event("run.failed", 9), status="failed")
+    await _emit(store, run, _event("run.failed", 9, beside=run.id), status="failed")
     late = next(d.id for d in await _deliveries_of(store, "sub_1") if d.id != dlv)
     await store.deliveries.record_attempt(late, "failed", now_ms=T0 + 1 + 60_000, attempt=_attempt())
     sub = await store.subscriptions.get_subscription("sub_1")
@@ -678,9 +805,9 @@ async def test_delivery_gone_disables_and_skipped_does_not_count(store: Store) -
 async def test_a_chain_makes_only_its_head_due_and_the_next_due_when_it_ends(store: Store) -> None:
     await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
     run = await _run(store)
-    await _emit(store, run, _event("run.submitted"))
-    await _emit(store, run, _event("run.progress"))
-    await _emit(store, run, _event("run.succeeded"), status="succeeded")
+    await _emit(store, run, _event("run.submitted", beside=run.id))
+    await _emit(store, run, _event("run.progress", beside=run.id))
+    await _emit(store, run, _event("run.succeeded", beside=run.id), status="succeeded")
     chain = [_s(i) for i in await store.redis.lrange(keys.chain("sub_all", "run_a"), 0, -1)]
     assert len(chain) == 3 and list(await _due_deliveries(store)) == [chain[0]]
     assert (
@@ -766,21 +893,23 @@ async def test_repair_re_adds_lost_work_and_drops_finished_entries(store: Store)
     done = await store.runs.get_run("run_done")
     assert done is not None
     await store.runs.transition(Transition(_next(done, "succeeded"), 0))  # ended but still listed as active
-    await r.sadd(keys.ACTIVE_RUNS, "run_gone")
+    await r.sadd(keys.active_runs(keys.shard_of("run_gone")), "run_gone")
     await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
     run = await _run(store, "run_c")
-    await _emit(store, run, _event("run.submitted"))
-    await _emit(store, run, _event("run.progress"))
+    await _emit(store, run, _event("run.submitted", beside=run.id))
+    await _emit(store, run, _event("run.progress", beside=run.id))
     head, second = [_s(i) for i in await r.lrange(keys.chain("sub_all", "run_c"), 0, -1)]
-    await r.delete(keys.due_runs("nutrient"), keys.DUE_DELIVERIES)  # the due sets lost
+    for shard in range(keys.SHARDS):  # the due sets lost
+        await r.delete(keys.due_runs("nutrient", shard))
+    await r.delete(keys.DUE_DELIVERIES)
     await r.sadd(keys.ACTIVE_DELIVERIES, "dlv_gone")
 
     counts = await store.upkeep.repair(T0 + 100)
     # run_lost and run_c (queued, never stepped) are due again; the head of the chain is, its second not.
     assert counts == {"runs": 2, "deliveries": 1}
-    assert {_s(m) for m in await r.zrange(keys.due_runs("nutrient"), 0, -1)} == {"run_lost", "run_c"}
+    assert set(await _due_of(store)) == {"run_lost", "run_c"}
     assert await _due_deliveries(store) == {head: T0 + 100}
-    assert {_s(m) for m in await r.smembers(keys.ACTIVE_RUNS)} == {"run_lost", "run_c"}
+    assert await _active_runs(store) == {"run_lost", "run_c"}
     assert {_s(m) for m in await r.smembers(keys.ACTIVE_DELIVERIES)} == {head, second}
     assert await store.upkeep.repair(T0 + 200) == {"runs": 0, "deliveries": 0}  # NX: nothing moves twice
 
@@ -794,20 +923,21 @@ async def test_repair_puts_each_run_in_its_own_vendors_due_set_without_reading_i
     assert await store.runs.create_run(uptiq, None, None) is None
     unserved = replace(nutrient, id="run_x", vendor="acme")
     await r.set(keys.run("run_x"), unserved.to_json())
-    await r.sadd(keys.ACTIVE_RUNS, "run_x")
-    await r.delete(keys.due_runs("nutrient"), keys.due_runs("uptiq"))
+    await r.sadd(keys.active_runs(keys.shard_of("run_x")), "run_x")
+    for shard in range(keys.SHARDS):
+        await r.delete(keys.due_runs("nutrient", shard), keys.due_runs("uptiq", shard))
 
     assert await store.upkeep.repair(T0 + 100) == {"runs": 2, "deliveries": 0}
-    assert [_s(m) for m in await r.zrange(keys.due_runs("nutrient"), 0, -1)] == ["run_n"]
-    assert [_s(m) for m in await r.zrange(keys.due_runs("uptiq"), 0, -1)] == ["run_u"]
-    assert not await r.exists(keys.due_runs("acme"))
-    assert {_s(m) for m in await r.smembers(keys.ACTIVE_RUNS)} == {"run_n", "run_u", "run_x"}
+    assert list(await _due_of(store, "nutrient")) == ["run_n"]
+    assert list(await _due_of(store, "uptiq")) == ["run_u"]
+    assert await _due_of(store, "acme") == {}
+    assert await _active_runs(store) == {"run_n", "run_u", "run_x"}
 
 
 async def test_repair_rebuilds_a_lost_chain_behind_a_pending_head(store: Store) -> None:
     await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
     run = await _run(store)
-    await _emit(store, run, _event("run.submitted"))
+    await _emit(store, run, _event("run.submitted", beside=run.id))
     head = _s(await store.redis.lindex(keys.chain("sub_all", "run_a"), 0))  # type: ignore[misc]
     await store.redis.delete(keys.chain("sub_all", "run_a"), keys.DUE_DELIVERIES)
     await store.upkeep.repair(T0 + 100)
@@ -827,8 +957,7 @@ async def test_release_hands_back_only_leases_still_held(store: Store) -> None:
     assert (
         await store.runs.release_runs("nutrient", [("run_0", lease_end), ("run_1", lease_end)], T0 + 50) == 1
     )
-    due = {_s(m): s for m, s in await store.redis.zrange(keys.due_runs("nutrient"), 0, -1, withscores=True)}
-    assert due == {"run_0": T0 + 50, "run_1": T0 + 700}
+    assert await _due_of(store) == {"run_0": T0 + 50, "run_1": T0 + 700}
 
 
 async def test_release_deliveries_frees_subscription_and_client_slots(store: Store) -> None:

@@ -31,6 +31,7 @@ def _code(text: str) -> str:
 def test_there_are_scripts_to_check() -> None:
     assert len(_SCRIPTS) >= 15
     assert "transition" in _REGISTERED and "claim_deliveries" in _REGISTERED
+    assert {"accept_run", "create_run"} <= set(_REGISTERED)  # a submit's two steps (issue 26)
 
 
 def test_every_script_file_starts_with_the_lua_shebang() -> None:

@@ -1,6 +1,7 @@
 """The virtual shards' table (issue 26, keys.py): 16 tags, one in each sixteenth of the slot space, so
 that any even split of the slots over up to 16 primaries gives each 16 / N shards give or take one;
-``shard_of`` stable across processes; ids minted into a chosen shard stay deterministic. Checked with
+``shard_of`` stable across processes; ids minted into a chosen shard stay deterministic; a run's keys, its
+shard's indexes, its events' bodies and its idempotency record share its tag's slot. Checked with
 redis-py's own CRC16 and on the real 3-primary cluster (tests/redis_cluster.py)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from service.core import domain
 from service.store import fanout, keys
+from service.store.runs import Runs
 from tests.redis_cluster import RedisCluster, _slot_range
 
 
@@ -63,6 +65,39 @@ def test_a_prefix_puts_every_key_of_a_shard_in_its_tags_slot() -> None:
         assert slots == {key_slot(tag.encode())}
 
 
+def _run_keys(run_id: str, event_id: str) -> list[str]:
+    """What the scripts of one run declare together (create_run.lua, transition.lua, relay_done.lua): the
+    run's own keys, its shard's due set, unfinished runs and outbox, and an event's body."""
+    shard = keys.shard_of(run_id)
+    return [
+        keys.run(run_id),
+        keys.document(run_id),
+        keys.result(run_id),
+        keys.run_events(run_id),
+        keys.run_outbox(run_id),
+        keys.run_deliveries(run_id),
+        keys.due_runs("nutrient", shard),
+        keys.active_runs(shard),
+        keys.outbox(shard),
+        keys.event(event_id),
+    ]
+
+
+def test_a_runs_keys_its_shards_indexes_and_its_events_share_its_tags_slot() -> None:
+    seen = set()
+    for n in range(300):
+        # A run minted for an Idempotency-Key lands beside the key's record; one without, anywhere.
+        run_id = Runs.new_run_id("alice", f"key-{n}") if n % 2 else Runs.new_run_id("alice", None)
+        shard = keys.shard_of(run_id)
+        seen.add(shard)
+        ks = _run_keys(run_id, domain.new_id_beside("evt", run_id))
+        if n % 2:
+            ks.append(keys.idempotency("alice", f"key-{n}"))
+        assert {key_slot(k.encode()) for k in ks} == {key_slot(keys.TAGS[shard].encode())}, ks
+        assert all(k.startswith(keys.shard_prefix(shard)) for k in ks)
+    assert len(seen) == keys.SHARDS  # the runs spread over every shard
+
+
 def test_a_delivery_id_minted_in_its_subscriptions_shard_is_deterministic_and_well_formed() -> None:
     for n in range(200):
         event, sub = f"evt_{n}", domain.new_id("sub")
@@ -100,8 +135,8 @@ async def test_the_tags_spread_over_the_primaries_of_a_real_cluster(redis_cluste
 
 def test_a_vendors_budget_and_pause_share_a_slot_of_their_own() -> None:
     # The claim takes the budget and reads the pause in one script (budget_batch.lua): one slot, the
-    # vendor's, apart from the store's tag, so that on a cluster the vendors' budgets are not one more
-    # load on the primary of the runs.
+    # vendor's, apart from the store's tag and the runs' shards (a claim reads the due sets, then takes
+    # the budget, then claims in each shard), so that on a cluster the vendors' budgets spread too.
     vendors = ("nutrient", "cloudsquid", "uptiq", "azure_di", "llamaparse", "textract", "google_docai")
     slots = {v: key_slot(keys.vendor_budget(v).encode()) for v in vendors}
     assert all(key_slot(keys.vendor_pause(v).encode()) == slot for v, slot in slots.items())

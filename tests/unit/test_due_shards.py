@@ -1,0 +1,106 @@
+"""service/store/due.py's pure parts, by table: which of a vendor's due sets a claim reads
+(``shards_to_read``, ``DueShards``) and how the ids found in several are taken in turn (``interleaved``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.store import keys
+from service.store.due import DueShards, interleaved, shards_to_read
+
+N = None
+ALL4 = [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("next_due", "now", "refreshed", "refresh", "expected"),
+    [
+        # Never read in full (refreshed -inf): every shard, whatever is known.
+        ([N, N, N, N], 0, float("-inf"), 50, ALL4),
+        ([N, 500, N, N], 0, float("-inf"), 50, ALL4),
+        # The last full read is refresh_ms old, or older: every shard again.
+        ([N, N, N, N], 1050, 1000, 50, ALL4),
+        ([N, N, N, N], 9000, 1000, 50, ALL4),
+        # Within refresh_ms: only the shards whose next due run is due (at or before now).
+        ([N, N, N, N], 1049, 1000, 50, []),
+        ([10, N, 1049, 1050], 1049, 1000, 50, [0, 2]),
+        ([1049, 1049, 1049, 1049], 1049, 1000, 50, ALL4),
+        ([N, 2000, N, 3000], 1010, 1000, 50, []),
+        # The count is the table's: 16 in production.
+        ([N] * 16, 0, float("-inf"), 50, list(range(16))),
+        ([N] * 15 + [5], 6, 0, 50, [15]),
+    ],
+)
+def test_shards_to_read(
+    next_due: list[float | None], now: float, refreshed: float, refresh: float, expected: list[int]
+) -> None:
+    assert shards_to_read(next_due, now, refreshed, refresh) == expected
+
+
+@pytest.mark.parametrize(
+    ("found", "limit", "expected"),
+    [
+        ({}, 10, []),
+        ({3: []}, 10, []),
+        ({3: ["a"]}, 0, []),
+        # One shard: its own order.
+        ({3: ["a", "b", "c"]}, 10, [(3, "a"), (3, "b"), (3, "c")]),
+        ({3: ["a", "b", "c"]}, 2, [(3, "a"), (3, "b")]),
+        # Several: one of each in turn, in the order the shards were found, a busy one's rest at the end.
+        ({1: ["a", "b", "c"], 5: ["d"]}, 10, [(1, "a"), (5, "d"), (1, "b"), (1, "c")]),
+        ({5: ["d"], 1: ["a", "b", "c"]}, 10, [(5, "d"), (1, "a"), (1, "b"), (1, "c")]),
+        ({1: ["a", "b", "c"], 5: ["d"]}, 3, [(1, "a"), (5, "d"), (1, "b")]),
+        # The limit cuts a turn short: the first shards of that turn.
+        ({1: ["a", "b"], 2: ["c", "d"], 3: ["e", "f"]}, 4, [(1, "a"), (2, "c"), (3, "e"), (1, "b")]),
+        ({1: ["a"], 2: [], 3: ["e", "f"]}, 10, [(1, "a"), (3, "e"), (3, "f")]),
+    ],
+)
+def test_interleaved(found: dict[int, list[str]], limit: int, expected: list[tuple[int, str]]) -> None:
+    assert interleaved(found, limit) == expected
+
+
+def test_due_shards_reads_all_then_the_due_ones_until_the_refresh() -> None:
+    known = DueShards(refresh_ms=1000)
+    assert len(known.next_due) == keys.SHARDS and known.earliest() is None
+    everything = list(range(keys.SHARDS))
+    # (what is known, the time of the read, the shards read, the last full read after it)
+    table: list[tuple[dict[int, float | None], float, list[int], float]] = [
+        ({}, 0, everything, 0),  # the first read: all
+        ({}, 10, [], 0),  # nothing known due: none
+        ({3: 100, 7: 50}, 60, [7], 0),
+        ({}, 100, [3, 7], 0),
+        ({}, 999, [3, 7], 0),
+        ({}, 1000, everything, 1000),  # refresh_ms since the last full read: all again
+        ({3: None, 7: 2500}, 1500, [], 1000),
+        ({}, 2000, everything, 2000),
+        # Every shard due: a full read, which counts as one.
+        (dict.fromkeys(range(keys.SHARDS), 2100), 2100, everything, 2100),
+    ]
+    for known_now, now, read, refreshed in table:
+        for shard, due in known_now.items():
+            known.next_due[shard] = due
+        assert known.to_read(now) == read, now
+        assert known.refreshed_ms == refreshed, now
+
+
+@pytest.mark.parametrize(
+    ("next_due", "earliest"),
+    [
+        ({}, None),
+        ({4: 700}, 700),
+        ({4: 700, 9: 300, 15: 900}, 300),
+        ({0: 0, 9: 300}, 0),  # a shard due at 0 is known, not unknown
+    ],
+)
+def test_due_shards_earliest_is_the_soonest_known(next_due: dict[int, float], earliest: float | None) -> None:
+    known = DueShards(refresh_ms=50)
+    for shard, due in next_due.items():
+        known.next_due[shard] = due
+    assert known.earliest() == earliest
+
+
+def test_each_vendors_due_shards_are_its_own() -> None:
+    one, other = DueShards(refresh_ms=50), DueShards(refresh_ms=50)
+    one.next_due[2] = 10
+    one.ahead[2] = ["run_x"]
+    assert other.next_due == [None] * keys.SHARDS and other.ahead == {}
