@@ -688,25 +688,36 @@ class Runs(Part):
 
     async def _due_ids(self, vendor: str, known: DueShards, now_ms: int, limit: int) -> dict[int, list[str]]:
         """The due ids (at most ``limit`` a shard) of the shards ``known`` says to read: those its last
-        claim there left due, else read, in one round trip; a shard's head is read with them, and kept as
-        its next due time."""
+        claim there left due, else read. A shard believed due is read at once (its ids and its head, one
+        round trip for them all); one that is only looked at again (the refresh of every shard) has its
+        head read first, and its ids only when that is due: an idle worker reads one head a shard."""
         found: dict[int, list[str]] = {}
-        unread: list[int] = []
+        due: list[int] = []
+        looked: list[int] = []
         for shard in known.to_read(now_ms):
-            ids = known.ahead.pop(shard, [])[:limit]
-            if ids:
+            if ids := known.ahead.pop(shard, [])[:limit]:
                 found[shard] = ids
+            elif (nxt := known.next_due[shard]) is not None and nxt <= now_ms:
+                due.append(shard)
             else:
-                unread.append(shard)
-        if unread:
-            # The ids alone (with their scores redis-py would make a pair and a float of each, which cost
-            # a poll more than the round trip does), and the head, for when none is due.
+                looked.append(shard)
+        if looked:
             pipe = self.redis.pipeline(transaction=False)
-            for shard in unread:
+            for shard in looked:
+                pipe.zrange(keys.due_runs(vendor, shard), 0, 0, withscores=True)
+            for shard, head in zip(looked, await pipe.execute(), strict=True):
+                known.next_due[shard] = float(head[0][1]) if head else None
+                if head and head[0][1] <= now_ms:
+                    due.append(shard)
+        if due:
+            # The ids alone (with their scores redis-py would make a pair and a float of each, which cost
+            # a poll more than the round trip does), and the head, for when none is due any more.
+            pipe = self.redis.pipeline(transaction=False)
+            for shard in due:
                 pipe.zrangebyscore(keys.due_runs(vendor, shard), "-inf", now_ms, start=0, num=limit)
                 pipe.zrange(keys.due_runs(vendor, shard), 0, 0, withscores=True)
             read = await pipe.execute()
-            for n, shard in enumerate(unread):
+            for n, shard in enumerate(due):
                 ids, head = read[2 * n], read[2 * n + 1]
                 if ids:
                     found[shard] = [text(i) for i in ids]
