@@ -15,7 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from service.core.records import Event, Run, Transition, replace
 from service.store import Applied, Store, fanout, keys
 from service.store.runs import RELAY_GRACE_MS
-from tests.store.test_lua import T0, _deliveries_of, _due_deliveries, _event, _next, _run, _s, _sub
+from tests.store.test_lua import T0, _beside, _deliveries_of, _due_deliveries, _event, _next, _run, _s, _sub
 from tests.store.test_lua import store as store  # the fixture
 
 
@@ -46,6 +46,19 @@ def _lost(store: Store, script: str) -> Iterator[None]:
         setattr(store.runs.scripts, script, real)
 
 
+def _e(name: str, run_id: str = "run_a") -> str:
+    """The event id ``name`` placed in ``run_id``'s shard, as production mints it beside its run."""
+    return _beside(name, run_id)
+
+
+async def _outboxed(store: Store) -> list[str]:
+    """The runs in the outbox indexes of every shard."""
+    out: list[str] = []
+    for shard in range(keys.SHARDS):
+        out += [_s(r) for r in await store.redis.zrange(keys.outbox(shard), 0, -1)]
+    return sorted(out)
+
+
 async def _feed_ids(store: Store, client: str = "alice") -> list[str]:
     entries = await store.redis.xrange(keys.client_feed(client))
     return [_s(fields[b"e"]) for _, fields in entries]
@@ -54,88 +67,92 @@ async def _feed_ids(store: Store, client: str = "alice") -> list[str]:
 async def test_a_stranded_event_is_readable_at_once_and_relayed_by_the_sweeper_once(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
-    done = _event("run.succeeded", event_id="evt_done")
+    done = _event("run.succeeded", event_id=_e("evt_done"))
     await _strand(store, run, "succeeded", done)
     # The transition stored the body: what the record names is readable (the result inline in it, say).
-    assert await store.redis.get(keys.event("evt_done")) is not None
+    assert await store.redis.get(keys.event(_e("evt_done"))) is not None
     assert await _deliveries_of(store, "sub_a") == [] and await _feed_ids(store) == []
-    assert await store.redis.zscore(keys.OUTBOX, run.id) == T0 + 1
+    assert await store.redis.zscore(keys.outbox(keys.shard_of(run.id)), run.id) == T0 + 1
     # Within the grace the relay right after the transition may still be under way: left alone.
     assert await store.runs.stranded_count(T0 + 1 + RELAY_GRACE_MS - 1) == 0
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS - 1) == 0
     assert await store.runs.stranded_count(T0 + 1 + RELAY_GRACE_MS) == 1  # the gauge's count
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
-    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == ["evt_done"]
-    assert await _feed_ids(store) == ["evt_done"]
-    assert await store.redis.exists(keys.run_outbox(run.id), keys.OUTBOX) == 0
+    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == [_e("evt_done")]
+    assert await _feed_ids(store) == [_e("evt_done")]
+    assert await store.redis.exists(keys.run_outbox(run.id), keys.outbox(keys.shard_of(run.id))) == 0
     assert await store.runs.stranded_count(T0 + 10 * RELAY_GRACE_MS) == 0
     # Again: nothing left, nothing sent twice.
     assert await store.runs.relay_stranded(T0 + 10 * RELAY_GRACE_MS) == 0
     assert await store.runs.relay(run.id, run.client, []) == 0
-    assert len(await _deliveries_of(store, "sub_a")) == 1 and await _feed_ids(store) == ["evt_done"]
+    assert len(await _deliveries_of(store, "sub_a")) == 1 and await _feed_ids(store) == [_e("evt_done")]
 
 
 async def test_stranded_events_are_relayed_in_the_order_the_run_emitted_them(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
-    first = await _strand(store, run, "processing", _event("run.submitted", event_id="evt_1"))
-    await _strand(store, first, "succeeded", _event("run.succeeded", event_id="evt_2"), now=T0 + 2)
-    assert await store.redis.zscore(keys.OUTBOX, run.id) == T0 + 1  # the oldest entry's time
+    first = await _strand(store, run, "processing", _event("run.submitted", event_id=_e("evt_1")))
+    await _strand(store, first, "succeeded", _event("run.succeeded", event_id=_e("evt_2")), now=T0 + 2)
+    assert (
+        await store.redis.zscore(keys.outbox(keys.shard_of(run.id)), run.id) == T0 + 1
+    )  # the oldest entry's time
     assert await store.runs.relay_stranded(T0 + 2 + RELAY_GRACE_MS) == 1
-    assert await _feed_ids(store) == ["evt_1", "evt_2"]
+    assert await _feed_ids(store) == [_e("evt_1"), _e("evt_2")]
     deliveries = {d.event_id: d.id for d in await _deliveries_of(store, "sub_a")}
     # Per-run order per subscription: the first event's delivery is the chain's head, the only one due.
     chain = [_s(i) for i in await store.redis.lrange(keys.chain("sub_a", run.id), 0, -1)]  # type: ignore[misc]
-    assert chain == [deliveries["evt_1"], deliveries["evt_2"]]
-    assert list(await _due_deliveries(store)) == [deliveries["evt_1"]]
+    assert chain == [deliveries[_e("evt_1")], deliveries[_e("evt_2")]]
+    assert list(await _due_deliveries(store)) == [deliveries[_e("evt_1")]]
 
 
 async def test_a_later_transition_relays_the_earlier_stranded_events_first(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
-    first = await _strand(store, run, "processing", _event("run.submitted", event_id="evt_1"))
-    new = replace(_next(first, "succeeded", T0 + 2), event_ids=[*first.event_ids, "evt_2"])
+    first = await _strand(store, run, "processing", _event("run.submitted", event_id=_e("evt_1")))
+    new = replace(_next(first, "succeeded", T0 + 2), event_ids=[*first.event_ids, _e("evt_2")])
     outcome = await store.runs.transition(
-        Transition(new, first.version, events=[_event("run.succeeded", event_id="evt_2")])
+        Transition(new, first.version, events=[_event("run.succeeded", event_id=_e("evt_2"))])
     )
     assert outcome == Applied(2, ended=True)  # both events, one delivery each, in order
-    assert await _feed_ids(store) == ["evt_1", "evt_2"]
+    assert await _feed_ids(store) == [_e("evt_1"), _e("evt_2")]
     assert await store.redis.exists(keys.run_outbox(run.id)) == 0
 
 
 async def test_a_failed_relay_leaves_the_change_applied_and_the_events_to_the_sweeper(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
-    new = replace(_next(run, "succeeded"), event_ids=["evt_done"])
+    new = replace(_next(run, "succeeded"), event_ids=[_e("evt_done")])
     with _lost(store, "relay_fanout"):
         outcome = await store.runs.transition(
-            Transition(new, run.version, events=[_event("run.succeeded", event_id="evt_done")])
+            Transition(new, run.version, events=[_event("run.succeeded", event_id=_e("evt_done"))])
         )
     assert outcome == Applied(0, ended=True)
     assert (await store.runs.get_run(run.id)).status == "succeeded"  # type: ignore[union-attr]
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
-    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == ["evt_done"]
+    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == [_e("evt_done")]
 
 
 async def test_the_sweeper_drops_the_outbox_of_a_run_gone_and_takes_a_bounded_number(store: Store) -> None:
     for n in range(3):
-        await _strand(store, await _run(store, f"run_{n}"), "processing", _event("run.submitted", n))
+        await _strand(
+            store, await _run(store, f"run_{n}"), "processing", _event("run.submitted", n, beside=f"run_{n}")
+        )
     await store.redis.delete(keys.run("run_0"))  # past retention
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS, limit=2) == 1  # run_0 dropped, run_1
     assert await store.redis.exists(keys.run_outbox("run_0"), keys.run_outbox("run_1")) == 0
-    assert [_s(r) for r in await store.redis.zrange(keys.OUTBOX, 0, -1)] == ["run_2"]
+    assert await _outboxed(store) == ["run_2"]
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS, limit=2) == 1
-    assert await store.redis.zcard(keys.OUTBOX) == 0
+    assert await _outboxed(store) == []
 
 
 async def test_a_progress_event_nobody_asked_for_is_kept_in_the_feed_only(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_a")  # the default types: no run.progress
-    await _strand(store, run, "processing", _event("run.progress", event_id="evt_p"))
-    assert await store.redis.get(keys.event("evt_p")) is not None  # stored by the transition
+    await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_p")))
+    assert await store.redis.get(keys.event(_e("evt_p"))) is not None  # stored by the transition
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
-    assert await store.redis.get(keys.event("evt_p")) is None  # dropped by the relay: nobody wants it
-    assert await _feed_ids(store) == ["evt_p"] and await _deliveries_of(store, "sub_a") == []
+    assert await store.redis.get(keys.event(_e("evt_p"))) is None  # dropped by the relay: nobody wants it
+    assert await _feed_ids(store) == [_e("evt_p")] and await _deliveries_of(store, "sub_a") == []
 
 
 async def test_one_run_whose_relay_fails_does_not_hold_up_the_others(store: Store) -> None:
@@ -146,13 +163,13 @@ async def test_one_run_whose_relay_fails_does_not_hold_up_the_others(store: Stor
             store,
             await _run(store, f"run_{n}", client=f"client_{n}"),
             "processing",
-            _event("run.submitted", n),
+            _event("run.submitted", n, beside=f"run_{n}"),
         )
     await store.redis.rpush(keys.run_outbox("run_0"), "not the relay's ops")  # type: ignore[misc]
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 2
-    assert [_s(r) for r in await store.redis.zrange(keys.OUTBOX, 0, -1)] == ["run_0"]
-    assert await _feed_ids(store, "client_1") == ["evt_run.submitted_1"]
-    assert await _feed_ids(store, "client_2") == ["evt_run.submitted_2"]
+    assert await _outboxed(store) == ["run_0"]
+    assert await _feed_ids(store, "client_1") == [_e("evt_run.submitted_1", "run_1")]
+    assert await _feed_ids(store, "client_2") == [_e("evt_run.submitted_2", "run_2")]
 
 
 async def test_an_unexpected_error_in_one_relay_is_that_runs_alone(store: Store) -> None:
@@ -161,7 +178,7 @@ async def test_an_unexpected_error_in_one_relay_is_that_runs_alone(store: Store)
             store,
             await _run(store, f"run_{n}", client=f"client_{n}"),
             "processing",
-            _event("run.submitted", n),
+            _event("run.submitted", n, beside=f"run_{n}"),
         )
     relay = store.runs.relay
 
@@ -172,8 +189,8 @@ async def test_an_unexpected_error_in_one_relay_is_that_runs_alone(store: Store)
 
     store.runs.relay = odd  # type: ignore[method-assign,assignment]
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
-    assert [_s(r) for r in await store.redis.zrange(keys.OUTBOX, 0, -1)] == ["run_0"]
-    assert await _feed_ids(store, "client_1") == ["evt_run.submitted_1"]
+    assert await _outboxed(store) == ["run_0"]
+    assert await _feed_ids(store, "client_1") == [_e("evt_run.submitted_1", "run_1")]
 
 
 async def test_a_relay_whose_last_step_failed_is_finished_without_a_second_feed_entry(store: Store) -> None:
@@ -182,21 +199,21 @@ async def test_a_relay_whose_last_step_failed_is_finished_without_a_second_feed_
     # still holds them; the sweeper's relay finds the run's mark and only finishes the run's side.
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
-    new = replace(_next(run, "processing"), event_ids=["evt_p"])
+    new = replace(_next(run, "processing"), event_ids=[_e("evt_p")])
     with _lost(store, "relay_done"):
         outcome = await store.runs.transition(
-            Transition(new, run.version, events=[_event("run.progress", event_id="evt_p")])
+            Transition(new, run.version, events=[_event("run.progress", event_id=_e("evt_p"))])
         )
     assert outcome == Applied(1)
-    assert await _feed_ids(store) == ["evt_p"]
+    assert await _feed_ids(store) == [_e("evt_p")]
     assert await store.redis.llen(keys.run_outbox(run.id)) > 0  # type: ignore[misc]
     assert await store.redis.exists(keys.run_deliveries(run.id), keys.run_events(run.id)) == 0
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
-    assert await _feed_ids(store) == ["evt_p"]  # not twice
-    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == ["evt_p"]
-    assert [_s(i) for i in await store.redis.lrange(keys.run_events(run.id), 0, -1)] == ["evt_p"]  # type: ignore[misc]
+    assert await _feed_ids(store) == [_e("evt_p")]  # not twice
+    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == [_e("evt_p")]
+    assert [_s(i) for i in await store.redis.lrange(keys.run_events(run.id), 0, -1)] == [_e("evt_p")]  # type: ignore[misc]
     assert await store.redis.zcard(keys.run_deliveries(run.id)) == 1
-    assert await store.redis.exists(keys.run_outbox(run.id), keys.OUTBOX) == 0
+    assert await store.redis.exists(keys.run_outbox(run.id), keys.outbox(keys.shard_of(run.id))) == 0
 
 
 async def test_two_relays_interleaved_fan_out_each_event_once_and_empty_the_outbox(store: Store) -> None:
@@ -208,18 +225,21 @@ async def test_two_relays_interleaved_fan_out_each_event_once_and_empty_the_outb
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
     runs = store.runs
-    run = await _strand(store, run, "processing", _event("run.progress", event_id="evt_1"))
+    run = await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_1")))
     items_a = await store.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
-    await _strand(store, run, "processing", _event("run.progress", event_id="evt_2"), now=T0 + 2)
+    await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_2")), now=T0 + 2)
     assert await runs.relay(run.id, run.client, []) == 2  # relay B, whole
     read_a = _outbox_entries(items_a)
     reply_a = await runs._fan_out(run.id, run.client, [], read_a, items_a, None)
     assert int(reply_a[1]) == 0  # nothing created twice
     assert await runs.scripts.relay_done(*runs._done_call(run.id, read_a, reply_a)) == 0
-    assert await _feed_ids(store) == ["evt_1", "evt_2"]
-    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == ["evt_1", "evt_2"]
-    assert [_s(i) for i in await store.redis.lrange(keys.run_events(run.id), 0, -1)] == ["evt_1", "evt_2"]  # type: ignore[misc]
-    assert await store.redis.exists(keys.run_outbox(run.id), keys.OUTBOX) == 0
+    assert await _feed_ids(store) == [_e("evt_1"), _e("evt_2")]
+    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == [_e("evt_1"), _e("evt_2")]
+    assert [_s(i) for i in await store.redis.lrange(keys.run_events(run.id), 0, -1)] == [
+        _e("evt_1"),
+        _e("evt_2"),
+    ]  # type: ignore[misc]
+    assert await store.redis.exists(keys.run_outbox(run.id), keys.outbox(keys.shard_of(run.id))) == 0
 
 
 async def test_a_late_last_step_trims_only_its_own_entries(store: Store) -> None:
@@ -230,17 +250,17 @@ async def test_a_late_last_step_trims_only_its_own_entries(store: Store) -> None
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
     runs = store.runs
-    run = await _strand(store, run, "processing", _event("run.progress", event_id="evt_1"))
+    run = await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_1")))
     items_a = await store.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
     read_a = _outbox_entries(items_a)
     reply_a = await runs._fan_out(run.id, run.client, [], read_a, items_a, None)
-    await _strand(store, run, "processing", _event("run.progress", event_id="evt_2"), now=T0 + 7)
+    await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_2")), now=T0 + 7)
     assert await runs.scripts.relay_done(*runs._done_call(run.id, read_a, reply_a)) == 1
-    assert await store.redis.zscore(keys.OUTBOX, run.id) == T0 + 7
-    assert await _feed_ids(store) == ["evt_1"]
+    assert await store.redis.zscore(keys.outbox(keys.shard_of(run.id)), run.id) == T0 + 7
+    assert await _feed_ids(store) == [_e("evt_1")]
     assert await runs.relay_stranded(T0 + 7 + RELAY_GRACE_MS) == 1
-    assert await _feed_ids(store) == ["evt_1", "evt_2"]
-    assert await store.redis.exists(keys.run_outbox(run.id), keys.OUTBOX) == 0
+    assert await _feed_ids(store) == [_e("evt_1"), _e("evt_2")]
+    assert await store.redis.exists(keys.run_outbox(run.id), keys.outbox(keys.shard_of(run.id))) == 0
 
 
 async def test_a_relay_that_read_long_ago_fans_out_nothing_done_since(store: Store) -> None:
@@ -251,15 +271,20 @@ async def test_a_relay_that_read_long_ago_fans_out_nothing_done_since(store: Sto
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
     runs = store.runs
-    run = await _strand(store, run, "processing", _event("run.progress", event_id="evt_1"))
+    run = await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_1")))
     items_y = await store.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
     assert await runs.relay(run.id, run.client, []) == 1
-    await _strand(store, run, "processing", _event("run.progress", event_id="evt_2"), now=T0 + 2)
+    await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_2")), now=T0 + 2)
     assert await runs.relay(run.id, run.client, []) == 1
     read_y = _outbox_entries(items_y)
     reply_y = await runs._fan_out(run.id, run.client, [], read_y, items_y, None)
     assert int(reply_y[1]) == 0
-    assert json.loads(_s(reply_y[2])) == [{"dlv": [fanout.delivery_id("evt_1", "sub_a")], "dropped": False}]
+    assert json.loads(_s(reply_y[2])) == [
+        {"dlv": [fanout.delivery_id(_e("evt_1"), "sub_a")], "dropped": False}
+    ]
     assert await runs.scripts.relay_done(*runs._done_call(run.id, read_y, reply_y)) == 0
-    assert await _feed_ids(store) == ["evt_1", "evt_2"]
-    assert [_s(i) for i in await store.redis.lrange(keys.run_events(run.id), 0, -1)] == ["evt_1", "evt_2"]  # type: ignore[misc]
+    assert await _feed_ids(store) == [_e("evt_1"), _e("evt_2")]
+    assert [_s(i) for i in await store.redis.lrange(keys.run_events(run.id), 0, -1)] == [
+        _e("evt_1"),
+        _e("evt_2"),
+    ]  # type: ignore[misc]

@@ -16,6 +16,7 @@ from service.core.records import Transition, replace
 from service.store import Applied, Store, fanout, keys
 from tests.store.test_lua import (
     LEASE,
+    _beside,
     T0,
     _attempt,
     _deliveries_of,
@@ -23,19 +24,30 @@ from tests.store.test_lua import (
     _event,
     _next,
     _run,
+    _in,
     _s,
     _sub,
 )
 from tests.store.test_lua import store as store  # the fixture
 
 
+def _e(name: str, run_id: str = "run_a") -> str:
+    """The event id ``name`` placed in ``run_id``'s shard, as production mints it beside its run."""
+    return _beside(name, run_id)
+
+
+SHARD = 5  # the claims' tests put their runs in one shard: the order they are claimed in is the due order
+IDS = [_in(f"run_{n}", SHARD) for n in range(5)]
+DUE = keys.due_runs("nutrient", SHARD)
+
+
 async def test_a_subscription_created_after_the_read_gets_the_event(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_early", event_types=json.dumps(["run.*"]))
     change = Transition(
-        replace(_next(run, "succeeded"), event_ids=["evt_done"]),
+        replace(_next(run, "succeeded"), event_ids=[_e("evt_done")]),
         run.version,
-        events=[_event("run.succeeded", event_id="evt_done")],
+        events=[_event("run.succeeded", event_id=_e("evt_done"))],
     )
     # The transition puts the event in the run's outbox; the relay's phase one reads the subscriptions, then
     # a subscription is created before its phase two.
@@ -47,16 +59,16 @@ async def test_a_subscription_created_after_the_read_gets_the_event(store: Store
     items = await store.runs.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
     assert len(items) == 2  # ops, body
     reply = await store.runs.scripts.relay_fanout(
-        *store.runs._fanout_call(run.id, run.client, [], ["evt_done"], subs, items)
+        *store.runs._fanout_call(run.id, run.client, [], [_e("evt_done")], subs, items)
     )
-    assert [_s(r) for r in reply] == ["stale", '["evt_done"]']
+    assert [_s(r) for r in reply] == ["stale", json.dumps([_e("evt_done")], separators=(",", ":"))]
     assert await _deliveries_of(store, "sub_early") == []
     assert await store.runs.redis.exists(keys.relayed(run.client, run.id)) == 0
     # Through the store: read again, then relayed, with both deliveries (as the one-phase script did).
     assert await store.runs.relay(run.id, run.client, [], items, subs) == 2
-    assert [d.event_id for d in await _deliveries_of(store, "sub_late")] == ["evt_done"]
+    assert [d.event_id for d in await _deliveries_of(store, "sub_late")] == [_e("evt_done")]
     assert await store.runs.redis.exists(keys.run_outbox(run.id)) == 0
-    assert await store.runs.redis.zscore(keys.OUTBOX, run.id) is None
+    assert await store.runs.redis.zscore(keys.outbox(keys.shard_of(run.id)), run.id) is None
 
 
 async def test_a_batch_relays_again_only_the_change_whose_subscriptions_changed(store: Store) -> None:
@@ -71,10 +83,10 @@ async def test_a_batch_relays_again_only_the_change_whose_subscriptions_changed(
 
     original = store.runs._subscriptions_of
     store.runs._subscriptions_of = late_sub  # type: ignore[method-assign]
-    events = [_event("run.succeeded", event_id="evt_a")]
+    events = [_event("run.succeeded", event_id=_e("evt_a"))]
     outcomes = await store.runs.transitions(
         [
-            Transition(replace(_next(a, "succeeded"), event_ids=["evt_a"]), a.version, events=events),
+            Transition(replace(_next(a, "succeeded"), event_ids=[_e("evt_a")]), a.version, events=events),
             Transition(_next(b, "processing"), b.version),
         ]
     )
@@ -88,16 +100,17 @@ async def test_a_run_claimed_between_the_read_and_the_script_is_not_claimed_twic
     assert [c.run.id for c in first] == [run.id]
     # A second worker read the id as due before the first claim moved it: the script checks again.
     reply = await store.runs.scripts.claim_runs(
-        keys=[keys.due_runs("nutrient"), keys.run(run.id)], args=[T0, LEASE, T0, 0, 1, 10, run.id]
+        keys=[keys.due_runs("nutrient", keys.shard_of(run.id)), keys.run(run.id)],
+        args=[T0, LEASE, T0, 0, 1, 10, run.id],
     )
     assert reply[0] == [] and reply[2] == []  # and nothing is due to give back
 
 
 async def test_a_busy_claim_takes_the_ids_the_last_one_left_due_without_reading_them(store: Store) -> None:
-    for n in range(5):
-        await _run(store, f"run_{n}")
+    for run_id in IDS:
+        await _run(store, run_id)
     first, _ = await store.runs.claim_runs("nutrient", T0, 2, LEASE, 0, 1000)
-    assert [c.run.id for c in first] == ["run_0", "run_1"]
+    assert [c.run.id for c in first] == IDS[:2]
     reads = 0
     original = store.runs.redis.zrangebyscore
 
@@ -108,15 +121,24 @@ async def test_a_busy_claim_takes_the_ids_the_last_one_left_due_without_reading_
 
     store.runs.redis.zrangebyscore = counted  # type: ignore[method-assign]
     try:
-        # Another worker claims run_2 meanwhile: the ids left due are candidates, checked by the script.
-        await store.redis.zadd(keys.due_runs("nutrient"), {"run_2": T0 + LEASE}, xx=True)
+        # Another worker claims IDS[2] meanwhile: the ids left due are candidates, checked by the script.
+        await store.redis.zadd(DUE, {IDS[2]: T0 + LEASE}, xx=True)
         second, _ = await store.runs.claim_runs("nutrient", T0 + 1, 2, LEASE, 0, 1000)
-        assert [c.run.id for c in second] == ["run_3"] and reads == 0
+        assert [c.run.id for c in second] == [IDS[3]] and reads == 0
         third, _ = await store.runs.claim_runs("nutrient", T0 + 2, 2, LEASE, 0, 1000)
-        assert [c.run.id for c in third] == ["run_4"] and reads == 0
-        # Nothing was left due: the next claim reads (and finds none).
+        assert [c.run.id for c in third] == [IDS[4]] and reads == 0
+        # Nothing was left due, and the worker knows it (store/due.py): the last claim's reply said the
+        # shard's next run is due at a lease's end, and every other shard was empty when it last looked,
+        # under WORKER_IDLE_S ago. It reads nothing, and answers when the next run falls due.
         assert await store.runs.claim_runs("nutrient", T0 + 3, 2, LEASE, 0, 1000) == ([], T0 + LEASE)
-        assert reads == 1
+        assert reads == 0
+        # Once a full look is due (WORKER_IDLE_S later) it reads every shard's head again; nothing is due.
+        idle_ms = store.settings.worker_idle_s * 1000
+        assert await store.runs.claim_runs("nutrient", int(T0 + 3 + idle_ms), 2, LEASE, 0, 1000) == (
+            [],
+            T0 + LEASE,
+        )
+        assert reads == 0  # the heads are read with ZRANGE; ids only from a shard whose head is due
     finally:
         store.runs.redis.zrangebyscore = original  # type: ignore[method-assign]
 
@@ -125,12 +147,12 @@ async def test_a_delivery_claimed_between_the_read_and_the_script_is_not_claimed
     run = await _run(store)
     await _sub(store, "sub_x", event_types=json.dumps(["run.*"]))
     change = Transition(
-        replace(_next(run, "succeeded"), event_ids=["evt_x"]),
+        replace(_next(run, "succeeded"), event_ids=[_e("evt_x")]),
         run.version,
-        events=[_event("run.succeeded", event_id="evt_x")],
+        events=[_event("run.succeeded", event_id=_e("evt_x"))],
     )
     assert await store.runs.transition(change) == Applied(1, True)
-    dlv_id = fanout.delivery_id("evt_x", "sub_x")
+    dlv_id = fanout.delivery_id(_e("evt_x"), "sub_x")
     assert dlv_id in await _due_deliveries(store)
     claimed, _ = await store.deliveries.claim_deliveries(T0 + 5, 10, LEASE)
     assert [c.delivery.id for c in claimed] == [dlv_id]
@@ -147,7 +169,7 @@ async def test_a_delivery_claimed_between_the_read_and_the_script_is_not_claimed
             keys.client_inflight(client),
             keys.client_parked(client),
         ],
-        args=[T0 + 5, 10, LEASE, 2, 3, dlv_id, sid, "evt_x", client],
+        args=[T0 + 5, 10, LEASE, 2, 3, dlv_id, sid, _e("evt_x"), client],
     )
     assert reply[0] == []
 
@@ -156,13 +178,13 @@ async def test_the_python_delivery_id_is_the_one_the_fanout_mints(store: Store) 
     run = await _run(store)
     await _sub(store, "sub_id", event_types=json.dumps(["run.*"]))
     change = Transition(
-        replace(_next(run, "failed"), event_ids=["evt_f"]),
+        replace(_next(run, "failed"), event_ids=[_e("evt_f")]),
         run.version,
-        events=[_event("run.failed", event_id="evt_f")],
+        events=[_event("run.failed", event_id=_e("evt_f"))],
     )
     assert await store.runs.transition(change) == Applied(1, True)
     [d] = await _deliveries_of(store, "sub_id")
-    assert d.id == fanout.delivery_id("evt_f", "sub_id")
+    assert d.id == fanout.delivery_id(_e("evt_f"), "sub_id")
 
 
 async def test_a_feed_page_reads_the_bodies_kept_under_the_events_keys(store: Store) -> None:
@@ -170,9 +192,9 @@ async def test_a_feed_page_reads_the_bodies_kept_under_the_events_keys(store: St
 
     run = await _run(store)
     change = Transition(
-        replace(_next(run, "succeeded"), event_ids=["evt_kept"]),
+        replace(_next(run, "succeeded"), event_ids=[_e("evt_kept")]),
         run.version,
-        events=[_event("run.succeeded", event_id="evt_kept")],
+        events=[_event("run.succeeded", event_id=_e("evt_kept"))],
     )
     assert await store.runs.transition(change) == Applied(0, True)
     # The entry does not carry the body (the event's key keeps it) but its size.
@@ -180,8 +202,10 @@ async def test_a_feed_page_reads_the_bodies_kept_under_the_events_keys(store: St
     assert b"b" not in fields and int(fields[b"n"]) > 0
     feed = Feed(store.redis, store.redis, 3600)
     page = await feed.read("alice", "", limit=10, now_ms=T0)
-    assert [(e.event_id, json.loads(e.body)["type"]) for e in page.events] == [("evt_kept", "run.succeeded")]
-    await store.redis.delete(keys.event("evt_kept"))  # expired: the entry is past retention, skipped
+    assert [(e.event_id, json.loads(e.body)["type"]) for e in page.events] == [
+        (_e("evt_kept"), "run.succeeded")
+    ]
+    await store.redis.delete(keys.event(_e("evt_kept")))  # expired: the entry is past retention, skipped
     assert (await feed.read("alice", "", limit=10, now_ms=T0)).events == []
 
 
@@ -190,8 +214,8 @@ async def test_an_attempt_recorded_from_the_claimed_record_reads_nothing_first(
 ) -> None:
     run = await _run(store)
     await _sub(store, "sub_r", event_types=json.dumps(["run.*"]))
-    events = [_event("run.succeeded", event_id="evt_r")]
-    change = Transition(replace(_next(run, "succeeded"), event_ids=["evt_r"]), run.version, events=events)
+    events = [_event("run.succeeded", event_id=_e("evt_r"))]
+    change = Transition(replace(_next(run, "succeeded"), event_ids=[_e("evt_r")]), run.version, events=events)
     assert await store.runs.transition(change) == Applied(1, True)
     [claimed], _ = await store.deliveries.claim_deliveries(T0 + 5, 10, LEASE)
     reads: list[object] = []
@@ -213,8 +237,8 @@ async def test_an_attempt_recorded_from_the_claimed_record_reads_nothing_first(
 async def test_a_record_that_names_other_keys_is_refused_then_read_again(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_s", event_types=json.dumps(["run.*"]))
-    events = [_event("run.succeeded", event_id="evt_s")]
-    change = Transition(replace(_next(run, "succeeded"), event_ids=["evt_s"]), run.version, events=events)
+    events = [_event("run.succeeded", event_id=_e("evt_s"))]
+    change = Transition(replace(_next(run, "succeeded"), event_ids=[_e("evt_s")]), run.version, events=events)
     assert await store.runs.transition(change) == Applied(1, True)
     [claimed], _ = await store.deliveries.claim_deliveries(T0 + 5, 10, LEASE)
     wrong = replace(claimed.delivery, client="mallory")  # names mallory's in-flight set: stale
@@ -227,26 +251,47 @@ async def test_a_record_that_names_other_keys_is_refused_then_read_again(store: 
 
 
 async def test_budget_slots_of_runs_claimed_meanwhile_are_given_back(store: Store) -> None:
-    for n in range(3):
-        await _run(store, f"run_{n}")
-    # Another worker claims run_1 between this claim's read and its script: 3 slots taken, 2 used.
+    for run_id in IDS[:3]:
+        await _run(store, run_id)
+    # Another worker claims IDS[1] between this claim's read and its script: 3 slots taken, 2 used.
     original = store.runs.scripts.claim_runs
 
     async def race(**kwargs: Any) -> Any:
-        await store.redis.zadd(keys.due_runs("nutrient"), {"run_1": T0 + 10 + LEASE}, xx=True)
+        await store.redis.zadd(DUE, {IDS[1]: T0 + 10 + LEASE}, xx=True)
         return await original(**kwargs)
 
     store.runs.scripts.claim_runs = race  # type: ignore[method-assign]
     claimed, _ = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 1000.0, 10_000)
     store.runs.scripts.claim_runs = original  # type: ignore[method-assign]
-    assert [(c.run.id, c.slot_ms) for c in claimed] == [("run_0", T0 + 10), ("run_2", T0 + 1010)]
+    assert [(c.run.id, c.slot_ms) for c in claimed] == [(IDS[0], T0 + 10), (IDS[2], T0 + 1010)]
     # The third slot went back: the next request's slot follows the last one used.
     assert await store.limits.budget_take("nutrient", T0 + 20, 1000.0) == T0 + 2010
 
 
+async def test_slots_after_the_last_one_used_go_back_across_shards(store: Store) -> None:
+    """A claim over two shards hands the slots out in the order it took the runs, the first shard's then
+    the second's (one claim_runs.lua each); a run the other worker took in the second shard leaves its
+    slot at the end, and that slot is given back."""
+    a, b = _in("run_a", 2), _in("run_b", 9)
+    for run_id in (a, b):
+        await _run(store, run_id)
+    original = store.runs.scripts.claim_runs
+
+    async def race(**kwargs: Any) -> Any:
+        if kwargs["keys"][0] == keys.due_runs("nutrient", 9):
+            await store.redis.zadd(keys.due_runs("nutrient", 9), {b: T0 + 10 + LEASE}, xx=True)
+        return await original(**kwargs)
+
+    store.runs.scripts.claim_runs = race  # type: ignore[method-assign]
+    claimed, _ = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 1000.0, 10_000)
+    store.runs.scripts.claim_runs = original  # type: ignore[method-assign]
+    assert [(c.run.id, c.slot_ms) for c in claimed] == [(a, T0 + 10)]
+    assert await store.limits.budget_take("nutrient", T0 + 20, 1000.0) == T0 + 1010
+
+
 async def test_a_probe_taken_by_another_claim_meanwhile_hands_the_run_back(store: Store) -> None:
-    for n in range(2):
-        await _run(store, f"run_{n}")
+    for run_id in IDS[:2]:
+        await _run(store, run_id)
     await store.limits.pause_limited("nutrient", T0, 1000, 1000, 60_000, None)
     original = store.runs.scripts.claim_runs
 
@@ -260,4 +305,4 @@ async def test_a_probe_taken_by_another_claim_meanwhile_hands_the_run_back(store
     claimed, nxt = await store.runs.claim_runs("nutrient", T0 + 1000, 10, LEASE, 0.0, 0)
     store.runs.scripts.claim_runs = original  # type: ignore[method-assign]
     assert claimed == [] and nxt is None
-    assert await store.redis.zscore(keys.due_runs("nutrient"), "run_0") == T0  # due again, as it was
+    assert await store.redis.zscore(DUE, IDS[0]) == T0  # due again, as it was
