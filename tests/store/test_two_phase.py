@@ -16,15 +16,15 @@ from service.core.records import Transition, replace
 from service.store import Applied, Store, fanout, keys
 from tests.store.test_lua import (
     LEASE,
-    _beside,
     T0,
     _attempt,
+    _beside,
     _deliveries_of,
     _due_deliveries,
     _event,
+    _in,
     _next,
     _run,
-    _in,
     _s,
     _sub,
 )
