@@ -485,15 +485,19 @@ class Runs(Part):
     ) -> int:
         """The sweeper's part of the relay: the runs whose outbox has held events for ``older_than_ms``
         (a worker or an API process died between a transition and its relay, or the relay failed), at
-        most ``limit`` of them (over every shard's index, read in one round trip), relayed; returns how
-        many runs were. A run gone from the store (past retention) has nothing left to tell: its outbox
+        most ``limit`` of them, the oldest first over every shard's index (read in one round trip),
+        relayed; returns how many runs were. A run gone from the store (past retention) has nothing left to tell: its outbox
         is dropped. A relay that fails for its own run's sake (its client's subscriptions kept changing,
         an entry the script refuses, anything unexpected) is logged and tried again next pass; it does
         not hold up the others' relays behind it. A lost connection ends the pass."""
         pipe = self.redis.pipeline(transaction=False)
         for shard in range(keys.SHARDS):
-            pipe.zrangebyscore(keys.outbox(shard), "-inf", now_ms - older_than_ms, start=0, num=limit)
-        ids = [text(i) for found in await pipe.execute() for i in found][:limit]
+            pipe.zrangebyscore(
+                keys.outbox(shard), "-inf", now_ms - older_than_ms, start=0, num=limit, withscores=True
+            )
+        # The oldest first over every shard, as one index would give them.
+        stranded = sorted((score, text(i)) for found in await pipe.execute() for i, score in found)
+        ids = [run_id for _, run_id in stranded[:limit]]
         done = 0
         for run_id, run in zip(ids, await self.get_runs(ids), strict=True):
             if run is None:

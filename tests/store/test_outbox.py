@@ -15,7 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from service.core.records import Event, Run, Transition, replace
 from service.store import Applied, Store, fanout, keys
 from service.store.runs import RELAY_GRACE_MS
-from tests.store.test_lua import T0, _beside, _deliveries_of, _due_deliveries, _event, _next, _run, _s, _sub
+from tests.store.test_lua import T0, _deliveries_of, _due_deliveries, _next, _run, _s, _sub
 from tests.store.test_lua import store as store  # the fixture
 
 
@@ -46,9 +46,22 @@ def _lost(store: Store, script: str) -> Iterator[None]:
         setattr(store.runs.scripts, script, real)
 
 
+# This file's own ids (not test_lua's helpers): every event id in the shard of its run, as production
+# mints it (domain.new_id_beside), since a transition refuses any other (its body is written with the run).
+def _in(name: str, shard: int) -> str:
+    """``name`` when it falls in ``shard``, else the first ``name_<k>`` that does: readable, deterministic."""
+    return keys.in_shard(lambda k: f"{name}_{k}" if k else name, shard)
+
+
 def _e(name: str, run_id: str = "run_a") -> str:
     """The event id ``name`` placed in ``run_id``'s shard, as production mints it beside its run."""
-    return _beside(name, run_id)
+    return _in(name, keys.shard_of(run_id))
+
+
+def _event(etype: str, n: int = 0, event_id: str | None = None, *, run_id: str = "run_a") -> Event:
+    """An event of ``run_id``: ``evt_<type>_<n>`` (or ``event_id``), its id beside the run (:func:`_e`)."""
+    body = json.dumps({"type": etype, "n": n})
+    return Event(id=_e(event_id or f"evt_{etype}_{n}", run_id), type=etype, created=T0, body=body)
 
 
 async def _outboxed(store: Store) -> list[str]:
@@ -67,7 +80,7 @@ async def _feed_ids(store: Store, client: str = "alice") -> list[str]:
 async def test_a_stranded_event_is_readable_at_once_and_relayed_by_the_sweeper_once(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
-    done = _event("run.succeeded", event_id=_e("evt_done"))
+    done = _event("run.succeeded", event_id="evt_done")
     await _strand(store, run, "succeeded", done)
     # The transition stored the body: what the record names is readable (the result inline in it, say).
     assert await store.redis.get(keys.event(_e("evt_done"))) is not None
@@ -91,8 +104,8 @@ async def test_a_stranded_event_is_readable_at_once_and_relayed_by_the_sweeper_o
 async def test_stranded_events_are_relayed_in_the_order_the_run_emitted_them(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
-    first = await _strand(store, run, "processing", _event("run.submitted", event_id=_e("evt_1")))
-    await _strand(store, first, "succeeded", _event("run.succeeded", event_id=_e("evt_2")), now=T0 + 2)
+    first = await _strand(store, run, "processing", _event("run.submitted", event_id="evt_1"))
+    await _strand(store, first, "succeeded", _event("run.succeeded", event_id="evt_2"), now=T0 + 2)
     assert (
         await store.redis.zscore(keys.outbox(keys.shard_of(run.id)), run.id) == T0 + 1
     )  # the oldest entry's time
@@ -108,10 +121,10 @@ async def test_stranded_events_are_relayed_in_the_order_the_run_emitted_them(sto
 async def test_a_later_transition_relays_the_earlier_stranded_events_first(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
-    first = await _strand(store, run, "processing", _event("run.submitted", event_id=_e("evt_1")))
+    first = await _strand(store, run, "processing", _event("run.submitted", event_id="evt_1"))
     new = replace(_next(first, "succeeded", T0 + 2), event_ids=[*first.event_ids, _e("evt_2")])
     outcome = await store.runs.transition(
-        Transition(new, first.version, events=[_event("run.succeeded", event_id=_e("evt_2"))])
+        Transition(new, first.version, events=[_event("run.succeeded", event_id="evt_2")])
     )
     assert outcome == Applied(2, ended=True)  # both events, one delivery each, in order
     assert await _feed_ids(store) == [_e("evt_1"), _e("evt_2")]
@@ -124,7 +137,7 @@ async def test_a_failed_relay_leaves_the_change_applied_and_the_events_to_the_sw
     new = replace(_next(run, "succeeded"), event_ids=[_e("evt_done")])
     with _lost(store, "relay_fanout"):
         outcome = await store.runs.transition(
-            Transition(new, run.version, events=[_event("run.succeeded", event_id=_e("evt_done"))])
+            Transition(new, run.version, events=[_event("run.succeeded", event_id="evt_done")])
         )
     assert outcome == Applied(0, ended=True)
     assert (await store.runs.get_run(run.id)).status == "succeeded"  # type: ignore[union-attr]
@@ -133,22 +146,31 @@ async def test_a_failed_relay_leaves_the_change_applied_and_the_events_to_the_sw
 
 
 async def test_the_sweeper_drops_the_outbox_of_a_run_gone_and_takes_a_bounded_number(store: Store) -> None:
-    for n in range(3):
+    # One run in the first shard, one in the middle, one in the last: the sweeper reads every shard's
+    # outbox index, and the bound is over them all. Shards are taken in order (relay_stranded), so the
+    # first pass is the first two runs'.
+    gone, first, last = _in("run_0", 0), _in("run_1", 8), _in("run_2", keys.SHARDS - 1)
+    for n, run_id in enumerate((gone, first, last)):
         await _strand(
-            store, await _run(store, f"run_{n}"), "processing", _event("run.submitted", n, beside=f"run_{n}")
+            store, await _run(store, run_id), "processing", _event("run.submitted", n, run_id=run_id)
         )
-    await store.redis.delete(keys.run("run_0"))  # past retention
-    assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS, limit=2) == 1  # run_0 dropped, run_1
-    assert await store.redis.exists(keys.run_outbox("run_0"), keys.run_outbox("run_1")) == 0
-    assert await _outboxed(store) == ["run_2"]
+    assert await _outboxed(store) == sorted([gone, first, last])
+    await store.redis.delete(keys.run(gone))  # past retention
+    assert (
+        await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS, limit=2) == 1
+    )  # gone dropped, first relayed
+    assert await store.redis.exists(keys.run_outbox(gone), keys.run_outbox(first)) == 0
+    assert await _feed_ids(store) == [_e("evt_run.submitted_1", first)]
+    assert await _outboxed(store) == [last]
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS, limit=2) == 1
     assert await _outboxed(store) == []
+    assert await _feed_ids(store) == [_e("evt_run.submitted_1", first), _e("evt_run.submitted_2", last)]
 
 
 async def test_a_progress_event_nobody_asked_for_is_kept_in_the_feed_only(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_a")  # the default types: no run.progress
-    await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_p")))
+    await _strand(store, run, "processing", _event("run.progress", event_id="evt_p"))
     assert await store.redis.get(keys.event(_e("evt_p"))) is not None  # stored by the transition
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
     assert await store.redis.get(keys.event(_e("evt_p"))) is None  # dropped by the relay: nobody wants it
@@ -163,7 +185,7 @@ async def test_one_run_whose_relay_fails_does_not_hold_up_the_others(store: Stor
             store,
             await _run(store, f"run_{n}", client=f"client_{n}"),
             "processing",
-            _event("run.submitted", n, beside=f"run_{n}"),
+            _event("run.submitted", n, run_id=f"run_{n}"),
         )
     await store.redis.rpush(keys.run_outbox("run_0"), "not the relay's ops")  # type: ignore[misc]
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 2
@@ -178,7 +200,7 @@ async def test_an_unexpected_error_in_one_relay_is_that_runs_alone(store: Store)
             store,
             await _run(store, f"run_{n}", client=f"client_{n}"),
             "processing",
-            _event("run.submitted", n, beside=f"run_{n}"),
+            _event("run.submitted", n, run_id=f"run_{n}"),
         )
     relay = store.runs.relay
 
@@ -202,7 +224,7 @@ async def test_a_relay_whose_last_step_failed_is_finished_without_a_second_feed_
     new = replace(_next(run, "processing"), event_ids=[_e("evt_p")])
     with _lost(store, "relay_done"):
         outcome = await store.runs.transition(
-            Transition(new, run.version, events=[_event("run.progress", event_id=_e("evt_p"))])
+            Transition(new, run.version, events=[_event("run.progress", event_id="evt_p")])
         )
     assert outcome == Applied(1)
     assert await _feed_ids(store) == [_e("evt_p")]
@@ -225,9 +247,9 @@ async def test_two_relays_interleaved_fan_out_each_event_once_and_empty_the_outb
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
     runs = store.runs
-    run = await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_1")))
+    run = await _strand(store, run, "processing", _event("run.progress", event_id="evt_1"))
     items_a = await store.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
-    await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_2")), now=T0 + 2)
+    await _strand(store, run, "processing", _event("run.progress", event_id="evt_2"), now=T0 + 2)
     assert await runs.relay(run.id, run.client, []) == 2  # relay B, whole
     read_a = _outbox_entries(items_a)
     reply_a = await runs._fan_out(run.id, run.client, [], read_a, items_a, None)
@@ -250,11 +272,11 @@ async def test_a_late_last_step_trims_only_its_own_entries(store: Store) -> None
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
     runs = store.runs
-    run = await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_1")))
+    run = await _strand(store, run, "processing", _event("run.progress", event_id="evt_1"))
     items_a = await store.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
     read_a = _outbox_entries(items_a)
     reply_a = await runs._fan_out(run.id, run.client, [], read_a, items_a, None)
-    await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_2")), now=T0 + 7)
+    await _strand(store, run, "processing", _event("run.progress", event_id="evt_2"), now=T0 + 7)
     assert await runs.scripts.relay_done(*runs._done_call(run.id, read_a, reply_a)) == 1
     assert await store.redis.zscore(keys.outbox(keys.shard_of(run.id)), run.id) == T0 + 7
     assert await _feed_ids(store) == [_e("evt_1")]
@@ -271,10 +293,10 @@ async def test_a_relay_that_read_long_ago_fans_out_nothing_done_since(store: Sto
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
     runs = store.runs
-    run = await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_1")))
+    run = await _strand(store, run, "processing", _event("run.progress", event_id="evt_1"))
     items_y = await store.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
     assert await runs.relay(run.id, run.client, []) == 1
-    await _strand(store, run, "processing", _event("run.progress", event_id=_e("evt_2")), now=T0 + 2)
+    await _strand(store, run, "processing", _event("run.progress", event_id="evt_2"), now=T0 + 2)
     assert await runs.relay(run.id, run.client, []) == 1
     read_y = _outbox_entries(items_y)
     reply_y = await runs._fan_out(run.id, run.client, [], read_y, items_y, None)

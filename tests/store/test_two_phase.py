@@ -7,36 +7,69 @@ did is what happens."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from redis.crc import key_slot
 
 from service.core.domain import AttemptOutcome, DeliveryStatus
-from service.core.records import Transition, replace
+from service.core.records import Event, Transition, replace
 from service.store import Applied, Store, fanout, keys
-from tests.store.test_lua import (
-    LEASE,
-    T0,
-    _attempt,
-    _beside,
-    _deliveries_of,
-    _due_deliveries,
-    _event,
-    _in,
-    _next,
-    _run,
-    _s,
-    _sub,
-)
+from tests.store.test_lua import LEASE, T0, _attempt, _deliveries_of, _due_deliveries, _next, _run, _s, _sub
 from tests.store.test_lua import store as store  # the fixture
+
+
+# This file's own ids (not test_lua's helpers): every event id in the shard of its run, as production
+# mints it (domain.new_id_beside), since a transition refuses any other (its body is written with the run).
+def _in(name: str, shard: int) -> str:
+    """``name`` when it falls in ``shard``, else the first ``name_<k>`` that does: readable, deterministic."""
+    return keys.in_shard(lambda k: f"{name}_{k}" if k else name, shard)
 
 
 def _e(name: str, run_id: str = "run_a") -> str:
     """The event id ``name`` placed in ``run_id``'s shard, as production mints it beside its run."""
-    return _beside(name, run_id)
+    return _in(name, keys.shard_of(run_id))
+
+
+def _event(etype: str, event_id: str, run_id: str = "run_a") -> Event:
+    """The event ``event_id`` of ``run_id``, its id placed beside the run (:func:`_e`)."""
+    body = json.dumps({"type": etype, "n": 0})
+    return Event(id=_e(event_id, run_id), type=etype, created=T0, body=body)
+
+
+@contextmanager
+def _sent(store: Store) -> Iterator[list[str]]:
+    """The names of the commands the store sends meanwhile, alone or in a pipeline (where the claim reads
+    the due sets: a count of the client's own ``zrangebyscore`` would see none of those)."""
+    redis = store.runs.redis
+    sent: list[str] = []
+
+    def recorded(send: Callable[..., Any]) -> Callable[..., Any]:
+        def record(*args: Any, **kwargs: Any) -> Any:
+            sent.append(str(args[0]).upper())
+            return send(*args, **kwargs)
+
+        return record
+
+    pipeline = redis.pipeline
+
+    def recording_pipeline(*args: Any, **kwargs: Any) -> Any:
+        pipe = pipeline(*args, **kwargs)
+        pipe.execute_command = recorded(pipe.execute_command)  # type: ignore[method-assign]
+        return pipe
+
+    redis.execute_command = recorded(redis.execute_command)  # type: ignore[method-assign]
+    redis.pipeline = recording_pipeline  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        del redis.execute_command, redis.pipeline  # the class's own again
 
 
 SHARD = 5  # the claims' tests put their runs in one shard: the order they are claimed in is the due order
+OTHER = 11  # and a second, for those of a claim over shards
 IDS = [_in(f"run_{n}", SHARD) for n in range(5)]
 DUE = keys.due_runs("nutrient", SHARD)
 
@@ -47,7 +80,7 @@ async def test_a_subscription_created_after_the_read_gets_the_event(store: Store
     change = Transition(
         replace(_next(run, "succeeded"), event_ids=[_e("evt_done")]),
         run.version,
-        events=[_event("run.succeeded", event_id=_e("evt_done"))],
+        events=[_event("run.succeeded", "evt_done")],
     )
     # The transition puts the event in the run's outbox; the relay's phase one reads the subscriptions, then
     # a subscription is created before its phase two.
@@ -83,7 +116,7 @@ async def test_a_batch_relays_again_only_the_change_whose_subscriptions_changed(
 
     original = store.runs._subscriptions_of
     store.runs._subscriptions_of = late_sub  # type: ignore[method-assign]
-    events = [_event("run.succeeded", event_id=_e("evt_a"))]
+    events = [_event("run.succeeded", "evt_a")]
     outcomes = await store.runs.transitions(
         [
             Transition(replace(_next(a, "succeeded"), event_ids=[_e("evt_a")]), a.version, events=events),
@@ -106,41 +139,82 @@ async def test_a_run_claimed_between_the_read_and_the_script_is_not_claimed_twic
     assert reply[0] == [] and reply[2] == []  # and nothing is due to give back
 
 
+def _reads(sent: list[str]) -> list[str]:
+    """The reads of due sets among the commands ``sent``: a head (ZRANGE) or the due ids (ZRANGEBYSCORE)."""
+    return [c for c in sent if c in ("ZRANGE", "ZRANGEBYSCORE")]
+
+
 async def test_a_busy_claim_takes_the_ids_the_last_one_left_due_without_reading_them(store: Store) -> None:
     for run_id in IDS:
         await _run(store, run_id)
-    first, _ = await store.runs.claim_runs("nutrient", T0, 2, LEASE, 0, 1000)
-    assert [c.run.id for c in first] == IDS[:2]
-    reads = 0
-    original = store.runs.redis.zrangebyscore
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal reads
-        reads += 1
-        return await original(*args, **kwargs)
-
-    store.runs.redis.zrangebyscore = counted  # type: ignore[method-assign]
-    try:
+    idle_ms = store.settings.worker_idle_s * 1000
+    assert 3 + idle_ms < LEASE  # the clock below stays within the leases taken at T0
+    with _sent(store) as sent:
+        first, _ = await store.runs.claim_runs("nutrient", T0, 2, LEASE, 0, 1000)
+        assert [c.run.id for c in first] == IDS[:2]
+        # The first claim looks at every shard (their heads), and reads the ids of the one due.
+        assert sent.count("ZRANGEBYSCORE") == 1
+        # Its reply there named the ids it saw still due (the shard's share of the next batch: all of it).
+        assert store.runs._due["nutrient"].ahead == {SHARD: IDS[2:4]}
+        sent.clear()
         # Another worker claims IDS[2] meanwhile: the ids left due are candidates, checked by the script.
         await store.redis.zadd(DUE, {IDS[2]: T0 + LEASE}, xx=True)
         second, _ = await store.runs.claim_runs("nutrient", T0 + 1, 2, LEASE, 0, 1000)
-        assert [c.run.id for c in second] == [IDS[3]] and reads == 0
+        assert [c.run.id for c in second] == [IDS[3]] and _reads(sent) == []
         third, _ = await store.runs.claim_runs("nutrient", T0 + 2, 2, LEASE, 0, 1000)
-        assert [c.run.id for c in third] == [IDS[4]] and reads == 0
+        assert [c.run.id for c in third] == [IDS[4]] and _reads(sent) == []
         # Nothing was left due, and the worker knows it (store/due.py): the last claim's reply said the
         # shard's next run is due at a lease's end, and every other shard was empty when it last looked,
         # under WORKER_IDLE_S ago. It reads nothing, and answers when the next run falls due.
         assert await store.runs.claim_runs("nutrient", T0 + 3, 2, LEASE, 0, 1000) == ([], T0 + LEASE)
-        assert reads == 0
-        # Once a full look is due (WORKER_IDLE_S later) it reads every shard's head again; nothing is due.
-        idle_ms = store.settings.worker_idle_s * 1000
-        assert await store.runs.claim_runs("nutrient", int(T0 + 3 + idle_ms), 2, LEASE, 0, 1000) == (
-            [],
-            T0 + LEASE,
-        )
-        assert reads == 0  # the heads are read with ZRANGE; ids only from a shard whose head is due
+        assert _reads(sent) == []
+        # Once a full look is due (WORKER_IDLE_S later) it reads every shard's head again, and no ids: no
+        # head is due.
+        later = int(T0 + 3 + idle_ms)
+        assert await store.runs.claim_runs("nutrient", later, 2, LEASE, 0, 1000) == ([], T0 + LEASE)
+        assert _reads(sent) == ["ZRANGE"] * keys.SHARDS
+        sent.clear()
+        # When the leases end the shard is due as it said: its ids are read again, and claimed.
+        again, _ = await store.runs.claim_runs("nutrient", T0 + LEASE, 2, LEASE, 0, 1000)
+        assert [c.run.id for c in again] == IDS[:2] and sent.count("ZRANGEBYSCORE") == 1
+
+
+async def test_a_busy_claim_over_shards_takes_each_shards_ids_left_due_without_reading_them(
+    store: Store,
+) -> None:
+    a = [_in(f"run_a{n}", SHARD) for n in range(5)]
+    b = [_in(f"run_b{n}", OTHER) for n in range(3)]
+    for run_id in a + b:
+        await _run(store, run_id)
+    calls: list[list[str]] = []
+    original = store.runs.scripts.claim_runs
+
+    async def seen(**kwargs: Any) -> Any:
+        calls.append(kwargs["keys"])
+        return await original(**kwargs)
+
+    store.runs.scripts.claim_runs = seen  # type: ignore[method-assign]
+    try:
+        with _sent(store) as sent:
+            first, _ = await store.runs.claim_runs("nutrient", T0, 4, LEASE, 0, 1000)
+            # Two of each shard, not the first four due of the busier one; both shards' ids read.
+            assert sorted(c.run.id for c in first) == sorted(a[:2] + b[:2])
+            assert sent.count("ZRANGEBYSCORE") == 2
+            # One claim_runs.lua per shard touched, each on that shard's keys alone.
+            assert sorted(ks[0] for ks in calls) == sorted([DUE, keys.due_runs("nutrient", OTHER)])
+            assert all(len({key_slot(k.encode()) for k in ks}) == 1 for ks in calls)
+            # Each shard's reply named its share of the next batch (4 / 2 shards) of the ids still due.
+            assert store.runs._due["nutrient"].ahead == {SHARD: a[2:4], OTHER: b[2:]}
+            sent.clear()
+            calls.clear()
+            second, _ = await store.runs.claim_runs("nutrient", T0 + 1, 4, LEASE, 0, 1000)
+            assert sorted(c.run.id for c in second) == sorted([a[2], a[3], b[2]]) and _reads(sent) == []
+            assert len(calls) == 2
+            third, _ = await store.runs.claim_runs("nutrient", T0 + 2, 4, LEASE, 0, 1000)
+            assert [c.run.id for c in third] == [a[4]] and _reads(sent) == []
+            assert len(calls) == 3  # the one shard left due
     finally:
-        store.runs.redis.zrangebyscore = original  # type: ignore[method-assign]
+        store.runs.scripts.claim_runs = original  # type: ignore[method-assign]
 
 
 async def test_a_delivery_claimed_between_the_read_and_the_script_is_not_claimed_twice(store: Store) -> None:
@@ -149,7 +223,7 @@ async def test_a_delivery_claimed_between_the_read_and_the_script_is_not_claimed
     change = Transition(
         replace(_next(run, "succeeded"), event_ids=[_e("evt_x")]),
         run.version,
-        events=[_event("run.succeeded", event_id=_e("evt_x"))],
+        events=[_event("run.succeeded", "evt_x")],
     )
     assert await store.runs.transition(change) == Applied(1, True)
     dlv_id = fanout.delivery_id(_e("evt_x"), "sub_x")
@@ -180,7 +254,7 @@ async def test_the_python_delivery_id_is_the_one_the_fanout_mints(store: Store) 
     change = Transition(
         replace(_next(run, "failed"), event_ids=[_e("evt_f")]),
         run.version,
-        events=[_event("run.failed", event_id=_e("evt_f"))],
+        events=[_event("run.failed", "evt_f")],
     )
     assert await store.runs.transition(change) == Applied(1, True)
     [d] = await _deliveries_of(store, "sub_id")
@@ -194,7 +268,7 @@ async def test_a_feed_page_reads_the_bodies_kept_under_the_events_keys(store: St
     change = Transition(
         replace(_next(run, "succeeded"), event_ids=[_e("evt_kept")]),
         run.version,
-        events=[_event("run.succeeded", event_id=_e("evt_kept"))],
+        events=[_event("run.succeeded", "evt_kept")],
     )
     assert await store.runs.transition(change) == Applied(0, True)
     # The entry does not carry the body (the event's key keeps it) but its size.
@@ -214,7 +288,7 @@ async def test_an_attempt_recorded_from_the_claimed_record_reads_nothing_first(
 ) -> None:
     run = await _run(store)
     await _sub(store, "sub_r", event_types=json.dumps(["run.*"]))
-    events = [_event("run.succeeded", event_id=_e("evt_r"))]
+    events = [_event("run.succeeded", "evt_r")]
     change = Transition(replace(_next(run, "succeeded"), event_ids=[_e("evt_r")]), run.version, events=events)
     assert await store.runs.transition(change) == Applied(1, True)
     [claimed], _ = await store.deliveries.claim_deliveries(T0 + 5, 10, LEASE)
@@ -237,7 +311,7 @@ async def test_an_attempt_recorded_from_the_claimed_record_reads_nothing_first(
 async def test_a_record_that_names_other_keys_is_refused_then_read_again(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_s", event_types=json.dumps(["run.*"]))
-    events = [_event("run.succeeded", event_id=_e("evt_s"))]
+    events = [_event("run.succeeded", "evt_s")]
     change = Transition(replace(_next(run, "succeeded"), event_ids=[_e("evt_s")]), run.version, events=events)
     assert await store.runs.transition(change) == Applied(1, True)
     [claimed], _ = await store.deliveries.claim_deliveries(T0 + 5, 10, LEASE)
@@ -268,25 +342,41 @@ async def test_budget_slots_of_runs_claimed_meanwhile_are_given_back(store: Stor
     assert await store.limits.budget_take("nutrient", T0 + 20, 1000.0) == T0 + 2010
 
 
-async def test_slots_after_the_last_one_used_go_back_across_shards(store: Store) -> None:
+@pytest.mark.parametrize(
+    ("taken", "left", "next_slot"),
+    [
+        # The run taken meanwhile is the second shard's: its slot, the last, goes back.
+        ("b", [("a", T0 + 10)], T0 + 1010),
+        # The first shard's: the second's run keeps the slot it was given (the pace holds: never two runs
+        # one slot), and the one before it cannot go back (the budget gives back only from its end): one
+        # interval lost to the race, never a slot handed out twice.
+        ("a", [("b", T0 + 1010)], T0 + 2010),
+    ],
+)
+async def test_slots_after_the_last_one_used_go_back_across_shards(
+    store: Store, taken: str, left: list[tuple[str, int]], next_slot: int
+) -> None:
     """A claim over two shards hands the slots out in the order it took the runs, the first shard's then
-    the second's (one claim_runs.lua each); a run the other worker took in the second shard leaves its
-    slot at the end, and that slot is given back."""
-    a, b = _in("run_a", 2), _in("run_b", 9)
-    for run_id in (a, b):
+    the second's (one claim_runs.lua each, given its first slot); a run another worker took meanwhile
+    leaves its slot unused, and the slots after the last one used are given back."""
+    ids = {"a": _in("run_a", 2), "b": _in("run_b", 9)}
+    for run_id in ids.values():
         await _run(store, run_id)
     original = store.runs.scripts.claim_runs
+    due = keys.due_runs("nutrient", keys.shard_of(ids[taken]))
 
     async def race(**kwargs: Any) -> Any:
-        if kwargs["keys"][0] == keys.due_runs("nutrient", 9):
-            await store.redis.zadd(keys.due_runs("nutrient", 9), {b: T0 + 10 + LEASE}, xx=True)
+        if kwargs["keys"][0] == due:
+            await store.redis.zadd(due, {ids[taken]: T0 + 10 + LEASE}, xx=True)
         return await original(**kwargs)
 
     store.runs.scripts.claim_runs = race  # type: ignore[method-assign]
-    claimed, _ = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 1000.0, 10_000)
-    store.runs.scripts.claim_runs = original  # type: ignore[method-assign]
-    assert [(c.run.id, c.slot_ms) for c in claimed] == [(a, T0 + 10)]
-    assert await store.limits.budget_take("nutrient", T0 + 20, 1000.0) == T0 + 1010
+    try:
+        claimed, _ = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 1000.0, 10_000)
+    finally:
+        store.runs.scripts.claim_runs = original  # type: ignore[method-assign]
+    assert [(c.run.id, c.slot_ms) for c in claimed] == [(ids[name], slot) for name, slot in left]
+    assert await store.limits.budget_take("nutrient", T0 + 20, 1000.0) == next_slot
 
 
 async def test_a_probe_taken_by_another_claim_meanwhile_hands_the_run_back(store: Store) -> None:
