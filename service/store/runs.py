@@ -486,10 +486,11 @@ class Runs(Part):
         """The sweeper's part of the relay: the runs whose outbox has held events for ``older_than_ms``
         (a worker or an API process died between a transition and its relay, or the relay failed), at
         most ``limit`` of them, the oldest first over every shard's index (read in one round trip),
-        relayed; returns how many runs were. A run gone from the store (past retention) has nothing left to tell: its outbox
-        is dropped. A relay that fails for its own run's sake (its client's subscriptions kept changing,
-        an entry the script refuses, anything unexpected) is logged and tried again next pass; it does
-        not hold up the others' relays behind it. A lost connection ends the pass."""
+        relayed; returns how many runs were. A run gone from the store (past retention) has nothing left
+        to tell: its outbox is dropped. A relay that fails for its own run's sake (its client's
+        subscriptions kept changing, an entry the script refuses, anything unexpected) is logged and tried
+        again next pass; it does not hold up the others' relays behind it. A lost connection ends the
+        pass."""
         pipe = self.redis.pipeline(transaction=False)
         for shard in range(keys.SHARDS):
             pipe.zrangebyscore(
