@@ -390,17 +390,17 @@ async def _breakdown(redis: aioredis.Redis, run_ids: Sequence[str], n: int, sub_
             for dlv_id in await redis.zrange(keys.run_deliveries(run_id), 0, -1):
                 await add("delivery", keys.delivery(dlv_id))
                 await add("delivery's attempts", keys.delivery_attempts(dlv_id))
-    shared = {
-        "due set": keys.due_runs(VENDOR),
-        "active runs": keys.ACTIVE_RUNS,
-        "client's runs index": keys.client_runs(CLIENT),
-        "feed (stream)": keys.client_feed(CLIENT),
-        "subscription's delivery log": keys.sub_deliveries(sub_id),
-        "due deliveries": keys.DUE_DELIVERIES,
-        "active deliveries": keys.ACTIVE_DELIVERIES,
+    shared = {  # the per-shard ones summed over their 16 shards
+        "due sets": [keys.due_runs(VENDOR, s) for s in range(keys.SHARDS)],
+        "active runs": [keys.active_runs(s) for s in range(keys.SHARDS)],
+        "client's runs index": [keys.client_runs(CLIENT)],
+        "feed (stream)": [keys.client_feed(CLIENT)],
+        "subscription's delivery log": [keys.sub_deliveries(sub_id)],
+        "due deliveries": [keys.DUE_DELIVERIES],
+        "active deliveries": [keys.ACTIVE_DELIVERIES],
     }
-    for name, key in shared.items():
-        size = await _usage(redis, key)
+    for name, names in shared.items():
+        size = sum([await _usage(redis, key) for key in names])
         if size:
             own[name + " (shared)"] = size / n
     return own

@@ -92,8 +92,8 @@ async def run(
             row = {
                 "t": now - t_start,
                 "redis_bytes": await cluster.redis_memory(),
-                "in_flight": await redis.zcard(keys.due_runs("nutrient")),
-                "due_now": await redis.zcount(keys.due_runs("nutrient"), "-inf", int(now * 1000)),
+                "in_flight": await _due_count(redis, "+inf"),
+                "due_now": await _due_count(redis, int(now * 1000)),
                 "worker_rss_kib": memory_kib(worker_pid).get("VmRSS", 0),
                 "worker_cpu_s": cpu_seconds(worker_pid),
                 "called_back": cluster.receiver.terminal_count,
@@ -116,8 +116,8 @@ async def run(
             at_vendor = await until(all_at_vendor, 600, "every run submitted to the vendor", period=0.1)
             m_at_vendor = await cluster.metrics()
             in_flight_memory = await cluster.redis_memory()
-            in_flight_count = await redis.zcard(keys.due_runs("nutrient"))
-            sample = await redis.zrange(keys.due_runs("nutrient"), 0, 49)
+            in_flight_count = await _due_count(redis, "+inf")
+            sample = await redis.zrange(keys.due_runs("nutrient", 0), 0, 49)  # one shard's: a sample
             in_flight_keys = await _breakdown(redis, sample)
             full_trail_extra = await _full_trail_extra(redis, sample)
             await asyncio.wait_for(cluster.receiver.terminal.wait(), timeout=900)
@@ -301,7 +301,8 @@ async def _sweep_cost(cluster: Cluster) -> dict[str, Any]:
         store = Store(connect(settings), settings)
         redis = await cluster.redis_client()
         count = 0  # not "keys": that name is the key builders' module, read in the loop
-        for pattern in (keys.run("*"), keys.delivery("*")):
+        # A run's keys in every shard (``hb:{<tag>}:run:…``), the deliveries under the store's tag.
+        for pattern in (keys.ROOT + "{*}:run:*", keys.delivery("*")):
             async for key in redis.scan_iter(match=pattern, count=1000):
                 name = key.decode() if isinstance(key, bytes) else key
                 count += not name.endswith((":events", ":attempts", ":outbox", ":deliveries"))
@@ -335,6 +336,12 @@ def _pacer(rate: float) -> Callable[[int], Awaitable[None]] | None:
 
 
 _MORE_POLLS = 12  # more than HEAD + TAIL: the trail is full and counts dropped entries
+
+
+async def _due_count(redis: Any, until: int | str) -> int:
+    """Nutrient's runs in flight (due up to ``until``), over its 16 due sets (one per shard)."""
+    counts = [await redis.zcount(keys.due_runs("nutrient", s), "-inf", until) for s in range(keys.SHARDS)]
+    return sum(counts)
 
 
 async def _full_trail_extra(redis: Any, run_ids: list[str]) -> float:

@@ -12,9 +12,12 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, cast
 
 import httpx
 import pytest
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode
 
 from service.core.clock import ManualClock
 from service.dev.embedded_redis import free_port, redis_server_binary, server_version
@@ -97,11 +100,23 @@ if ON_CLUSTER:
     @pytest.fixture
     def redis_url(redis_cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> str:
         """The cluster's seeds for every stack (base_env reads them), and the URL of the primary that holds
-        the store's one hash tag for the tests' own plain clients."""
+        the store's own tag (``{hb}``: the subscriptions', deliveries' and clients' keys) for the tests' own
+        plain clients; a run's keys are in its shard, on any primary (``store_client`` reads them)."""
         redis_cluster.flushall()
         monkeypatch.setenv(CLUSTER_NODES, ",".join(f"{h}:{p}" for h, p in redis_cluster.seeds))
-        owner = redis_cluster.primary_of(keys.run("x"))
+        owner = redis_cluster.primary_of(keys.PREFIX + "x")
         return f"redis://127.0.0.1:{owner.port}/0"
+
+
+def store_client(url: str, **options: Any) -> aioredis.Redis:
+    """A client of the tests' own that reads any of the store's keys: on one server, a plain client for
+    ``url``; with HB_TEST_CLUSTER=1, a cluster client over the session's seeds (a run's keys are in its
+    shard, on any primary), which redis-py types as a client of its own."""
+    if not ON_CLUSTER:
+        return aioredis.Redis.from_url(url, **options)
+    seeds = [seed.rsplit(":", 1) for seed in os.environ[CLUSTER_NODES].split(",")]
+    nodes = [ClusterNode(host, int(port)) for host, port in seeds]
+    return cast(aioredis.Redis, aioredis.RedisCluster(startup_nodes=nodes, **options))
 
 
 @dataclass

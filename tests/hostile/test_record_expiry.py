@@ -59,7 +59,8 @@ async def test_no_record_of_an_ended_run_or_final_delivery_is_left_without_expir
     try:
 
         async def settled() -> bool:
-            due = sum([await client.zcard(keys.due_runs(v)) for v in ("nutrient", "cloudsquid", "uptiq")])
+            vendors = ("nutrient", "cloudsquid", "uptiq")
+            due = sum([await client.zcard(keys.due_runs(v, s)) for v in vendors for s in range(keys.SHARDS)])
             return due == 0 and await client.zcard(keys.DUE_DELIVERIES) == 0
 
         await eventually(settled, what="nothing left to do")

@@ -65,7 +65,7 @@ async def test_a_poll_answer_the_core_cannot_decide_is_a_transient_fault(store: 
     await store.runs.transition(Transition(polled, 0))
     after = await _step(store, polled, CarelessPlugin(idempotent=True))
     assert (after.status, after.transient, after.version) == ("running", 1, polled.version + 1)
-    due = await store.redis.zscore(keys.due_runs("nutrient"), run.id)
+    due = await store.redis.zscore(keys.due_runs("nutrient", keys.shard_of(run.id)), run.id)
     assert due is not None and due > T0  # again after the fault's backoff, not at once
 
 

@@ -63,8 +63,9 @@ async def _leaves_due_set(stack: Stack, run_id: str, timeout: float) -> None:
 
 
 async def _nothing_left(client: aioredis.Redis, run_id: str) -> bool:
-    due = await client.zscore(keys.due_runs("nutrient"), run_id)
-    active = await client.sismember(keys.ACTIVE_RUNS, run_id)
+    shard = keys.shard_of(run_id)
+    due = await client.zscore(keys.due_runs("nutrient", shard), run_id)
+    active = await client.sismember(keys.active_runs(shard), run_id)
     return due is None and not active
 
 

@@ -19,10 +19,12 @@ async def test_lost_due_entries_are_rescheduled_and_runs_finish(
     raw = aioredis.Redis.from_url(api.redis_url)
     store = Store(connect(api.settings), api.settings)
     try:
-        assert await raw.delete(k.due_runs("nutrient")) == 1  # as if the due set were lost
+        due_sets = sorted({k.due_runs("nutrient", k.shard_of(run["id"])) for run in runs})
+        for due in due_sets:  # as if the runs' due sets were lost
+            assert await raw.delete(due) == 1
         assert await store.upkeep.repair(0) == {"runs": 3, "deliveries": 0}
         assert await store.upkeep.repair(0) == {"runs": 0, "deliveries": 0}  # idempotent
-        assert await raw.zcard(k.due_runs("nutrient")) == 3
+        assert sum([await raw.zcard(due) for due in due_sets]) == 3
     finally:
         await raw.aclose()
         await store.close()
@@ -66,7 +68,7 @@ async def test_a_stale_chain_head_is_dropped_and_the_next_delivery_made_due(
         async def finished_work_left_the_active_sets() -> bool:
             await store.upkeep.repair(0)
             return not await raw.sismember(k.ACTIVE_DELIVERIES, delivered) and not await raw.sismember(
-                k.ACTIVE_RUNS, run["id"]
+                k.active_runs(k.shard_of(run["id"])), run["id"]
             )
 
         await eventually(finished_work_left_the_active_sets, what="only unfinished work in the active sets")

@@ -14,6 +14,9 @@ from tests.conftest import base_env
 
 T0 = 1_800_000_000_000
 LEASE, PROBE_LEASE = 10_000, 5_000
+# The runs' ids, all in one shard: a claim over several shards takes them shard by shard, and these tests
+# are about the order the pause lets them out in, which is the due order within a shard.
+IDS = [keys.in_shard(lambda k, i=i: f"run_{i:02d}" + (f"_{k}" if k else ""), 0) for i in range(5)]
 
 
 def _run(run_id: str) -> str:
@@ -33,9 +36,9 @@ async def _store(redis_url: str, runs: int) -> Store:
     settings = load_settings(base_env(redis_url))
     store = Store(connect(settings), settings)
     for i in range(runs):
-        run_id = f"run_{i:02d}"
+        run_id = IDS[i]
         await store.redis.set(keys.run(run_id), _run(run_id))
-        await store.redis.zadd(keys.due_runs("nutrient"), {run_id: T0 - 1000 + i})
+        await store.redis.zadd(keys.due_runs("nutrient", keys.shard_of(run_id)), {run_id: T0 - 1000 + i})
     return store
 
 
@@ -50,7 +53,7 @@ async def test_a_429_holds_every_claim_then_lets_one_probe_out(redis_url: str) -
     store = await _store(redis_url, runs=5)
     try:
         ids, probe = await _claim(store, T0, limit=2)
-        assert ids == ["run_00", "run_01"] and probe is None  # not paused: a normal batch
+        assert ids == [IDS[0], IDS[1]] and probe is None  # not paused: a normal batch
         until, streak = await store.limits.pause_limited("nutrient", T0, 3000, 2000, 60_000, None)
         assert (until, streak) == (T0 + 3000, 1)
         # The other run that was in flight also got its 429: same pause, same streak.
@@ -61,7 +64,7 @@ async def test_a_429_holds_every_claim_then_lets_one_probe_out(redis_url: str) -
 
         assert await _claim(store, T0 + 3000) == ([], None)  # held, although three runs are due
         ids, probe = await _claim(store, T0 + 3011)
-        assert ids == ["run_02"] and probe  # one probe, not the backlog
+        assert ids == [IDS[2]] and probe  # one probe, not the backlog
         assert await _claim(store, T0 + 3020) == ([], None)  # nothing more while it is out
 
         # The probe is refused again: the pause grows without a header (floor 2 s, doubled).
@@ -69,13 +72,13 @@ async def test_a_429_holds_every_claim_then_lets_one_probe_out(redis_url: str) -
         assert (until, streak) == (T0 + 3030 + 4000, 2)
         assert await _claim(store, T0 + 5000) == ([], None)
         ids, probe = await _claim(store, T0 + 7030)
-        assert ids == ["run_03"] and probe
+        assert ids == [IDS[3]] and probe
 
         # It is answered: the pause is over and the backlog goes.
         assert await store.limits.pause_settle("nutrient", T0 + 7040, probe, answered=True)
         assert not await store.redis.exists(keys.vendor_pause("nutrient"))
         ids, probe = await _claim(store, T0 + 7050)
-        assert ids == ["run_04"] and probe is None
+        assert ids == [IDS[4]] and probe is None
     finally:
         await store.close()
 
@@ -85,16 +88,16 @@ async def test_a_probe_that_never_answers_is_handed_to_another_run(redis_url: st
     try:
         await store.limits.pause_limited("nutrient", T0, 1000, 1000, 60_000, None)
         ids, probe = await _claim(store, T0 + 1000)
-        assert ids == ["run_00"] and probe
+        assert ids == [IDS[0]] and probe
         # A stale token (another probe's) changes nothing.
         assert not await store.limits.pause_settle("nutrient", T0 + 1100, "run_99@1", answered=True)
         assert await _claim(store, T0 + 1000 + PROBE_LEASE - 1) == ([], None)
         ids, second = await _claim(store, T0 + 1000 + PROBE_LEASE + 1)  # its worker died: lease ran out
-        assert ids == ["run_01"] and second and second != probe
+        assert ids == [IDS[1]] and second and second != probe
         # The second probe got no answer (a dropped connection): a third may go at once.
         assert await store.limits.pause_settle("nutrient", T0 + 6100, second, answered=False)
         ids, third = await _claim(store, T0 + 6101)
-        assert ids == ["run_02"] and third
+        assert ids == [IDS[2]] and third
     finally:
         await store.close()
 
@@ -127,7 +130,7 @@ async def test_a_probe_step_that_sends_nothing_hands_the_probe_back(redis_url: s
         now = int(time.time() * 1000)
         for run_id in ("run_a", "run_b"):
             await store.redis.set(keys.run(run_id), _run(run_id))
-            await store.redis.zadd(keys.due_runs("nutrient"), {run_id: now - 5000})
+            await store.redis.zadd(keys.due_runs("nutrient", keys.shard_of(run_id)), {run_id: now - 5000})
         await store.limits.pause_limited(
             "nutrient", now - 3000, 1000, 1000, 60_000, None
         )  # over: a probe may go

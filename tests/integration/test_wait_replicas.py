@@ -117,7 +117,7 @@ async def test_the_transitions_of_one_turn_and_their_relays_wait_once_each(pair:
         batcher = TransitionBatcher(store.runs)
 
         def change(run: Run) -> Transition:
-            event = _event("run.succeeded", event_id=f"evt_{run.id}")
+            event = _event("run.succeeded", event_id=f"evt_{run.id}", beside=run.id)
             return Transition(replace(_next(run, "succeeded"), event_ids=[event.id]), 0, events=[event])
 
         warm = [await _run(store, f"run_relay_warm_{i}", client="walt") for i in range(2)]  # scripts loaded

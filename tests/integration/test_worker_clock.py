@@ -27,7 +27,9 @@ async def test_a_step_lost_with_its_worker_comes_back_when_its_lease_ends(
     # A worker claims the run's next step (as its pump does) and dies before it takes it.
     claimed, _ = await c.worker.store.runs.claim_runs("nutrient", c.now_ms(), 10, 30_000, 0.0, 0)
     assert [cl.run.id for cl in claimed] == [run["id"]]
-    lease_end = await c.worker.store.redis.zscore(keys.due_runs("nutrient"), run["id"])
+    lease_end = await c.worker.store.redis.zscore(
+        keys.due_runs("nutrient", keys.shard_of(run["id"])), run["id"]
+    )
     assert lease_end == c.now_ms() + 30_000
     other = WorkerRuntime(c.stack.settings, clock=c.clock)
     try:
@@ -55,7 +57,9 @@ async def test_polls_follow_the_vendor_policy_on_the_clock(make_clocked: Clocked
     await c.step()
     due: list[float] = []
     while await _status(c, run["id"]) not in ("succeeded", "failed"):
-        score = await c.worker.store.redis.zscore(keys.due_runs("nutrient"), run["id"])
+        score = await c.worker.store.redis.zscore(
+            keys.due_runs("nutrient", keys.shard_of(run["id"])), run["id"]
+        )
         assert score is not None
         due.append((score - c.now_ms()) / 1000)
         c.clock.advance(due[-1])
@@ -73,7 +77,8 @@ async def test_the_sweeper_reschedules_a_run_whose_due_entry_was_lost(clocked: C
     c = clocked
     run = await c.stack.submit("nutrient")
     await c.step()
-    await c.worker.store.redis.zrem(keys.due_runs("nutrient"), run["id"])  # lost: a restore, a hand edit
+    due = keys.due_runs("nutrient", keys.shard_of(run["id"]))
+    await c.worker.store.redis.zrem(due, run["id"])  # lost: a restore, a hand edit
     assert await c.advance(60) == 0  # a minute later, nothing knows of it
     assert await c.worker.sweep() == {"runs": 1, "deliveries": 0, "relayed": 0}
     await c.step()
@@ -97,7 +102,7 @@ async def test_the_sweeper_relays_the_events_of_a_worker_that_died_before_its_re
     while await _status(c, run["id"]) != "succeeded":
         await c.advance(10)
     assert receiver.events("run.succeeded") == []
-    assert await c.worker.store.redis.zscore(keys.OUTBOX, run["id"]) is not None
+    assert await c.worker.store.redis.zscore(keys.outbox(keys.shard_of(run["id"])), run["id"]) is not None
     c.worker.durable.runs.scripts.relay_fanout = relay
     c.clock.advance(RELAY_GRACE_MS / 1000)
     assert (await c.worker.sweep())["relayed"] == 1
