@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 
-import redis.asyncio as aioredis
-
 from service.store import keys
-from tests.conftest import StackFactory, eventually
+from tests.conftest import StackFactory, eventually, store_client
 from tests.hostile._store_helpers import scripted_worker
 from tests.hostile.test_vendor_step_faults import FAST, Nutrient
 
@@ -18,7 +16,7 @@ async def test_a_run_canceled_after_submission_keeps_its_expiry_once_the_vendor_
     make_stack: StackFactory,
 ) -> None:
     stack = await make_stack(worker=False, **FAST, HOOKBRIDGE_RETENTION_S="300")
-    client = aioredis.from_url(stack.redis_url)
+    client = store_client(stack.redis_url)
     vendor = Nutrient(cancel_status=200)
     try:
         async with scripted_worker(stack.settings, vendor):
@@ -55,7 +53,7 @@ async def test_no_record_of_an_ended_run_or_final_delivery_is_left_without_expir
     await stack.api.post(f"/v1/runs/{late['id']}/cancel")
     for run in [*runs, early, late]:
         await stack.wait_status(run["id"], "succeeded", "failed", "canceled")
-    client = aioredis.from_url(stack.redis_url)
+    client = store_client(stack.redis_url)
     try:
 
         async def settled() -> bool:

@@ -15,7 +15,7 @@ import time
 import redis.asyncio as aioredis
 
 from service.store import Store, connect, keys
-from tests.conftest import Receiver, StackFactory, eventually
+from tests.conftest import Receiver, StackFactory, eventually, store_client
 
 SHORT = {"HOOKBRIDGE_RETENTION_S": "1", "HOOKBRIDGE_IDEMPOTENCY_TTL_S": "1"}
 
@@ -28,7 +28,7 @@ async def test_a_subscription_outlives_retention_and_still_gets_run_events(
     sub = await stack.subscribe(receiver.url)
     first = await stack.submit("cloudsquid")
     await stack.wait_status(first["id"], "succeeded", "failed")
-    client = aioredis.from_url(stack.redis_url)
+    client = store_client(stack.redis_url)
     try:
         # The first run's records expire (RETENTION_S=1), then the purge runs.
         await eventually(lambda: _gone(client, keys.run(first["id"])), what="the run expired")
@@ -58,7 +58,7 @@ async def test_pending_deliveries_stay_listed_past_retention(make_stack: StackFa
     sub = await stack.subscribe(failing.url)
     assert (await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
     await eventually(lambda: _has_attempt(stack, sub["id"]), what="a first failed attempt")
-    client = aioredis.from_url(stack.redis_url)
+    client = store_client(stack.redis_url)
     try:
         # Past the retention window (the listing's score is older than RETENTION_S).
         await eventually(lambda: _older_than(client, keys.sub_deliveries(sub["id"]), 1100), what="aged")
@@ -104,7 +104,7 @@ async def test_after_retention_only_subscriptions_and_live_keys_remain(
         # The terminal callback, not GET /v1/runs/{id}: with RETENTION_S=1 an ended run's record may
         # expire between two reads of it, and the callback stays with the receiver.
         await eventually(lambda run=run: _called_back(receiver, run["id"]), what="callback")
-    client = aioredis.from_url(stack.redis_url)
+    client = store_client(stack.redis_url)
     try:
 
         async def only_lasting_keys() -> list[str] | None:

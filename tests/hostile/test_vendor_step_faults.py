@@ -20,7 +20,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from service.store import keys
-from tests.conftest import Clocked, ClockedFactory, Stack, StackFactory, eventually
+from tests.conftest import Clocked, ClockedFactory, Stack, StackFactory, eventually, store_client
 from tests.hostile._store_helpers import scripted_worker
 
 FAST = {"HOOKBRIDGE_LEASE_S": "9", "HOOKBRIDGE_VENDOR_MAX_TRANSIENT_FAILURES": "3"}
@@ -51,7 +51,7 @@ class Nutrient:
 
 
 async def _leaves_due_set(stack: Stack, run_id: str, timeout: float) -> None:
-    client = aioredis.from_url(stack.redis_url)
+    client = store_client(stack.redis_url)
     try:
 
         async def gone() -> bool:
@@ -250,7 +250,7 @@ async def test_vendor_text_is_cut_and_scrubbed_on_every_path(
         got.setdefault("error", {"message": ""})
         got["error"] = got["error"] or {"message": ""}
     _assert_clean(got, capsys.readouterr().out)
-    client = aioredis.from_url(c.stack.redis_url)
+    client = store_client(c.stack.redis_url)
     try:
         record = await client.get(keys.run(run["id"]))
     finally:

@@ -47,7 +47,7 @@ async def test_the_purge_drops_metadata_index_entries_of_runs_that_expired(make_
     stack = await make_stack(worker=False)
     gone = await stack.submit(metadata={"order": "A"})
     kept = await stack.submit(metadata={"order": "A"})
-    store = Store(connect(stack.settings, url=stack.redis_url), stack.settings)
+    store = Store(connect(stack.settings), stack.settings)  # the cluster, on one (HB_TEST_CLUSTER=1)
     try:
         await store.redis.delete(keys.run(gone["id"]))  # as its retention would
         index = keys.run_metadata("alice", "order", "A")

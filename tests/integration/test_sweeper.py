@@ -3,11 +3,9 @@ idempotent: run twice, it changes nothing the second time."""
 
 from __future__ import annotations
 
-import redis.asyncio as aioredis
-
 from service.store import Store, connect
 from service.store import keys as k
-from tests.conftest import Receiver, StackFactory, eventually
+from tests.conftest import Receiver, StackFactory, eventually, store_client
 
 
 async def test_lost_due_entries_are_rescheduled_and_runs_finish(
@@ -16,7 +14,7 @@ async def test_lost_due_entries_are_rescheduled_and_runs_finish(
     api = await make_stack(worker=False)
     await api.subscribe(receiver.url, event_types=["run.*"])
     runs = [await api.submit("nutrient", filename=f"lost-{i}.pdf") for i in range(3)]
-    raw = aioredis.Redis.from_url(api.redis_url)
+    raw = store_client(api.redis_url)
     store = Store(connect(api.settings), api.settings)
     try:
         due_sets = sorted({k.due_runs("nutrient", k.shard_of(run["id"])) for run in runs})
@@ -43,7 +41,7 @@ async def test_a_stale_chain_head_is_dropped_and_the_next_delivery_made_due(
     await stack.wait_status(run["id"], "succeeded")
     await eventually(lambda: _ready(receiver.events("run.succeeded")), what="callback")
     await stack.stop_worker()  # else it may claim the repaired delivery before the test reads the due set
-    raw = aioredis.Redis.from_url(stack.redis_url, decode_responses=True)
+    raw = store_client(stack.redis_url, decode_responses=True)
     store = Store(connect(stack.settings), stack.settings)
     try:
         [delivered] = await raw.zrange(k.sub_deliveries(sub["id"]), 0, -1)

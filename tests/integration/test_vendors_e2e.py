@@ -11,13 +11,12 @@ from typing import Any
 
 import httpx
 import pytest
-import redis.asyncio
 from standardwebhooks import Webhook
 
 from service.dev.embedded_redis import free_port
 from service.observability.metrics import REGISTRY
 from service.store import keys
-from tests.conftest import ClockedFactory, Receiver, Stack, StackFactory, eventually
+from tests.conftest import ClockedFactory, Receiver, Stack, StackFactory, eventually, store_client
 
 VENDORS = ["nutrient", "cloudsquid", "uptiq"]
 # What each simulated vendor reports once its run is over, as GET /_sim/stats counts it.
@@ -360,7 +359,7 @@ async def test_a_run_the_vendor_was_told_about_keeps_its_retention(
     run = await stack.submit("nutrient", filename="stuck.pdf", zero_retention=zero_retention)
     await stack.wait_status(run["id"], "submitted", "running")
     assert (await stack.api.post(f"/v1/runs/{run['id']}/cancel")).status_code == 200
-    client = redis.asyncio.Redis.from_url(stack.redis_url)
+    client = store_client(stack.redis_url)
 
     async def told() -> bool:
         doc = json.loads(await client.get(keys.run(run["id"])) or b"{}")
@@ -564,7 +563,7 @@ async def test_nutrient_url_input_after_a_lost_202_keeps_the_vendor_run(
     assert len(runs) == 1
     assert got["vendor_run_id"] == runs[0]["id"]
     # The bytes are kept only until the vendor accepted them.
-    r = redis.asyncio.Redis.from_url(c.stack.redis_url)
+    r = store_client(c.stack.redis_url)
     try:
         assert await r.exists(keys.document(run["id"])) == 0
     finally:
