@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import time
+import traceback
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -96,11 +98,24 @@ _REDIS_DOWN = (
 )
 
 
+# redis-py's asyncio connection, where a write on a connection torn down under it (a failover: the cluster
+# client drops a node's connections while another request is sending on one) raises AttributeError or
+# TypeError from the transport, not a ConnectionError (redis/redis-py#4287: past every retry, as here).
+_REDIS_CONNECTION = os.path.join("redis", "asyncio", "connection.py")
+
+
 def _redis_down(exc: BaseException) -> bool:
-    """A fault of the store's availability: one of ``_REDIS_DOWN``, or redis-py's cluster client failing
-    to reach any node (a ``RedisClusterException`` raised from a connection error: it is no RedisError)."""
+    """A fault of the store's availability: one of ``_REDIS_DOWN``, redis-py's cluster client failing to
+    reach any node (a ``RedisClusterException`` raised from a connection error: it is no RedisError), or
+    a write on a connection torn down under it (an AttributeError or TypeError raised in redis-py's
+    asyncio connection; from anywhere else it stays a fault of ours)."""
     if isinstance(exc, _REDIS_DOWN):
         return True
+    if isinstance(exc, (AttributeError, TypeError)):
+        return any(
+            frame.f_code.co_filename.endswith(_REDIS_CONNECTION)
+            for frame, _ in traceback.walk_tb(exc.__traceback__)
+        )
     return isinstance(exc, RedisClusterException) and isinstance(exc.__cause__, (*_REDIS_DOWN, RedisError))
 
 

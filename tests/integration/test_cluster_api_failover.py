@@ -50,8 +50,8 @@ async def test_reads_answer_503_during_a_failover_and_recover_by_themselves(make
         stack = await make_stack(worker=False, HOOKBRIDGE_REDIS_URL="", HOOKBRIDGE_REDIS_CLUSTER_NODES=seeds)
         assert (await stack.api.get("/readyz")).status_code == 200
         ids = [domain.new_id("run") for _ in range(64)]
-        # The primary of the first run's slot. While every key is under one tag (stage one of
-        # docs/shards.md) no run lives elsewhere, and the second reader has nothing to read.
+        # The primary of the first run's slot; a run's keys are in its shard (docs/shards.md), so the
+        # other reader's runs live on the primaries that stay up.
         victim_port = _owner(cluster, key_slot(keys.run(ids[0]).encode()))
         victim = next(n for n in cluster.primaries_now() if n.port == victim_port)
         on_victim = [i for i in ids if _owner(cluster, key_slot(keys.run(i).encode())) == victim.port][:4]

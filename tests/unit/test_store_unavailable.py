@@ -4,9 +4,11 @@ Retry-After, never a 500), as a table over redis-py's exceptions, the cluster cl
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from redis import exceptions as e
+from redis.asyncio.connection import Connection
 from starlette.requests import Request
 
 from service.api.app import _error, _redis_down
@@ -47,6 +49,33 @@ OURS = [
     e.NoScriptError("NOSCRIPT"),
     e.DataError("Invalid input of type: 'dict'."),
 ]
+
+
+async def _write_on_a_torn_down_connection() -> Exception:
+    """What redis-py 5.3's asyncio connection raises when a failover tore it down under a request (its
+    writer gone): AttributeError from inside redis-py, not a ConnectionError (redis/redis-py#4287)."""
+    connection = Connection()
+    try:
+        await connection._send_packed_command([b"PING"])  # never connected: no writer, as after a teardown
+    except AttributeError as exc:
+        return exc
+    raise AssertionError("redis-py wrote on a connection without a writer")
+
+
+async def test_a_write_on_a_connection_torn_down_in_a_failover_is_503() -> None:
+    exc = await _write_on_a_torn_down_connection()
+    assert _redis_down(exc)
+    assert (await _error(_request(), exc)).status_code == 503
+
+
+def test_an_attribute_error_of_our_own_stays_a_500() -> None:
+    writer: Any = None
+    try:
+        writer.writelines([b"PING"])  # the same error, raised outside redis-py
+    except AttributeError as exc:
+        assert not _redis_down(exc)
+    else:
+        raise AssertionError("no AttributeError")
 
 
 @pytest.mark.parametrize("exc", UNAVAILABLE, ids=lambda x: type(x).__name__)
