@@ -104,19 +104,28 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+# The ports this process handed out: one is free until whoever asked binds it (a server process may take
+# a second to start), so it is never handed out twice (two free_port() calls before either binds).
+_HANDED: set[int] = set()
+
+
 def free_port() -> int:
-    """A loopback TCP port that is free now and outside the ephemeral range where there is room."""
+    """A loopback TCP port that is free now, outside the ephemeral range where there is room, and not one
+    this process handed out before."""
     low, high = _ephemeral_range()
     candidates = [r for r in ((1024, low - 1), (high + 1, 65535)) if r[1] - r[0] >= 1000]
     rng = random.SystemRandom()
     for _ in range(200):
         first, last = rng.choice(candidates) if candidates else _LOW_PORTS
         port = rng.randint(first, last)
+        if port in _HANDED:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _HANDED.add(port)
             return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
