@@ -362,8 +362,8 @@ async def _full_trail_extra(redis: Any, run_ids: list[str]) -> float:
                 run, "poll", at_ms=at_ms, vendor_status=run.vendor_status or "processing", latency_ms=3
             )
             run = replace(run, **fields, polls=run.polls + 1, updated_at=at_ms, version=run.version + 1)
-        # A key as long as the run's own (keys.run: hb:{hb}:run:…): MEMORY USAGE counts the key too, and a
-        # longer one can land in a larger allocation.
+        # A key as long as the run's own (keys.run: hb:{<tag>}:run:…, in its shard): MEMORY USAGE counts
+        # the key too, and a longer one can land in a larger allocation.
         scratch = key.replace(":run:", ":rum:", 1)
         assert len(scratch) == len(key)
         await redis.set(scratch, run.to_json())

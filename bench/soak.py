@@ -96,9 +96,11 @@ def _slope_mb_per_h(series: list[tuple[float, float]], skip_s: float) -> float |
 
 
 def _kind(key: str) -> str:
-    """A key's kind, ids left out: ``hb:run:{run}:events`` -> ``hb:run:events``."""
-    if key.startswith(keys.PREFIX):  # the hash tag left out too
-        key = keys.ROOT + key.removeprefix(keys.PREFIX)
+    """A key's kind, ids left out: ``hb:{<tag>}:run:<run>:events`` -> ``hb:run:events``."""
+    if key.startswith(keys.ROOT + "{") and "}:" in key:
+        # The hash tag left out too: the store's, a run's shard's (a run's keys, its events', an
+        # idempotency record's) or a vendor's (its budget and pause).
+        key = keys.ROOT + key[key.index("}:") + 2 :]
     parts = key.split(":")
     if parts[0] != "hb":
         return parts[0] + ":" + (parts[1] if len(parts) > 1 else "")

@@ -2,7 +2,8 @@
 an earlier hookbridge 3 put every key under the store's one tag (``hb:{hb}:<name>``); today a run's keys
 are in its shard and the indexes of runs are one per shard. A store written in an old layout is invisible
 to this version until `hookbridge migrate-keys` moves it; then a pending run goes on and is called back,
-and its subscription, its history and their expiries are as they were.
+an event a lost relay left in its run's outbox is relayed by the sweeper, an idempotency key replays its
+run, and the subscription, the history and their expiries are as they were.
 
 The old layout is made here from a fresh stack's keys: the names after the prefix are the same in every
 version (tests/store/test_layout.py holds the rule as a table), and the per-shard indexes of runs are
@@ -12,20 +13,27 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from service.store import keys
+from service.core import domain, lifecycle
+from service.store import Applied, Store, connect, keys
 from service.store.layout import split, tagged
+from service.store.runs import RELAY_GRACE_MS
 from service.worker.runtime import WorkerRuntime
-from tests.conftest import ON_CLUSTER, Receiver, StackFactory, base_env, eventually
+from tests.conftest import ON_CLUSTER, Receiver, Stack, StackFactory, base_env, eventually
 
 pytestmark = pytest.mark.skipif(ON_CLUSTER, reason="migrate-keys runs on one Redis only (a cluster drains)")
 
 HOOKBRIDGE_2, EARLIER_3 = keys.ROOT, keys.PREFIX
+# The names (after the prefix) of what lives in a run's shard today; ``evt:<id>:pending`` stays under {hb}.
+OF_RUNS = re.compile(r"(run|doc|result|idem):|evt:[^:]+$|due:runs:|active:runs$|outbox$")
 
 
 def _to_old_layout(client: redis.Redis, old: str) -> int:
@@ -55,6 +63,41 @@ def _to_old_layout(client: redis.Redis, old: str) -> int:
     return made
 
 
+async def _submit_with_key(stack: Stack, key: str) -> dict[str, Any]:
+    """A run submitted with an ``Idempotency-Key`` (its record in the run's shard: Runs.new_run_id)."""
+    stack.api.headers["Idempotency-Key"] = key
+    try:
+        return await stack.submit("nutrient")
+    finally:
+        del stack.api.headers["Idempotency-Key"]
+
+
+async def _cancel_stranded(stack: Stack, run_id: str) -> tuple[str, int, list[bytes]]:
+    """Cancels the run as the API does, but the relay right after the transition is lost (a process that
+    died between the two): its run.canceled event stays in the run's outbox, its body stored, the run in
+    its shard's outbox index. Returns the event's id, the run's score in the outbox index and the
+    outbox's items."""
+    store = Store(connect(stack.settings), stack.settings)
+    try:
+        run = await store.runs.get_run(run_id)
+        assert run is not None
+        change = lifecycle.canceled(run, domain.now_ms(), settings=stack.settings, vendor_can_cancel=False)
+
+        async def lost(*args: object, **kwargs: object) -> object:
+            raise RedisConnectionError("connection lost")
+
+        store.runs.scripts.relay_fanout = lost  # type: ignore[method-assign]
+        outcome = await store.runs.transition(change)
+        assert isinstance(outcome, Applied) and outcome.deliveries == 0
+        [event] = change.events
+        score = await store.redis.zscore(keys.outbox(keys.shard_of(run_id)), run_id)
+        items = await store.redis.lrange(keys.run_outbox(run_id), 0, -1)  # type: ignore[misc]
+        assert score is not None and items  # stranded
+        return event.id, int(score), items
+    finally:
+        await store.close()
+
+
 def _migrate(redis_url: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKBRIDGE_")}
     env.update(base_env(redis_url))
@@ -68,44 +111,79 @@ async def test_a_store_of_an_earlier_layout_is_moved_and_its_pending_run_is_call
     make_stack: StackFactory, receiver: Receiver, old: str
 ) -> None:
     stack = await make_stack(worker=False)
-    sub = await stack.subscribe(receiver.url, event_types=["run.succeeded"])
+    sub = await stack.subscribe(receiver.url, event_types=["run.succeeded", "run.canceled"])
     runs = [await stack.submit("nutrient") for _ in range(6)]  # over several shards
+    runs.append(await _submit_with_key(stack, "order-7"))
+    idem = keys.idempotency("alice", "order-7")
+    # A run ended while its event waited in its outbox: the relay was lost, the sweeper's to do.
+    stranded = (await stack.submit("nutrient"))["id"]
+    event_id, outbox_score, outbox_items = await _cancel_stranded(stack, stranded)
+    ids = [r["id"] for r in runs]
     client = redis.Redis.from_url(stack.redis_url)
     try:
         made = _to_old_layout(client, old)
         assert made >= 4  # the runs, their documents, the listing, the due set, the subscription, ...
+        # The earlier layout as it was written: one index of each kind, every run's key under ``old``.
         due = client.zrange(old + "due:runs:nutrient", 0, -1, withscores=True)
-        assert sorted(m.decode() for m, _ in due) == sorted(r["id"] for r in runs)
-        assert (await stack.api.get(f"/v1/runs/{runs[0]['id']}")).status_code == 404  # not seen
+        assert sorted(m.decode() for m, _ in due) == sorted(ids)  # the runs in flight, not the canceled
+        assert sorted(m.decode() for m in client.smembers(old + "active:runs")) == sorted(ids)
+        assert client.zrange(old + "outbox", 0, -1, withscores=True) == [(stranded.encode(), outbox_score)]
+        idem_rest = idem[idem.index("}:") + 2 :]
+        assert client.exists(old + f"run:{stranded}:outbox", old + f"evt:{event_id}", old + idem_rest) == 3
+        assert client.exists(keys.run(ids[0]), keys.event(event_id), idem) == 0
+        assert (await stack.api.get(f"/v1/runs/{ids[0]}")).status_code == 404  # not seen
 
         moved = _migrate(stack.redis_url)
         assert moved.returncode == 0, moved.stderr
         counts = dict(item.split("=") for item in moved.stdout.split())
-        assert counts["kept"] == "0" and int(counts["split"]) == 2, moved.stdout  # the due set, active runs
+        # The due set, the unfinished runs and the outbox index, each split by member.
+        assert counts["kept"] == "0" and int(counts["split"]) == 3, moved.stdout
         assert int(counts["moved"]) >= 2 * len(runs), moved.stdout  # each run's record and document at least
+        assert client.exists(old + "due:runs:nutrient", old + "active:runs", old + "outbox") == 0
         left = [k.decode() for k in client.scan_iter(match=keys.ROOT + "*")]
         assert not [k for k in left if tagged(k) or split(k)]
-        # Each due entry is in its run's shard's set, with its score.
+        # Every key has a hash tag, and nothing of a run's (its keys, its events' bodies, its idempotency
+        # record, an index of runs) is left under the old prefix; the store's own keys stay under {hb}.
+        assert not [k for k in left if not k.startswith(keys.ROOT + "{")]
+        assert not [k for k in left if k.startswith(old) and OF_RUNS.match(k.removeprefix(old))]
+        # Each run's keys where today's code looks (in its shard), each index entry in its run's shard's
+        # set, with its score.
         for member, score in due:
             run_id = member.decode()
+            assert client.exists(keys.run(run_id), keys.document(run_id)) == 2, run_id
             assert client.zscore(keys.due_runs("nutrient", keys.shard_of(run_id)), run_id) == score
             assert client.sismember(keys.active_runs(keys.shard_of(run_id)), run_id)
+        assert client.zscore(keys.outbox(keys.shard_of(stranded)), stranded) == outbox_score
+        assert client.lrange(keys.run_outbox(stranded), 0, -1) == outbox_items
+        assert client.exists(keys.run(stranded), keys.event(event_id)) == 2
+        assert 0 < client.pttl(idem)  # the idempotency record, with its expiry
         again = _migrate(stack.redis_url)  # run twice: nothing left to move
         assert again.stdout.split() == ["moved=0", "kept=0", "expired=0", "split=0"]
     finally:
         client.close()
 
     assert (await stack.api.get(f"/v1/subscriptions/{sub['id']}")).json()["url"] == receiver.url
+    # The idempotency record is found: the same key replays the same run.
+    assert (await _submit_with_key(stack, "order-7"))["id"] == ids[-1]
+    # The sweeper finds the stranded outbox in its shard's index and relays its event (once its grace is
+    # over: the relay right after a transition may still be under way before).
+    store = Store(connect(stack.settings), stack.settings)
+    try:
+        assert await store.runs.stranded_count(outbox_score + RELAY_GRACE_MS) == 1
+        assert await store.runs.relay_stranded(outbox_score + RELAY_GRACE_MS) == 1
+    finally:
+        await store.close()
     worker = WorkerRuntime(stack.settings)
     task = asyncio.create_task(worker.run(serve_health=False))
     try:
 
         async def called_back() -> bool:
-            done = {r.json()["data"]["run"]["id"] for r in receiver.received}
-            return all(run["id"] in done for run in runs)
+            done = {(r.json()["type"], r.json()["data"]["run"]["id"]) for r in receiver.received}
+            return {("run.succeeded", i) for i in ids} | {("run.canceled", stranded)} <= done
 
         await eventually(called_back, what="the moved runs polled to their end and called back")
-        assert (await stack.api.get(f"/v1/runs/{runs[0]['id']}")).json()["status"] == "succeeded"
+        assert (await stack.api.get(f"/v1/runs/{ids[0]}")).json()["status"] == "succeeded"
+        assert (await stack.api.get(f"/v1/runs/{stranded}")).json()["status"] == "canceled"
     finally:
         worker.request_stop()
         await task
