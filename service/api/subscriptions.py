@@ -103,7 +103,7 @@ class SubscriptionRoutes(HTTPEndpoint):
         changes = await _changes(ctx, req)
         now = domain.now_ms()
         secret = new_secret()
-        sub_id = domain.new_id("sub")
+        sub_id = await ctx.store.subscriptions.new_subscription_id(client)
         secrets = ctx.store.subscriptions.seal_secrets(sub_id, [[secret, None]])
         sub = Subscription(
             id=sub_id, client=client, secrets=secrets, created_at=now, updated_at=now, **changes

@@ -137,17 +137,21 @@ def shard_of(identifier: str) -> int:
 
 def new_id_beside(prefix: str, other: str) -> str:
     """A new id in the same shard as the id ``other``: an event beside its run, so that the run's step
-    writes both in one place. :func:`new_id` with its last two characters (random bits) chosen among the
-    1,024 they may be, starting from the drawn ones: still unique, still sorted by time to the tenth of
-    a character; ~16 CRC-32 of a short string on average (microseconds)."""
+    writes both in one place (:func:`new_id_in_shard`)."""
+    return new_id_in_shard(prefix, shard_of(other))
+
+
+def new_id_in_shard(prefix: str, shard: int) -> str:
+    """A new id whose shard is ``shard``: :func:`new_id` with its last two characters (random bits) chosen
+    among the 1,024 they may be, starting from the drawn ones: still unique, still sorted by time to the
+    tenth of a character; ~16 CRC-32 of a short string on average (microseconds)."""
     drawn = new_id(prefix)
-    want = shard_of(other)
     head, start = drawn[:-2], _CROCKFORD.index(drawn[-2]) * 32 + _CROCKFORD.index(drawn[-1])
     crc = zlib.crc32(head.encode())
     for n in range(1024):
         tail = (start + n) % 1024
         pair = _CROCKFORD[tail >> 5] + _CROCKFORD[tail & 31]
-        if zlib.crc32(pair.encode(), crc) % SHARDS == want:
+        if zlib.crc32(pair.encode(), crc) % SHARDS == shard:
             return head + pair
     # Unreachable: CRC-32 is affine, so the last two characters move its low bits the same way whatever
     # comes before them, and they reach every shard (tests/unit/test_ids.py checks it).

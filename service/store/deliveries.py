@@ -6,16 +6,21 @@ hold a subscription (and a client) to its limit. Every change is one script: ``c
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from redis.asyncio import Redis
+
+from service.config.settings import Settings
 from service.core.domain import AttemptOutcome, DeliveryStatus
-from service.core.records import DELIVERY_HASH, Attempt, Delivery
+from service.core.records import DELIVERY_HASH, Attempt, Delivery, Subscription
 from service.store import fanout, keys
-from service.store.base import Part
+from service.store.base import Part, each_call
 from service.store.codec import ClaimedDelivery, claimed_deliveries, delivery_or_none, text, with_body
+from service.store.due import DueShards, interleaved
 from service.store.outcomes import Applied, Busy, Missing, RetryOutcome
 from service.store.pages import RECOVER_SCAN, Listing, oldest_first, page
+from service.store.scripts import Scripts
 
 # What the scripts are given of a delivery's hash, read first (they name its other keys).
 _CLAIM_FIELDS = [DELIVERY_HASH[f] for f in ("subscription_id", "event_id", "client")]
@@ -33,32 +38,66 @@ _RETRY: dict[str, RetryOutcome] = {"ok": Applied(), "in_flight": Busy(), "missin
 
 
 class Deliveries(Part):
-    async def claim_deliveries(
-        self, now_ms: int, limit: int, lease_ms: int, *, client_max: int | None = None
-    ) -> tuple[list[ClaimedDelivery], float | None]:
-        """``client_max``: a client's deliveries in flight at most (``CLIENT_MAX_IN_FLIGHT`` by default).
+    def __init__(self, redis: Redis, scripts: Scripts, settings: Settings) -> None:
+        super().__init__(redis, scripts, settings)
+        # The 16 due sets as this process knows them (store/due.py, as the runs' claim).
+        self._due = DueShards(refresh_ms=settings.worker_idle_s * 1000)
+        # Per client, the shards where this process parked its deliveries for want of room
+        # (claim_deliveries: ``held``); one comes back as each of the client's attempts here ends.
+        self.room_parked: dict[str, set[int]] = {}
 
-        The due ids are read first, then what each one names (its subscription, event and client), so
-        that ``claim_deliveries.lua`` is given every key it touches; with none due no script runs."""
-        due = keys.DUE_DELIVERIES
-        pipe = self.redis.pipeline(transaction=False)
-        # Past `limit`, so that parking one client's surplus does not take a claim per batch.
-        pipe.zrangebyscore(due, "-inf", now_ms, start=0, num=limit * 4)
-        pipe.zrange(due, 0, 0, withscores=True)
-        ids_raw, head = await pipe.execute()
-        ids = [text(i) for i in ids_raw]
-        if not ids:
-            return [], float(head[0][1]) if head else None
-        named = await self._named(ids, _CLAIM_FIELDS)
-        ks: list[str] = [due, keys.ACTIVE_DELIVERIES]
-        args: list[Any] = [
-            now_ms,
-            limit,
-            lease_ms,
-            self.settings.subscription_max_in_flight,
-            self.settings.client_max_in_flight if client_max is None else client_max,
-        ]
-        for dlv_id, (sid, evt, client) in zip(ids, named, strict=True):
+    async def claim_deliveries(
+        self,
+        now_ms: int,
+        limit: int,
+        lease_ms: int,
+        *,
+        client_max: int | None = None,
+        held: Mapping[str, int] | None = None,
+    ) -> tuple[list[ClaimedDelivery], float | None]:
+        """Claims up to ``limit`` due deliveries over the 16 shards' due sets, a client at most
+        ``client_max`` in flight in a shard (``CLIENT_MAX_IN_FLIGHT`` by default), and at most
+        ``client_max`` with ``held`` (per client, the deliveries this process has in flight already):
+        the client's surplus beyond that is parked, and comes back one for each of the client's attempts
+        here that ends (:meth:`unpark`).
+
+        In steps, each in one slot: the due ids of the shards this process believes due (store/due.py),
+        past ``limit`` (so that parking one client's surplus does not take a claim per batch), one round
+        trip; what each one names (its subscription, event and client), one round trip; then
+        ``claim_deliveries.lua`` once per shard, all in one round trip; the bodies, read after."""
+        cap = self.settings.client_max_in_flight if client_max is None else client_max
+        found = await self._due_ids(now_ms, limit * 4)
+        picked = interleaved(found, limit * 4)
+        if not picked:
+            return [], self._due.earliest()
+        named = await self._named([dlv_id for _, dlv_id in picked], _CLAIM_FIELDS)
+        room: dict[str, int] = {}
+        planned: dict[str, int] = {}
+        calls: dict[int, tuple[list[str], list[Any]]] = {}
+        limits: dict[int, int] = {}
+        takes = 0
+        for (shard, dlv_id), (sid, evt, client) in zip(picked, named, strict=True):
+            if client not in room:
+                room[client] = cap - (held or {}).get(client, 0)
+            mode = "take"
+            if sid and evt:
+                if room[client] <= 0:
+                    mode = "park"
+                    self.room_parked.setdefault(client, set()).add(shard)
+                elif planned.get(client, 0) >= room[client] or takes >= limit:
+                    continue  # left due: the next claim's
+                else:
+                    planned[client] = planned.get(client, 0) + 1
+            if mode == "take":
+                takes += 1
+                limits[shard] = limits.get(shard, 0) + 1
+            ks, args = calls.setdefault(
+                shard,
+                (
+                    [keys.due_deliveries(shard), keys.active_deliveries(shard)],
+                    [now_ms, 0, lease_ms, self.settings.subscription_max_in_flight, cap],
+                ),
+            )
             dkey = keys.delivery(dlv_id)
             if sid and evt:
                 ks += [
@@ -67,22 +106,75 @@ class Deliveries(Part):
                     keys.sub_inflight(sid),
                     keys.sub_parked(sid),
                     keys.sub_budget(sid),
-                    keys.client_inflight(client),
-                    keys.client_parked(client),
+                    keys.client_inflight(client, shard),
+                    keys.client_parked(client, shard),
                 ]
             else:  # gone, or names no event: the script only ends it (the delivery key stands in)
                 ks += [dkey] * 7
-            args += [dlv_id, sid, evt, client]
-        claimed, nxt = claimed_deliveries(await self.scripts.claim_deliveries(keys=ks, args=args))
+            args += [dlv_id, sid, evt, client, mode]
+        for shard, (_, args) in calls.items():
+            args[1] = limits.get(shard, 0)
+        replies = await each_call(self.redis, self.scripts.claim_deliveries, list(calls.values()))
+        claimed: list[tuple[Delivery, Subscription | None]] = []
+        for shard, reply in zip(calls, replies, strict=True):
+            got, nxt = claimed_deliveries(reply)
+            claimed += got
+            self._due.next_due[shard] = nxt
         if not claimed:
-            return [], nxt
-        # The events' bodies, read after the claim (they live with the run that emitted them, which in
-        # stage two of the shards is not the delivery's slot): one round trip for the batch.
+            return [], self._due.earliest()
+        # The events' bodies, read after the claim (they live with the run that emitted them, in the
+        # run's shard): one round trip for the batch.
+        read = await self.values(keys.event(dlv.event_id) for dlv, _ in claimed)
+        done = [with_body(dlv, sub, body) for (dlv, sub), body in zip(claimed, read, strict=True)]
+        return done, self._due.earliest()
+
+    async def _due_ids(self, now_ms: int, limit: int) -> dict[int, list[str]]:
+        """The due ids (at most ``limit`` a shard) of the shards this process believes due, and every
+        shard's once per ``WORKER_IDLE_S``, with each one's head (one round trip)."""
+        shards = self._due.to_read(now_ms)
         pipe = self.redis.pipeline(transaction=False)
-        for dlv, _ in claimed:
-            pipe.get(keys.event(dlv.event_id))
-        read = await pipe.execute()
-        return [with_body(dlv, sub, body) for (dlv, sub), body in zip(claimed, read, strict=True)], nxt
+        for shard in shards:
+            pipe.zrangebyscore(keys.due_deliveries(shard), "-inf", now_ms, start=0, num=limit)
+            pipe.zrange(keys.due_deliveries(shard), 0, 0, withscores=True)
+        read = await pipe.execute() if shards else []
+        found: dict[int, list[str]] = {}
+        for n, shard in enumerate(shards):
+            ids, head = read[2 * n], read[2 * n + 1]
+            if ids:
+                found[shard] = [text(i) for i in ids]
+            self._due.next_due[shard] = float(head[0][1]) if head else None
+        return found
+
+    def forget_due(self) -> None:
+        """Drops what this process knows of the due sets: the next claim reads every shard."""
+        self._due = DueShards(refresh_ms=self._due.refresh_ms)
+
+    def _due_now(self, shard: int, now_ms: float) -> None:
+        """Something of ``shard`` was made due by this process (a chain's next, a parked delivery back):
+        its next claim reads that shard."""
+        known = self._due.next_due[shard]
+        self._due.next_due[shard] = now_ms if known is None else min(known, now_ms)
+
+    async def unpark(self, client: str, now_ms: int) -> bool:
+        """One of ``client``'s attempts here ended: one of the deliveries this process parked for want of
+        room for that client comes back to its due set (a shard's oldest, the shards in turn). False when
+        none was parked here."""
+        shards = self.room_parked.get(client)
+        if not shards:
+            self.room_parked.pop(client, None)
+            return False
+        shard = min(shards)
+        left = int(
+            await self.scripts.unpark(
+                keys=[keys.client_parked(client, shard), keys.due_deliveries(shard)], args=[now_ms]
+            )
+        )
+        if not left:
+            shards.discard(shard)
+            if not shards:
+                self.room_parked.pop(client, None)
+        self._due_now(shard, now_ms)
+        return True
 
     async def _named(self, ids: Sequence[str], fields: Sequence[str]) -> list[list[str]]:
         """``fields`` of each delivery hash, as text ("" for a field or a hash that is gone)."""
@@ -93,16 +185,18 @@ class Deliveries(Part):
 
     async def release_deliveries(self, leases: Sequence[tuple[str, str, str, float]], now_ms: int) -> int:
         """Makes leased deliveries (id, subscription id, client, lease end ms) due now and frees their
-        subscription's and client's in-flight slots, each only while its lease is still the one taken."""
-        if not leases:
-            return 0
-        args: list[Any] = [now_ms]
-        inflight: list[str] = []
+        subscription's and client's in-flight slots, each only while its lease is still the one taken:
+        one call per shard."""
+        calls: dict[int, tuple[list[str], list[Any]]] = {}
         for dlv_id, sub, client, lease_end in leases:
+            shard = keys.shard_of(dlv_id)
+            due = keys.due_deliveries(shard)
+            ks, args = calls.setdefault(shard, ([due], [now_ms]))
             args += [dlv_id, lease_end]
-            inflight.append(keys.sub_inflight(sub) if sub else keys.DUE_DELIVERIES)
-            inflight.append(keys.client_inflight(client) if client else keys.DUE_DELIVERIES)
-        return int(await self.scripts.release(keys=[keys.DUE_DELIVERIES, *inflight], args=args))
+            ks.append(keys.sub_inflight(sub) if sub else due)
+            ks.append(keys.client_inflight(client, shard) if client else due)
+        replies = await each_call(self.redis, self.scripts.release, list(calls.values()))
+        return sum(int(n) for n in replies)
 
     async def record_attempt(
         self,
@@ -142,25 +236,30 @@ class Deliveries(Part):
             if not sid:
                 return ""  # gone
             ops.update(sid=sid, run_id=run_id, evt=evt, client=client)
+            shard = keys.shard_of(delivery_id)
             ks = [
                 keys.delivery(delivery_id),
                 keys.delivery_attempts(delivery_id),
                 keys.subscription(sid),
                 keys.sub_inflight(sid),
                 keys.sub_parked(sid),
-                keys.client_inflight(client),
-                keys.client_parked(client),
-                keys.DUE_DELIVERIES,
-                keys.ACTIVE_DELIVERIES,
+                keys.client_inflight(client, shard),
+                keys.client_parked(client, shard),
+                keys.due_deliveries(shard),
+                keys.active_deliveries(shard),
                 keys.chain(sid, run_id),
-                keys.event_pending(evt),
             ]
             reply = await self.scripts.delivery_result(keys=ks, args=[json.dumps(ops)])
             if text(reply[0]) != "stale":
+                if text(reply[0]) == "ok":
+                    self._due_now(shard, now_ms)  # a chain's next or a parked one may be due now
                 if len(reply) > 2 and int(reply[2]):
-                    # Zero retention: the event's last delivery ended, its body (the result) goes. Were
-                    # this process to die first, the body would stay until its expiry (RETENTION_S).
-                    await self.redis.delete(keys.event(evt))
+                    # Zero retention: a delivery of the event ended for good; the last one's end drops the
+                    # body (the result), in the event's shard. Were this process to die first, the body
+                    # would stay until its expiry (RETENTION_S).
+                    await self.scripts.pending_done(
+                        keys=[keys.event_pending(evt), keys.event(evt)], args=[self.retention_ms]
+                    )
                 return text(reply[1]) if len(reply) > 1 else ""
         raise fanout.StaleFanout(f"delivery {delivery_id} kept changing")
 
@@ -227,16 +326,17 @@ class Deliveries(Part):
             [(sid, client, run_id)] = await self._named([delivery_id], _RETRY_FIELDS)
             if not sid:
                 return Missing()
+            shard = keys.shard_of(delivery_id)
             ks = [
                 keys.delivery(delivery_id),
                 keys.delivery_attempts(delivery_id),
                 keys.sub_inflight(sid),
-                keys.client_inflight(client),
+                keys.client_inflight(client, shard),
                 keys.sub_parked(sid),
-                keys.client_parked(client),
+                keys.client_parked(client, shard),
                 keys.chain(sid, run_id),
-                keys.DUE_DELIVERIES,
-                keys.ACTIVE_DELIVERIES,
+                keys.due_deliveries(shard),
+                keys.active_deliveries(shard),
             ]
             reply = text(await self.scripts.retry_delivery(keys=ks, args=[now_ms, sid, client, run_id]))
             if reply != "stale":

@@ -1,43 +1,157 @@
-"""The keys of one fan-out, declared by the caller in the order ``lua/_fanout.lua`` reads them.
+"""A fan-out: an event's deliveries, one per matching active subscription of its client, each in its
+subscription's shard, then its place in the client's feed (docs/shards.md).
 
-A script never builds a key (``scripts.py``), so the subscriptions an event goes to are read first, with
-a plain ZRANGE of the client's directory, and their keys declared; the script reads the directory again
-and answers ``stale`` (writing nothing) when a subscription the events would go to was not declared,
-so a subscription created in between still gets its deliveries, as it did when the script read the
-directory itself."""
+Two kinds of step, each in one slot, each safe to repeat: per shard holding some of the client's
+subscriptions, ``fanout_deliveries.lua`` creates the deliveries there (a delivery's id is the event's and
+the subscription's, minted into the subscription's shard, so a repeat creates nothing twice); then, in
+the client's slot, ``relay_feed.lua`` appends the events to the feed, after reading the client's
+directory again: a subscription created since the caller read it makes the answer ``stale``, and the
+caller fans out again (:data:`STALE_TRIES`). There is never an event in the feed without its
+deliveries. A script never builds a key (``scripts.py``): this module declares them, in the order the
+scripts read them."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from service.store import keys
 
 
 def delivery_id(event_id: str, sub_id: str, n: int = 0) -> str:
-    """A delivery's id, the same for the same event and subscription (``_fanout.lua`` mints it the same
-    way: a fan-out that runs twice creates nothing twice); ``n`` > 0: the n-th other candidate."""
+    """A candidate delivery id for the event and the subscription (the same every time); ``n`` > 0: the
+    n-th other candidate."""
     seed = f"{event_id}:{sub_id}" if n == 0 else f"{event_id}:{sub_id}:{n}"
     return "dlv_" + hashlib.sha1(seed.encode()).hexdigest()[:26]
 
 
 def delivery_id_in_shard(event_id: str, sub_id: str) -> str:
-    """The delivery's id in its subscription's shard (issue 26's layout: a delivery's claim and result
-    stay in one slot with its subscription): still deterministic, still ``dlv_`` and 26 hex digits."""
+    """The delivery's id: the first candidate in its subscription's shard (a delivery's claim and result
+    stay in one slot with its subscription), still deterministic, still ``dlv_`` and 26 hex digits."""
     return keys.in_shard(lambda n: delivery_id(event_id, sub_id, n), keys.shard_of(sub_id))
 
 
-def block(client: str, run_id: str, event_ids: Sequence[str], sub_ids: Sequence[str]) -> list[str]:
-    """The fan-out block: the client's feed, the active and due deliveries; per event its pending count
-    (zero retention); per subscription its hash, delivery log and chain for ``run_id``; per event, per
-    subscription, the delivery. No event's body: it lives in its run's shard, stored before the fan-out
-    (by the transition that emits it, or by ``emit_test_event``)."""
-    out = [keys.client_feed(client), keys.ACTIVE_DELIVERIES, keys.DUE_DELIVERIES]
-    out += [keys.event_pending(event_id) for event_id in event_ids]
-    for sub_id in sub_ids:
-        out += [keys.subscription(sub_id), keys.sub_deliveries(sub_id), keys.chain(sub_id, run_id)]
-    out += [keys.delivery(delivery_id(e, s)) for e in event_ids for s in sub_ids]
+@dataclass(frozen=True)
+class Event:
+    """An event to fan out, as the scripts take it: ``before``, fanned out earlier (the relay's mark
+    says so: its deliveries are only reported); ``zr``, its run keeps nothing (zero retention);
+    ``body``/``feed``: its packed body, and zero retention's feed body (without the result)."""
+
+    id: str
+    type: str
+    now: int
+    body: bytes
+    vendor: str | None = None
+    feed: bytes | None = None
+    before: bool = False
+    zr: bool = False
+
+
+def by_shard(subs: Sequence[str]) -> dict[int, list[str]]:
+    """The subscriptions grouped by their shard, each group in the order given."""
+    out: dict[int, list[str]] = {}
+    for sub_id in subs:
+        out.setdefault(keys.shard_of(sub_id), []).append(sub_id)
     return out
+
+
+def deliveries_calls(
+    client: str, run_id: str, events: Sequence[Event], subs: Sequence[str], *, any_type: bool = False
+) -> list[tuple[list[str], list[Any]]]:
+    """``fanout_deliveries.lua``'s KEYS and ARGV, one call per shard of ``subs``."""
+    calls = []
+    for shard, group in by_shard(subs).items():
+        ks = [keys.active_deliveries(shard), keys.due_deliveries(shard)]
+        for sub_id in group:
+            ks += [keys.subscription(sub_id), keys.sub_deliveries(sub_id), keys.chain(sub_id, run_id)]
+        dlv = [delivery_id_in_shard(e.id, s) for e in events for s in group]
+        ks += [keys.delivery(d) for d in dlv]
+        ops = {
+            "run_id": run_id,
+            "client": client,
+            "subs": group,
+            "events": [
+                {"id": e.id, "type": e.type, "now": e.now, "before": e.before, "zr": e.zr} for e in events
+            ],
+            "dlv": dlv,
+            "any_type": any_type,
+        }
+        calls.append((ks, [json.dumps(ops, separators=(",", ":"))]))
+    return calls
+
+
+@dataclass
+class Fanned:
+    """What the deliveries' steps did: how many they created, and per event its deliveries' ids."""
+
+    created: int
+    deliveries: list[list[str]]
+
+
+def merged(events: Sequence[Event], replies: Sequence[Any]) -> Fanned:
+    """The replies of :func:`deliveries_calls`' calls, as one."""
+    out = Fanned(0, [[] for _ in events])
+    for reply in replies:
+        out.created += int(reply[0])
+        raw = reply[1].decode() if isinstance(reply[1], bytes) else reply[1]
+        for ids, found in zip(out.deliveries, json.loads(raw), strict=True):
+            if found:  # {} (Lua's empty table) or a list of ids
+                ids += found
+    return out
+
+
+def dropped(event: Event, dlv: Sequence[str]) -> bool:
+    """A run.progress event that no subscription asked for: kept in the feed only (its stored body is
+    dropped by the relay's last step)."""
+    return not dlv and event.type == "run.progress"
+
+
+def feed_call(
+    mode: str,
+    client: str,
+    run_id: str,
+    entries: Sequence[tuple[int | None, Sequence[Event]]],
+    fanned: Fanned,
+    *,
+    subs: Sequence[str] = (),
+    sub_filter: Sequence[str] = (),
+    mark_ms: int = 0,
+    retention_ms: int,
+) -> tuple[list[str], list[Any]]:
+    """``relay_feed.lua``'s KEYS and ARGV: ``entries``, (the run's version after the transition that
+    emitted them, the events). The feed keeps an event's body itself when its key does not keep it for
+    as long: an event dropped (:func:`dropped`), and zero retention's (its feed body)."""
+    feed = keys.client_feed(client)
+    ks = [keys.client_subs(client), keys.relayed(client, run_id), feed] if mode == "relay" else [feed] * 3
+    args: list[Any] = [""]
+    out = []
+    n = 0
+    for version, events in entries:
+        listed = []
+        for event in events:
+            row: dict[str, Any] = {"id": event.id, "type": event.type, "n": len(event.body)}
+            if event.vendor:
+                row["vendor"] = event.vendor
+            if dropped(event, fanned.deliveries[n]) or event.zr:
+                args.append(event.feed if event.feed is not None else event.body)
+                row["body"] = len(args)
+            listed.append(row)
+            n += 1
+        out.append({"v": version, "events": listed})
+    ops = {
+        "mode": mode,
+        "run_id": run_id,
+        "subs": list(subs),
+        "sub_filter": list(sub_filter),
+        "mark_ms": mark_ms,
+        "retention_ms": retention_ms,
+        "entries": out,
+    }
+    args[0] = json.dumps(ops, separators=(",", ":"))
+    return ks, args
 
 
 # How often a fan-out is tried again after ``stale`` (a subscription created between the read and the

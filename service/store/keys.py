@@ -2,9 +2,10 @@
 
 Every key starts with ``hb:`` and a hash tag (docs/shards.md): a run's keys, and those of the events
 it emits and of an idempotency record, have their shard's (``hb:{<tag>}:``, ``of(id)``: the id alone
-says which); the per-shard indexes of runs theirs; a vendor's budget and pause the vendor's own
-(``hb:{v:<vendor>}:``); every other key, the subscriptions' and the clients', the store's one tag
-(``hb:{hb}:``, ``PREFIX``) until they move too. Below, ``hb:<s>:`` is a shard's prefix and ``hb:`` the
+says which), and so do a subscription's and its deliveries' (a delivery's id is minted in its
+subscription's shard); the per-shard indexes of runs and deliveries theirs; a vendor's budget and pause
+the vendor's own (``hb:{v:<vendor>}:``); every other key, the clients', the store's one tag
+(``hb:{hb}:``, ``PREFIX``). Below, ``hb:<s>:`` is a shard's prefix and ``hb:`` the
 store's. The scripts in lua/ never build one: every key a script touches is passed in its ``KEYS``,
 built here. Values:
 
@@ -23,7 +24,7 @@ hb:<s>:outbox                     zset    the shard's runs whose outbox holds ev
                                           oldest: the sweeper relays what a crash left behind
 hb:<s>:evt:{evt}                  string  the event's body, the exact bytes sent, packed (bodies.py); in
                                           its run's shard (its id is minted there: new_id_beside)
-hb:evt:{evt}:pending              string  zero retention only: deliveries of the event not yet final
+hb:<s>:evt:{evt}:pending          string  zero retention only: deliveries of the event not yet final
 hb:client:{client}:runs           zset    run ids by creation time (listing)
 hb:client:{client}:relayed:{run}  string  the relay's mark: the run's version whose outbox entry was the
                                           last fanned out, kept RELAY_MARK_MS (a relay whose last step
@@ -37,28 +38,28 @@ hb:client:{client}:feed           stream  the client's events in emission order 
                                           not keep it; trimmed to RETENTION_S (MINID) at each append
 hb:client:{client}:streams        zset    the client's open event streams and waiting long-polls,
                                           by lease expiry (the per-client cap)
-hb:sub:{sub}                      hash    the subscription (lists as JSON strings), health counters
-hb:sub:{sub}:deliveries           zset    delivery ids by creation time (the delivery log)
-hb:sub:{sub}:inflight             zset    delivery ids being attempted, by lease expiry
-hb:sub:{sub}:parked               zset    the subscription's due deliveries held back by its in-flight
+hb:<s>:sub:{sub}                  hash    the subscription (lists as JSON strings), health counters
+hb:<s>:sub:{sub}:deliveries       zset    delivery ids by creation time (the delivery log)
+hb:<s>:sub:{sub}:inflight         zset    delivery ids being attempted, by lease expiry
+hb:<s>:sub:{sub}:parked           zset    the subscription's due deliveries held back by its in-flight
                                           limit, by due time; they return to the due set as its
                                           deliveries end (as many as it then has room for)
-hb:chain:{sub}:{run}              list    undelivered deliveries of one run to one subscription, in
+hb:<s>:chain:{sub}:{run}          list    undelivered deliveries of one run to one subscription, in
                                           order; only the head is ever due (ordering per run)
-hb:dlv:{dlv}                      hash    one delivery: event, subscription, status, attempts, ...
-hb:dlv:{dlv}:attempts             list    every attempt as JSON
+hb:<s>:dlv:{dlv}                  hash    one delivery: event, subscription, status, attempts, ...
+hb:<s>:dlv:{dlv}:attempts         list    every attempt as JSON
 hb:<s>:due:runs:{vendor}          zset    the shard's run ids by the time their next step is due (or
                                           lease end); a worker reads those it believes due (due.py)
-hb:due:deliveries                 zset    delivery ids by the time their next attempt is due
+hb:<s>:due:deliveries             zset    the shard's delivery ids by the time their next attempt is due
 hb:<s>:active:runs                set     the shard's runs not finished (the sweeper walks these)
-hb:active:deliveries              set     deliveries pending
+hb:<s>:active:deliveries          set     the shard's deliveries pending
 hb:<s>:idem:{client}:{sha}        string  "fingerprint run_id" for Idempotency-Key (sha: sha256 of the
                                           key), with a TTL, in the shard of ``{client}:{sha}``: the run's
 hb:{v:<vendor>}:budget            string  the vendor budget's theoretical arrival time (GCRA), ms; under
                                           the vendor's own tag (``vendor_prefix``), as is its pause
-hb:budget:sub:{sub}               string  the same for a subscription's delivery rate
-hb:dlvclient:{client}:inflight    zset    a client's deliveries being attempted, by lease expiry
-hb:dlvclient:{client}:parked      zset    a client's due deliveries held back by its in-flight limit,
+hb:<s>:budget:sub:{sub}           string  the same for a subscription's delivery rate
+hb:<s>:dlvclient:{client}:inflight zset   a client's deliveries in the shard being attempted, by lease
+hb:<s>:dlvclient:{client}:parked zset     a client's due deliveries in the shard held back by its limit
                                           by due time; one returns to the due set as one ends
 hb:{v:<vendor>}:pause             hash    the vendor's pause after a 429: until (ms), streak (429s in a
                                           row), probe (the one request allowed out after it), probe_exp
@@ -78,16 +79,14 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from service.core import domain
 
-# Every key starts with ``hb:``. The store's own tag (``{hb}``) holds what has not moved to a shard yet:
-# the subscriptions', the deliveries' and the clients' keys (docs/shards.md, what is left of stage two).
+# Every key starts with ``hb:``. The store's own tag (``{hb}``) holds what has not moved to a shard: the
+# clients' keys (their directory of subscriptions, listing, feed, rates; docs/shards.md).
 ROOT = "hb:"
 TAG = "hb"
 PREFIX = f"{ROOT}{{{TAG}}}:"
-DUE_DELIVERIES = f"{PREFIX}due:deliveries"
-ACTIVE_DELIVERIES = f"{PREFIX}active:deliveries"
 WORKERS = f"{PREFIX}worker:"
-# Per-client delivery bookkeeping (client_inflight, client_parked).
-DELIVERY_CLIENT = f"{PREFIX}dlvclient:"
+# A pattern that matches a key of every shard (``SCAN MATCH``: braces are not special in a glob).
+ANY_SHARD = f"{ROOT}{{*}}:"
 
 
 def of(identifier: str) -> str:
@@ -121,7 +120,8 @@ def event(event_id: str) -> str:
 
 
 def event_pending(event_id: str) -> str:
-    return f"{PREFIX}evt:{event_id}:pending"
+    """Zero retention: the event's deliveries not yet final, beside its body (what drops the body)."""
+    return f"{of(event_id)}evt:{event_id}:pending"
 
 
 def client_runs(client: str) -> str:
@@ -158,39 +158,54 @@ def client_streams(client: str) -> str:
 
 
 def subscription(sub_id: str) -> str:
-    return f"{PREFIX}sub:{sub_id}"
+    """A subscription's hash, in its shard (its id is minted there: ``Subscriptions.new_subscription_id``),
+    with everything its deliveries' claim and result change: its log, in-flight, parked, rate budget, its
+    chains and its deliveries."""
+    return f"{of(sub_id)}sub:{sub_id}"
 
 
 def sub_deliveries(sub_id: str) -> str:
-    return f"{PREFIX}sub:{sub_id}:deliveries"
+    return f"{of(sub_id)}sub:{sub_id}:deliveries"
 
 
 def sub_inflight(sub_id: str) -> str:
-    return f"{PREFIX}sub:{sub_id}:inflight"
+    return f"{of(sub_id)}sub:{sub_id}:inflight"
 
 
 def sub_parked(sub_id: str) -> str:
-    return f"{PREFIX}sub:{sub_id}:parked"
+    return f"{of(sub_id)}sub:{sub_id}:parked"
 
 
-def client_inflight(client: str) -> str:
-    return f"{DELIVERY_CLIENT}{client}:inflight"
+def client_inflight(client: str, shard: int) -> str:
+    """A client's deliveries being attempted in ``shard`` (its subscriptions' there)."""
+    return f"{shard_prefix(shard)}dlvclient:{client}:inflight"
 
 
-def client_parked(client: str) -> str:
-    return f"{DELIVERY_CLIENT}{client}:parked"
+def client_parked(client: str, shard: int) -> str:
+    return f"{shard_prefix(shard)}dlvclient:{client}:parked"
 
 
 def chain(sub_id: str, run_id: str) -> str:
-    return f"{PREFIX}chain:{sub_id}:{run_id}"
+    return f"{of(sub_id)}chain:{sub_id}:{run_id}"
 
 
 def delivery(dlv_id: str) -> str:
-    return f"{PREFIX}dlv:{dlv_id}"
+    """A delivery's hash, in its subscription's shard (its id is minted there:
+    ``fanout.delivery_id_in_shard``)."""
+    return f"{of(dlv_id)}dlv:{dlv_id}"
 
 
 def delivery_attempts(dlv_id: str) -> str:
-    return f"{PREFIX}dlv:{dlv_id}:attempts"
+    return f"{of(dlv_id)}dlv:{dlv_id}:attempts"
+
+
+def due_deliveries(shard: int) -> str:
+    """The shard's delivery ids by the time their next attempt is due (or lease end)."""
+    return f"{shard_prefix(shard)}due:deliveries"
+
+
+def active_deliveries(shard: int) -> str:
+    return f"{shard_prefix(shard)}active:deliveries"
 
 
 def due_runs(vendor: str, shard: int) -> str:
@@ -231,7 +246,7 @@ def vendor_budget(vendor: str) -> str:
 
 
 def sub_budget(sub_id: str) -> str:
-    return f"{PREFIX}budget:sub:{sub_id}"
+    return f"{of(sub_id)}budget:sub:{sub_id}"
 
 
 def client_rate(name: str, client: str) -> str:

@@ -1,21 +1,23 @@
 """Moving a store that an earlier hookbridge wrote to today's key layout: `hookbridge migrate-keys`.
 
 hookbridge 2 named its keys ``hb:<name>``; an earlier hookbridge 3 put them all under one hash tag,
-``hb:{hb}:<name>`` (stage one of the virtual shards, docs/shards.md). Today a run's keys, and those of
-the events it emits and of an idempotency record, live in their shard (``keys.of``: ``hb:{<tag>}:``,
-found from the id alone), the per-shard indexes of runs (due sets, unfinished runs, outboxes) are one
-per shard, a vendor's budget and pause have the vendor's own tag (``hb:{v:<vendor>}:``), and every other
-key the store's (``keys.PREFIX``). A key named by an id moves with a ``RENAMENX`` (which keeps its
-value and expiry); an index of runs is split by member into its shards' (scores and expiry kept), then
-dropped. A vendor's budget and pause where they are not moved (a cluster, where this does not run) only
-expire: the vendor's budget starts afresh (one burst at most) and a pause in force is forgotten (the
-vendor's next 429 pauses it again).
+``hb:{hb}:<name>`` (stage one of the virtual shards, docs/shards.md). Today a run's keys, and those of the
+events it emits, of an idempotency record, of a subscription and of a delivery, live in their shard
+(``keys.of``: ``hb:{<tag>}:``, found from the id alone), the indexes of runs and of deliveries (due sets,
+unfinished ones, outboxes, a client's deliveries in flight and parked) are one per shard, a vendor's budget
+and pause have the vendor's own tag (``hb:{v:<vendor>}:``), and every other key the store's (``keys.PREFIX``).
+A key named by an id moves with a ``RENAMENX`` (which keeps its value and expiry); an index of runs is split
+by member into its shards' (scores and expiry kept), then dropped. A delivery made before its id was minted in
+its subscription's shard moves to its own id's shard: on one Redis, where this runs, a script may touch keys
+of several shards, so it is claimed and ended as before. A vendor's budget and pause where they are not moved
+(a cluster, where this does not run) only expire: the vendor's budget starts afresh (one burst at most) and a
+pause in force is forgotten (the vendor's next 429 pauses it again).
 
-On one Redis or Sentinel only (hookbridge 2 never ran on a cluster; an earlier hookbridge 3 on a cluster
-is drained instead: docs/deploy.md), with every earlier process stopped first (one still writing would
-write keys of its own layout after they were moved). It can be run again: a key moved already is not
-seen, and a key of today's layout that exists already is never overwritten (counted as ``kept``, its
-old twin left for an operator to look at). At most ``batch`` keys are held at once."""
+On one Redis or Sentinel only (hookbridge 2 never ran on a cluster; an earlier hookbridge 3 on a cluster is
+drained instead: docs/deploy.md), with every earlier process stopped first (one still writing would write keys
+of its own layout after they were moved). It can be run again: a key moved already is not seen, and a key of
+today's layout that exists already is never overwritten (counted as ``kept``, its old twin left for an
+operator to look at). At most ``batch`` keys are held at once."""
 
 from __future__ import annotations
 
@@ -27,14 +29,24 @@ from redis.exceptions import ResponseError
 from service.store import keys
 from service.store.codec import text
 
-# The indexes of runs that are one per shard today: (name after the prefix, builder of a shard's).
-_SPLIT: dict[str, Callable[[int], str]] = {"active:runs": keys.active_runs, "outbox": keys.outbox}
+# The indexes that are one per shard today: (name after the prefix, builder of a shard's).
+_SPLIT: dict[str, Callable[[int], str]] = {
+    "active:runs": keys.active_runs,
+    "outbox": keys.outbox,
+    "due:deliveries": keys.due_deliveries,
+    "active:deliveries": keys.active_deliveries,
+}
 
 
 def _split_index(rest: str) -> Callable[[int], str] | None:
     if rest.startswith("due:runs:"):
         vendor = rest.removeprefix("due:runs:")
         return lambda shard: keys.due_runs(vendor, shard)
+    if rest.startswith("dlvclient:") and rest.endswith((":inflight", ":parked")):
+        client, _, kind = rest.removeprefix("dlvclient:").rpartition(":")
+        if kind == "inflight":
+            return lambda shard: keys.client_inflight(client, shard)
+        return lambda shard: keys.client_parked(client, shard)
     return _SPLIT.get(rest)
 
 
@@ -42,12 +54,14 @@ def _by_id(rest: str) -> str | None:
     """Today's key for a key named by a run's, an event's or an idempotency record's id (``rest``: its
     name after the prefix), or None for any other."""
     kind, _, tail = rest.partition(":")
-    if kind in ("run", "doc", "result") and tail:
+    if kind in ("run", "doc", "result", "sub", "dlv", "chain", "evt") and tail:
+        # The id is the first name after the kind: a run's, a subscription's (its chains too), a
+        # delivery's, an event's (its pending count too).
         return keys.of(tail.partition(":")[0]) + rest
-    if kind == "evt" and tail and not tail.endswith(":pending"):
-        return keys.of(tail) + rest
     if kind == "idem" and tail:
         return keys.of(tail) + rest
+    if rest.startswith("budget:sub:") and (sub_id := rest.removeprefix("budget:sub:")):
+        return keys.of(sub_id) + rest
     return None
 
 

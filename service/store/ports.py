@@ -4,7 +4,7 @@ not reach consumers that never call it. The aggregates (``runs.Runs``, ...) fit 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from service.core.domain import AttemptOutcome
@@ -76,8 +76,18 @@ class DeliveryClaims(Protocol):
     """What the delivery pump claims and hands back."""
 
     async def claim_deliveries(
-        self, now_ms: int, limit: int, lease_ms: int, *, client_max: int | None = None
+        self,
+        now_ms: int,
+        limit: int,
+        lease_ms: int,
+        *,
+        client_max: int | None = None,
+        held: Mapping[str, int] | None = None,
     ) -> tuple[list[ClaimedDelivery], float | None]: ...
+
+    async def unpark(self, client: str, now_ms: int) -> bool: ...
+
+    def forget_due(self) -> None: ...
 
     async def release_deliveries(self, leases: Sequence[tuple[str, str, str, float]], now_ms: int) -> int: ...
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -54,6 +54,7 @@ class _Entry:
     head: Any
     ops: dict[str, Any]
     items: int
+    events: tuple[fanout.Event, ...] = ()
 
 
 def _outbox_entries(items: Sequence[Any]) -> list[_Entry]:
@@ -62,9 +63,41 @@ def _outbox_entries(items: Sequence[Any]) -> list[_Entry]:
     while at < len(items):
         ops = json.loads(items[at])
         n = 1 + int(ops["n"])
-        out.append(_Entry(items[at], ops, n))
+        parts = items[at : at + n]  # the ops, then the bodies, which the events name by position (1-based)
+        events = tuple(
+            fanout.Event(
+                id=ev["id"],
+                type=ev["type"],
+                now=int(ops["now"]),
+                body=_raw(parts[ev["body"] - 1]),
+                vendor=ev.get("vendor"),
+                feed=_raw(parts[ev["feed"] - 1]) if "feed" in ev else None,
+                zr=ops.get("zr") == "1",
+            )
+            for ev in ops["events"]
+        )
+        out.append(_Entry(items[at], ops, n, events))
         at += n
     return out
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One relay's fan-out: its events, the deliveries' calls (one per subscription shard), and the
+    client's feed call, made from what those did."""
+
+    events: list[fanout.Event]
+    deliveries: list[tuple[list[str], list[Any]]]
+    feed: Callable[[fanout.Fanned], tuple[list[str], list[Any]]]
+
+
+def _at_or_below(version: Any, mark: int) -> bool:
+    """Whether an outbox entry of the run's ``version`` was fanned out before (the relay's mark)."""
+    return version is not None and int(version) <= mark
+
+
+def _raw(item: Any) -> bytes:
+    return item if isinstance(item, bytes) else str(item).encode()
 
 
 def metadata_ttl_ms(settings: Settings) -> int:
@@ -316,98 +349,117 @@ class Runs(Part):
         client: str,
         sub_filter: Sequence[str],
         items: Sequence[Any] | None = None,
-        subs: Sequence[str] | None = None,
     ) -> int:
         """Fans out every event in the run's outbox, oldest first, and empties it; returns the deliveries
-        created. Three steps, each in one slot: the outbox read (``items``: read already), the fan-out
-        (``relay_fanout.lua``: deliveries and the client's feed; ``subs``, the client's subscription ids,
-        read when None), then the run's side (``relay_done.lua``: its progress list, its index of
-        deliveries, the entries trimmed). Each step may be repeated: the fan-out marks each event it did,
-        and the last step trims only the entries still at the outbox's head."""
+        created. In steps, each in one slot, each safe to repeat: the outbox read (``items``: read
+        already), the fan-out (:mod:`service.store.fanout`: the deliveries in each subscription's shard,
+        then the client's feed), then the run's side (``relay_done.lua``: its progress list, its index of
+        deliveries, the entries trimmed only while still at the outbox's head)."""
         if items is None:
             items = await self.redis.lrange(keys.run_outbox(run_id), 0, -1)  # type: ignore[misc]
         read = _outbox_entries(items)
         if not read:  # nothing to fan out: the outbox leaves the index (unless it was written meanwhile)
-            await self.scripts.relay_done(*self._done_call(run_id, [], [b"ok", 0, b"[]"]))
+            await self.scripts.relay_done(*self._done_call(run_id, [], fanout.Fanned(0, [])))
             return 0
-        reply = await self._fan_out(run_id, client, sub_filter, read, items, subs)
-        await self.scripts.relay_done(*self._done_call(run_id, read, reply))
-        return int(reply[1])
+        fanned = await self._fan_out(run_id, client, sub_filter, read)
+        await self.scripts.relay_done(*self._done_call(run_id, read, fanned))
+        return fanned.created
 
     async def _fan_out(
+        self, run_id: str, client: str, sub_filter: Sequence[str], read: list[_Entry]
+    ) -> fanout.Fanned:
+        """The fan-out of the entries ``read``, until the client's feed step finds the subscriptions
+        fanned out to the ones it needs."""
+        for _ in range(fanout.STALE_TRIES):
+            [(subs, mark)] = await self._directories([(client, run_id)])
+            plan = self._plan(run_id, client, sub_filter, read, subs, mark)
+            fanned = fanout.merged(
+                plan.events, await each_call(self.redis, self.scripts.fanout_deliveries, plan.deliveries)
+            )
+            reply = await self.scripts.relay_feed(*plan.feed(fanned))
+            if text(reply[0]) == "ok":
+                return fanned
+        raise fanout.StaleFanout(f"the subscriptions of {client} kept changing")
+
+    def _plan(
         self,
         run_id: str,
         client: str,
         sub_filter: Sequence[str],
         read: list[_Entry],
-        items: Sequence[Any],
-        subs: Sequence[str] | None,
-        reply: Any = None,
-    ) -> Any:
-        """``relay_fanout.lua`` until the events and subscriptions declared are the ones it needs (its
-        reply, ``reply`` when made already)."""
-        ids = [ev["id"] for entry in read for ev in entry.ops["events"]]
-        for _ in range(fanout.STALE_TRIES):
-            if reply is None:
-                if subs is None:
-                    subs = (await self._subscriptions_of([client]))[client]
-                reply = await self.scripts.relay_fanout(
-                    *self._fanout_call(run_id, client, sub_filter, ids, subs, items)
-                )
-            if text(reply[0]) == "ok":
-                return reply
-            subs, reply = None, None
-        raise fanout.StaleFanout(f"the subscriptions of {client} kept changing")
-
-    def _fanout_call(
-        self,
-        run_id: str,
-        client: str,
-        sub_filter: Sequence[str],
-        event_ids: list[str],
         subs: Sequence[str],
-        items: Sequence[Any],
-    ) -> tuple[list[str], list[Any]]:
-        """relay_fanout.lua's KEYS and ARGV for the events and the subscriptions (those of ``sub_filter``,
-        when the run names any) to declare, and the outbox's ``items`` as read."""
+        mark: int,
+    ) -> _Plan:
+        """A relay's fan-out of the entries ``read``: to the client's subscriptions ``subs`` (those of
+        ``sub_filter``, when the run names any); an entry at or below the relay's ``mark`` was fanned out
+        before (its deliveries are only reported)."""
         wanted = set(sub_filter)
         targets = [s for s in subs if not wanted or s in wanted]
-        ks = [
-            keys.client_subs(client),
-            keys.relayed(client, run_id),
-            *fanout.block(client, run_id, event_ids, targets),
+        entries = [
+            (
+                entry.ops.get("v"),
+                [replace(e, before=_at_or_below(entry.ops.get("v"), mark)) for e in entry.events],
+            )
+            for entry in read
         ]
-        query = {
-            "run_id": run_id,
-            "client": client,
-            # Never past the retention: by then the feed has let the events go, and the run its outbox.
-            "mark_ms": max(1, min(RELAY_MARK_MS, self.retention_ms)),
-            "events": event_ids,
-            "subs": targets,
-        }
-        return ks, [jsoncodec.dumps(query), *items]
+        events = [e for _, evs in entries for e in evs]
+        return _Plan(
+            events=events,
+            deliveries=fanout.deliveries_calls(client, run_id, events, targets),
+            feed=lambda fanned: fanout.feed_call(
+                "relay",
+                client,
+                run_id,
+                entries,
+                fanned,
+                subs=targets,
+                sub_filter=sub_filter,
+                # Never past the retention: by then the feed has let the events go, and the run its outbox.
+                mark_ms=max(1, min(RELAY_MARK_MS, self.retention_ms)),
+                retention_ms=self.retention_ms,
+            ),
+        )
 
-    def _done_call(self, run_id: str, read: list[_Entry], reply: Any) -> tuple[list[str], list[Any]]:
-        """relay_done.lua's KEYS and ARGV from the fan-out's ``reply`` for the entries ``read``."""
+    async def _directories(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[str], int]]:
+        """Per (client, run): the client's subscription ids and the run's relay mark (one round trip)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for client, run_id in pairs:
+            pipe.zrange(keys.client_subs(client), 0, -1)
+            pipe.get(keys.relayed(client, run_id))
+        read = await pipe.execute()
+        return [([text(s) for s in read[2 * n]], int(read[2 * n + 1] or 0)) for n in range(len(pairs))]
+
+    def _done_call(
+        self, run_id: str, read: list[_Entry], fanned: fanout.Fanned
+    ) -> tuple[list[str], list[Any]]:
+        """relay_done.lua's KEYS and ARGV from what the fan-out did for the entries ``read``."""
         ks = [
             keys.run_outbox(run_id),
             keys.outbox(keys.shard_of(run_id)),
             keys.run_events(run_id),
             keys.run_deliveries(run_id),
         ]
-        fanned = iter(json.loads(text(reply[2])))
+        found = iter(fanned.deliveries)
         done: list[dict[str, Any]] = []
         for entry in read:
-            out: dict[str, Any] = {"items": entry.items, "progress": [], "dlv": [], "dropped": []}
-            for ev in entry.ops["events"]:
-                result = next(fanned)
-                if result["dropped"]:
-                    ks.append(keys.event(ev["id"]))
+            out: dict[str, Any] = {
+                "items": entry.items,
+                "progress": [],
+                "dlv": [],
+                "dropped": [],
+                "pending": [],
+            }
+            for event in entry.events:
+                dlv = next(found)
+                if fanout.dropped(event, dlv):
+                    ks.append(keys.event(event.id))
                     out["dropped"].append(len(ks))
-                elif ev["type"] == EVENT_PROGRESS:
-                    out["progress"].append(ev["id"])
-                if result["dlv"]:  # {} (Lua's empty table) or a list of ids
-                    out["dlv"] += [[d, entry.ops["now"]] for d in result["dlv"]]
+                elif event.type == EVENT_PROGRESS:
+                    out["progress"].append(event.id)
+                out["dlv"] += [[d, entry.ops["now"]] for d in dlv]
+                if event.zr and dlv:
+                    ks += [keys.event_pending(event.id), keys.event(event.id)]
+                    out["pending"].append([len(ks) - 1, len(dlv)])
             if "ttl_ms" in entry.ops:
                 out["ttl_ms"] = entry.ops["ttl_ms"]
             done.append(out)
@@ -423,49 +475,51 @@ class Runs(Part):
         (:meth:`relay_stranded`). Returns each change's deliveries created (0 when left to the sweeper)."""
         runs = [change.run for change, _, _ in changes]
         try:
-            items = await self._outboxes(changes)
-            read = [_outbox_entries(i) for i in items]
-            subs = await self._subscriptions_of(list(dict.fromkeys(run.client for run in runs)))
-            calls = [
-                self._fanout_call(
-                    run.id,
-                    run.client,
-                    run.subscription_ids,
-                    [ev["id"] for entry in entries for ev in entry.ops["events"]],
-                    subs[run.client],
-                    its,
-                )
-                for run, entries, its in zip(runs, read, items, strict=True)
+            read = [_outbox_entries(i) for i in await self._outboxes(changes)]
+            found = await self._directories([(run.client, run.id) for run in runs])
+            plans = [
+                self._plan(run.id, run.client, run.subscription_ids, entries, subs, mark)
+                for run, entries, (subs, mark) in zip(runs, read, found, strict=True)
             ]
-            replies = await each_call(self.redis, self.scripts.relay_fanout, calls)
+            calls = [call for plan in plans for call in plan.deliveries]
+            replies = iter(await each_call(self.redis, self.scripts.fanout_deliveries, calls))
+            fanned_all = [
+                fanout.merged(plan.events, [next(replies) for _ in plan.deliveries]) for plan in plans
+            ]
+            fed = await each_call(
+                self.redis,
+                self.scripts.relay_feed,
+                [plan.feed(f) for plan, f in zip(plans, fanned_all, strict=True)],
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the changes stand: the sweeper relays their events
             log.warning("relay left to the sweeper", runs=len(changes), error=type(exc).__name__)
             return [0] * len(changes)
-        fanned: list[Any] = []
-        for run, entries, its, reply in zip(runs, read, items, replies, strict=True):
-            try:
-                fanned.append(
-                    await self._fan_out(run.id, run.client, run.subscription_ids, entries, its, None, reply)
-                )
+        fanned: list[fanout.Fanned | None] = []
+        for run, entries, done_once, reply in zip(runs, read, fanned_all, fed, strict=True):
+            if text(reply[0]) == "ok":
+                fanned.append(done_once)
+                continue
+            try:  # a subscription created meanwhile: this one again, alone
+                fanned.append(await self._fan_out(run.id, run.client, run.subscription_ids, entries))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # this change stands: the sweeper relays its events
                 log.warning("relay left to the sweeper", run_id=run.id, error=type(exc).__name__)
                 fanned.append(None)
-        done = [i for i, reply in enumerate(fanned) if reply is not None]
+        done = [(i, f) for i, f in enumerate(fanned) if f is not None]
         try:
             await each_call(
                 self.redis,
                 self.scripts.relay_done,
-                [self._done_call(runs[i].id, read[i], fanned[i]) for i in done],
+                [self._done_call(runs[i].id, read[i], f) for i, f in done],
             )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # fanned out; the sweeper empties their outboxes (nothing twice)
             log.warning("relay left to the sweeper", runs=len(done), error=type(exc).__name__)
-        return [int(reply[1]) if reply is not None else 0 for reply in fanned]
+        return [f.created if f is not None else 0 for f in fanned]
 
     async def _outboxes(self, changes: Sequence[tuple[Transition, list[Any], int]]) -> list[Sequence[Any]]:
         """Each change's run's outbox as it stood after the transition: the change's own entry when that
@@ -523,16 +577,6 @@ class Runs(Part):
         for shard in range(keys.SHARDS):
             pipe.zcount(keys.outbox(shard), "-inf", now_ms - older_than_ms)
         return sum(int(n) for n in await pipe.execute())
-
-    async def _subscriptions_of(self, clients: Sequence[str]) -> dict[str, list[str]]:
-        """The subscription ids of each client (one read for them all)."""
-        if not clients:
-            return {}
-        pipe = self.redis.pipeline(transaction=False)
-        for client in clients:
-            pipe.zrange(keys.client_subs(client), 0, -1)
-        replies = await pipe.execute()
-        return {c: [text(s) for s in ids] for c, ids in zip(clients, replies, strict=True)}
 
     def _transition_call(self, change: Transition) -> tuple[list[str], list[Any], list[Any] | None]:
         """transition.lua's KEYS and ARGV for ``change``, and the outbox entry it appends (None: the change

@@ -1,14 +1,13 @@
 """The Lua scripts behind every atomic state change, loaded once per Redis client.
 
 Each script is sent as ``#!lua`` (so that Redis and Valkey >= 7 hold it to the keys it declares), then
-``status_prelude()`` (the statuses and outcomes, generated from domain.py), then, for the scripts that
-fan events out (the relay, emit), the event defaults from domain.py and ``_fanout.lua``, for those that
-apply a client's rate ``_gcra.lua``, then its own file; ``transitions`` holds ``transition.lua`` as a
-function that it applies to each run of a batch. No script spells a status, and no script names a key:
-every key it touches is one of its ``KEYS``, built by the Python caller (``keys.py``); where a key
-depends on data in Redis (a delivery's subscription, a client's subscriptions, the events in a run's
-outbox) the caller reads that first and the script checks it still holds
-(tests/store/test_script_keys.py holds every file to this)."""
+``status_prelude()`` (the statuses and outcomes, generated from domain.py), then, for the scripts that fan
+events out (a fan-out's deliveries and feed), the event defaults from domain.py and ``_fanout.lua``, for those
+that apply a client's rate ``_gcra.lua``, then its own file; ``transitions`` holds ``transition.lua`` as a
+function that it applies to each run of a batch. No script spells a status, and no script names a key: every
+key it touches is one of its ``KEYS``, built by the Python caller (``keys.py``); where a key depends on data
+in Redis (a delivery's subscription, a client's subscriptions, the events in a run's outbox) the caller reads
+that first and the script checks it still holds (tests/store/test_script_keys.py holds every file to this)."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from redis.commands.core import AsyncScript
 from service.core import domain, records
 
 _LUA = files("service.store") / "lua"
-_SHARED = ("relay_fanout", "emit")  # the scripts that fan events out (_fanout.lua)
+_SHARED = ("fanout_deliveries", "relay_feed")  # the scripts that fan events out (_fanout.lua)
 _LIMITED = ("accept_run", "rate_limit", "read_feed")  # the scripts that apply a client's rate (_gcra.lua)
 
 
@@ -90,19 +89,20 @@ class Scripts:
         self.create_run = load("create_run")
         self.transition = load("transition")
         self.transitions = load("transitions")
-        self.relay_fanout = load("relay_fanout")
+        self.fanout_deliveries = load("fanout_deliveries")
+        self.relay_feed = load("relay_feed")
         self.relay_done = load("relay_done")
-        self.emit = load("emit")
+        self.pending_done = load("pending_done")
         self.claim_runs = load("claim_runs")
         self.budget = load("budget")
         self.budget_batch = load("budget_batch")
         self.pause = load("pause")
         self.claim_deliveries = load("claim_deliveries")
         self.delivery_result = load("delivery_result")
+        self.unpark = load("unpark")
         self.retry_delivery = load("retry_delivery")
         self.repair = load("repair")
         self.reseal_secret = load("reseal_secret")
         self.release = load("release")
         self.rate_limit = load("rate_limit")
         self.create_subscription = load("create_subscription")
-        self.delete_subscription = load("delete_subscription")

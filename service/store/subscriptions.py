@@ -4,16 +4,16 @@ the one event a user can emit to a subscription by hand (``subscription.test``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
 
 from service.config.settings import Settings
+from service.core import domain
 from service.core.records import Event, Subscription
-from service.store import fanout, keys
-from service.store.base import Part, stored_event
+from service.store import bodies, fanout, keys
+from service.store.base import Part
 from service.store.codec import hash_of, subscription_or_none, text
 from service.store.pages import Listing, page
 from service.store.scripts import Scripts
@@ -28,13 +28,26 @@ class Subscriptions(Part):
         super().__init__(redis, scripts, settings)
         self.secret_box = SecretBox(settings.secret_keys)
 
+    async def new_subscription_id(self, client: str) -> str:
+        """A new subscription's id, minted into the shard after its client's last one
+        (``keys.spread_shard``): a client's handful of subscriptions, and their deliveries, land on as many
+        shards (and primaries), not on one. Two created at once may share a shard: only the spread
+        suffers."""
+        count = int(await self.redis.zcard(keys.client_subs(client)))
+        return domain.new_id_in_shard("sub", keys.spread_shard(client, count))
+
     async def create_subscription(self, sub: Subscription, *, max_count: int) -> bool:
-        """Writes a new subscription; False (nothing written) when its client already has ``max_count``."""
-        flat = [item for pair in sub.to_hash().items() for item in pair]
+        """Writes a new subscription; False (nothing left written) when its client already has
+        ``max_count``. Two steps, one slot each: the hash in the subscription's shard, then its entry in
+        the client's directory, under the quota (``create_subscription.lua``), which is what makes it
+        live (the fan-out reads the directory); refused, the hash goes again. A process that dies between
+        the two leaves a hash that nothing lists and whose id nobody was given."""
+        await self.redis.hset(keys.subscription(sub.id), mapping=sub.to_hash())  # type: ignore[misc]
         written = await self.scripts.create_subscription(
-            keys=[keys.subscription(sub.id), keys.client_subs(sub.client)],
-            args=[sub.created_at, sub.id, max_count, *flat],
+            keys=[keys.client_subs(sub.client)], args=[sub.created_at, sub.id, max_count]
         )
+        if not written:
+            await self.redis.delete(keys.subscription(sub.id))
         return bool(written)
 
     async def get_subscription(self, sub_id: str) -> Subscription | None:
@@ -54,9 +67,10 @@ class Subscriptions(Part):
         await self.redis.hset(keys.subscription(sub.id), mapping=sub.to_hash(changed))  # type: ignore[misc]
 
     async def delete_subscription(self, sub_id: str, client: str) -> None:
-        await self.scripts.delete_subscription(
-            keys=[keys.subscription(sub_id), keys.client_subs(client)], args=[sub_id]
-        )
+        """Out of the client's directory first (no fan-out reaches it from then on), then the hash: a
+        failure between the two leaves the hash, and the caller's retry finds it and ends the job."""
+        await self.redis.zrem(keys.client_subs(client), sub_id)
+        await self.redis.delete(keys.subscription(sub_id))
 
     # Secrets at rest (secretbox.py) -------------------------------------------------------------
 
@@ -81,27 +95,25 @@ class Subscriptions(Part):
     ) -> int:
         """Emits ``event`` to the one subscription ``sub_id``; returns the deliveries created (0 when the
         subscription is disabled or the event was emitted before). An ``example`` goes whatever event
-        types the subscription asked for, and not into the client's feed."""
-        args: list[Any] = [""]  # ARGV[1], the ops below; the event's body after it
-        ops = {
-            "example": example,
-            "client": client,
-            "now": now_ms,
-            "retention_ms": self.retention_ms,
-            "event": stored_event(event, args),
-            "sub_filter": [sub_id],
-        }
-        args[0] = json.dumps(ops)
-        body = args[1]  # stored_event's: the packed body, right after the ops
-        # The body first, in the event's own shard (not the fan-out's slot): a delivery is never claimed
-        # before the body it sends exists. Left alone when the event was emitted before.
+        types the subscription asked for, and not into the client's feed. The body first, in the event's
+        own shard (a delivery is never claimed before the body it sends exists), then the delivery in the
+        subscription's, then the feed entry in the client's slot."""
+        body = bodies.packed(event.body)
         body_key = keys.event(event.id)
         fresh = await self.redis.set(body_key, body, px=self.retention_ms, nx=True)
-        ks = fanout.block(client, "", [event.id], [sub_id])
-        created = int(await self.scripts.emit(keys=ks, args=args))
-        if not created and fresh:
-            await self.redis.delete(body_key)  # the subscription is disabled: nothing sends it
-        return created
+        one = fanout.Event(id=event.id, type=event.type, now=now_ms, body=body)
+        [call] = fanout.deliveries_calls(client, "", [one], [sub_id], any_type=example)
+        fanned = fanout.merged([one], [await self.scripts.fanout_deliveries(*call)])
+        if not fanned.created:
+            if fresh:
+                await self.redis.delete(body_key)  # the subscription is disabled: nothing sends it
+            return 0
+        if not example:
+            ks, args = fanout.feed_call(
+                "test", client, "", [(None, [one])], fanned, retention_ms=self.retention_ms
+            )
+            await self.scripts.relay_feed(keys=ks, args=args)
+        return fanned.created
 
 
 async def reseal_secrets(redis: Redis, scripts: Scripts, box: SecretBox) -> dict[str, int]:
@@ -109,8 +121,9 @@ async def reseal_secrets(redis: Redis, scripts: Scripts, box: SecretBox) -> dict
     after setting ``SECRET_KEYS`` or putting a new key first. Safe beside a running API: a value that
     changed meanwhile is left to its writer."""
     counts = {"resealed": 0, "current": 0, "unavailable": 0, "changed_meanwhile": 0}
-    # Subscriptions are the hashes among the builder's keys (its deliveries and in-flight sets are zsets).
-    async for raw in redis.scan_iter(match=keys.subscription("*"), count=500, _type="HASH"):
+    # Subscriptions are the hashes among the builder's keys (its deliveries and in-flight sets are zsets),
+    # in every shard.
+    async for raw in redis.scan_iter(match=f"{keys.ANY_SHARD}sub:*", count=500, _type="HASH"):
         key = text(raw)
         sub = hash_of(await redis.hgetall(key))  # type: ignore[misc]
         stored = sub.get("secrets")

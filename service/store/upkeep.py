@@ -27,7 +27,9 @@ async def repair(redis: Redis, scripts: Scripts, now_ms: int, vendors: Sequence[
     never moves work that is already scheduled or leased."""
     counts = {"runs": 0, "deliveries": 0}
     walks = [("runs", keys.active_runs(shard), _repair_runs) for shard in range(keys.SHARDS)]
-    walks.append(("deliveries", keys.ACTIVE_DELIVERIES, _repair_deliveries))
+    walks += [
+        ("deliveries", keys.active_deliveries(shard), _repair_deliveries) for shard in range(keys.SHARDS)
+    ]
     for count, active, fix in walks:
         batch: list[str] = []
         async for raw in redis.sscan_iter(active, count=500):
@@ -86,9 +88,11 @@ async def _repair_deliveries(
         before = heads.get(dlv_id, [])
         dkey = keys.delivery(dlv_id)
         chain_key = keys.chain(sid, run_id) if dlv_id in heads else dkey
+        shard = keys.shard_of(dlv_id)
+        due, active = keys.due_deliveries(shard), keys.active_deliveries(shard)
         calls.append(
             (
-                [dkey, chain_key, keys.DUE_DELIVERIES, keys.ACTIVE_DELIVERIES, *map(keys.delivery, before)],
+                [dkey, chain_key, due, active, *map(keys.delivery, before)],
                 ["delivery", now_ms, dlv_id, sid, run_id, *before],
             )
         )
@@ -105,7 +109,7 @@ async def purge_indexes(redis: Redis, cutoff_ms: int) -> int:
     removed = 0
     for pattern, record in (
         (keys.client_runs("*"), keys.run),
-        (keys.sub_deliveries("*"), keys.delivery),
+        (f"{keys.ANY_SHARD}sub:*:deliveries", keys.delivery),
         (f"{keys.PREFIX}client:*:meta:*", keys.run),
     ):
         async for index in redis.scan_iter(match=pattern, count=500):
@@ -166,21 +170,19 @@ async def observe(
     pipe = redis.pipeline(transaction=False)
     for vendor in vendors:
         pipe.hget(keys.vendor_pause(vendor), "until")
-    pipe.zrange(keys.DUE_DELIVERIES, 0, sample - 1)
+    for shard in range(keys.SHARDS):
+        pipe.zrange(keys.due_deliveries(shard), 0, sample // keys.SHARDS)
     for client in clients:
-        pipe.zrange(keys.client_inflight(client), 0, settings.client_max_in_flight - 1)
-        pipe.zrange(keys.client_parked(client), 0, parked_sample - 1)
         pipe.zrange(keys.client_subs(client), 0, settings.max_subscriptions_per_client - 1)
     replies = await pipe.execute()
     for vendor, untl in zip(vendors, replies, strict=False):
         obs.paused_until_ms[vendor] = None if untl is None else float(untl)
     rest = replies[len(vendors) :]
-    dlv_ids = {text(i) for i in rest[0]}
+    dlv_ids = {text(i) for due in rest[: keys.SHARDS] for i in due}
     sub_ids: list[tuple[str, str]] = []
-    for n, client in enumerate(clients):
-        inflight, parked, subs = rest[1 + 3 * n : 4 + 3 * n]
-        dlv_ids.update(text(i) for i in (*inflight, *parked))
+    for client, subs in zip(clients, rest[keys.SHARDS :], strict=True):
         sub_ids.extend((client, text(s)) for s in subs)
+    dlv_ids |= await _clients_deliveries(redis, settings, sub_ids, parked_sample, batch)
     for at in range(0, len(sub_ids), batch):  # each subscription's parked surplus (claim_deliveries.lua)
         pipe = redis.pipeline(transaction=False)
         for _, sub_id in sub_ids[at : at + batch]:
@@ -210,6 +212,23 @@ async def observe(
     return obs
 
 
+async def _clients_deliveries(
+    redis: Redis, settings: Settings, sub_ids: Sequence[tuple[str, str]], parked_sample: int, batch: int
+) -> set[str]:
+    """The clients' deliveries in flight and the first ``parked_sample`` parked, in each shard that
+    holds one of their subscriptions (``sub_ids``: client, subscription)."""
+    out: set[str] = set()
+    shards_of = sorted({(client, keys.shard_of(s)) for client, s in sub_ids})
+    for at in range(0, len(shards_of), batch):
+        pipe = redis.pipeline(transaction=False)
+        for client, shard in shards_of[at : at + batch]:
+            pipe.zrange(keys.client_inflight(client, shard), 0, settings.client_max_in_flight - 1)
+            pipe.zrange(keys.client_parked(client, shard), 0, parked_sample - 1)
+        for found in await pipe.execute():
+            out.update(text(i) for i in found)
+    return out
+
+
 class Upkeep(Part):
     async def heartbeat(self, worker_id: str, payload: str, ttl_s: float) -> None:
         await self.redis.set(keys.worker(worker_id), payload, px=int(ttl_s * 1000))
@@ -232,8 +251,9 @@ class Upkeep(Part):
         for vendor in vendors:
             for shard in range(keys.SHARDS):
                 pipe.zcount(keys.due_runs(vendor, shard), "-inf", now_ms)
-        pipe.zcount(keys.DUE_DELIVERIES, "-inf", now_ms)
+        for shard in range(keys.SHARDS):
+            pipe.zcount(keys.due_deliveries(shard), "-inf", now_ms)
         counts = await pipe.execute()
         out = {v: sum(counts[n * keys.SHARDS : (n + 1) * keys.SHARDS]) for n, v in enumerate(vendors)}
-        out["deliveries"] = counts[-1]
+        out["deliveries"] = sum(counts[-keys.SHARDS :])
         return out

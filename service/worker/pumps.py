@@ -262,8 +262,11 @@ class DeliveryPump(Pump):
     async def claim(self, free: int) -> tuple[list[Coroutine[Any, Any, None]], float | None]:
         now = self.clock.now_ms()
         lease_ms = int(self.settings.lease_s * 1000)
+        held: dict[str, int] = {}
+        for _, _, client, _ in self.held.values():
+            held[client] = held.get(client, 0) + 1
         claimed, nxt = await self.store.claim_deliveries(
-            now, min(self.settings.worker_batch, free), lease_ms, client_max=self.client_max
+            now, min(self.settings.worker_batch, free), lease_ms, client_max=self.client_max, held=held
         )
         return [
             self._held(
@@ -279,8 +282,19 @@ class DeliveryPump(Pump):
             await self.attempt(claimed)
         finally:
             # What the attempt's end made due (a parked delivery of its subscription or client, the next
-            # of its run's chain) is claimed now, not after WORKER_IDLE_S.
+            # of its run's chain) is claimed now, not after WORKER_IDLE_S; and one of the client's
+            # deliveries this worker parked for want of room comes back (its slot is free once this
+            # task's lease leaves `held`, right after).
+            try:  # no round trip when none of the client's is parked here
+                await self.store.unpark(claimed.delivery.client, self.clock.now_ms())
+            except (RedisError, RedisClusterException, OSError) as exc:  # the sweeper brings it back
+                log.warning("parked delivery not brought back", error=str(exc))
             self.wake()
+
+    async def until_idle(self) -> int:
+        """Burst mode reads every shard's due set first (store/due.py)."""
+        self.store.forget_due()
+        return await super().until_idle()
 
     async def release(self, leases: list[Any]) -> int:
         return await self.store.release_deliveries(leases, self.clock.now_ms())

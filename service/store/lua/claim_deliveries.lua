@@ -1,32 +1,36 @@
 #!lua
--- Claims up to `limit` due deliveries under a lease, fairly across clients: within each client's and
--- each subscription's in-flight limit and each subscription's rate.
+-- Claims up to `limit` due deliveries of one shard under a lease, fairly across clients: within each
+-- client's in-flight limit in the shard and each subscription's in-flight limit and rate.
 -- A delivery held back by a subscription's rate is re-scored to when it may go. A client or a
 -- subscription at its in-flight limit has the rest of its due deliveries parked (out of the due set, in
 -- a parked set of its own) until one of its deliveries ends (delivery_result.lua brings them back), so
 -- that a backlog or hanging receivers never stand in front of other deliveries, and a subscription's
--- next delivery goes as soon as one ends rather than at a later claim's guess. (The sweeper puts a
--- pending delivery that is in no due set back in it, parked ones too: a parked set never holds one
--- for longer than SWEEP_INTERVAL_S that nothing else brings back.)
--- The caller reads the due ids first (a plain ZRANGEBYSCORE, up to 4 x limit, so that parking one
--- client's surplus does not take a claim per batch) and each one's subscription, event and client (a plain
+-- next delivery goes as soon as one ends rather than at a later claim's guess. A candidate the caller
+-- marks 'park' is parked as well (its client holds all the room this worker gives one client:
+-- Deliveries.claim_deliveries; the worker brings it back as one of that client's attempts ends). (The
+-- sweeper puts a pending delivery that is in no due set back in it, parked ones too: a parked set never
+-- holds one for longer than SWEEP_INTERVAL_S that nothing else brings back.)
+-- The caller reads the due ids first (a plain ZRANGEBYSCORE, past `limit`, so that parking one client's
+-- surplus does not take a claim per batch) and each one's subscription, event and client (a plain
 -- HMGET), and declares the keys they name; each is claimed only if it is still due now and still names
 -- them (a race changes nothing), in the order given.
--- KEYS: due_deliveries, active_deliveries, then per candidate: delivery, subscription, its in-flight, its
---   parked, its rate budget, the client's in-flight, the client's parked (the delivery key stands in for
---   those of a candidate whose record was gone). The event's body is not among them: the caller reads it
---   after the claim (it lives with the run that emitted it, a shard of its own in stage two).
+-- KEYS: the shard's due deliveries, its active deliveries, then per candidate: delivery, subscription,
+--   its in-flight, its parked, its rate budget, the client's in-flight in the shard, the client's parked
+--   in the shard (the delivery key stands in for those of a candidate whose record was gone). The
+--   event's body is not among them: the caller reads it after the claim (it lives with the run that
+--   emitted it, in the run's shard).
 -- ARGV: now_ms, limit, lease_ms, default_max_in_flight, client_max_in_flight, then per candidate: id,
---   subscription id, event id, client (as read)
+--   subscription id, event id, client (as read), 'take' | 'park'
 -- Returns {{delivery_fields, subscription_fields}, ...}, next_due_score | false}.
 local now, limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local default_max, client_max = tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = {}
 local in_flight = {}
 local c = 0
-for a = 6, #ARGV, 4 do
+for a = 6, #ARGV, 5 do
   if #out >= limit then break end
   local id, want_sid, want_evt, want_client = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local park = ARGV[a + 4] == 'park'
   local k = 3 + 7 * c
   c = c + 1
   local dkey, skey, ikey, spkey, bkey = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
@@ -48,7 +52,7 @@ for a = 6, #ARGV, 4 do
       redis.call('ZREMRANGEBYSCORE', cin, '-inf', now)
       in_flight[client] = redis.call('ZCARD', cin)
     end
-    if in_flight[client] >= client_max then
+    if park or in_flight[client] >= client_max then
       redis.call('ZREM', KEYS[1], id)
       redis.call('ZADD', cpkey, score, id)
     else

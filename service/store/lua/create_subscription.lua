@@ -1,8 +1,9 @@
 #!lua
--- Writes a new subscription and its listing entry unless the client already has its quota of them.
--- KEYS: subscription, client_subs. ARGV: created_ms, sub_id, max_count, then field, value, ...
+-- Adds a new subscription to its client's directory unless the client already has its quota of them.
+-- The subscription's hash is written first, in its own shard (Subscriptions.create_subscription), and
+-- dropped again when this refuses.
+-- KEYS: client_subs. ARGV: created_ms, sub_id, max_count.
 -- Returns 1, or 0 when the client is at its quota (nothing written).
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
-redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
 return 1

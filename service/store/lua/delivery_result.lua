@@ -1,15 +1,16 @@
 #!lua
 -- Records one delivery attempt and its consequence, atomically.
+-- Every key is the subscription's shard's.
 -- KEYS: 1 delivery, 2 its attempts, 3 its subscription, 4 the subscription's in-flight, 5 its parked,
---   6 the client's in-flight, 7 the client's parked, 8 due deliveries, 9 active deliveries, 10 the chain
---   (subscription, run), 11 the event's pending count (zero retention): the caller reads the
+--   6 the client's in-flight in the shard, 7 the client's parked in the shard, 8 the shard's due
+--   deliveries, 9 its active deliveries, 10 the chain (subscription, run): the caller reads the
 --   delivery's subscription, run, event and client first (a plain HMGET) to name them. The event's body
---   is not among them (it lives in its run's shard): when zero retention's last delivery of the event
---   ends, the reply says so and the caller drops the body.
+--   and pending count are not among them (they live in the run's shard): when a zero-retention delivery
+--   ends for good, the reply says so and the caller counts it down there (pending_done.lua).
 -- ARGV[1] JSON: sid, run_id, evt, client (as the caller read them), id, outcome (an OUTCOME: domain.AttemptOutcome, which says what
 --   each means), next_at (for RETRY), attempt (JSON string, absent for SKIPPED without attempt), now,
 --   retention_ms, disable_after_ms, keep_attempts, status_code, default_max_in_flight
--- Returns {'ok', next_in_chain | '', drop_body (1: zero retention's last delivery of the event ended)}
+-- Returns {'ok', next_in_chain | '', count_down (1: a zero-retention delivery ended for good)}
 -- | {'missing'} | {'stale'} (the record does not name what the caller read: nothing written, the caller
 -- reads it again).
 local ops = cjson.decode(ARGV[1])
@@ -91,18 +92,12 @@ if d[4] == '1' then
   redis.call('HDEL', KEYS[1], DF.chained)
 end
 
-local drop = 0
+local count_down = 0
 if d[5] == '0' then
-  -- Counted: only a '0' is ever counted (above), so the field is no longer needed; a retry that ends
-  -- again finds it gone, and counts nothing twice.
+  -- Zero retention's: counted down once (the field goes, so a retry that ends again counts nothing
+  -- twice), by the caller, in the event's shard.
   redis.call('HDEL', KEYS[1], DF.counted)
-  local pkey = KEYS[11]
-  if redis.call('EXISTS', pkey) == 1 and redis.call('DECR', pkey) <= 0 then
-    -- Zero retention: every delivery of the event has ended, so its body (the result) goes: the
-    -- caller's to drop, in the body's own slot.
-    redis.call('DEL', pkey)
-    drop = 1
-  end
+  count_down = 1
 end
 redis.call('PEXPIRE', KEYS[1], ops['retention_ms'])
 redis.call('PEXPIRE', KEYS[2], ops['retention_ms'])
@@ -125,4 +120,4 @@ if redis.call('EXISTS', skey) == 1 then
     end
   end
 end
-return {'ok', nxt, drop}
+return {'ok', nxt, count_down}

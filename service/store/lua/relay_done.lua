@@ -8,10 +8,14 @@
 -- of the entries read, that one and those read after it are still there, in order: they are done and
 -- trimmed; when it is none of them, another relay did them all (this one does nothing). An empty
 -- outbox leaves the index.
+-- Zero retention: per event with deliveries, their number is added to the event's pending count, which
+-- each delivery's end counts down (Deliveries.record_attempt, pending_done.lua); when the deliveries all
+-- ended before this step, the count is back at 0 here, and the body goes here.
 -- KEYS: 1 the run's outbox, 2 the outbox index, 3 run events, 4 the run's deliveries, then the bodies of
---   the events dropped.
+--   the events dropped, then per zero-retention event with deliveries its pending count and its body.
 -- ARGV[1] JSON: run_id, retention_ms, entries [{items (the entry's length in the outbox), progress [ids
---   kept], dlv [[id, created_ms]], dropped [their KEYS positions], ttl_ms?}] in the outbox's order.
+--   kept], dlv [[id, created_ms]], dropped [their KEYS positions], pending [[count's KEYS position,
+--   deliveries]] (the body's is the next), ttl_ms?}] in the outbox's order.
 --   ARGV[1 + k]: entry k's first item (its relay ops) as read, compared with the outbox's head.
 -- Returns the entries done by this call.
 local q = cjson.decode(ARGV[1])
@@ -35,6 +39,13 @@ for k = first, #q['entries'] do
   -- Kept as long as the run is after its last event.
   if #e['dlv'] > 0 then redis.call('PEXPIRE', KEYS[4], q['retention_ms']) end
   for _, at in ipairs(e['dropped']) do redis.call('DEL', KEYS[at]) end
+  for _, p in ipairs(e['pending'] or {}) do
+    if redis.call('INCRBY', KEYS[p[1]], p[2]) == 0 then
+      redis.call('DEL', KEYS[p[1]], KEYS[p[1] + 1])
+    else
+      redis.call('PEXPIRE', KEYS[p[1]], q['retention_ms'])
+    end
+  end
 end
 redis.call('LTRIM', KEYS[1], trim, -1)
 local rest = redis.call('LINDEX', KEYS[1], 0)
