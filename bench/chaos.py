@@ -37,6 +37,7 @@ from starlette.routing import Route
 from service.dev.embedded_redis import EmbeddedRedis, free_port
 from service.dev.stack import Servers
 from service.store import bodies, keys
+from service.store.fanout import delivery_id_in_shard
 
 VENDORS = ("nutrient", "cloudsquid", "uptiq")
 KEY = "chaos-key"
@@ -271,7 +272,6 @@ async def run_chaos(cfg: ChaosConfig, logdir: Path | None = None) -> Ledger:
 
 async def _explain(redis_url: str, sub_id: str, event_ids: list[str], logdir: Path) -> None:
     """Writes what Redis holds for each missing event's delivery, for the post-mortem."""
-    import hashlib
 
     import redis.asyncio as aioredis
 
@@ -279,7 +279,7 @@ async def _explain(redis_url: str, sub_id: str, event_ids: list[str], logdir: Pa
     lines = []
     try:
         for event_id in event_ids:
-            dlv = "dlv_" + hashlib.sha1(f"{event_id}:{sub_id}".encode()).hexdigest()[:26]
+            dlv = delivery_id_in_shard(event_id, sub_id)
             record = await client.hgetall(keys.delivery(dlv))
             stored = await client.get(keys.event(event_id))
             body = bodies.unpacked(stored) if stored is not None else None
@@ -288,7 +288,7 @@ async def _explain(redis_url: str, sub_id: str, event_ids: list[str], logdir: Pa
                 "kept": body is not None,
                 "type": json.loads(body)["type"] if body else None,
             }
-            due = await client.zscore(keys.DUE_DELIVERIES, dlv)
+            due = await client.zscore(keys.due_deliveries(keys.shard_of(dlv)), dlv)
             chain = await client.lrange(keys.chain(sub_id, record.get("run", "")), 0, -1)
             attempts = await client.lrange(keys.delivery_attempts(dlv), 0, -1)
             lines.append(

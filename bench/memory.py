@@ -396,8 +396,8 @@ async def _breakdown(redis: aioredis.Redis, run_ids: Sequence[str], n: int, sub_
         "client's runs index": [keys.client_runs(CLIENT)],
         "feed (stream)": [keys.client_feed(CLIENT)],
         "subscription's delivery log": [keys.sub_deliveries(sub_id)],
-        "due deliveries": [keys.DUE_DELIVERIES],
-        "active deliveries": [keys.ACTIVE_DELIVERIES],
+        "due deliveries": [keys.due_deliveries(s) for s in range(keys.SHARDS)],
+        "active deliveries": [keys.active_deliveries(s) for s in range(keys.SHARDS)],
     }
     for name, names in shared.items():
         size = sum([await _usage(redis, key) for key in names])

@@ -37,12 +37,12 @@ async def main(clients: int, deliveries: int) -> None:
                 pipe.hset(keys.subscription(sid), mapping={"id": sid, "disabled": "1" if s % 5 == 0 else "0"})
             for d in range(1000):
                 did = f"dlv_{c}_p{d}"
-                pipe.zadd(keys.client_parked(c), {did: now + d})
+                pipe.zadd(keys.client_parked(c, keys.shard_of(did)), {did: now + d})
                 pipe.hset(keys.delivery(did), mapping={"client": c, "created": now - d, "status": "pending"})
         for d in range(deliveries):
             did = f"dlv_due{d}"
             c = names[d % clients]
-            pipe.zadd(keys.DUE_DELIVERIES, {did: now + d})
+            pipe.zadd(keys.due_deliveries(keys.shard_of(did)), {did: now + d})
             pipe.hset(keys.delivery(did), mapping={"client": c, "created": now - d, "status": "pending"})
         await pipe.execute()
         store = Store(r, settings)

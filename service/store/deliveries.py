@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
@@ -35,6 +36,45 @@ def _result_names(d: Delivery) -> list[str]:
 
 # retry_delivery.lua's replies.
 _RETRY: dict[str, RetryOutcome] = {"ok": Applied(), "in_flight": Busy(), "missing": Missing()}
+
+
+@dataclass
+class _Rooms:
+    """How one claim shares its slots: ``limits``, per shard, the deliveries its call may claim (``limit``
+    in all); ``given``, per (client, shard), the client's share of this worker's room for it there;
+    ``full``, the clients with no room left here (their candidates are parked)."""
+
+    limits: dict[int, int] = field(default_factory=dict)
+    given: dict[tuple[str, int], int] = field(default_factory=dict)
+    full: set[str] = field(default_factory=set)
+
+
+def _rooms(
+    picked: Sequence[tuple[int, str]],
+    named: Sequence[Sequence[str]],
+    limit: int,
+    cap: int,
+    held: Mapping[str, int],
+) -> _Rooms:
+    """Shares out a claim's ``limit`` and each client's room in this worker (``cap`` less what it
+    ``held``s) over the shards, in the order the candidates were ``picked`` (the shards in turn): one
+    round trip then claims in every shard at once, never more than ``limit``, nor more of a client's
+    than its room."""
+    out = _Rooms()
+    used: dict[str, int] = {}
+    takes = 0
+    for (shard, _), (sid, evt, client) in zip(picked, named, strict=True):
+        if not (sid and evt):
+            continue
+        room = cap - held.get(client, 0)
+        if room <= 0:
+            out.full.add(client)
+        elif used.get(client, 0) < room and takes < limit:
+            used[client] = used.get(client, 0) + 1
+            out.given[(client, shard)] = out.given.get((client, shard), 0) + 1
+            out.limits[shard] = out.limits.get(shard, 0) + 1
+            takes += 1
+    return out
 
 
 class Deliveries(Part):
@@ -71,31 +111,15 @@ class Deliveries(Part):
         if not picked:
             return [], self._due.earliest()
         named = await self._named([dlv_id for _, dlv_id in picked], _CLAIM_FIELDS)
-        room: dict[str, int] = {}
-        planned: dict[str, int] = {}
+        rooms = _rooms(picked, named, limit, cap, held or {})
         calls: dict[int, tuple[list[str], list[Any]]] = {}
-        limits: dict[int, int] = {}
-        takes = 0
+        per_sub = self.settings.subscription_max_in_flight
         for (shard, dlv_id), (sid, evt, client) in zip(picked, named, strict=True):
-            if client not in room:
-                room[client] = cap - (held or {}).get(client, 0)
-            mode = "take"
-            if sid and evt:
-                if room[client] <= 0:
-                    mode = "park"
-                    self.room_parked.setdefault(client, set()).add(shard)
-                elif planned.get(client, 0) >= room[client] or takes >= limit:
-                    continue  # left due: the next claim's
-                else:
-                    planned[client] = planned.get(client, 0) + 1
-            if mode == "take":
-                takes += 1
-                limits[shard] = limits.get(shard, 0) + 1
             ks, args = calls.setdefault(
                 shard,
                 (
                     [keys.due_deliveries(shard), keys.active_deliveries(shard)],
-                    [now_ms, 0, lease_ms, self.settings.subscription_max_in_flight, cap],
+                    [now_ms, rooms.limits.get(shard, 0), lease_ms, per_sub, cap],
                 ),
             )
             dkey = keys.delivery(dlv_id)
@@ -111,9 +135,11 @@ class Deliveries(Part):
                 ]
             else:  # gone, or names no event: the script only ends it (the delivery key stands in)
                 ks += [dkey] * 7
-            args += [dlv_id, sid, evt, client, mode]
-        for shard, (_, args) in calls.items():
-            args[1] = limits.get(shard, 0)
+            if client in rooms.full:
+                self.room_parked.setdefault(client, set()).add(shard)
+                args += [dlv_id, sid, evt, client, "park"]
+            else:
+                args += [dlv_id, sid, evt, client, rooms.given.get((client, shard), 0)]
         replies = await each_call(self.redis, self.scripts.claim_deliveries, list(calls.values()))
         claimed: list[tuple[Delivery, Subscription | None]] = []
         for shard, reply in zip(calls, replies, strict=True):
@@ -155,15 +181,19 @@ class Deliveries(Part):
         known = self._due.next_due[shard]
         self._due.next_due[shard] = now_ms if known is None else min(known, now_ms)
 
-    async def unpark(self, client: str, now_ms: int) -> bool:
+    async def unpark(self, client: str, now_ms: int, *, ended_in: int | None = None) -> bool:
         """One of ``client``'s attempts here ended: one of the deliveries this process parked for want of
-        room for that client comes back to its due set (a shard's oldest, the shards in turn). False when
-        none was parked here."""
+        room for that client comes back to its due set (a shard's oldest, the lowest shard first). Not
+        from ``ended_in``, the shard of the attempt that ended: its result brought one back there already
+        (delivery_result.lua). False when there was none to bring back here."""
         shards = self.room_parked.get(client)
         if not shards:
             self.room_parked.pop(client, None)
             return False
-        shard = min(shards)
+        others = [s for s in shards if s != ended_in]
+        if not others:
+            return False
+        shard = min(others)
         left = int(
             await self.scripts.unpark(
                 keys=[keys.client_parked(client, shard), keys.due_deliveries(shard)], args=[now_ms]

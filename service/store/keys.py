@@ -87,6 +87,8 @@ PREFIX = f"{ROOT}{{{TAG}}}:"
 WORKERS = f"{PREFIX}worker:"
 # A pattern that matches a key of every shard (``SCAN MATCH``: braces are not special in a glob).
 ANY_SHARD = f"{ROOT}{{*}}:"
+# Every subscription's delivery log, in every shard (the purge walks them).
+DELIVERY_LOGS = f"{ANY_SHARD}sub:*:deliveries"
 
 
 def of(identifier: str) -> str:

@@ -109,7 +109,7 @@ async def purge_indexes(redis: Redis, cutoff_ms: int) -> int:
     removed = 0
     for pattern, record in (
         (keys.client_runs("*"), keys.run),
-        (f"{keys.ANY_SHARD}sub:*:deliveries", keys.delivery),
+        (keys.DELIVERY_LOGS, keys.delivery),
         (f"{keys.PREFIX}client:*:meta:*", keys.run),
     ):
         async for index in redis.scan_iter(match=pattern, count=500):

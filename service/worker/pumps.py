@@ -17,7 +17,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from service.config.settings import Settings
 from service.core.clock import SYSTEM, Clock
 from service.observability import logs
-from service.store import ClaimedRun
+from service.store import ClaimedRun, keys
 from service.store.ports import DeliveryClaims, RunPumpStore
 
 log = logs.get("hookbridge.worker")
@@ -268,14 +268,14 @@ class DeliveryPump(Pump):
         claimed, nxt = await self.store.claim_deliveries(
             now, min(self.settings.worker_batch, free), lease_ms, client_max=self.client_max, held=held
         )
-        return [
-            self._held(
-                c.delivery.id,
-                (c.delivery.id, c.delivery.subscription_id, c.delivery.client, now + lease_ms),
-                self._attempt(c),
-            )
-            for c in claimed
-        ], nxt
+        work = []
+        for c in claimed:
+            lease = (c.delivery.id, c.delivery.subscription_id, c.delivery.client, now + lease_ms)
+            # Held from the claim on, not from when its task starts: the next claim may come first, and
+            # counts what this worker holds per client.
+            self.held[c.delivery.id] = lease
+            work.append(self._held(c.delivery.id, lease, self._attempt(c)))
+        return work, nxt
 
     async def _attempt(self, claimed: Any) -> None:
         try:
@@ -286,7 +286,8 @@ class DeliveryPump(Pump):
             # deliveries this worker parked for want of room comes back (its slot is free once this
             # task's lease leaves `held`, right after).
             try:  # no round trip when none of the client's is parked here
-                await self.store.unpark(claimed.delivery.client, self.clock.now_ms())
+                ended_in = keys.shard_of(claimed.delivery.id)
+                await self.store.unpark(claimed.delivery.client, self.clock.now_ms(), ended_in=ended_in)
             except (RedisError, RedisClusterException, OSError) as exc:  # the sweeper brings it back
                 log.warning("parked delivery not brought back", error=str(exc))
             self.wake()

@@ -379,7 +379,8 @@ async def test_a_malformed_delivery_does_not_break_the_sample(make_stack: StackF
     await r.hset(
         keys.delivery("dlv_old"), mapping={"client": "bob", "created": now - 90_000, "status": "pending"}
     )
-    await r.zadd(keys.DUE_DELIVERIES, {"dlv_bad": now + 60_000, "dlv_old": now + 60_000})
+    for dlv_id in ("dlv_bad", "dlv_old"):
+        await r.zadd(keys.due_deliveries(keys.shard_of(dlv_id)), {dlv_id: now + 60_000})
     await stack.worker._observe(now)
     text = metrics.render().decode()
     assert sample(text, "hookbridge_oldest_pending_delivery_seconds", client="alice") == 0

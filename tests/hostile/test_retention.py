@@ -133,7 +133,8 @@ async def test_after_retention_only_subscriptions_and_live_keys_remain(
 
 
 def test_purge_patterns_come_from_the_key_builders() -> None:
-    runs_pattern, deliveries_pattern = keys.client_runs("*"), keys.sub_deliveries("*")
+    runs_pattern, deliveries_pattern = keys.client_runs("*"), keys.DELIVERY_LOGS
+    assert fnmatch.fnmatchcase(keys.sub_deliveries("sub_1"), deliveries_pattern)
     for lasting in (keys.client_subs("c"), keys.client_subs("a:runs"), keys.subscription("sub_1")):
         assert not fnmatch.fnmatchcase(lasting, runs_pattern)
         assert not fnmatch.fnmatchcase(lasting, deliveries_pattern)

@@ -1,8 +1,9 @@
 """One tenant's hanging receivers must cost that tenant alone (issue 10, finding 3).
 
-Alice points many subscriptions at a receiver that hangs; Bob has one ordinary receiver. Each client has
-at most ``CLIENT_MAX_IN_FLIGHT`` deliveries in flight across every worker; the rest of Alice's due
-deliveries are parked, out of everyone's way, and come back one for each of hers that ends. Bob's
+Alice points many subscriptions at a receiver that hangs; Bob has one ordinary receiver. A worker gives
+one client at most ``CLIENT_MAX_IN_FLIGHT`` of its slots (and at most that many in flight in one shard
+across every worker); the rest of Alice's due deliveries are parked, out of everyone's way, and come back
+one for each of hers that ends. Bob's
 callback is delivered while every one of Alice's first attempts is still hanging.
 
 Real API, worker and receivers (aiohttp's server). The delay Bob sees with 500 hanging receivers is
@@ -123,8 +124,10 @@ async def _value(value: object) -> object:
 
 
 async def test_the_claim_parks_a_clients_surplus_and_each_end_brings_one_back(redis_url: str) -> None:
-    """The claim script itself, against Redis: Alice at her limit has the rest of her due deliveries
-    parked, Bob's is claimed in the same call, and each of Alice's that ends returns one parked."""
+    """The claim against Redis, over the shards of Alice's subscriptions: a worker gives one client at
+    most CLIENT_MAX_IN_FLIGHT of its slots. With none of hers in hand it takes her limit and Bob's in
+    one claim and leaves her others due; holding her limit, it parks the rest of hers (out of every
+    shard's due set, so they never stand in front of anyone's); each of hers that ends brings one back."""
     import json
     import time
 
@@ -139,7 +142,7 @@ async def test_the_claim_parks_a_clients_surplus_and_each_end_brings_one_back(re
         subs: dict[str, list[str]] = {"alice": [], "bob": []}
         for client, count in (("alice", 6), ("bob", 1)):
             for i in range(count):
-                sub_id = f"sub_{client}{i}"
+                sub_id = await store.subscriptions.new_subscription_id(client)
                 stored = {"id": sub_id, "client": client, "url": "http://127.0.0.1:9/", "created": str(now)}
                 await store.subscriptions.create_subscription(Subscription.from_hash(stored), max_count=100)
                 event = Event(
@@ -150,27 +153,39 @@ async def test_the_claim_parks_a_clients_surplus_and_each_end_brings_one_back(re
                 )
                 assert await store.subscriptions.emit_test_event(client, sub_id, event, now - 100 + i) == 1
                 subs[client].append(sub_id)
-        claimed, _ = await store.deliveries.claim_deliveries(now, limit=10, lease_ms=10_000)
-        by_client = [c.delivery.client for c in claimed]
-        assert sorted(by_client) == ["alice", "alice", "bob"]
-        parked = await store.redis.zrange(keys.client_parked("alice"), 0, -1)
-        assert len(parked) == 4
-        assert await store.redis.zcard(keys.client_inflight("alice")) == 2
-        # Nothing more for Alice until one of hers ends.
-        assert (await store.deliveries.claim_deliveries(now + 1, limit=10, lease_ms=10_000))[0] == []
+        # Her six subscriptions are on six shards: a cap per shard alone would let all six go.
+        assert len({keys.shard_of(s) for s in subs["alice"]}) == 6
+
+        async def parked() -> list[str]:
+            found = [
+                await store.redis.zrange(keys.client_parked("alice", s), 0, -1) for s in range(keys.SHARDS)
+            ]
+            return [m.decode() for ms in found for m in ms]
+
+        claimed, _ = await store.deliveries.claim_deliveries(now, limit=10, lease_ms=10_000, held={})
+        assert sorted(c.delivery.client for c in claimed) == ["alice", "alice", "bob"]
+        assert await parked() == []  # room was left: her others stay due for the next claim
+        held = {"alice": 2, "bob": 1}
+        assert (await store.deliveries.claim_deliveries(now + 1, 10, 10_000, held=held))[0] == []
+        assert len(await parked()) == 4
+        assert store.deliveries.room_parked["alice"]
+        # One of hers ends: one parked comes back, and the next claim takes it.
         first = next(c for c in claimed if c.delivery.client == "alice")
         attempt = Attempt(at="", status_code=204, duration_ms=1, error=None, response_body="")
         await store.deliveries.record_attempt(first.delivery.id, "succeeded", now_ms=now + 2, attempt=attempt)
-        again, _ = await store.deliveries.claim_deliveries(now + 3, limit=10, lease_ms=10_000)
+        assert await store.deliveries.unpark("alice", now + 2)
+        assert len(await parked()) == 3
+        again, _ = await store.deliveries.claim_deliveries(now + 3, 10, 10_000, held={"alice": 1, "bob": 1})
         assert [c.delivery.client for c in again] == ["alice"]
-        assert again[0].delivery.id == parked[0].decode()  # the oldest parked came back first
-        assert await store.redis.zcard(keys.client_parked("alice")) == 3
-        # A worker that died leaves no delivery of its own to end: the sweeper puts parked ones back in
-        # the due set, and a claim parks them again while Alice is at her limit.
+        assert again[0].delivery.id not in await parked()
+        assert await store.deliveries.unpark("bob", now + 3) is False  # none of Bob's was parked
+        # A worker that died leaves nothing to bring its parked ones back: the sweeper puts them back in
+        # their shards' due sets.
         await store.upkeep.repair(now + 4)
-        parked_now = {m.decode() for m in await store.redis.zrange(keys.client_parked("alice"), 0, -1)}
-        due = {m.decode() for m in await store.redis.zrange(keys.DUE_DELIVERIES, 0, -1)}
-        assert parked_now <= due
+        due = set()
+        for shard in range(keys.SHARDS):
+            due |= {m.decode() for m in await store.redis.zrange(keys.due_deliveries(shard), 0, -1)}
+        assert set(await parked()) <= due
     finally:
         await store.close()
 

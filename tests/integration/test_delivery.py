@@ -495,7 +495,8 @@ async def test_a_stored_rate_out_of_bounds_is_clamped_when_deliveries_are_spaced
     for _ in range(2):
         assert (await c.stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
     assert await c.step() == 1  # the first goes; the second is spaced by the rate
-    scores = dict(await c.worker.store.redis.zrange(keys.DUE_DELIVERIES, 0, -1, withscores=True))
+    due = keys.due_deliveries(keys.shard_of(sub["id"]))  # a delivery is in its subscription's shard
+    scores = dict(await c.worker.store.redis.zrange(due, 0, -1, withscores=True))
     assert len(scores) == 1 and max(scores.values()) <= c.now_ms() + 1_000_000
     assert await c.advance(999) == 0
     assert await c.advance(2) == 1

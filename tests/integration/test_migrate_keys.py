@@ -86,7 +86,7 @@ async def _cancel_stranded(stack: Stack, run_id: str) -> tuple[str, int, list[by
         async def lost(*args: object, **kwargs: object) -> object:
             raise RedisConnectionError("connection lost")
 
-        store.runs.scripts.relay_fanout = lost  # type: ignore[method-assign]
+        store.runs.scripts.fanout_deliveries = lost  # type: ignore[method-assign]
         outcome = await store.runs.transition(change)
         assert isinstance(outcome, Applied) and outcome.deliveries == 0
         [event] = change.events

@@ -10,12 +10,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-import redis.asyncio as aioredis
 from starlette.requests import Request
 from starlette.responses import Response
 
 from service.store import keys
-from tests.conftest import Receiver, StackFactory, eventually
+from tests.conftest import Receiver, StackFactory, eventually, store_client
 
 
 async def test_a_drained_worker_releases_its_leases(make_stack: StackFactory, receiver: Receiver) -> None:
@@ -35,10 +34,11 @@ async def test_a_drained_worker_releases_its_leases(make_stack: StackFactory, re
     assert response.status_code in (200, 202), response.text
     await eventually(lambda: _value(len(receiver.received) == 1), what="the attempt in flight")
 
-    client = aioredis.Redis.from_url(first.redis_url)
+    client = store_client(first.redis_url)  # a cluster client on a cluster: the keys are in several shards
     try:
         (delivery_id,) = [m.decode() for m in await client.zrange(keys.sub_deliveries(sub["id"]), 0, -1)]
-        leased_until = await client.zscore(keys.DUE_DELIVERIES, delivery_id)
+        due = keys.due_deliveries(keys.shard_of(delivery_id))
+        leased_until = await client.zscore(due, delivery_id)
         assert leased_until is not None and leased_until > time.time() * 1000 + (lease_s - 10) * 1000
         assert await client.zscore(keys.sub_inflight(sub["id"]), delivery_id) is not None
 
@@ -47,7 +47,7 @@ async def test_a_drained_worker_releases_its_leases(make_stack: StackFactory, re
         first.worker.request_stop()
 
         async def released() -> bool:
-            score = await client.zscore(keys.DUE_DELIVERIES, delivery_id)
+            score = await client.zscore(due, delivery_id)
             inflight = await client.zscore(keys.sub_inflight(sub["id"]), delivery_id)
             return score is not None and score <= stopped_at + 5000 and inflight is None
 

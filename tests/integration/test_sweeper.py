@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from service.store import Store, connect
 from service.store import keys as k
+from service.store.fanout import delivery_id_in_shard
 from tests.conftest import Receiver, StackFactory, eventually, store_client
 
 
@@ -45,27 +46,30 @@ async def test_a_stale_chain_head_is_dropped_and_the_next_delivery_made_due(
     store = Store(connect(stack.settings), stack.settings)
     try:
         [delivered] = await raw.zrange(k.sub_deliveries(sub["id"]), 0, -1)
-        # A pending delivery stuck behind a head that has already succeeded (a hand edit, an old snapshot).
+        # A pending delivery stuck behind a head that has already succeeded (a hand edit, an old snapshot),
+        # in its subscription's shard as every delivery is.
+        stuck = delivery_id_in_shard("evt_stuck", sub["id"])
+        shard = k.shard_of(stuck)
         await raw.hset(
-            k.delivery("dlv_stuck"),
+            k.delivery(stuck),
             mapping={
-                "id": "dlv_stuck",
+                "id": stuck,
                 "status": "pending",
                 "chained": "1",
                 "sub": sub["id"],
                 "run": run["id"],
             },
         )
-        await raw.rpush(k.chain(sub["id"], run["id"]), delivered, "dlv_stuck")
-        await raw.sadd(k.ACTIVE_DELIVERIES, "dlv_stuck")
+        await raw.rpush(k.chain(sub["id"], run["id"]), delivered, stuck)
+        await raw.sadd(k.active_deliveries(shard), stuck)
         assert (await store.upkeep.repair(0))["deliveries"] == 1
-        assert await raw.lrange(k.chain(sub["id"], run["id"]), 0, -1) == ["dlv_stuck"]
-        assert await raw.zscore(k.DUE_DELIVERIES, "dlv_stuck") is not None
+        assert await raw.lrange(k.chain(sub["id"], run["id"]), 0, -1) == [stuck]
+        assert await raw.zscore(k.due_deliveries(shard), stuck) is not None
         assert (await store.upkeep.repair(0))["deliveries"] == 0
 
         async def finished_work_left_the_active_sets() -> bool:
             await store.upkeep.repair(0)
-            return not await raw.sismember(k.ACTIVE_DELIVERIES, delivered) and not await raw.sismember(
+            return not await raw.sismember(k.active_deliveries(shard), delivered) and not await raw.sismember(
                 k.active_runs(k.shard_of(run["id"])), run["id"]
             )
 

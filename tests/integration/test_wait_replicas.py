@@ -107,8 +107,8 @@ async def test_the_transitions_of_one_turn_wait_once(pair: Pair) -> None:
 
 async def test_the_transitions_of_one_turn_and_their_relays_wait_once_each(pair: Pair) -> None:
     """Changes that emit events: the transitions in one call, then each step of the relays of their
-    outboxes in one pipeline (the fan-outs, then the runs' side), so three WAITs for the turn, not one per
-    run; and no callback is announced before them."""
+    outboxes in one pipeline (the deliveries in the subscriptions' shards, the clients' feeds, then the
+    runs' side), so four WAITs for the turn, not one per run; and no callback is announced before them."""
     settings = load_settings(base_env(pair.primary.url, **WAIT))
     store = Store(connect(settings, durable=True), settings)
     try:
@@ -125,6 +125,6 @@ async def test_the_transitions_of_one_turn_and_their_relays_wait_once_each(pair:
         before = _waits(pair)
         outcomes = await asyncio.gather(*(batcher.apply(change(r)) for r in runs))
         assert outcomes == [Applied(1, ended=True)] * 20
-        assert _waits(pair) == before + 3
+        assert _waits(pair) == before + 4
     finally:
         await store.close()

@@ -114,13 +114,15 @@ def _attempt(code: int | None = None) -> Attempt:
     )
 
 
-async def _emit(store: Store, run: Run, *events: Event, status: str = "processing") -> int:
+async def _emit(store: Store, run: Run, *events: Event, status: str = "processing", now: int = T0 + 1) -> int:
+    """Applies a transition of ``run`` to ``status`` that emits ``events``, at ``now`` (the run's updated
+    time, which is also its deliveries' creation and first due time)."""
     # The stored version: runs are values, the store has the latest.
     current = await store.runs.get_run(run.id)
     assert current is not None
     # As lifecycle does: the record names the run's events but progress (Run.event_ids).
     recorded = [e.id for e in events if e.type != "run.progress"]
-    new = replace(_next(current, status), event_ids=[*current.event_ids, *recorded])
+    new = replace(_next(current, status, now), event_ids=[*current.event_ids, *recorded])
     outcome = await store.runs.transition(Transition(new, current.version, events=list(events)))
     assert isinstance(outcome, Applied)
     return outcome.deliveries
@@ -138,7 +140,30 @@ async def _deliveries_of(store: Store, sub_id: str) -> list[Delivery]:
 
 
 async def _due_deliveries(store: Store) -> dict[str, float]:
-    return {_s(m): s for m, s in await store.redis.zrange(keys.DUE_DELIVERIES, 0, -1, withscores=True)}
+    """The due deliveries over the shards' due sets, each found in its own shard's (its subscription's)."""
+    out: dict[str, float] = {}
+    for shard in range(keys.SHARDS):
+        for m, score in await store.redis.zrange(keys.due_deliveries(shard), 0, -1, withscores=True):
+            assert keys.shard_of(_s(m)) == shard, (_s(m), shard)
+            out[_s(m)] = score
+    return out
+
+
+async def _active_deliveries(store: Store) -> set[str]:
+    """The pending deliveries over the shards' sets, each found in its own shard's."""
+    out: set[str] = set()
+    for shard in range(keys.SHARDS):
+        for m in await store.redis.smembers(keys.active_deliveries(shard)):
+            assert keys.shard_of(_s(m)) == shard, (_s(m), shard)
+            out.add(_s(m))
+    return out
+
+
+async def _client_set(store: Store, kind: str, client: str, dlv_id: str) -> list[str]:
+    """The client's in-flight (``kind`` "inflight") or parked ("parked") set in ``dlv_id``'s shard, where
+    a claim of that delivery counts it, in score order (lease end; due time)."""
+    key = (keys.client_inflight if kind == "inflight" else keys.client_parked)(client, keys.shard_of(dlv_id))
+    return [_s(m) for m in await store.redis.zrange(key, 0, -1)]
 
 
 async def _due_of(store: Store, vendor: str = "nutrient") -> dict[str, float]:
@@ -387,7 +412,10 @@ async def test_events_fan_out_to_matching_active_subscriptions_only(store: Store
     await _sub(store, "sub_bob", client="bob", event_types=json.dumps(["run.*"]))
     run = await _run(store)
     assert await _emit(store, run, _event("run.submitted", beside=run.id)) == 1  # sub_all only
-    assert await _emit(store, run, _event("run.succeeded", beside=run.id), status="succeeded") == 2
+    # A millisecond later: the delivery log is by creation time, so the order below is the emission's
+    # (two deliveries created in one millisecond would sort by id, which says nothing).
+    succeeded = _event("run.succeeded", beside=run.id)
+    assert await _emit(store, run, succeeded, status="succeeded", now=T0 + 2) == 2
     assert [d.event_type for d in await _deliveries_of(store, "sub_all")] == [
         "run.submitted",
         "run.succeeded",
@@ -400,7 +428,12 @@ async def test_events_fan_out_to_matching_active_subscriptions_only(store: Store
     assert await store.redis.exists(keys.run_events("run_a")) == 0  # no list: the record names them
     d = (await _deliveries_of(store, "sub_default"))[0]
     assert d.status == "pending" and d.client == "alice" and d.run_id == "run_a"
-    assert await store.redis.sismember(keys.ACTIVE_DELIVERIES, d.id)
+    # Every delivery lies in its subscription's shard (its id is minted there), and is active there.
+    for sub_id in ("sub_all", "sub_default"):
+        for made in await _deliveries_of(store, sub_id):
+            assert keys.shard_of(made.id) == keys.shard_of(sub_id), (made.id, sub_id)
+    assert d.id in await _active_deliveries(store)
+    assert await store.redis.sismember(keys.active_deliveries(keys.shard_of("sub_default")), d.id)
 
 
 async def test_an_event_emitted_twice_creates_its_deliveries_once(store: Store) -> None:
@@ -642,7 +675,10 @@ async def test_a_subscriptions_raised_limit_brings_back_as_many_parked_as_it_has
 ) -> None:
     await _sub(store, "sub_1", max_in_flight="1")
     ids = await _pending(store, "sub_1", 6)
-    claimed, _ = await store.deliveries.claim_deliveries(T0 + 10, 20, LEASE)
+    # The client's limit well above the subscription's: a claim sends a client no more candidates than
+    # it has room for, and this is about the subscription's limit alone.
+    roomy = 20
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 10, 20, LEASE, client_max=roomy)
     assert len(claimed) == 1 and await store.redis.zcard(keys.sub_parked("sub_1")) == 5
     await store.redis.hset(keys.subscription("sub_1"), "max_in_flight", "3")  # PATCH max_in_flight
     await store.deliveries.record_attempt(
@@ -650,7 +686,7 @@ async def test_a_subscriptions_raised_limit_brings_back_as_many_parked_as_it_has
     )
     # None is left in flight, so three come back at once (not one per end, which would hold it at one).
     assert await store.redis.zcard(keys.sub_parked("sub_1")) == 2
-    claimed, _ = await store.deliveries.claim_deliveries(T0 + 21, 20, LEASE)
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 21, 20, LEASE, client_max=roomy)
     assert len(claimed) == 3 and {c.delivery.id for c in claimed} <= set(ids)
 
 
@@ -681,6 +717,10 @@ async def test_a_parked_delivery_whose_slot_holder_died_is_brought_back_by_the_s
 
 
 async def test_claim_deliveries_parks_a_clients_surplus_and_an_end_brings_one_back(store: Store) -> None:
+    """CLIENT_MAX_IN_FLIGHT (3 here) holds per client in a shard, in Redis: a claim takes no more of a
+    client's deliveries than it has room for and leaves the rest due; a claim that then finds the client
+    at its limit in the shard (another worker's: one that holds none of them itself) parks them in the
+    client's parked set of that shard, out of the due set, and an end there brings one back."""
     await _sub(store, "sub_a", max_in_flight="10")
     await _sub(store, "sub_b", client="bob")
     mine = await _pending(store, "sub_a", 5)
@@ -688,16 +728,71 @@ async def test_claim_deliveries_parks_a_clients_surplus_and_an_end_brings_one_ba
     claimed, _ = await store.deliveries.claim_deliveries(T0 + 10, 10, LEASE)
     got = [c.delivery.id for c in claimed]
     assert len([i for i in got if i in mine]) == 3 and theirs[0] in got  # alice's limit is 3 in flight
-    parked = [_s(m) for m in await store.redis.zrange(keys.client_parked("alice"), 0, -1)]
-    assert len(parked) == 2 and not set(parked) & set(await _due_deliveries(store))
-    assert await store.redis.zcard(keys.client_inflight("alice")) == 3
+    rest = set(mine) - set(got)
+    assert len(rest) == 2 and rest <= set(await _due_deliveries(store))  # left due, not parked
+    assert await _client_set(store, "parked", "alice", mine[0]) == []
+    # Every one of sub_a's deliveries is in sub_a's shard: so are alice's in-flight and parked sets there.
+    assert sorted(await _client_set(store, "inflight", "alice", mine[0])) == sorted(set(got) & set(mine))
+    assert (await store.deliveries.claim_deliveries(T0 + 10, 10, LEASE))[0] == []
+    parked = await _client_set(store, "parked", "alice", mine[0])
+    assert sorted(parked) == sorted(rest) and not set(parked) & set(await _due_deliveries(store))
+    assert len(await _client_set(store, "inflight", "alice", mine[0])) == 3
     await store.deliveries.record_attempt(
         next(i for i in got if i in mine), "succeeded", now_ms=T0 + 20, attempt=_attempt()
     )
-    assert await store.redis.zcard(keys.client_parked("alice")) == 1
-    assert await store.redis.zcard(keys.client_inflight("alice")) == 2
+    # The oldest parked one comes back (the set's first: by due time, then by id).
+    assert await _client_set(store, "parked", "alice", mine[0]) == parked[1:]
+    assert len(await _client_set(store, "inflight", "alice", mine[0])) == 2
     claimed, _ = await store.deliveries.claim_deliveries(T0 + 30, 10, LEASE)
     assert [c.delivery.id for c in claimed] == [parked[0]]
+
+
+async def test_a_client_without_room_in_this_worker_is_parked_and_unpark_brings_back_one_at_a_time(
+    store: Store,
+) -> None:
+    """``held``: the worker holds CLIENT_MAX_IN_FLIGHT (3) of alice's deliveries already, wherever they
+    are. Its claim takes bob's and parks alice's due ones in her parked set of their shard (not left due
+    for every claim to read again, not taken past her limit), remembering that it did; as each of her
+    attempts here ends, ``Deliveries.unpark`` brings back one, the oldest, at its own due time, and says
+    False once none it parked is left. Nothing of alice's is in flight in Redis here: the park is the
+    worker's own decision, from ``held`` alone."""
+    await _sub(store, "sub_a", max_in_flight="10")
+    await _sub(store, "sub_b", client="bob")
+    for i in range(3):  # a millisecond apart, so that "the oldest" is one of them, not the least id
+        run = await _run(store, f"run_a_{i}")
+        failed = _event("run.failed", i, f"evt_a_{i}", beside=run.id)
+        await _emit(store, run, failed, status="failed", now=T0 + 1 + i)
+    made = await _deliveries_of(store, "sub_a")  # by creation time
+    assert [d.created_at for d in made] == [T0 + 1, T0 + 2, T0 + 3]
+    mine = [d.id for d in made]
+    theirs = await _pending(store, "sub_b", 1, client="bob")
+    assert not await store.deliveries.unpark("alice", T0 + 5)  # none parked by this process yet
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 10, 10, LEASE, held={"alice": 3})
+    assert [c.delivery.id for c in claimed] == theirs
+    shard = keys.shard_of("sub_a")
+    parked = await store.redis.zrange(keys.client_parked("alice", shard), 0, -1, withscores=True)
+    assert [(_s(m), score) for m, score in parked] == [(d.id, d.created_at) for d in made]
+    assert not set(mine) & set(await _due_deliveries(store))
+    assert await store.redis.zcard(keys.client_inflight("alice", shard)) == 0  # parked, not claimed
+    assert all(d is not None and d.status == "pending" for d in await store.deliveries.get_deliveries(mine))
+    # Bob was not held back by alice: he has his own room.
+    assert await store.deliveries.unpark("bob", T0 + 20) is False
+    # One of alice's attempts ends: one comes back, due at its own time, and a claim with room for one
+    # takes it.
+    assert await store.deliveries.unpark("alice", T0 + 20) is True
+    assert {i: s for i, s in (await _due_deliveries(store)).items() if i in mine} == {mine[0]: T0 + 1}
+    assert await _client_set(store, "parked", "alice", mine[0]) == mine[1:]
+    claimed, _ = await store.deliveries.claim_deliveries(T0 + 21, 10, LEASE, held={"alice": 2})
+    assert [c.delivery.id for c in claimed] == [mine[0]]
+    # Each end brings back exactly one more; with none left that this process parked, False.
+    assert await store.deliveries.unpark("alice", T0 + 30) is True
+    assert await _client_set(store, "parked", "alice", mine[0]) == [mine[2]]
+    assert {i for i in await _due_deliveries(store) if i in mine} == {mine[0], mine[1]}
+    assert await store.deliveries.unpark("alice", T0 + 31) is True
+    assert await _client_set(store, "parked", "alice", mine[0]) == []
+    assert (await _due_deliveries(store))[mine[2]] == T0 + 3
+    assert await store.deliveries.unpark("alice", T0 + 32) is False
+    assert await _client_set(store, "parked", "alice", mine[0]) == []
 
 
 async def test_claim_deliveries_keeps_a_subscriptions_rate(store: Store) -> None:
@@ -726,7 +821,7 @@ async def test_claim_deliveries_hands_out_a_missing_body_and_ends_a_delivery_wit
     broken = await store.deliveries.get_delivery(ids[1])
     assert broken is not None and broken.status == "failed"
     assert ids[1] not in await _due_deliveries(store)
-    assert not await store.redis.sismember(keys.ACTIVE_DELIVERIES, ids[1])
+    assert ids[1] not in await _active_deliveries(store)
 
 
 # delivery_result.lua --------------------------------------------------------------------------------
@@ -752,7 +847,7 @@ async def test_delivery_succeeded_ends_it_and_keeps_the_attempt(store: Store) ->
     assert d is not None and (d.status, d.attempts, d.last_status_code) == ("succeeded", 1, 200)
     assert await store.deliveries.delivery_attempts(dlv) == [_attempt(200)]
     assert dlv not in await _due_deliveries(store)
-    assert not await store.redis.sismember(keys.ACTIVE_DELIVERIES, dlv)
+    assert dlv not in await _active_deliveries(store)
     assert 0 < await store.redis.pttl(keys.delivery(dlv)) <= RETENTION_MS
     sub = await store.subscriptions.get_subscription("sub_1")
     assert sub is not None and (sub.consecutive_failures, sub.failing_since) == (0, None)
@@ -853,7 +948,7 @@ async def test_retry_delivery_sends_an_ended_delivery_again_on_a_new_series(stor
     d = await store.deliveries.get_delivery(dlv)
     assert d is not None and (d.status, d.series, d.next_attempt_at) == ("pending", 1, T0 + 20)
     assert (await _due_deliveries(store))[dlv] == T0 + 20
-    assert await store.redis.sismember(keys.ACTIVE_DELIVERIES, dlv)
+    assert dlv in await _active_deliveries(store)
     assert (
         await store.redis.pttl(keys.delivery(dlv)) == -1
         and await store.redis.pttl(keys.delivery_attempts(dlv)) == -1
@@ -901,8 +996,9 @@ async def test_repair_re_adds_lost_work_and_drops_finished_entries(store: Store)
     head, second = [_s(i) for i in await r.lrange(keys.chain("sub_all", "run_c"), 0, -1)]
     for shard in range(keys.SHARDS):  # the due sets lost
         await r.delete(keys.due_runs("nutrient", shard))
-    await r.delete(keys.DUE_DELIVERIES)
-    await r.sadd(keys.ACTIVE_DELIVERIES, "dlv_gone")
+    for shard in range(keys.SHARDS):  # and the deliveries' due sets
+        await r.delete(keys.due_deliveries(shard))
+    await r.sadd(keys.active_deliveries(keys.shard_of("dlv_gone")), "dlv_gone")
 
     counts = await store.upkeep.repair(T0 + 100)
     # run_lost and run_c (queued, never stepped) are due again; the head of the chain is, its second not.
@@ -910,7 +1006,7 @@ async def test_repair_re_adds_lost_work_and_drops_finished_entries(store: Store)
     assert set(await _due_of(store)) == {"run_lost", "run_c"}
     assert await _due_deliveries(store) == {head: T0 + 100}
     assert await _active_runs(store) == {"run_lost", "run_c"}
-    assert {_s(m) for m in await r.smembers(keys.ACTIVE_DELIVERIES)} == {head, second}
+    assert await _active_deliveries(store) == {head, second}
     assert await store.upkeep.repair(T0 + 200) == {"runs": 0, "deliveries": 0}  # NX: nothing moves twice
 
 
@@ -939,7 +1035,7 @@ async def test_repair_rebuilds_a_lost_chain_behind_a_pending_head(store: Store) 
     run = await _run(store)
     await _emit(store, run, _event("run.submitted", beside=run.id))
     head = _s(await store.redis.lindex(keys.chain("sub_all", "run_a"), 0))  # type: ignore[misc]
-    await store.redis.delete(keys.chain("sub_all", "run_a"), keys.DUE_DELIVERIES)
+    await store.redis.delete(keys.chain("sub_all", "run_a"), keys.due_deliveries(keys.shard_of(head)))
     await store.upkeep.repair(T0 + 100)
     assert [_s(i) for i in await store.redis.lrange(keys.chain("sub_all", "run_a"), 0, -1)] == [head]
     assert await _due_deliveries(store) == {head: T0 + 100}
@@ -965,11 +1061,12 @@ async def test_release_deliveries_frees_subscription_and_client_slots(store: Sto
     await _pending(store, "sub_1", 1)
     claimed, _ = await store.deliveries.claim_deliveries(T0 + 1, 10, LEASE)
     d = claimed[0].delivery
-    assert await store.redis.zcard(keys.client_inflight("alice")) == 1
+    # The client's in-flight set is the delivery's shard's (its subscription's).
+    assert await _client_set(store, "inflight", "alice", d.id) == [d.id]
     assert await store.deliveries.release_deliveries([(d.id, "sub_1", "alice", T0 + 1 + LEASE)], T0 + 5) == 1
     assert (await _due_deliveries(store))[d.id] == T0 + 5
     assert await store.redis.zcard(keys.sub_inflight("sub_1")) == 0
-    assert await store.redis.zcard(keys.client_inflight("alice")) == 0
+    assert await _client_set(store, "inflight", "alice", d.id) == []
     assert await store.deliveries.release_deliveries([(d.id, "sub_1", "alice", T0 + 1 + LEASE)], T0 + 6) == 0
 
 

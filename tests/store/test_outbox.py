@@ -1,8 +1,9 @@
 """The run's outbox (issue 26): a transition puts the events it emits in the run's outbox, in its own
-step and slot, and the relay fans them out (deliveries, the client's feed) right after; the sweeper
-relays what a process that died between the two left there. These tests leave events stranded the way a
-crash does (the transition's script alone, no relay) and check that nothing is lost, nothing is sent
-twice, and a run's events still reach each subscription in the order it emitted them. Real Redis."""
+step and slot, and the relay fans them out right after (the deliveries in each subscription's shard,
+fanout_deliveries.lua; then the client's feed, relay_feed.lua; then the run's side, relay_done.lua); the
+sweeper relays what a process that died between the two left there. These tests leave events stranded the
+way a crash does (the transition's script alone, no relay) and check that nothing is lost, nothing is
+sent twice, and a run's events still reach each subscription in the order it emitted them. Real Redis."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from service.core.records import Event, Run, Transition, replace
@@ -131,18 +133,27 @@ async def test_a_later_transition_relays_the_earlier_stranded_events_first(store
     assert await store.redis.exists(keys.run_outbox(run.id)) == 0
 
 
-async def test_a_failed_relay_leaves_the_change_applied_and_the_events_to_the_sweeper(store: Store) -> None:
+@pytest.mark.parametrize("step", ["fanout_deliveries", "relay_feed"])
+async def test_a_failed_relay_leaves_the_change_applied_and_the_events_to_the_sweeper(
+    store: Store, step: str
+) -> None:
+    # Lost at its first step (no delivery yet) or at the feed's (the deliveries made, no feed entry):
+    # either way the change stands, and the sweeper's relay does the rest, nothing twice.
     run = await _run(store)
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
     new = replace(_next(run, "succeeded"), event_ids=[_e("evt_done")])
-    with _lost(store, "relay_fanout"):
+    with _lost(store, step):
         outcome = await store.runs.transition(
             Transition(new, run.version, events=[_event("run.succeeded", event_id="evt_done")])
         )
     assert outcome == Applied(0, ended=True)
     assert (await store.runs.get_run(run.id)).status == "succeeded"  # type: ignore[union-attr]
+    assert await _feed_ids(store) == []  # never an event in the feed without its deliveries
+    assert await store.redis.llen(keys.run_outbox(run.id)) > 0  # type: ignore[misc]
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
     assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == [_e("evt_done")]
+    assert await _feed_ids(store) == [_e("evt_done")]
+    assert await store.redis.exists(keys.run_outbox(run.id), keys.outbox(keys.shard_of(run.id))) == 0
 
 
 async def test_the_sweeper_drops_the_outbox_of_a_run_gone_and_takes_a_bounded_number(store: Store) -> None:
@@ -252,9 +263,9 @@ async def test_two_relays_interleaved_fan_out_each_event_once_and_empty_the_outb
     await _strand(store, run, "processing", _event("run.progress", event_id="evt_2"), now=T0 + 2)
     assert await runs.relay(run.id, run.client, []) == 2  # relay B, whole
     read_a = _outbox_entries(items_a)
-    reply_a = await runs._fan_out(run.id, run.client, [], read_a, items_a, None)
-    assert int(reply_a[1]) == 0  # nothing created twice
-    assert await runs.scripts.relay_done(*runs._done_call(run.id, read_a, reply_a)) == 0
+    fanned_a = await runs._fan_out(run.id, run.client, [], read_a)
+    assert fanned_a.created == 0  # nothing created twice
+    assert await runs.scripts.relay_done(*runs._done_call(run.id, read_a, fanned_a)) == 0
     assert await _feed_ids(store) == [_e("evt_1"), _e("evt_2")]
     assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == [_e("evt_1"), _e("evt_2")]
     assert [_s(i) for i in await store.redis.lrange(keys.run_events(run.id), 0, -1)] == [
@@ -275,9 +286,10 @@ async def test_a_late_last_step_trims_only_its_own_entries(store: Store) -> None
     run = await _strand(store, run, "processing", _event("run.progress", event_id="evt_1"))
     items_a = await store.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
     read_a = _outbox_entries(items_a)
-    reply_a = await runs._fan_out(run.id, run.client, [], read_a, items_a, None)
+    fanned_a = await runs._fan_out(run.id, run.client, [], read_a)
+    assert fanned_a.created == 1
     await _strand(store, run, "processing", _event("run.progress", event_id="evt_2"), now=T0 + 7)
-    assert await runs.scripts.relay_done(*runs._done_call(run.id, read_a, reply_a)) == 1
+    assert await runs.scripts.relay_done(*runs._done_call(run.id, read_a, fanned_a)) == 1
     assert await store.redis.zscore(keys.outbox(keys.shard_of(run.id)), run.id) == T0 + 7
     assert await _feed_ids(store) == [_e("evt_1")]
     assert await runs.relay_stranded(T0 + 7 + RELAY_GRACE_MS) == 1
@@ -287,7 +299,8 @@ async def test_a_late_last_step_trims_only_its_own_entries(store: Store) -> None
 
 async def test_a_relay_that_read_long_ago_fans_out_nothing_done_since(store: Store) -> None:
     # Relay Y reads [e1] and stalls; e1 is relayed whole by another, then e2 is emitted and relayed whole.
-    # Y's fan-out comes last: e1's entry is at or below the run's mark, so nothing goes to the feed again.
+    # Y's fan-out comes last: e1's entry is at or below the run's mark, so nothing goes to the feed again,
+    # and a subscription created meanwhile gets no delivery of an event fanned out before it existed.
     from service.store.runs import _outbox_entries
 
     run = await _run(store)
@@ -298,13 +311,15 @@ async def test_a_relay_that_read_long_ago_fans_out_nothing_done_since(store: Sto
     assert await runs.relay(run.id, run.client, []) == 1
     await _strand(store, run, "processing", _event("run.progress", event_id="evt_2"), now=T0 + 2)
     assert await runs.relay(run.id, run.client, []) == 1
+    await _sub(store, "sub_b", event_types=json.dumps(["run.*"]))
     read_y = _outbox_entries(items_y)
-    reply_y = await runs._fan_out(run.id, run.client, [], read_y, items_y, None)
-    assert int(reply_y[1]) == 0
-    assert json.loads(_s(reply_y[2])) == [
-        {"dlv": [fanout.delivery_id(_e("evt_1"), "sub_a")], "dropped": False}
-    ]
-    assert await runs.scripts.relay_done(*runs._done_call(run.id, read_y, reply_y)) == 0
+    fanned_y = await runs._fan_out(run.id, run.client, [], read_y)
+    # Nothing created; e1's delivery only reported (so Y's last step would not drop e1's body as if nobody
+    # wanted it), by the id the first relay minted for it.
+    assert fanned_y.created == 0
+    assert fanned_y.deliveries == [[fanout.delivery_id_in_shard(_e("evt_1"), "sub_a")]]
+    assert await runs.scripts.relay_done(*runs._done_call(run.id, read_y, fanned_y)) == 0
+    assert await _deliveries_of(store, "sub_b") == []
     assert await _feed_ids(store) == [_e("evt_1"), _e("evt_2")]
     assert [_s(i) for i in await store.redis.lrange(keys.run_events(run.id), 0, -1)] == [
         _e("evt_1"),

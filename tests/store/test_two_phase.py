@@ -2,7 +2,9 @@
 keys (the due ids, a delivery's subscription, a client's subscriptions), then the script, given every key,
 checks what it relies on still holds. These tests put a change between the two phases (a subscription
 created, a run claimed by another worker) and check the race changes nothing: what the one-phase script
-did is what happens."""
+did is what happens. The relay's fan-out is three steps in as many slots (fanout_deliveries.lua per
+subscription shard, relay_feed.lua in the client's, relay_done.lua in the run's): the feed step reads the
+client's directory again and answers 'stale' when a subscription appeared since the read."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from redis.crc import key_slot
 from service.core.domain import AttemptOutcome, DeliveryStatus
 from service.core.records import Event, Transition, replace
 from service.store import Applied, Store, fanout, keys
+from service.store.base import each_call
+from service.store.runs import _outbox_entries
 from tests.store.test_lua import LEASE, T0, _attempt, _deliveries_of, _due_deliveries, _next, _run, _s, _sub
 from tests.store.test_lua import store as store  # the fixture
 
@@ -82,24 +86,34 @@ async def test_a_subscription_created_after_the_read_gets_the_event(store: Store
         run.version,
         events=[_event("run.succeeded", "evt_done")],
     )
-    # The transition puts the event in the run's outbox; the relay's phase one reads the subscriptions, then
-    # a subscription is created before its phase two.
+    # The transition puts the event in the run's outbox; the relay's phase one reads the client's
+    # subscriptions (and the run's mark), then a subscription is created before its steps run.
     ks, args, _ = store.runs._transition_call(change)
     reply = await store.runs.scripts.transition(keys=ks, args=args)
     assert _s(reply[0]) == "ok"
-    subs = (await store.runs._subscriptions_of([run.client]))[run.client]
+    [(subs, mark)] = await store.runs._directories([(run.client, run.id)])
+    assert (subs, mark) == (["sub_early"], 0)
     await _sub(store, "sub_late", event_types=json.dumps(["run.*"]))
     items = await store.runs.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
     assert len(items) == 2  # ops, body
-    reply = await store.runs.scripts.relay_fanout(
-        *store.runs._fanout_call(run.id, run.client, [], [_e("evt_done")], subs, items)
-    )
-    assert [_s(r) for r in reply] == ["stale", json.dumps([_e("evt_done")], separators=(",", ":"))]
-    assert await _deliveries_of(store, "sub_early") == []
-    assert await store.runs.redis.exists(keys.relayed(run.client, run.id)) == 0
-    # Through the store: read again, then relayed, with both deliveries (as the one-phase script did).
-    assert await store.runs.relay(run.id, run.client, [], items, subs) == 2
+    plan = store.runs._plan(run.id, run.client, [], _outbox_entries(items), subs, mark)
+    replies = await each_call(store.redis, store.runs.scripts.fanout_deliveries, plan.deliveries)
+    fanned = fanout.merged(plan.events, replies)
+    assert fanned.created == 1  # sub_early's: the deliveries step knows only what was read
+    # The feed step reads the directory again: sub_late would get the event and was not fanned out to.
+    reply = await store.runs.scripts.relay_feed(*plan.feed(fanned))
+    assert [_s(r) for r in reply] == ["stale"]
+    assert await store.redis.xlen(keys.client_feed(run.client)) == 0  # nothing in the feed
+    assert await store.runs.redis.exists(keys.relayed(run.client, run.id)) == 0  # nor the mark
+    assert await _deliveries_of(store, "sub_late") == []
+    # Through the store: read again, then relayed, with both deliveries (as the one-phase script did);
+    # sub_early's, made above, is found and not made twice.
+    assert await store.runs.relay(run.id, run.client, [], items) == 1
     assert [d.event_id for d in await _deliveries_of(store, "sub_late")] == [_e("evt_done")]
+    assert [d.event_id for d in await _deliveries_of(store, "sub_early")] == [_e("evt_done")]
+    assert [_s(f[b"e"]) for _, f in await store.redis.xrange(keys.client_feed(run.client))] == [
+        _e("evt_done")
+    ]
     assert await store.runs.redis.exists(keys.run_outbox(run.id)) == 0
     assert await store.runs.redis.zscore(keys.outbox(keys.shard_of(run.id)), run.id) is None
 
@@ -107,24 +121,48 @@ async def test_a_subscription_created_after_the_read_gets_the_event(store: Store
 async def test_a_batch_relays_again_only_the_change_whose_subscriptions_changed(store: Store) -> None:
     a, b = await _run(store, "run_a"), await _run(store, "run_b", client="bob")
     await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
+    await _sub(store, "sub_b", client="bob", event_types=json.dumps(["run.*"]))
+    original = store.runs._directories
+    fed: list[str] = []  # the runs whose feed step ran, by their relay mark's key
 
-    async def late_sub(clients: list[str]) -> dict[str, list[str]]:
-        read = await original(clients)
+    async def late_sub(pairs: list[tuple[str, str]]) -> list[tuple[list[str], int]]:
+        read = await original(pairs)
         await _sub(store, "sub_a2", event_types=json.dumps(["run.*"]))  # after the first read only
-        store.runs._subscriptions_of = original  # type: ignore[method-assign]
+        store.runs._directories = original  # type: ignore[method-assign]
         return read
 
-    original = store.runs._subscriptions_of
-    store.runs._subscriptions_of = late_sub  # type: ignore[method-assign]
-    events = [_event("run.succeeded", "evt_a")]
-    outcomes = await store.runs.transitions(
-        [
-            Transition(replace(_next(a, "succeeded"), event_ids=[_e("evt_a")]), a.version, events=events),
-            Transition(_next(b, "processing"), b.version),
-        ]
-    )
-    assert outcomes == [Applied(2, True), Applied(0, False)]
+    real_feed = store.runs.scripts.relay_feed
+
+    async def feed(*args: Any, **kwargs: Any) -> Any:  # called as the script is: (keys, args[, client])
+        fed.append((args[0] if args else kwargs["keys"])[1])
+        return await real_feed(*args, **kwargs)
+
+    store.runs._directories = late_sub  # type: ignore[method-assign]
+    store.runs.scripts.relay_feed = feed  # type: ignore[method-assign]
+    try:
+        outcomes = await store.runs.transitions(
+            [
+                Transition(
+                    replace(_next(a, "succeeded"), event_ids=[_e("evt_a")]),
+                    a.version,
+                    events=[_event("run.succeeded", "evt_a")],
+                ),
+                Transition(
+                    replace(_next(b, "succeeded"), event_ids=[_e("evt_b", "run_b")]),
+                    b.version,
+                    events=[_event("run.succeeded", "evt_b", "run_b")],
+                ),
+            ]
+        )
+    finally:
+        store.runs._directories = original  # type: ignore[method-assign]
+        store.runs.scripts.relay_feed = real_feed  # type: ignore[method-assign]
+    # Every delivery the change made counts, those of its first fan-out as well as its second's.
+    assert outcomes == [Applied(2, True), Applied(1, True)]
     assert len(await _deliveries_of(store, "sub_a2")) == 1
+    assert len(await _deliveries_of(store, "sub_a")) == 1 and len(await _deliveries_of(store, "sub_b")) == 1
+    # run_a's feed step ran twice (stale, then again alone); run_b's once, in the batch.
+    assert sorted(fed) == sorted([keys.relayed("alice", "run_a")] * 2 + [keys.relayed("bob", "run_b")])
 
 
 async def test_a_run_claimed_between_the_read_and_the_script_is_not_claimed_twice(store: Store) -> None:
@@ -226,26 +264,29 @@ async def test_a_delivery_claimed_between_the_read_and_the_script_is_not_claimed
         events=[_event("run.succeeded", "evt_x")],
     )
     assert await store.runs.transition(change) == Applied(1, True)
-    dlv_id = fanout.delivery_id(_e("evt_x"), "sub_x")
+    dlv_id = fanout.delivery_id_in_shard(_e("evt_x"), "sub_x")
     assert dlv_id in await _due_deliveries(store)
     claimed, _ = await store.deliveries.claim_deliveries(T0 + 5, 10, LEASE)
     assert [c.delivery.id for c in claimed] == [dlv_id]
-    sid, client = "sub_x", "alice"
+    sid, client, shard = "sub_x", "alice", keys.shard_of(dlv_id)
+    # A second worker read the id as due before the first claim leased it: the script checks again.
     reply = await store.deliveries.scripts.claim_deliveries(
         keys=[
-            keys.DUE_DELIVERIES,
-            keys.ACTIVE_DELIVERIES,
+            keys.due_deliveries(shard),
+            keys.active_deliveries(shard),
             keys.delivery(dlv_id),
             keys.subscription(sid),
             keys.sub_inflight(sid),
             keys.sub_parked(sid),
             keys.sub_budget(sid),
-            keys.client_inflight(client),
-            keys.client_parked(client),
+            keys.client_inflight(client, shard),
+            keys.client_parked(client, shard),
         ],
-        args=[T0 + 5, 10, LEASE, 2, 3, dlv_id, sid, _e("evt_x"), client],
+        args=[T0 + 5, 10, LEASE, 2, 3, dlv_id, sid, _e("evt_x"), client, "take"],
     )
     assert reply[0] == []
+    assert [_s(m) for m in await store.redis.zrange(keys.sub_inflight(sid), 0, -1)] == [dlv_id]  # once
+    assert await store.redis.zcard(keys.client_inflight(client, shard)) == 1
 
 
 async def test_the_python_delivery_id_is_the_one_the_fanout_mints(store: Store) -> None:
@@ -258,7 +299,11 @@ async def test_the_python_delivery_id_is_the_one_the_fanout_mints(store: Store) 
     )
     assert await store.runs.transition(change) == Applied(1, True)
     [d] = await _deliveries_of(store, "sub_id")
-    assert d.id == fanout.delivery_id(_e("evt_f"), "sub_id")
+    # Deterministic, and in the subscription's shard: its hash, claim and result share the slot of the
+    # subscription's keys.
+    assert d.id == fanout.delivery_id_in_shard(_e("evt_f"), "sub_id")
+    assert keys.shard_of(d.id) == keys.shard_of("sub_id")
+    assert keys.delivery(d.id).startswith(keys.of("sub_id"))
 
 
 async def test_a_feed_page_reads_the_bodies_kept_under_the_events_keys(store: Store) -> None:
@@ -321,7 +366,8 @@ async def test_a_record_that_names_other_keys_is_refused_then_read_again(store: 
     )
     stored = await store.deliveries.get_delivery(claimed.delivery.id)
     assert stored is not None and stored.status == DeliveryStatus.SUCCEEDED
-    assert await store.redis.zcard(keys.client_inflight("alice")) == 0  # the right set was freed
+    shard = keys.shard_of(claimed.delivery.id)
+    assert await store.redis.zcard(keys.client_inflight("alice", shard)) == 0  # the right set was freed
 
 
 async def test_budget_slots_of_runs_claimed_meanwhile_are_given_back(store: Store) -> None:

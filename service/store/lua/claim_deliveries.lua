@@ -7,7 +7,10 @@
 -- that a backlog or hanging receivers never stand in front of other deliveries, and a subscription's
 -- next delivery goes as soon as one ends rather than at a later claim's guess. A candidate the caller
 -- marks 'park' is parked as well (its client holds all the room this worker gives one client:
--- Deliveries.claim_deliveries; the worker brings it back as one of that client's attempts ends). (The
+-- Deliveries.claim_deliveries; the worker brings it back as one of that client's attempts ends); else
+-- the caller gives the client's room in this call, and past it (or past `limit`) a candidate that
+-- nothing parks stays due, for a later claim. Every candidate is looked at, so that one claim parks a
+-- client's or a subscription's whole surplus among them. (The
 -- sweeper puts a pending delivery that is in no due set back in it, parked ones too: a parked set never
 -- holds one for longer than SWEEP_INTERVAL_S that nothing else brings back.)
 -- The caller reads the due ids first (a plain ZRANGEBYSCORE, past `limit`, so that parking one client's
@@ -20,19 +23,16 @@
 --   event's body is not among them: the caller reads it after the claim (it lives with the run that
 --   emitted it, in the run's shard).
 -- ARGV: now_ms, limit, lease_ms, default_max_in_flight, client_max_in_flight, then per candidate: id,
---   subscription id, event id, client (as read), 'take' | 'park'
+--   subscription id, event id, client (as read), the client's room in this call | 'park'
 -- Returns {{delivery_fields, subscription_fields}, ...}, next_due_score | false}.
 local now, limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local default_max, client_max = tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = {}
 local in_flight = {}
-local c = 0
-for a = 6, #ARGV, 5 do
-  if #out >= limit then break end
+local taken = {}  -- per client, claimed by this call
+-- One candidate: ARGV from `a`, KEYS from `k`.
+local function consider(a, k, park, room)
   local id, want_sid, want_evt, want_client = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local park = ARGV[a + 4] == 'park'
-  local k = 3 + 7 * c
-  c = c + 1
   local dkey, skey, ikey, spkey, bkey = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
   local cin, cpkey = KEYS[k + 5], KEYS[k + 6]
   local score = redis.call('ZSCORE', KEYS[1], id)
@@ -63,6 +63,8 @@ for a = 6, #ARGV, 5 do
         redis.call('ZREM', KEYS[1], id)
         redis.call('ZADD', spkey, score, id)
         held = true
+      elseif #out >= limit or (taken[client] or 0) >= room then
+        return -- nothing holds it back but this call's room: it stays due, a later claim's
       end
       local rate = tonumber(s[2]) or 0
       if not held and rate > 0 then
@@ -84,11 +86,17 @@ for a = 6, #ARGV, 5 do
         redis.call('ZREM', spkey, id)
         redis.call('PEXPIRE', cin, lease * 2)
         in_flight[client] = in_flight[client] + 1
+        taken[client] = (taken[client] or 0) + 1
         redis.call('ZADD', KEYS[1], now + lease, id)
         table.insert(out, {redis.call('HGETALL', dkey), redis.call('HGETALL', skey)})
       end
     end
   end
+end
+local c = 0
+for a = 6, #ARGV, 5 do
+  consider(a, 3 + 7 * c, ARGV[a + 4] == 'park', tonumber(ARGV[a + 4]) or 0)
+  c = c + 1
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {out, nxt[2] or false}
