@@ -891,9 +891,11 @@ class Settings:
     client_max_in_flight: int = setting(
         100,
         _int(1, 100_000),
-        "callbacks in flight per client across every worker; a worker applies at most half its "
-        "`WORKER_CONCURRENCY` (and says so at start when this is more), so that one client's hanging "
-        "receivers leave every worker room for everyone else's callbacks",
+        "callbacks in flight per client in each worker, and in each shard across every worker (a client "
+        "whose subscriptions lie in k shards may have up to k times this in flight over several workers: "
+        "docs/shards.md); a worker applies at most half its `WORKER_CONCURRENCY` (and says so at start "
+        "when this is more), so that one client's hanging receivers leave every worker room for everyone "
+        "else's callbacks",
     )
     # Per-client quotas (a hostile or runaway tenant costs itself, not the platform).
     max_subscriptions_per_client: int = setting(

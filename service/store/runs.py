@@ -370,15 +370,16 @@ class Runs(Part):
     ) -> fanout.Fanned:
         """The fan-out of the entries ``read``, until the client's feed step finds the subscriptions
         fanned out to the ones it needs."""
+        created = 0  # over every pass: a pass after 'stale' creates only what the ones before did not
         for _ in range(fanout.STALE_TRIES):
             [(subs, mark)] = await self._directories([(client, run_id)])
             plan = self._plan(run_id, client, sub_filter, read, subs, mark)
-            fanned = fanout.merged(
-                plan.events, await each_call(self.redis, self.scripts.fanout_deliveries, plan.deliveries)
-            )
+            made = await each_call(self.redis, self.scripts.fanout_deliveries, plan.deliveries)
+            fanned = fanout.merged(plan.events, made)
+            created += fanned.created
             reply = await self.scripts.relay_feed(*plan.feed(fanned))
             if text(reply[0]) == "ok":
-                return fanned
+                return replace(fanned, created=created)
         raise fanout.StaleFanout(f"the subscriptions of {client} kept changing")
 
     def _plan(
@@ -501,8 +502,9 @@ class Runs(Part):
             if text(reply[0]) == "ok":
                 fanned.append(done_once)
                 continue
-            try:  # a subscription created meanwhile: this one again, alone
-                fanned.append(await self._fan_out(run.id, run.client, run.subscription_ids, entries))
+            try:  # a subscription created meanwhile: this one again, alone (counting the first pass's)
+                again = await self._fan_out(run.id, run.client, run.subscription_ids, entries)
+                fanned.append(replace(again, created=again.created + done_once.created))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # this change stands: the sweeper relays its events
