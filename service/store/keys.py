@@ -319,7 +319,16 @@ def in_shard(mint: Callable[[int], str], shard: int) -> str:
     return next(minted for n in itertools.count() if shard_of(minted := mint(n)) == shard)
 
 
+# The step between a client's consecutive subscriptions' shards: odd, so that 16 of them fill the 16
+# shards, and not 1, so that consecutive ones do not sit side by side in one primary's range of slots (a
+# cluster splits the slots into equal ranges, one per primary): on N primaries (2 to 6), any N
+# consecutive subscriptions of a client put at most 2 on one primary (offsets 0, 11, 6, 1, 12, 7, ...:
+# tests/store/test_shards.py).
+SPREAD_STEP = 11
+
+
 def spread_shard(client: str, count: int) -> int:
-    """The shard for a client's ``count``-th subscription (0-based): round-robin from the client's own
-    shard, so that a handful of subscriptions land on as many shards (and primaries), not on one."""
-    return (shard_of(client) + count) % SHARDS
+    """The shard for a client's ``count``-th subscription (0-based): from the client's own shard, a
+    ``SPREAD_STEP`` at a time, so that a handful of subscriptions, and their deliveries, land on as many
+    shards and primaries, not on one."""
+    return (shard_of(client) + count * SPREAD_STEP) % SHARDS

@@ -32,8 +32,13 @@ from tests.conftest import ON_CLUSTER, Receiver, Stack, StackFactory, base_env, 
 pytestmark = pytest.mark.skipif(ON_CLUSTER, reason="migrate-keys runs on one Redis only (a cluster drains)")
 
 HOOKBRIDGE_2, EARLIER_3 = keys.ROOT, keys.PREFIX
-# The names (after the prefix) of what lives in a run's shard today; ``evt:<id>:pending`` stays under {hb}.
-OF_RUNS = re.compile(r"(run|doc|result|idem):|evt:[^:]+$|due:runs:|active:runs$|outbox$")
+# The names (after the prefix) of what lives in a shard today: a run's, an event's, an idempotency
+# record's, a subscription's and a delivery's keys, and the per-shard indexes.
+OF_SHARDS = re.compile(
+    r"(run|doc|result|idem|sub|dlv|chain|evt|dlvclient):|budget:sub:|due:(runs|deliveries)|active:|outbox$"
+)
+# The indexes that are one per shard today, merged back into one in an old layout.
+PER_SHARD = re.compile(r"due:runs:|due:deliveries$|active:(runs|deliveries)$|outbox$|dlvclient:")
 
 
 def _to_old_layout(client: redis.Redis, old: str) -> int:
@@ -46,7 +51,7 @@ def _to_old_layout(client: redis.Redis, old: str) -> int:
         if name.startswith(keys.ROOT + "{v:"):
             continue  # a vendor's budget and pause keep their own tag (their own rows of the rule)
         rest = name[name.index("}:") + 2 :]
-        if rest.startswith("due:runs:") or rest in ("active:runs", "outbox"):
+        if PER_SHARD.match(rest):
             merged.setdefault(old + rest, []).append(name)
         elif name != old + rest:
             client.rename(name, old + rest)
@@ -118,6 +123,8 @@ async def test_a_store_of_an_earlier_layout_is_moved_and_its_pending_run_is_call
     # A run ended while its event waited in its outbox: the relay was lost, the sweeper's to do.
     stranded = (await stack.submit("nutrient"))["id"]
     event_id, outbox_score, outbox_items = await _cancel_stranded(stack, stranded)
+    # A delivery still pending (no worker yet): its hash, chain, due and active entries move too.
+    assert (await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
     ids = [r["id"] for r in runs]
     client = redis.Redis.from_url(stack.redis_url)
     try:
@@ -136,16 +143,20 @@ async def test_a_store_of_an_earlier_layout_is_moved_and_its_pending_run_is_call
         moved = _migrate(stack.redis_url)
         assert moved.returncode == 0, moved.stderr
         counts = dict(item.split("=") for item in moved.stdout.split())
-        # The due set, the unfinished runs and the outbox index, each split by member.
-        assert counts["kept"] == "0" and int(counts["split"]) == 3, moved.stdout
+        # The due set, the unfinished runs, the outbox index, the due and the pending deliveries, each split
+        # by member.
+        assert counts["kept"] == "0" and int(counts["split"]) == 5, moved.stdout
         assert int(counts["moved"]) >= 2 * len(runs), moved.stdout  # each run's record and document at least
         assert client.exists(old + "due:runs:nutrient", old + "active:runs", old + "outbox") == 0
         left = [k.decode() for k in client.scan_iter(match=keys.ROOT + "*")]
         assert not [k for k in left if tagged(k) or split(k)]
         # Every key has a hash tag, and nothing of a run's (its keys, its events' bodies, its idempotency
-        # record, an index of runs) is left under the old prefix; the store's own keys stay under {hb}.
+        # record, an index of runs) nor of a subscription's is left under the old prefix; the client's
+        # own keys stay under {hb}.
         assert not [k for k in left if not k.startswith(keys.ROOT + "{")]
-        assert not [k for k in left if k.startswith(old) and OF_RUNS.match(k.removeprefix(old))]
+        assert not [k for k in left if k.startswith(old) and OF_SHARDS.match(k.removeprefix(old))]
+        # The subscription's hash and delivery log in its shard.
+        assert client.exists(keys.subscription(sub["id"])) == 1
         # Each run's keys where today's code looks (in its shard), each index entry in its run's shard's
         # set, with its score.
         for member, score in due:
@@ -178,8 +189,9 @@ async def test_a_store_of_an_earlier_layout_is_moved_and_its_pending_run_is_call
     try:
 
         async def called_back() -> bool:
-            done = {(r.json()["type"], r.json()["data"]["run"]["id"]) for r in receiver.received}
-            return {("run.succeeded", i) for i in ids} | {("run.canceled", stranded)} <= done
+            done = {(r.json()["type"], r.json()["data"].get("run", {}).get("id")) for r in receiver.received}
+            wanted = {("run.succeeded", i) for i in ids} | {("run.canceled", stranded)}
+            return wanted | {("subscription.test", None)} <= done
 
         await eventually(called_back, what="the moved runs polled to their end and called back")
         assert (await stack.api.get(f"/v1/runs/{ids[0]}")).json()["status"] == "succeeded"

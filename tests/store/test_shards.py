@@ -111,10 +111,19 @@ def test_a_delivery_id_minted_in_its_subscriptions_shard_is_deterministic_and_we
         assert fanout.delivery_id_in_shard("evt_0", "sub_0") == first
 
 
-def test_a_clients_subscriptions_spread_round_robin_over_shards() -> None:
-    shards = [keys.spread_shard("alice", n) for n in range(5)]
-    assert len(set(shards)) == 5 and shards[0] == keys.shard_of("alice")
-    assert [keys.spread_shard("alice", n) for n in range(16, 21)] == shards
+@pytest.mark.parametrize("client", ["alice", "bob", "c" * 64])
+def test_a_clients_subscriptions_spread_over_the_shards_and_the_primaries(client: str) -> None:
+    shards = [keys.spread_shard(client, n) for n in range(16)]
+    assert sorted(shards) == list(range(16)) and shards[0] == keys.shard_of(client)
+    assert [keys.spread_shard(client, n) for n in range(16, 21)] == shards[:5]
+    # On N primaries (the slots in N equal ranges, each shard's tag in the middle of its sixteenth), any N
+    # consecutive subscriptions of a client put at most 2 on one primary (a step of 1 would put them all
+    # on one).
+    for primaries in range(2, 7):
+        primary = [int((s + 0.5) * primaries / 16) for s in range(16)]
+        for n in range(16):
+            on = Counter(primary[shards[(n + k) % 16]] for k in range(primaries))
+            assert max(on.values()) <= 2, (primaries, n, shards)
 
 
 async def test_the_tags_spread_over_the_primaries_of_a_real_cluster(redis_cluster: RedisCluster) -> None:
