@@ -242,17 +242,10 @@ def cmd_migrate_keys(args: argparse.Namespace) -> None:
     from redis.asyncio import Redis
 
     from service.store import connect
-    from service.store.layout import move_untagged_keys
+    from service.store.layout import PendingDeliveries, move_untagged_keys
 
     settings = _settings()
     _require_redis(settings, "migrate-keys")
-    if settings.redis_cluster_nodes:
-        print(
-            "hookbridge migrate-keys: a key cannot be renamed to another slot of a cluster; drain an "
-            "earlier hookbridge 3 instead (docs/deploy.md, 'Upgrading from an earlier hookbridge 3')",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
 
     async def main() -> dict[str, int]:
         redis: Redis = connect(settings)
@@ -261,7 +254,15 @@ def cmd_migrate_keys(args: argparse.Namespace) -> None:
         finally:
             await redis.aclose()
 
-    counts = _run(main())
+    try:
+        counts = _run(main())
+    except PendingDeliveries as exc:
+        print(
+            f"hookbridge migrate-keys: {exc}; on a cluster, let the earlier workers deliver them first "
+            "(docs/deploy.md, 'Upgrading from an earlier hookbridge 3')",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
     print(" ".join(f"{k}={v}" for k, v in counts.items()))
     if counts["kept"]:
         print("some keys exist in both layouts: today's were kept, the others left", file=sys.stderr)

@@ -8,25 +8,25 @@ unfinished ones, outboxes, a client's deliveries in flight and parked) are one p
 and pause have the vendor's own tag (``hb:{v:<vendor>}:``), and every other key the store's (``keys.PREFIX``).
 A key named by an id moves with a ``RENAMENX`` (which keeps its value and expiry); an index of runs is split
 by member into its shards' (scores and expiry kept), then dropped. A delivery made before its id was minted in
-its subscription's shard moves to its own id's shard: on one Redis, where this runs, a script may touch keys
-of several shards, so it is claimed and ended as before. A vendor's budget and pause where they are not moved
-(a cluster, where this does not run) only expire: the vendor's budget starts afresh (one burst at most) and a
-pause in force is forgotten (the vendor's next 429 pauses it again).
+its subscription's shard moves to its own id's shard: on one Redis a script may touch keys of several shards,
+so it is claimed and ended as before; a cluster does not allow that, so there the move refuses to start while
+such a delivery is pending (``PendingDeliveries``: the earlier workers deliver them first).
 
-On one Redis or Sentinel only (hookbridge 2 never ran on a cluster; an earlier hookbridge 3 on a cluster is
-drained instead: docs/deploy.md), with every earlier process stopped first (one still writing would write keys
-of its own layout after they were moved). It can be run again: a key moved already is not seen, and a key of
-today's layout that exists already is never overwritten (counted as ``kept``, its old twin left for an
-operator to look at). At most ``batch`` keys are held at once."""
+On one Redis, Sentinel or a cluster (where a key cannot be renamed into another slot: it is copied, DUMP and
+RESTORE with its expiry, then dropped), with every earlier process stopped first (one still writing would
+write keys of its own layout after they were moved). It can be run again: a key moved already is not seen, and
+a key of today's layout that exists already is never overwritten (counted as ``kept``, its old twin left for
+an operator to look at). At most ``batch`` keys are held at once."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
 
-from service.store import keys
+from service.core.records import DELIVERY_HASH
+from service.store import fanout, keys
 from service.store.codec import text
 
 # The indexes that are one per shard today: (name after the prefix, builder of a shard's).
@@ -95,15 +95,27 @@ def split(name: str) -> Callable[[int], str] | None:
     return _split_index(name.removeprefix(keys.PREFIX if name.startswith(keys.PREFIX) else keys.ROOT))
 
 
+class PendingDeliveries(RuntimeError):
+    """On a cluster: deliveries of the earlier layout are still pending (their ids were not minted in
+    their subscriptions' shards, so no script of today's could claim one there)."""
+
+
 async def move_untagged_keys(redis: Redis, *, batch: int = 500) -> dict[str, int]:
     """Moves every key of an earlier layout to today's; returns how many were ``moved``, ``kept`` (today's
-    existed), ``expired`` (between the scan and the rename) and ``split`` (indexes of runs spread over
-    their shards)."""
+    existed), ``expired`` (between the scan and the rename) and ``split`` (indexes spread over their
+    shards). On a cluster, raises :class:`PendingDeliveries` first, moving nothing, while the earlier
+    layout has a pending delivery."""
+    if isinstance(redis, RedisCluster):
+        await _refuse_pending(redis)
     counts = {"moved": 0, "kept": 0, "expired": 0, "split": 0}
     names: list[tuple[str, str]] = []
     indexes: list[tuple[str, Callable[[int], str]]] = []
 
     async def flush() -> None:
+        if isinstance(redis, RedisCluster):
+            await _copy(redis, names, counts)
+            names.clear()
+            return
         pipe = redis.pipeline(transaction=False)
         for name, new in names:
             pipe.renamenx(name, new)
@@ -129,7 +141,81 @@ async def move_untagged_keys(redis: Redis, *, batch: int = 500) -> dict[str, int
     for name, shard_key in indexes:
         await _split(redis, name, shard_key, batch)
         counts["split"] += 1
+    if isinstance(redis, RedisCluster):
+        counts["rehomed"] = await _rehome_deliveries(redis)
     return counts
+
+
+async def _refuse_pending(redis: RedisCluster) -> None:
+    pending = 0
+    for old in (keys.ROOT, keys.PREFIX):
+        pending += int(await redis.scard(old + "active:deliveries"))  # type: ignore[misc]
+    if pending:
+        raise PendingDeliveries(f"{pending} deliveries of the earlier layout are pending")
+
+
+_REHOME_FIELDS = [DELIVERY_HASH[f] for f in ("subscription_id", "event_id", "run_id")]
+
+
+async def _rehome_deliveries(redis: RedisCluster) -> int:
+    """On a cluster, every delivery made before its id was minted in its subscription's shard (all of
+    them ended: :class:`PendingDeliveries`) gets today's id, the one in that shard
+    (``fanout.delivery_id_in_shard``), so that a resend (``retry_delivery.lua``) is one slot: its hash
+    (with its expiry) and attempts copied under it, its entries in the subscription's log and the run's
+    index renamed (scores kept), the old keys dropped. Returns how many."""
+    done = 0
+    async for raw in redis.scan_iter(match=f"{keys.ANY_SHARD}dlv:*", count=500, _type="HASH"):
+        name = text(raw)
+        dlv_id = name.rpartition(":")[2]
+        sid, evt, run_id = (
+            text(v or b"")
+            for v in await redis.hmget(name, _REHOME_FIELDS)  # type: ignore[misc]
+        )
+        if not sid or not evt or keys.shard_of(dlv_id) == keys.shard_of(sid):
+            continue
+        new = fanout.delivery_id_in_shard(evt, sid)
+        old_keys = [name, keys.delivery_attempts(dlv_id)]
+        if not await redis.exists(keys.delivery(new)):
+            for old, target in zip(old_keys, [keys.delivery(new), keys.delivery_attempts(new)], strict=True):
+                value, ttl = await redis.dump(old), int(await redis.pttl(old))
+                if value is not None and ttl != -2:
+                    await redis.restore(target, max(ttl, 0), value)
+            await redis.hset(keys.delivery(new), DELIVERY_HASH["id"], new)  # type: ignore[misc]
+        for index in [keys.sub_deliveries(sid)] + ([keys.run_deliveries(run_id)] if run_id else []):
+            score = await redis.zscore(index, dlv_id)
+            if score is not None:
+                await redis.zadd(index, {new: score})
+                await redis.zrem(index, dlv_id)
+        await redis.delete(*old_keys)
+        done += 1
+    return done
+
+
+async def _copy(redis: RedisCluster, names: list[tuple[str, str]], counts: dict[str, int]) -> None:
+    """On a cluster, where a key cannot be renamed into another slot: each key's value copied to its new
+    name (``DUMP``, ``RESTORE`` with its expiry), then the old one dropped. Not atomic per key, so run with
+    every earlier process stopped (as on one Redis); a run that stopped between a copy and its drop is
+    finished by the next (a new key that holds the same value as the old is the copy: the old goes)."""
+    pipe = redis.pipeline(transaction=False)
+    for name, new in names:
+        pipe.dump(name)
+        pipe.pttl(name)
+        pipe.dump(new)
+    read = await pipe.execute()
+    pipe = redis.pipeline(transaction=False)
+    for n, (name, new) in enumerate(names):
+        value, ttl, there = read[3 * n], int(read[3 * n + 1]), read[3 * n + 2]
+        if value is None or ttl == -2:
+            counts["expired"] += 1  # between the scan and the copy
+            continue
+        if there is None:
+            pipe.restore(new, max(ttl, 0), value)
+        elif there != value:
+            counts["kept"] += 1  # today's exists with a value of its own: both stay for an operator
+            continue
+        pipe.delete(name)
+        counts["moved"] += 1
+    await pipe.execute()
 
 
 async def _split(redis: Redis, name: str, shard_key: Callable[[int], str], batch: int) -> None:

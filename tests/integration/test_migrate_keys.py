@@ -16,20 +16,22 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
+from redis.cluster import ClusterNode
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from service.core import domain, lifecycle
-from service.store import Applied, Store, connect, keys
+from service.store import Applied, Store, connect, fanout, keys
 from service.store.layout import split, tagged
 from service.store.runs import RELAY_GRACE_MS
+from service.testing.fixtures import CLUSTER_NODES
 from service.worker.runtime import WorkerRuntime
 from tests.conftest import ON_CLUSTER, Receiver, Stack, StackFactory, base_env, eventually
 
-pytestmark = pytest.mark.skipif(ON_CLUSTER, reason="migrate-keys runs on one Redis only (a cluster drains)")
+on_one_redis = pytest.mark.skipif(ON_CLUSTER, reason="one Redis: the cluster's test is below")
 
 HOOKBRIDGE_2, EARLIER_3 = keys.ROOT, keys.PREFIX
 # The names (after the prefix) of what lives in a shard today: a run's, an event's, an idempotency
@@ -41,9 +43,19 @@ OF_SHARDS = re.compile(
 PER_SHARD = re.compile(r"due:runs:|due:deliveries$|active:(runs|deliveries)$|outbox$|dlvclient:")
 
 
+def _client(url: str) -> redis.Redis:
+    """The test's own client: on a cluster, over the session's seeds (the keys are on every primary)."""
+    if not ON_CLUSTER:
+        return redis.Redis.from_url(url)
+    seeds = [seed.rsplit(":", 1) for seed in os.environ[CLUSTER_NODES].split(",")]
+    nodes = [ClusterNode(host, int(port)) for host, port in seeds]
+    return cast(redis.Redis, redis.RedisCluster(startup_nodes=nodes))
+
+
 def _to_old_layout(client: redis.Redis, old: str) -> int:
-    """Every key of today's layout but a vendor's renamed to ``old`` + its name after the prefix, the
-    indexes of runs of the 16 shards merged into one; returns how many old keys there are."""
+    """Every key of today's layout but a vendor's moved to ``old`` + its name after the prefix (copied
+    with its expiry, then dropped: a cluster renames within a slot only), the indexes of the 16 shards
+    merged into one; returns how many old keys there are."""
     made = 0
     merged: dict[str, list[str]] = {}
     for raw in list(client.scan_iter(match=keys.ROOT + "{*")):
@@ -54,16 +66,19 @@ def _to_old_layout(client: redis.Redis, old: str) -> int:
         if PER_SHARD.match(rest):
             merged.setdefault(old + rest, []).append(name)
         elif name != old + rest:
-            client.rename(name, old + rest)
+            value, ttl = client.dump(name), int(client.pttl(name))
+            client.restore(old + rest, max(ttl, 0), value)
+            client.delete(name)
             made += 1
         else:
             made += 1
     for target, parts in merged.items():
-        if client.type(parts[0]) == b"zset":
-            client.zunionstore(target, parts)
-        else:
-            client.sunionstore(target, parts)
-        client.delete(*parts)
+        for part in parts:
+            if client.type(part) == b"zset":
+                client.zadd(target, dict(client.zrange(part, 0, -1, withscores=True)))
+            else:
+                client.sadd(target, *client.smembers(part))
+            client.delete(part)
         made += 1
     return made
 
@@ -111,6 +126,7 @@ def _migrate(redis_url: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@on_one_redis
 @pytest.mark.parametrize("old", [HOOKBRIDGE_2, EARLIER_3], ids=["hookbridge-2", "earlier-hookbridge-3"])
 async def test_a_store_of_an_earlier_layout_is_moved_and_its_pending_run_is_called_back(
     make_stack: StackFactory, receiver: Receiver, old: str
@@ -126,7 +142,7 @@ async def test_a_store_of_an_earlier_layout_is_moved_and_its_pending_run_is_call
     # A delivery still pending (no worker yet): its hash, chain, due and active entries move too.
     assert (await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
     ids = [r["id"] for r in runs]
-    client = redis.Redis.from_url(stack.redis_url)
+    client = _client(stack.redis_url)
     try:
         made = _to_old_layout(client, old)
         assert made >= 4  # the runs, their documents, the listing, the due set, the subscription, ...
@@ -201,6 +217,94 @@ async def test_a_store_of_an_earlier_layout_is_moved_and_its_pending_run_is_call
         await task
 
 
+def _as_made_before(client: redis.Redis, dlv_id: str, sub_id: str) -> str:
+    """The pending delivery ``dlv_id`` of the earlier layout (``EARLIER_3``) under the id an earlier
+    hookbridge 3 gave it, before ids were minted in their subscription's shard: a candidate of another
+    shard. Returns that id."""
+    old = EARLIER_3
+    evt = client.hget(old + f"dlv:{dlv_id}", "event").decode()
+    earlier = next(
+        d
+        for n in range(64)
+        if keys.shard_of(d := fanout.delivery_id(evt, sub_id, n)) != keys.shard_of(sub_id)
+    )
+    client.rename(old + f"dlv:{dlv_id}", old + f"dlv:{earlier}")  # one slot: the old layout's one tag
+    client.hset(old + f"dlv:{earlier}", "id", earlier)
+    for index in (old + f"sub:{sub_id}:deliveries", old + "due:deliveries"):
+        score = client.zscore(index, dlv_id)
+        client.zrem(index, dlv_id)
+        client.zadd(index, {earlier: score})
+    client.srem(old + "active:deliveries", dlv_id)
+    client.sadd(old + "active:deliveries", earlier)
+    client.lrem(old + f"chain:{sub_id}:", 0, dlv_id)
+    client.rpush(old + f"chain:{sub_id}:", earlier)
+    return earlier
+
+
+@pytest.mark.skipif(not ON_CLUSTER, reason="about a cluster: HB_TEST_CLUSTER=1 (.ci/run step 3)")
+async def test_on_a_cluster_the_move_waits_for_the_old_deliveries_then_copies_every_key(
+    make_stack: StackFactory, receiver: Receiver
+) -> None:
+    """An earlier hookbridge 3 on a cluster: its keys are copied into their slots (a key cannot be renamed
+    into another), but a delivery of the old layout could not be claimed by today's scripts (its id is
+    not in its subscription's shard), so while one is pending the move refuses and moves nothing; once
+    the earlier workers delivered them (played here: the one mock of this test, since the earlier code
+    is not here to run), every key moves, an ended delivery gets today's id (so it can be resent), and
+    the runs go on and are called back."""
+    stack = await make_stack(worker=False)
+    sub = await stack.subscribe(receiver.url, event_types=["run.succeeded"])
+    ids = [(await stack.submit("nutrient"))["id"] for _ in range(4)]
+    assert (await stack.api.post(f"/v1/subscriptions/{sub['id']}/test")).status_code == 202
+    client = _client(stack.redis_url)
+    try:
+        _to_old_layout(client, EARLIER_3)
+        [made] = [m.decode() for m in client.smembers(EARLIER_3 + "active:deliveries")]
+        pending = _as_made_before(client, made, sub["id"])
+        refused = _migrate(stack.redis_url)
+        assert refused.returncode == 2 and "1 deliveries of the earlier layout are pending" in refused.stderr
+        assert client.exists(EARLIER_3 + f"sub:{sub['id']}", EARLIER_3 + f"run:{ids[0]}") == 2  # untouched
+        # The earlier workers deliver it: the delivery ends, and leaves the due and the pending sets.
+        client.hset(EARLIER_3 + f"dlv:{pending}", "status", "succeeded")
+        client.srem(EARLIER_3 + "active:deliveries", pending)
+        client.zrem(EARLIER_3 + "due:deliveries", pending)
+        moved = _migrate(stack.redis_url)
+        assert moved.returncode == 0, moved.stderr
+        counts = dict(item.split("=") for item in moved.stdout.split())
+        assert int(counts["moved"]) >= 2 * len(ids) and counts["kept"] == "0", moved.stdout
+        left = [k.decode() for k in client.scan_iter(match=keys.ROOT + "*")]
+        assert not [k for k in left if tagged(k) or split(k)]
+        for run_id in ids:
+            assert client.exists(keys.run(run_id)) == 1
+            assert client.zscore(keys.due_runs("nutrient", keys.shard_of(run_id)), run_id) is not None
+        # The ended delivery has today's id, in its subscription's shard: a resend is one slot.
+        assert counts["rehomed"] == "1", moved.stdout
+        [now_id] = [m.decode() for m in client.zrange(keys.sub_deliveries(sub["id"]), 0, -1)]
+        assert keys.shard_of(now_id) == keys.shard_of(sub["id"]) and now_id != pending
+        assert client.exists(keys.subscription(sub["id"]), keys.delivery(now_id), keys.delivery(pending)) == 2
+        again = _migrate(stack.redis_url)
+        assert again.stdout.split() == ["moved=0", "kept=0", "expired=0", "split=0", "rehomed=0"]
+    finally:
+        client.close()
+    assert (await stack.api.get(f"/v1/subscriptions/{sub['id']}")).json()["url"] == receiver.url
+    worker = WorkerRuntime(stack.settings)
+    task = asyncio.create_task(worker.run(serve_health=False))
+    try:
+
+        async def called_back() -> bool:
+            done = {
+                r.json()["data"]["run"]["id"]
+                for r in receiver.received
+                if r.json()["type"] == "run.succeeded"
+            }
+            return set(ids) <= done
+
+        await eventually(called_back, what="the moved runs polled to their end and called back")
+    finally:
+        worker.request_stop()
+        await task
+
+
+@on_one_redis
 async def test_a_tagged_key_that_exists_is_never_overwritten(make_stack: StackFactory) -> None:
     stack = await make_stack(worker=False)
     client = redis.Redis.from_url(stack.redis_url)
