@@ -9,63 +9,68 @@ the vendor's own (``hb:{v:<vendor>}:``); every other key, the clients', the stor
 store's. The scripts in lua/ never build one: every key a script touches is passed in its ``KEYS``,
 built here. Values:
 
-================================  ======  =========================================================
-key                               type    holds
-================================  ======  =========================================================
-hb:<s>:run:{run}                  string  the run as JSON (public fields and ``_``-prefixed internals)
-hb:<s>:doc:{run}                  string  the submitted document bytes, until the vendor accepted it
-hb:<s>:result:{run}               string  the vendor's result as JSON (not kept with zero retention)
-hb:<s>:run:{run}:events           list    kept run.progress ids, oldest first (the rest: event_ids)
-hb:<s>:run:{run}:outbox           list    the run's events not yet fanned out, in emission order: per
-                                          transition its relay ops (JSON) then the events' packed bodies;
-                                          written by the transition, emptied by the relay's last step
-                                          (relay_fanout.lua, then relay_done.lua)
-hb:<s>:outbox                     zset    the shard's runs whose outbox holds events, by the time of the
-                                          oldest: the sweeper relays what a crash left behind
-hb:<s>:evt:{evt}                  string  the event's body, the exact bytes sent, packed (bodies.py); in
-                                          its run's shard (its id is minted there: new_id_beside)
-hb:<s>:evt:{evt}:pending          string  zero retention only: deliveries of the event not yet final
-hb:client:{client}:runs           zset    run ids by creation time (listing)
-hb:client:{client}:relayed:{run}  string  the relay's mark: the run's version whose outbox entry was the
-                                          last fanned out, kept RELAY_MARK_MS (a relay whose last step
-                                          failed is finished without a second feed entry)
-hb:client:{client}:meta:{digest}  zset    run ids by creation time, of the runs whose metadata holds one
-                                          pair (digest: sha256 of key NUL value); the metadata filter
-hb:<s>:run:{run}:deliveries       zset    the run's delivery ids by creation time (written at fan-out)
-hb:client:{client}:subs           zset    subscription ids by creation time
-hb:client:{client}:feed           stream  the client's events in emission order (GET /v1/events, SSE):
-                                          event id, type, run, vendor, and the (packed) body when hb:evt does
-                                          not keep it; trimmed to RETENTION_S (MINID) at each append
-hb:client:{client}:streams        zset    the client's open event streams and waiting long-polls,
-                                          by lease expiry (the per-client cap)
-hb:<s>:sub:{sub}                  hash    the subscription (lists as JSON strings), health counters
-hb:<s>:sub:{sub}:deliveries       zset    delivery ids by creation time (the delivery log)
-hb:<s>:sub:{sub}:inflight         zset    delivery ids being attempted, by lease expiry
-hb:<s>:sub:{sub}:parked           zset    the subscription's due deliveries held back by its in-flight
-                                          limit, by due time; they return to the due set as its
-                                          deliveries end (as many as it then has room for)
-hb:<s>:chain:{sub}:{run}          list    undelivered deliveries of one run to one subscription, in
-                                          order; only the head is ever due (ordering per run)
-hb:<s>:dlv:{dlv}                  hash    one delivery: event, subscription, status, attempts, ...
-hb:<s>:dlv:{dlv}:attempts         list    every attempt as JSON
-hb:<s>:due:runs:{vendor}          zset    the shard's run ids by the time their next step is due (or
-                                          lease end); a worker reads those it believes due (due.py)
-hb:<s>:due:deliveries             zset    the shard's delivery ids by the time their next attempt is due
-hb:<s>:active:runs                set     the shard's runs not finished (the sweeper walks these)
-hb:<s>:active:deliveries          set     the shard's deliveries pending
-hb:<s>:idem:{client}:{sha}        string  "fingerprint run_id" for Idempotency-Key (sha: sha256 of the
-                                          key), with a TTL, in the shard of ``{client}:{sha}``: the run's
-hb:{v:<vendor>}:budget            string  the vendor budget's theoretical arrival time (GCRA), ms; under
-                                          the vendor's own tag (``vendor_prefix``), as is its pause
-hb:<s>:budget:sub:{sub}           string  the same for a subscription's delivery rate
-hb:<s>:dlvclient:{client}:inflight zset   a client's deliveries in the shard being attempted, by lease
-hb:<s>:dlvclient:{client}:parked zset     a client's due deliveries in the shard held back by its limit
-                                          by due time; one returns to the due set as one ends
-hb:{v:<vendor>}:pause             hash    the vendor's pause after a 429: until (ms), streak (429s in a
-                                          row), probe (the one request allowed out after it), probe_exp
-hb:rate:{name}:{client}           string  a client's API rate limiter (GCRA), e.g. submits, with a TTL
-hb:worker:{worker}                string  a worker's heartbeat, with a TTL
-================================  ======  =========================================================
+====================================  ======  =========================================================
+key                                   type    holds
+====================================  ======  =========================================================
+hb:<s>:run:{run}                      string  the run as JSON (public fields and ``_``-prefixed internals)
+hb:<s>:doc:{run}                      string  the submitted document bytes, until the vendor accepted it
+hb:<s>:result:{run}                   string  the vendor's result as JSON (not kept with zero retention)
+hb:<s>:run:{run}:events               list    kept run.progress ids, oldest first (the rest: event_ids)
+hb:<s>:run:{run}:outbox               list    the run's events not yet fanned out, in emission order: per
+                                              transition its relay ops (JSON) then the events' packed bodies;
+                                              written by the transition, emptied by the relay's last step
+                                              (the fan-out, then relay_done.lua)
+hb:<s>:outbox                         zset    the shard's runs whose outbox holds events, by the time of the
+                                              oldest: the sweeper relays what a crash left behind
+hb:<s>:evt:{evt}                      string  the event's body, the exact bytes sent, packed (bodies.py); in
+                                              its run's shard (its id is minted there: new_id_beside)
+hb:<s>:evt:{evt}:pending              string  zero retention only: deliveries of the event not yet final
+                                              (beside its body; may dip below 0 until the relay's last step)
+hb:client:{client}:runs               zset    run ids by creation time (listing)
+hb:client:{client}:relayed:{run}      string  the relay's mark: the run's version whose outbox entry was the
+                                              last fanned out, kept RELAY_MARK_MS (a relay whose last step
+                                              failed is finished without a second feed entry)
+hb:client:{client}:meta:{digest}      zset    run ids by creation time, of the runs whose metadata holds one
+                                              pair (digest: sha256 of key NUL value); the metadata filter
+hb:<s>:run:{run}:deliveries           zset    the run's delivery ids by creation time (written at fan-out)
+hb:client:{client}:subs               zset    subscription ids by creation time
+hb:client:{client}:feed               stream  the client's events in emission order (GET /v1/events, SSE):
+                                              event id, type, run, vendor, and the (packed) body when hb:evt does
+                                              not keep it; trimmed to RETENTION_S (MINID) at each append
+hb:client:{client}:streams            zset    the client's open event streams and waiting long-polls,
+                                              by lease expiry (the per-client cap)
+hb:<s>:sub:{sub}                      hash    the subscription (lists as JSON strings), health counters; in
+                                              its shard (its id is minted there: spread_shard), as are its
+                                              other keys, its chains and its deliveries'
+hb:<s>:sub:{sub}:deliveries           zset    delivery ids by creation time (the delivery log)
+hb:<s>:sub:{sub}:inflight             zset    delivery ids being attempted, by lease expiry
+hb:<s>:sub:{sub}:parked               zset    the subscription's due deliveries held back by its in-flight
+                                              limit, by due time; they return to the due set as its
+                                              deliveries end (as many as it then has room for)
+hb:<s>:chain:{sub}:{run}              list    undelivered deliveries of one run to one subscription, in
+                                              order; only the head is ever due (ordering per run)
+hb:<s>:dlv:{dlv}                      hash    one delivery: event, subscription, status, attempts, ...; in
+                                              its subscription's shard (fanout.delivery_id_in_shard)
+hb:<s>:dlv:{dlv}:attempts             list    every attempt as JSON
+hb:<s>:due:runs:{vendor}              zset    the shard's run ids by the time their next step is due (or
+                                              lease end); a worker reads those it believes due (due.py)
+hb:<s>:due:deliveries                 zset    the shard's delivery ids by the time their next attempt is due
+hb:<s>:active:runs                    set     the shard's runs not finished (the sweeper walks these)
+hb:<s>:active:deliveries              set     the shard's deliveries pending
+hb:<s>:idem:{client}:{sha}            string  "fingerprint run_id" for Idempotency-Key (sha: sha256 of the
+                                              key), with a TTL, in the shard of ``{client}:{sha}``: the run's
+hb:{v:<vendor>}:budget                string  the vendor budget's theoretical arrival time (GCRA), ms; under
+                                              the vendor's own tag (``vendor_prefix``), as is its pause
+hb:<s>:budget:sub:{sub}               string  the same for a subscription's delivery rate
+hb:<s>:dlvclient:{client}:inflight    zset    a client's deliveries in the shard being attempted, by lease
+hb:<s>:dlvclient:{client}:parked      zset    a client's due deliveries in the shard held back by its limit
+                                              (or a worker's room for it), by due time; one returns to the
+                                              due set as one of the client's ends
+hb:{v:<vendor>}:pause                 hash    the vendor's pause after a 429: until (ms), streak (429s in a
+                                              row), probe (the one request allowed out after it), probe_exp
+hb:rate:{name}:{client}               string  a client's API rate limiter (GCRA), e.g. submits, with a TTL
+hb:worker:{worker}                    string  a worker's heartbeat, with a TTL
+====================================  ======  =========================================================
 """
 
 from __future__ import annotations
