@@ -1,5 +1,5 @@
 #!lua
--- The relay's last step (Runs.relay), in the run's own slot: what the fan-out (relay_fanout.lua) did for
+-- The relay's last step (Runs.relay), in the run's own slot: what the fan-out (fanout.py) did for
 -- the entries the caller read from the run's outbox is written to the run's keys, and those entries leave
 -- the outbox. Per entry: its run.progress events that went somewhere are appended to the run's list of
 -- progress, its deliveries to the run's index of deliveries (GET /v1/runs/{id}/deliveries), and the

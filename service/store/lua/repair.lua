@@ -6,10 +6,11 @@
 -- A delivery: the caller reads what names the other keys first (the delivery's chain and the chain's
 -- heads before it) and declares them; what changed since is left to the next pass.
 -- A delivery: KEYS 1 delivery, 2 its chain (the delivery key stands in for an unchained one), 3 due
---   deliveries, 4 active deliveries, then the delivery key of each id in ARGV[6..] (the chain's heads
+--   deliveries and 4 active deliveries (its shard's), then the delivery key of each id in ARGV[6..] (the chain's heads
 --   before it, as read). ARGV: 'delivery', now_ms, id, subscription id, run id (as read), head ids...
 -- The sweeper walks the active runs (keys.active_runs, one set per shard) and deliveries
--- (keys.ACTIVE_DELIVERIES): work not finished, so a pass costs what is in flight, not what is kept; an id whose work is gone or done leaves its set here.
+-- (keys.active_deliveries, one set per shard): work not finished, so a pass costs what is in flight,
+-- not what is kept; an id whose work is gone or done leaves its set here.
 -- Returns 1 when it scheduled work that had no place in a due set, else 0.
 local kind, now = ARGV[1], tonumber(ARGV[2])
 if kind == 'run' then
