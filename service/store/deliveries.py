@@ -155,20 +155,34 @@ class Deliveries(Part):
         return done, self._due.earliest()
 
     async def _due_ids(self, now_ms: int, limit: int) -> dict[int, list[str]]:
-        """The due ids (at most ``limit`` a shard) of the shards this process believes due, and every
-        shard's once per ``WORKER_IDLE_S``, with each one's head (one round trip)."""
-        shards = self._due.to_read(now_ms)
-        pipe = self.redis.pipeline(transaction=False)
-        for shard in shards:
-            pipe.zrangebyscore(keys.due_deliveries(shard), "-inf", now_ms, start=0, num=limit)
-            pipe.zrange(keys.due_deliveries(shard), 0, 0, withscores=True)
-        read = await pipe.execute() if shards else []
+        """The due ids (at most ``limit`` a shard) of the shards this process believes due, each with its
+        head (one round trip); every other shard's head once per ``WORKER_IDLE_S``, and the ids of those
+        whose head is due (a second round trip, only then): an idle worker reads one head a shard."""
+        due: list[int] = []
+        looked: list[int] = []
+        for shard in self._due.to_read(now_ms):
+            known = self._due.next_due[shard]
+            (due if known is not None and known <= now_ms else looked).append(shard)
+        if looked:
+            pipe = self.redis.pipeline(transaction=False)
+            for shard in looked:
+                pipe.zrange(keys.due_deliveries(shard), 0, 0, withscores=True)
+            for shard, head in zip(looked, await pipe.execute(), strict=True):
+                self._due.next_due[shard] = float(head[0][1]) if head else None
+                if head and head[0][1] <= now_ms:
+                    due.append(shard)
         found: dict[int, list[str]] = {}
-        for n, shard in enumerate(shards):
-            ids, head = read[2 * n], read[2 * n + 1]
-            if ids:
-                found[shard] = [text(i) for i in ids]
-            self._due.next_due[shard] = float(head[0][1]) if head else None
+        if due:
+            pipe = self.redis.pipeline(transaction=False)
+            for shard in due:
+                pipe.zrangebyscore(keys.due_deliveries(shard), "-inf", now_ms, start=0, num=limit)
+                pipe.zrange(keys.due_deliveries(shard), 0, 0, withscores=True)
+            read = await pipe.execute()
+            for n, shard in enumerate(due):
+                ids, head = read[2 * n], read[2 * n + 1]
+                if ids:
+                    found[shard] = [text(i) for i in ids]
+                self._due.next_due[shard] = float(head[0][1]) if head else None
         return found
 
     def forget_due(self) -> None:

@@ -442,3 +442,26 @@ async def test_a_probe_taken_by_another_claim_meanwhile_hands_the_run_back(store
     store.runs.scripts.claim_runs = original  # type: ignore[method-assign]
     assert claimed == [] and nxt is None
     assert await store.redis.zscore(DUE, IDS[0]) == T0  # due again, as it was
+
+
+async def test_an_idle_delivery_claim_reads_one_head_a_shard_and_the_ids_of_a_due_one_only(
+    store: Store,
+) -> None:
+    """The delivery claim over the 16 due sets (store/due.py, as the runs'): nothing due, a claim reads the
+    16 heads and no ids; within WORKER_IDLE_S the next reads nothing; a delivery made due meanwhile is
+    found at the next full look, which reads the ids of its shard alone and claims it."""
+    from tests.store.test_lua import _pending
+
+    idle_ms = store.settings.worker_idle_s * 1000
+    with _sent(store) as sent:
+        assert await store.deliveries.claim_deliveries(T0, 10, LEASE) == ([], None)
+        assert _reads(sent) == ["ZRANGE"] * keys.SHARDS
+        sent.clear()
+        assert await store.deliveries.claim_deliveries(T0 + 1, 10, LEASE) == ([], None)
+        assert _reads(sent) == []
+        await _sub(store, "sub_1")
+        [made] = await _pending(store, "sub_1", 1)  # due at T0 + 1 (the run's step)
+        sent.clear()
+        claimed, _ = await store.deliveries.claim_deliveries(int(T0 + 1 + idle_ms), 10, LEASE)
+        assert [c.delivery.id for c in claimed] == [made]
+        assert sent.count("ZRANGEBYSCORE") == 1 and sent.count("ZRANGE") == keys.SHARDS + 1
