@@ -91,19 +91,19 @@ async def test_the_sweeper_relays_the_events_of_a_worker_that_died_before_its_re
     c = clocked
     await c.stack.subscribe(receiver.url)
     run = await c.stack.submit("nutrient")
-    relay = c.worker.durable.runs.scripts.relay_feed
+    relay = c.worker.durable.runs.scripts.fanout_deliveries
 
     async def died(*args: object, **kwargs: object) -> object:
         # The worker's process dies between its transition and the relay: no simulator can do that to
         # it, so the relay's call is made to fail (the one mock of this file), then given back.
         raise RedisConnectionError("the worker died here")
 
-    c.worker.durable.runs.scripts.relay_feed = died  # type: ignore[assignment]
+    c.worker.durable.runs.scripts.fanout_deliveries = died  # type: ignore[assignment]
     while await _status(c, run["id"]) != "succeeded":
         await c.advance(10)
     assert receiver.events("run.succeeded") == []
     assert await c.worker.store.redis.zscore(keys.outbox(keys.shard_of(run["id"])), run["id"]) is not None
-    c.worker.durable.runs.scripts.relay_feed = relay
+    c.worker.durable.runs.scripts.fanout_deliveries = relay
     c.clock.advance(RELAY_GRACE_MS / 1000)
     assert (await c.worker.sweep())["relayed"] == 1
     await c.step()  # the deliveries the relay made due, sent
