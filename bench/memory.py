@@ -3,6 +3,7 @@
     python -m bench.memory                  # 10,000 runs
     python -m bench.memory --runs 1000
     python -m bench.memory --no-progress    # a vendor that reports no progress (no run.progress events)
+    python -m bench.memory --cluster 3      # on a Redis Cluster of 3 primaries (a replica each)
 
 Memory, not time, so it drives the store directly: a private Redis (no AOF) and the ``Store`` with the
 calls and the decisions the API and the worker make, in their order, for every run:
@@ -35,9 +36,10 @@ import json
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
+from redis.cluster import ClusterNode
 
 from bench._common import BenchResult, Figure, environment, print_result, run_main
 from service.config.settings import Settings
@@ -48,6 +50,7 @@ from service.dev.embedded_redis import EmbeddedRedis
 from service.store import Store, bodies, connect, keys
 from service.vendors import base
 from service.vendors.registry import load_settings
+from tests.redis_cluster import RedisCluster
 
 CLIENT = "bench"
 VENDOR = "nutrient"
@@ -63,6 +66,7 @@ async def run(
     sample: int = SAMPLE,
     progress: bool = True,
     quick: bool = False,
+    cluster: int = 0,
 ) -> BenchResult:
     """``quick`` (``bench.run --quick``): 1,000 runs unless ``runs_n`` says otherwise; else 10,000."""
     if runs_n is None:
@@ -73,22 +77,34 @@ async def run(
         command="python -m bench.memory",
         quick_command="python -m bench.memory --runs 1000",
     )
-    server = EmbeddedRedis(appendonly=False)
+    server = RedisCluster(primaries=cluster, replicas=1) if cluster else EmbeddedRedis(appendonly=False)
     server.start()
     try:
-        settings = load_settings(
-            # One subscription takes every callback: its in-flight limit is not what is measured.
-            environment(server.url, "http://127.0.0.1:9", SUBSCRIPTION_MAX_IN_FLIGHT="1000")
-        )
+        # One subscription takes every callback: its in-flight limit is not what is measured.
+        env = environment(server.url, "http://127.0.0.1:9", SUBSCRIPTION_MAX_IN_FLIGHT="1000")
+        redis: aioredis.Redis
+        if isinstance(server, RedisCluster):
+            env.pop("HOOKBRIDGE_REDIS_URL", None)
+            env["HOOKBRIDGE_REDIS_CLUSTER_NODES"] = ",".join(f"{h}:{p}" for h, p in server.seeds)
+            nodes = [ClusterNode(h, p) for h, p in server.seeds]
+            redis = cast(aioredis.Redis, aioredis.RedisCluster(startup_nodes=nodes, decode_responses=True))
+        else:
+            redis = aioredis.Redis.from_url(server.url, decode_responses=True)
+        settings = load_settings(env)
         store = Store(connect(settings), settings)
-        redis = aioredis.Redis.from_url(server.url, decode_responses=True)
         try:
             figures = await _measure(store, redis, settings, runs_n, polls, sample, progress)
         finally:
             await store.close()
             await redis.aclose()
     finally:
-        server.cleanup()
+        if isinstance(server, RedisCluster):
+            server.stop()
+        else:
+            server.cleanup()
+    if cluster:
+        result.name, result.command = "memory-cluster", f"python -m bench.memory --cluster {cluster}"
+        result.quick_command = f"{result.command} --runs 1000"
     in_flight, finished, data = figures
     result.add(
         Figure(
@@ -339,8 +355,22 @@ def _result(run_id: str) -> dict[str, Any]:
 
 
 async def used_memory(redis: aioredis.Redis) -> int:
-    """``used_memory`` without the client buffers and the AOF buffer (``Cluster.redis_memory``)."""
-    info = await redis.info("memory")
+    """``used_memory`` without the client buffers and the AOF buffer (``Cluster.redis_memory``); on a
+    cluster, the primaries' together, each also without what it holds whatever its data (the
+    replication backlog, the cluster bus's links)."""
+    if not isinstance(redis, aioredis.RedisCluster):
+        return _used(await redis.info("memory"))
+    total = 0
+    for node in redis.get_primaries():
+        info = await redis.info("memory", target_nodes=node)
+        info = info if "used_memory" in info else next(iter(info.values()))
+        total += (
+            _used(info) - int(info.get("mem_replication_backlog", 0)) - int(info.get("mem_cluster_links", 0))
+        )
+    return total
+
+
+def _used(info: dict[str, Any]) -> int:
     return (
         int(info["used_memory"]) - int(info.get("mem_clients_normal", 0)) - int(info.get("mem_aof_buffer", 0))
     )
@@ -429,9 +459,17 @@ def main() -> None:
     parser.add_argument(
         "--no-progress", action="store_true", help="a vendor that reports no progress: no run.progress events"
     )
+    parser.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        metavar="N",
+        help="on a Redis Cluster of N primaries (a replica each)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    print_result(run_main(run(args.runs, args.polls, args.sample, not args.no_progress)), args.json)
+    bench = run(args.runs, args.polls, args.sample, not args.no_progress, cluster=args.cluster)
+    print_result(run_main(bench), args.json)
 
 
 if __name__ == "__main__":
