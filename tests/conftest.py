@@ -16,8 +16,10 @@ from typing import Any, cast
 
 import httpx
 import pytest
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode
+from redis.cluster import ClusterNode as SyncNode
 
 from service.core.clock import ManualClock
 from service.dev.embedded_redis import free_port, redis_server_binary, server_version
@@ -117,6 +119,14 @@ def store_client(url: str, **options: Any) -> aioredis.Redis:
     seeds = [seed.rsplit(":", 1) for seed in os.environ[CLUSTER_NODES].split(",")]
     nodes = [ClusterNode(host, int(port)) for host, port in seeds]
     return cast(aioredis.Redis, aioredis.RedisCluster(startup_nodes=nodes, **options))
+
+
+def sync_store_client(url: str) -> redis.Redis:
+    """:func:`store_client`, blocking: for the tests that read Redis from plain functions."""
+    if not ON_CLUSTER:
+        return redis.Redis.from_url(url)
+    seeds = [seed.rsplit(":", 1) for seed in os.environ[CLUSTER_NODES].split(",")]
+    return cast(redis.Redis, redis.RedisCluster(startup_nodes=[SyncNode(h, int(p)) for h, p in seeds]))
 
 
 @dataclass

@@ -14,20 +14,19 @@ import sys
 from typing import Any
 
 import pytest
-import redis
 from standardwebhooks import Webhook
 
 from service.store import keys
 from service.store.secretbox import SecretBox, SecretUnavailable
-from tests.conftest import Receiver, StackFactory, base_env, eventually
+from tests.conftest import Receiver, StackFactory, base_env, eventually, sync_store_client
 
 K1 = base64.b64encode(b"1" * 32).decode()
 K2 = base64.b64encode(b"2" * 32).decode()
 
 
 def _dump(redis_url: str) -> bytes:
-    """Every value in Redis, as bytes: what a leaked dump would hold."""
-    client = redis.Redis.from_url(redis_url)
+    """Every value in Redis, as bytes: what a leaked dump would hold (every primary's, on a cluster)."""
+    client = sync_store_client(redis_url)
     try:
         out = []
         for key in client.scan_iter(count=1000):
@@ -48,7 +47,7 @@ def _dump(redis_url: str) -> bytes:
 
 
 def _stored(redis_url: str, sub_id: str) -> str:
-    client = redis.Redis.from_url(redis_url)
+    client = sync_store_client(redis_url)  # the subscription's shard, on any primary
     try:
         return (client.hget(keys.subscription(sub_id), "secrets") or b"").decode()
     finally:
