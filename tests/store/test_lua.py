@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -139,24 +139,33 @@ async def _deliveries_of(store: Store, sub_id: str) -> list[Delivery]:
     return [d for d in await store.deliveries.get_deliveries(ids) if d is not None]
 
 
-async def _due_deliveries(store: Store) -> dict[str, float]:
-    """The due deliveries over the shards' due sets, each found in its own shard's (its subscription's)."""
+async def _scored(store: Store, shard_key: Callable[[int], str]) -> dict[str, float]:
+    """A per-shard sorted set's members over the 16 shards, each found in its own shard's set."""
     out: dict[str, float] = {}
     for shard in range(keys.SHARDS):
-        for m, score in await store.redis.zrange(keys.due_deliveries(shard), 0, -1, withscores=True):
+        for m, score in await store.redis.zrange(shard_key(shard), 0, -1, withscores=True):
             assert keys.shard_of(_s(m)) == shard, (_s(m), shard)
             out[_s(m)] = score
     return out
 
 
-async def _active_deliveries(store: Store) -> set[str]:
-    """The pending deliveries over the shards' sets, each found in its own shard's."""
+async def _members(store: Store, shard_key: Callable[[int], str]) -> set[str]:
+    """A per-shard set's members over the 16 shards, each found in its own shard's set."""
     out: set[str] = set()
     for shard in range(keys.SHARDS):
-        for m in await store.redis.smembers(keys.active_deliveries(shard)):
+        for m in await store.redis.smembers(shard_key(shard)):
             assert keys.shard_of(_s(m)) == shard, (_s(m), shard)
             out.add(_s(m))
     return out
+
+
+async def _due_deliveries(store: Store) -> dict[str, float]:
+    """The due deliveries over the shards' due sets (a delivery's is its subscription's shard's)."""
+    return await _scored(store, keys.due_deliveries)
+
+
+async def _active_deliveries(store: Store) -> set[str]:
+    return await _members(store, keys.active_deliveries)
 
 
 async def _client_set(store: Store, kind: str, client: str, dlv_id: str) -> list[str]:
@@ -168,22 +177,11 @@ async def _client_set(store: Store, kind: str, client: str, dlv_id: str) -> list
 
 async def _due_of(store: Store, vendor: str = "nutrient") -> dict[str, float]:
     """The vendor's due runs over its due sets (one per shard), each found in its own run's shard's."""
-    out: dict[str, float] = {}
-    for shard in range(keys.SHARDS):
-        for m, score in await store.redis.zrange(keys.due_runs(vendor, shard), 0, -1, withscores=True):
-            assert keys.shard_of(_s(m)) == shard, (_s(m), shard)
-            out[_s(m)] = score
-    return out
+    return await _scored(store, lambda shard: keys.due_runs(vendor, shard))
 
 
 async def _active_runs(store: Store) -> set[str]:
-    """The unfinished runs over the shards' sets, each found in its own shard's."""
-    out: set[str] = set()
-    for shard in range(keys.SHARDS):
-        for m in await store.redis.smembers(keys.active_runs(shard)):
-            assert keys.shard_of(_s(m)) == shard, (_s(m), shard)
-            out.add(_s(m))
-    return out
+    return await _members(store, keys.active_runs)
 
 
 def _due_key(run_id: str, vendor: str = "nutrient") -> str:
