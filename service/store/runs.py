@@ -422,13 +422,18 @@ class Runs(Part):
         )
 
     async def _directories(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[str], int]]:
-        """Per (client, run): the client's subscription ids and the run's relay mark (one round trip)."""
+        """Per (client, run): the client's subscription ids and the run's relay mark (one round trip; each
+        client's directory read once, however many of its runs the batch relays)."""
+        clients = list(dict.fromkeys(client for client, _ in pairs))
         pipe = self.redis.pipeline(transaction=False)
-        for client, run_id in pairs:
+        for client in clients:
             pipe.zrange(keys.client_subs(client), 0, -1)
+        for client, run_id in pairs:
             pipe.get(keys.relayed(client, run_id))
         read = await pipe.execute()
-        return [([text(s) for s in read[2 * n]], int(read[2 * n + 1] or 0)) for n in range(len(pairs))]
+        subs = {c: [text(s) for s in ids] for c, ids in zip(clients, read, strict=False)}
+        marks = read[len(clients) :]
+        return [(subs[client], int(mark or 0)) for (client, _), mark in zip(pairs, marks, strict=True)]
 
     def _done_call(
         self, run_id: str, read: list[_Entry], fanned: fanout.Fanned
