@@ -102,8 +102,9 @@ if ON_CLUSTER:
     @pytest.fixture
     def redis_url(redis_cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> str:
         """The cluster's seeds for every stack (base_env reads them), and the URL of the primary that holds
-        the store's own tag (``{hb}``: the clients' keys) for the tests' own plain clients; a run's and a
-        subscription's keys are in their shards, on any primary (``store_client`` reads them)."""
+        the store's own tag (``{hb}``: the workers' heartbeats) for what the tests ask of one server; a
+        run's, a subscription's and a client's keys are in their shards, on any primary (``store_client``
+        reads them)."""
         redis_cluster.flushall()
         monkeypatch.setenv(CLUSTER_NODES, ",".join(f"{h}:{p}" for h, p in redis_cluster.seeds))
         owner = redis_cluster.primary_of(keys.PREFIX + "x")

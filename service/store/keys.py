@@ -3,11 +3,11 @@
 Every key starts with ``hb:`` and a hash tag (docs/shards.md): a run's keys, and those of the events
 it emits and of an idempotency record, have their shard's (``hb:{<tag>}:``, ``of(id)``: the id alone
 says which), and so do a subscription's and its deliveries' (a delivery's id is minted in its
-subscription's shard); the per-shard indexes of runs and deliveries theirs; a vendor's budget and pause
-the vendor's own (``hb:{v:<vendor>}:``); every other key, the clients', the store's one tag
-(``hb:{hb}:``, ``PREFIX``). Below, ``hb:<s>:`` is a shard's prefix and ``hb:`` the
-store's. The scripts in lua/ never build one: every key a script touches is passed in its ``KEYS``,
-built here. Values:
+subscription's shard), and a client's (its listing, feed, directory, rates: the client's name says
+which); the per-shard indexes of runs and deliveries theirs; a vendor's budget and pause the vendor's own
+(``hb:{v:<vendor>}:``); the workers' heartbeats the store's one tag (``hb:{hb}:``, ``PREFIX``). Below,
+``hb:<s>:`` is a shard's prefix and ``hb:`` the store's. The scripts in lua/ never build one: every key a
+script touches is passed in its ``KEYS``, built here. Values:
 
 ====================================  ======  =========================================================
 key                                   type    holds
@@ -26,19 +26,19 @@ hb:<s>:evt:{evt}                      string  the event's body, the exact bytes 
                                               its run's shard (its id is minted there: new_id_beside)
 hb:<s>:evt:{evt}:pending              string  zero retention only: deliveries of the event not yet final
                                               (beside its body; may dip below 0 until the relay's last step)
-hb:client:{client}:runs               zset    run ids by creation time (listing)
-hb:client:{client}:relayed:{run}      string  the relay's mark: the run's version whose outbox entry was the
+hb:<s>:client:{client}:runs           zset    run ids by creation time (listing)
+hb:<s>:client:{client}:relayed:{run}  string  the relay's mark: the run's version whose outbox entry was the
                                               last fanned out, kept RELAY_MARK_MS (a relay whose last step
                                               failed is finished without a second feed entry)
-hb:client:{client}:meta:{digest}      zset    run ids by creation time, of the runs whose metadata holds one
+hb:<s>:client:{client}:meta:{digest}  zset    run ids by creation time, of the runs whose metadata holds one
                                               pair (digest: sha256 of key NUL value); the metadata filter
 hb:<s>:run:{run}:deliveries           zset    the run's delivery ids by creation time (written at fan-out)
-hb:client:{client}:subs               zset    subscription ids by creation time
-hb:client:{client}:feed               stream  the client's events in emission order (GET /v1/events, SSE):
+hb:<s>:client:{client}:subs           zset    subscription ids by creation time
+hb:<s>:client:{client}:feed           stream  the client's events in emission order (GET /v1/events, SSE):
                                               event id, type, run, vendor, and the (packed) body when
                                               hb:evt does not keep it; trimmed to RETENTION_S (MINID) at
                                               each append
-hb:client:{client}:streams            zset    the client's open event streams and waiting long-polls,
+hb:<s>:client:{client}:streams        zset    the client's open event streams and waiting long-polls,
                                               by lease expiry (the per-client cap)
 hb:<s>:sub:{sub}                      hash    the subscription (lists as JSON strings), health counters; in
                                               its shard (its id is minted there: spread_shard), as are its
@@ -69,7 +69,7 @@ hb:<s>:dlvclient:{client}:parked      zset    a client's due deliveries in the s
                                               due set as one of the client's ends
 hb:{v:<vendor>}:pause                 hash    the vendor's pause after a 429: until (ms), streak (429s in a
                                               row), probe (the one request allowed out after it), probe_exp
-hb:rate:{name}:{client}               string  a client's API rate limiter (GCRA), e.g. submits, with a TTL
+hb:<s>:rate:{name}:{client}           string  a client's API rate limiter (GCRA), e.g. submits, with a TTL
 hb:worker:{worker}                    string  a worker's heartbeat, with a TTL
 ====================================  ======  =========================================================
 """
@@ -85,16 +85,19 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from service.core import domain
 
-# Every key starts with ``hb:``. The store's own tag (``{hb}``) holds what has not moved to a shard: the
-# clients' keys (their directory of subscriptions, listing, feed, rates; docs/shards.md).
+# Every key starts with ``hb:``. The store's own tag (``{hb}``) holds what belongs to no run, subscription,
+# client or vendor: the workers' heartbeats (docs/shards.md).
 ROOT = "hb:"
 TAG = "hb"
 PREFIX = f"{ROOT}{{{TAG}}}:"
 WORKERS = f"{PREFIX}worker:"
 # A pattern that matches a key of every shard (``SCAN MATCH``: braces are not special in a glob).
 ANY_SHARD = f"{ROOT}{{*}}:"
-# Every subscription's delivery log, in every shard (the purge walks them).
+# Every subscription's delivery log, and every client's listing of runs (by creation, by metadata pair), in
+# every shard (the purge walks them).
 DELIVERY_LOGS = f"{ANY_SHARD}sub:*:deliveries"
+RUN_LISTINGS = f"{ANY_SHARD}client:*:runs"
+METADATA_LISTINGS = f"{ANY_SHARD}client:*:meta:*"
 
 
 def of(identifier: str) -> str:
@@ -133,20 +136,20 @@ def event_pending(event_id: str) -> str:
 
 
 def client_runs(client: str) -> str:
-    return f"{PREFIX}client:{client}:runs"
+    return f"{of(client)}client:{client}:runs"
 
 
 def relayed(client: str, run_id: str) -> str:
     """The relay's mark of how far the run's outbox was fanned out: with the client's feed, which it
     keeps free of repeats."""
-    return f"{PREFIX}client:{client}:relayed:{run_id}"
+    return f"{of(client)}client:{client}:relayed:{run_id}"
 
 
 def run_metadata(client: str, key: str, value: str) -> str:
     """The client's runs whose metadata has ``key`` = ``value``: hashed, since both are the tenant's own
     text (any characters, up to MAX_METADATA_VALUE_BYTES)."""
     digest = hashlib.sha256(f"{key}\x00{value}".encode()).hexdigest()[:32]
-    return f"{PREFIX}client:{client}:meta:{digest}"
+    return f"{of(client)}client:{client}:meta:{digest}"
 
 
 def run_deliveries(run_id: str) -> str:
@@ -154,15 +157,15 @@ def run_deliveries(run_id: str) -> str:
 
 
 def client_subs(client: str) -> str:
-    return f"{PREFIX}client:{client}:subs"
+    return f"{of(client)}client:{client}:subs"
 
 
 def client_feed(client: str) -> str:
-    return f"{PREFIX}client:{client}:feed"
+    return f"{of(client)}client:{client}:feed"
 
 
 def client_streams(client: str) -> str:
-    return f"{PREFIX}client:{client}:streams"
+    return f"{of(client)}client:{client}:streams"
 
 
 def subscription(sub_id: str) -> str:
@@ -258,7 +261,7 @@ def sub_budget(sub_id: str) -> str:
 
 
 def client_rate(name: str, client: str) -> str:
-    return f"{PREFIX}rate:{name}:{client}"
+    return f"{of(client)}rate:{name}:{client}"
 
 
 def worker(worker_id: str) -> str:

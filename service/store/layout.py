@@ -2,10 +2,11 @@
 
 hookbridge 2 named its keys ``hb:<name>``; an earlier hookbridge 3 put them all under one hash tag,
 ``hb:{hb}:<name>`` (stage one of the virtual shards, docs/shards.md). Today a run's keys, and those of the
-events it emits, of an idempotency record, of a subscription and of a delivery, live in their shard
-(``keys.of``: ``hb:{<tag>}:``, found from the id alone), the indexes of runs and of deliveries (due sets,
-unfinished ones, outboxes, a client's deliveries in flight and parked) are one per shard, a vendor's budget
-and pause have the vendor's own tag (``hb:{v:<vendor>}:``), and every other key the store's (``keys.PREFIX``).
+events it emits, of an idempotency record, of a subscription, of a delivery and of a client (its listing,
+feed, directory of subscriptions, rates), live in their shard (``keys.of``: ``hb:{<tag>}:``, found from the
+id or the client's name alone), the indexes of runs and of deliveries (due sets, unfinished ones, outboxes,
+a client's deliveries in flight and parked) are one per shard, a vendor's budget and pause have the vendor's
+own tag (``hb:{v:<vendor>}:``), and the workers' heartbeats the store's (``keys.PREFIX``).
 A key named by an id moves with a ``RENAMENX`` (which keeps its value and expiry); an index of runs is split
 by member into its shards' (scores and expiry kept), then dropped. A delivery made before its id was minted in
 its subscription's shard moves to its own id's shard: on one Redis a script may touch keys of several shards,
@@ -51,8 +52,8 @@ def _split_index(rest: str) -> Callable[[int], str] | None:
 
 
 def _by_id(rest: str) -> str | None:
-    """Today's key for a key named by a run's, an event's or an idempotency record's id (``rest``: its
-    name after the prefix), or None for any other."""
+    """Today's key for a key named by a run's, an event's, a subscription's, a delivery's, an idempotency
+    record's id or a client's name (``rest``: its name after the prefix), or None for any other."""
     kind, _, tail = rest.partition(":")
     if kind in ("run", "doc", "result", "sub", "dlv", "chain", "evt") and tail:
         # The id is the first name after the kind: a run's, a subscription's (its chains too), a
@@ -60,6 +61,10 @@ def _by_id(rest: str) -> str | None:
         return keys.of(tail.partition(":")[0]) + rest
     if kind == "idem" and tail:
         return keys.of(tail) + rest
+    if kind == "client" and tail:  # a client's (its listing, feed, directory, ...): in the client's shard
+        return keys.of(tail.partition(":")[0]) + rest
+    if kind == "rate" and (client := tail.partition(":")[2]):  # rate:<name>:<client>
+        return keys.of(client) + rest
     if rest.startswith("budget:sub:") and (sub_id := rest.removeprefix("budget:sub:")):
         return keys.of(sub_id) + rest
     return None

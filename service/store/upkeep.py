@@ -108,9 +108,9 @@ async def purge_indexes(redis: Redis, cutoff_ms: int) -> int:
     An entry stays while its record lives: a run still in flight, a delivery still pending."""
     removed = 0
     for pattern, record in (
-        (keys.client_runs("*"), keys.run),
+        (keys.RUN_LISTINGS, keys.run),
         (keys.DELIVERY_LOGS, keys.delivery),
-        (f"{keys.PREFIX}client:*:meta:*", keys.run),
+        (keys.METADATA_LISTINGS, keys.run),
     ):
         async for index in redis.scan_iter(match=pattern, count=500):
             removed += await _purge_index(redis, text(index), record, cutoff_ms)

@@ -52,7 +52,7 @@ async def guarded_api(redis_url: str, **overrides: str) -> AsyncIterator[str]:
 
 async def fill_feed(redis_url: str, client: str, count: int, size: int, run_id: str = "run_fill") -> None:
     """``count`` events of about ``size`` bytes each in the client's feed (incompressible bodies)."""
-    redis = Redis.from_url(redis_url)
+    redis = store_client(redis_url)
     try:
         pipe = redis.pipeline(transaction=False)
         for i in range(count):
@@ -86,8 +86,7 @@ def _port(url: str) -> int:
 
 
 async def _xrange_calls(redis: Redis) -> int:
-    stats = await redis.info("commandstats")
-    return int(stats.get("cmdstat_xrange", {}).get("calls", 0))
+    return await _calls(redis, "xrange")
 
 
 @pytest.mark.parametrize(
@@ -144,7 +143,7 @@ async def test_stalled_streams_cannot_outlive_the_cap(
         finally:
             for sock in socks:
                 sock.close()
-    redis = Redis.from_url(redis_url)
+    redis = store_client(redis_url)
     try:
         await redis.delete(keys.client_feed("alice"), keys.client_streams("alice"))
     finally:
@@ -181,7 +180,7 @@ async def test_a_stalled_stream_is_closed_within_the_send_timeout(redis_url: str
             assert await asyncio.to_thread(reset_or_eof)  # the server dropped the connection
         finally:
             sock.close()
-    redis = Redis.from_url(redis_url)
+    redis = store_client(redis_url)
     try:
         await redis.delete(keys.client_feed("alice"), keys.client_streams("alice"))
     finally:
@@ -229,7 +228,7 @@ async def test_tenants_at_their_quota_leave_another_tenants_long_poll_answered(r
 
 async def test_a_filter_that_matches_nothing_costs_one_budget_per_request(redis_url: str) -> None:
     await fill_feed(redis_url, "alice", 5000, 40)
-    redis = Redis.from_url(redis_url)
+    redis = store_client(redis_url)
     try:
         # The client's scan rate refills at once here: this test is about the budget of one request, and a
         # resume sent within a millisecond of a spent burst would otherwise meet the rate (a 429 by design,
@@ -277,7 +276,7 @@ async def test_what_a_read_may_scan_of_the_clients_rate(
     client = f"scan{burst}-{len(asks)}-{asks[-1]}"
     await fill_feed(redis_url, client, 3500, 10)
     settings = load_settings(base_env(redis_url))
-    redis = Redis.from_url(redis_url)
+    redis = store_client(redis_url)
     feed = Feed(redis, connect(settings), 3600)
     rate = None if burst is None else ScanRate(0.01, burst)
     try:
@@ -317,7 +316,7 @@ async def test_a_looping_client_scans_at_most_its_rate_and_another_client_is_ans
     page read over it is 429 with Retry-After, a long-poll is held; another client is answered meanwhile."""
     await fill_feed(redis_url, "alice", 40_000, 40)
     await fill_feed(redis_url, "bob", 50, 40, run_id="run_bob")
-    redis = Redis.from_url(redis_url)
+    redis = store_client(redis_url)
     rate, burst, attack_s = 2000, 1000, 2.0
     try:
         async with guarded_api(
@@ -414,15 +413,19 @@ async def test_redis_dying_under_open_streams_ends_them_cleanly(caplog: pytest.L
     assert "Traceback" not in caplog.text
 
 
-async def _hgetalls(redis: Redis) -> int:
-    """HGETALL calls so far, over every primary (one Redis: that one)."""
+async def _calls(redis: Redis, command: str) -> int:
+    """Calls of ``command`` so far, over every primary (one Redis: that one)."""
     if isinstance(redis, RedisCluster):
         stats = await redis.info("commandstats", target_nodes=RedisCluster.PRIMARIES)
     else:
         stats = await redis.info("commandstats")
     # A cluster client answers per node ({node: stats}); one node's stats are keyed cmdstat_<command>.
     rows = [stats] if any(str(k).startswith("cmdstat_") for k in stats) else list(stats.values())
-    return sum(int(row.get("cmdstat_hgetall", {}).get("calls", 0)) for row in rows)
+    return sum(int(row.get(f"cmdstat_{command}", {}).get("calls", 0)) for row in rows)
+
+
+async def _hgetalls(redis: Redis) -> int:
+    return await _calls(redis, "hgetall")
 
 
 async def test_recover_reads_a_long_log_a_page_per_request(redis_url: str) -> None:

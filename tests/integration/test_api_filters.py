@@ -8,11 +8,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from redis.asyncio import Redis
-
 from service.core import domain
 from service.store import keys
-from tests.conftest import Receiver, Stack, StackFactory, eventually
+from tests.conftest import Receiver, Stack, StackFactory, eventually, store_client
 
 
 async def _value(value: Any) -> Any:
@@ -78,7 +76,7 @@ async def test_the_metadata_filter_reads_its_index_not_a_scan(make_stack: StackF
     entries read per request) with nothing found; the pair's own index answers at once."""
     stack = await make_stack(worker=False)
     wanted = await stack.submit(metadata={"batch": "2026-11"})
-    redis = Redis.from_url(stack.redis_url)
+    redis = store_client(stack.redis_url)
     try:
         created = domain.now_ms() + 1
         await redis.zadd(keys.client_runs("alice"), {f"run_filler{i:05d}": created + i for i in range(1500)})

@@ -35,9 +35,10 @@ on_one_redis = pytest.mark.skipif(ON_CLUSTER, reason="one Redis: the cluster's t
 
 HOOKBRIDGE_2, EARLIER_3 = keys.ROOT, keys.PREFIX
 # The names (after the prefix) of what lives in a shard today: a run's, an event's, an idempotency
-# record's, a subscription's and a delivery's keys, and the per-shard indexes.
+# record's, a subscription's, a delivery's and a client's keys, and the per-shard indexes.
 OF_SHARDS = re.compile(
-    r"(run|doc|result|idem|sub|dlv|chain|evt|dlvclient):|budget:sub:|due:(runs|deliveries)|active:|outbox$"
+    r"(run|doc|result|idem|sub|dlv|chain|evt|dlvclient|client|rate):|budget:sub:|due:(runs|deliveries)"
+    r"|active:|outbox$"
 )
 # The indexes that are one per shard today, merged back into one in an old layout.
 PER_SHARD = re.compile(r"due:runs:|due:deliveries$|active:(runs|deliveries)$|outbox$|dlvclient:")
@@ -167,10 +168,14 @@ async def test_a_store_of_an_earlier_layout_is_moved_and_its_pending_run_is_call
         left = [k.decode() for k in client.scan_iter(match=keys.ROOT + "*")]
         assert not [k for k in left if tagged(k) or split(k)]
         # Every key has a hash tag, and nothing of a run's (its keys, its events' bodies, its idempotency
-        # record, an index of runs) nor of a subscription's is left under the old prefix; the client's
-        # own keys stay under {hb}.
+        # record, an index of runs), of a subscription's nor of the client's is left under the old prefix.
         assert not [k for k in left if not k.startswith(keys.ROOT + "{")]
         assert not [k for k in left if k.startswith(old) and OF_SHARDS.match(k.removeprefix(old))]
+        # The client's listing, directory and feed in the client's shard.
+        assert (
+            client.exists(keys.client_runs("alice"), keys.client_subs("alice"), keys.client_feed("alice"))
+            == 3
+        )
         # The subscription's hash and delivery log in its shard.
         assert client.exists(keys.subscription(sub["id"])) == 1
         # Each run's keys where today's code looks (in its shard), each index entry in its run's shard's

@@ -22,8 +22,17 @@ ROWS = [
     ("hb:{hb}:evt:evt_1:pending", keys.event_pending("evt_1")),
     ("hb:evt:evt_1:pending", keys.event_pending("evt_1")),
     ("hb:{hb}:idem:alice:" + "a" * 64, keys.of("alice:" + "a" * 64) + "idem:alice:" + "a" * 64),
-    ("hb:client:alice:feed", "hb:{hb}:client:alice:feed"),
-    ("hb:client:alice:subs", "hb:{hb}:client:alice:subs"),  # a client's directory: the store's tag
+    # A client's keys (feed, directory, listing, rates, ...): the client's shard, told by its name.
+    ("hb:client:alice:feed", keys.client_feed("alice")),
+    ("hb:{hb}:client:alice:feed", keys.client_feed("alice")),
+    ("hb:client:alice:subs", keys.client_subs("alice")),
+    ("hb:{hb}:client:alice:runs", keys.client_runs("alice")),
+    ("hb:{hb}:client:alice:streams", keys.client_streams("alice")),
+    ("hb:{hb}:client:alice:relayed:run_1", keys.relayed("alice", "run_1")),
+    ("hb:client:alice:meta:" + "b" * 32, keys.of("alice") + "client:alice:meta:" + "b" * 32),
+    ("hb:rate:submit:alice", keys.client_rate("submit", "alice")),
+    ("hb:{hb}:rate:feed_scan:alice", keys.client_rate("feed_scan", "alice")),
+    ("hb:worker:w1", keys.worker("w1")),  # a worker's heartbeat: the store's tag
     # A subscription's keys, its chains and its rate: the subscription's shard.
     ("hb:sub:sub_1", keys.subscription("sub_1")),
     ("hb:{hb}:sub:sub_1", keys.subscription("sub_1")),
@@ -44,7 +53,9 @@ ROWS = [
     ("hb:budget:azure_di.read", keys.vendor_budget("azure_di.read")),  # a budget group's
     ("hb:{hb}:budget:nutrient", keys.vendor_budget("nutrient")),  # as an earlier hookbridge 3 named it
     ("hb:{hb}:pause:nutrient", keys.vendor_pause("nutrient")),
-    ("hb:{hb}:client:alice:feed", None),  # today's already
+    (keys.client_feed("alice"), None),  # today's already
+    (keys.worker("w1"), None),
+    (keys.client_rate("submit", "alice"), None),
     ("hb:{v:nutrient}:budget", None),
     (keys.run("run_1"), None),  # a shard's key: today's
     (keys.subscription("sub_1"), None),
