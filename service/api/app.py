@@ -36,7 +36,6 @@ from service.api.problems import (
     Problem,
     Unavailable,
 )
-from service.api.timing import RequestTiming
 from service.api.views import JSONResponse
 from service.config.settings import Settings
 from service.core import domain
@@ -151,14 +150,24 @@ _NOSNIFF = (b"x-content-type-options", b"nosniff")
 _NO_STORE = (b"cache-control", b"no-store")
 
 
-def security_headers(path: str, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+_ANY_ANSWER_DROPS = frozenset({b"x-content-type-options", b"x-request-id"})
+_V1_ANSWER_DROPS = _ANY_ANSWER_DROPS | {b"cache-control"}
+
+
+def security_headers(
+    path: str, headers: list[tuple[bytes, bytes]], request_id: tuple[bytes, bytes] | None = None
+) -> list[tuple[bytes, bytes]]:
     """Every answer: ``nosniff``; every /v1 answer (tenant data, secrets) also ``Cache-Control: no-store``,
-    in place of any other Cache-Control."""
-    out = [h for h in headers if h[0].lower() != b"x-content-type-options"]
+    in place of any other Cache-Control; and the request's ``X-Request-Id`` when given, in place of any
+    other. One pass over the handler's headers."""
+    v1 = path.startswith("/v1/") or path == "/v1"
+    drops = _V1_ANSWER_DROPS if v1 else _ANY_ANSWER_DROPS
+    out = [h for h in headers if h[0].lower() not in drops]
     out.append(_NOSNIFF)
-    if path.startswith("/v1/") or path == "/v1":
-        out = [h for h in out if h[0].lower() != b"cache-control"]
+    if v1:
         out.append(_NO_STORE)
+    if request_id is not None:
+        out.append(request_id)
     return out
 
 
@@ -182,8 +191,9 @@ def request_id(headers: list[tuple[bytes, bytes]]) -> str:
 
 class RequestContext:
     """Gives the request its id (``X-Request-Id``, echoed or made: on every answer, in every problem
-    body and log line), refuses oversized headers, adds the security headers, and counts requests by
-    route. Pure ASGI: the API's hot path goes through it."""
+    body and log line), refuses oversized headers, adds the security headers, counts and times requests
+    by route (``hookbridge_api_requests_total``, ``hookbridge_api_request_duration_seconds``) and logs
+    each /v1 one. Pure ASGI and one layer: the API's hot path goes through it."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -193,47 +203,37 @@ class RequestContext:
             await self.app(scope, receive, send)
             return
         outer_send = send
+        path = scope["path"]
         rid = request_id(scope["headers"])
         scope[REQUEST_ID_SCOPE] = rid
         rid_header = (_REQUEST_ID_NAME, rid.encode("ascii"))
+        status = 500  # a response that never started counts as a server error
 
         async def send_secure(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = security_headers(scope["path"], list(message.get("headers", [])))
-                headers = [h for h in headers if h[0].lower() != _REQUEST_ID_NAME]
-                headers.append(rid_header)
-                message = {**message, "headers": headers}
-            await outer_send(message)
-
-        send = send_secure
-        if sum(len(k) + len(v) for k, v in scope["headers"]) > MAX_HEADER_BYTES:
-            too_large = HeadersTooLarge(f"The request's headers exceed {MAX_HEADER_BYTES} bytes.")
-            response = problems.response(too_large, scope["path"], headers={REQUEST_ID_HEADER: rid})
-            await response(scope, receive, send)
-            return
-        status = 500
-        started = time.perf_counter()
-
-        async def send_wrapper(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-            await send(message)
+                headers = security_headers(path, message.get("headers", []), rid_header)
+                message = {**message, "headers": headers}
+            await outer_send(message)
 
+        if sum(len(k) + len(v) for k, v in scope["headers"]) > MAX_HEADER_BYTES:
+            too_large = HeadersTooLarge(f"The request's headers exceed {MAX_HEADER_BYTES} bytes.")
+            response = problems.response(too_large, path, headers={REQUEST_ID_HEADER: rid})
+            await response(scope, receive, send_secure)
+            return
+        started = time.perf_counter()
         with structlog.contextvars.bound_contextvars(request_id=rid):
             try:
-                await self.app(scope, receive, send_wrapper)
+                await self.app(scope, receive, send_secure)
             finally:
-                route = scope.get("route")
-                path = getattr(route, "path", "unmatched")
-                metrics.API_REQUESTS.labels(scope["method"], path, str(status)).inc()
-                if path.startswith("/v1/"):
+                # The router wrote the matched route into this same scope on its way in.
+                route = getattr(scope.get("route"), "path", "unmatched")
+                took = time.perf_counter() - started
+                metrics.observe_api_request(route, scope["method"], status, took)
+                if route.startswith("/v1/"):
                     log.info(
-                        "request",
-                        method=scope["method"],
-                        path=path,
-                        status=status,
-                        ms=round((time.perf_counter() - started) * 1000, 1),
+                        "request", method=scope["method"], path=route, status=status, ms=round(took * 1000, 1)
                     )
 
 
@@ -291,7 +291,7 @@ def create_app(settings: Settings, *, store: Store | None = None, redis_url: str
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[*tracing.asgi_middleware(routes), Middleware(RequestContext), Middleware(RequestTiming)],
+        middleware=[*tracing.asgi_middleware(routes), Middleware(RequestContext)],
         exception_handlers=dict.fromkeys(
             (Problem, ClientDisconnect, RedisError, ConnectionError, HTTPException, Exception), _error
         ),

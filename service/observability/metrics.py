@@ -197,9 +197,22 @@ def status_class(status: int) -> str:
 
 
 def observe_api_request(route: str, method: str, status: int, seconds: float) -> None:
+    """Counts the request (``hookbridge_api_requests_total``) and times it, by its route's template."""
     # A method outside the standard ones is "other": the label set stays bounded whatever a client sends.
-    method = method if method in HTTP_METHODS else "other"
-    API_REQUEST_SECONDS.labels(route, method, status_class(status)).observe(seconds)
+    count, duration = _api_request_children(route, method if method in HTTP_METHODS else "other", status)
+    count.inc()
+    duration.observe(seconds)
+
+
+@functools.cache
+def _api_request_children(route: str, method: str, status: int) -> tuple[Counter, Histogram]:
+    # Resolved once per (route, method, status): routes are the app's templates, methods the standard
+    # ones or "other", statuses the app's own, so the cache is bounded; ``labels()`` validates and locks
+    # on every call.
+    return (
+        API_REQUESTS.labels(method, route, str(status)),
+        API_REQUEST_SECONDS.labels(route, method, status_class(status)),
+    )
 
 
 WORKER_ALIVE = Gauge(

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from service.observability import tracing
+from service.observability import metrics, tracing
 from tests.conftest import ALICE
 from tests.hostile.test_feed_bounds import _port, guarded_api
 
@@ -35,6 +35,24 @@ async def test_every_answer_has_the_security_headers_and_no_banner(redis_url: st
                 assert response.headers["x-content-type-options"] == "nosniff"
             for response in answers[:4]:
                 assert response.headers["cache-control"] == "no-store", response.url
+
+
+async def test_made_up_methods_add_no_metric_series(redis_url: str) -> None:
+    """A client choosing its methods cannot grow the request counter's or histogram's label sets: any
+    method outside the standard ones counts as ``other`` (httptools knows some thirty methods, WebDAV's
+    among them; h11, uvicorn's other parser, takes any token)."""
+    async with guarded_api(redis_url) as url:
+        async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ALICE}"}) as api:
+            for method in ("PROPFIND", "MKCOL", "PURGE", "LOCK", "SEARCH", "REPORT"):
+                for path in ("/v1/runs", "/nowhere"):
+                    assert (await api.request(method, path)).status_code in (404, 405)
+    methods = {
+        sample.labels["method"]
+        for family in metrics.REGISTRY.collect()
+        if family.name in ("hookbridge_api_requests", "hookbridge_api_request_duration_seconds")
+        for sample in family.samples
+    }
+    assert "other" in methods and methods <= metrics.HTTP_METHODS | {"other"}, methods
 
 
 async def test_uvicorns_own_400_is_a_problem(redis_url: str) -> None:
