@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service import console
 from service.api import events, models, problems, runs, streams, subscriptions
 from service.api.auth import KeyRing
-from service.api.context import Context
+from service.api.context import LOG_FIELDS, Context
 from service.api.openapi import document as openapi_document
 from service.api.problems import (
     HeadersTooLarge,
@@ -232,9 +232,9 @@ class RequestContext:
                 took = time.perf_counter() - started
                 metrics.observe_api_request(route, scope["method"], status, took)
                 if route.startswith("/v1/"):
-                    log.info(
-                        "request", method=scope["method"], path=route, status=status, ms=round(took * 1000, 1)
-                    )
+                    fields = scope.get(LOG_FIELDS, {})  # what the handler named (a submit: its run, vendor)
+                    ms = round(took * 1000, 1)
+                    log.info("request", method=scope["method"], path=route, status=status, ms=ms, **fields)
 
 
 def create_app(settings: Settings, *, store: Store | None = None, redis_url: str | None = None) -> Starlette:

@@ -11,7 +11,7 @@ from starlette.routing import Route
 
 from service.api import views
 from service.api.body import Submission, bad_cursor, idempotency_key, query, small_body, submission
-from service.api.context import Context
+from service.api.context import Context, annotate
 from service.api.models import METADATA_KEY, METADATA_PREFIX, Page
 from service.api.problems import (
     Conflict,
@@ -117,7 +117,7 @@ class RunRoutes(HTTPEndpoint):
             raise ctx.over_rate(over.wait_s, "submits") from None
         if existing is not None:
             return await _replay(ctx, existing, fingerprint)
-        ctx.log.info("run accepted", run_id=run.id, vendor=run.vendor)
+        annotate(request, run_id=run.id, vendor=run.vendor)  # on the request's log line
         return _accepted(run)
 
 

@@ -109,3 +109,25 @@ async def test_the_log_line_names_the_same_id(
     ids = {line["request_id"] for line in requests}
     assert "trace-me.42" in ids and echoed.headers["x-request-id"] == "trace-me.42"
     assert fresh.headers["x-request-id"] in ids and "not valid!" not in ids
+
+
+async def test_a_submit_writes_one_line_naming_its_run(
+    make_stack: StackFactory, capsys: pytest.CaptureFixture[str], restore_logging: None
+) -> None:
+    """The request's own line carries what the handler names (a submit: its run and vendor); a read's
+    line carries nothing of another request's."""
+    logs.configure("json", "INFO")
+    stack = await make_stack(worker=False)
+    stack.api.headers["X-Request-Id"] = "submit-1"
+    try:
+        run = await stack.submit("nutrient")
+    finally:
+        del stack.api.headers["X-Request-Id"]
+    await stack.api.get(f"/v1/runs/{run['id']}", headers={"X-Request-Id": "read-1"})
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    submit = [line for line in lines if line.get("request_id") == "submit-1"]
+    assert [(line["event"], line["run_id"], line["vendor"], line["status"]) for line in submit] == [
+        ("request", run["id"], "nutrient", 202)
+    ]
+    [read] = [line for line in lines if line.get("request_id") == "read-1"]
+    assert read["event"] == "request" and "run_id" not in read and read["status"] == 200
