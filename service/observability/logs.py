@@ -76,8 +76,9 @@ def _render_json(event: structlog.typing.EventDict, **_: Any) -> str:
 def configure(log_format: str = "console", level: str = "INFO") -> None:
     """Our own lines go through structlog alone (a level filter compiled into the logger, written straight
     to stderr): a JSON line costs ~15 us of CPU where it cost ~44 us through the stdlib ``logging``
-    machinery, and the API writes one per request (a submit's names its run). The stdlib lines of libraries (uvicorn, arq) go through a
-    handler on the root logger with the same processors, so every line has one shape."""
+    machinery, and the API writes one per request (a submit's names its run). The stdlib lines of
+    libraries (uvicorn, arq) go through a handler on the root logger with the same processors, so every
+    line has one shape."""
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
