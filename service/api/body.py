@@ -145,7 +145,11 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
         raise InvalidJSON(f"The body is not valid JSON: {exc}") from None
     except RecursionError:
         raise InvalidJSON("The JSON is nested too deep.") from None
-    if _depth(value, max_depth + 1) > max_depth:
+    # A value is at most one level deeper than the containers on its deepest path, which are no more than
+    # the brackets in the text (some may be inside strings): a typical body has a handful, so the walk is
+    # only for the rare one with enough brackets to matter.
+    brackets = raw.count(b"{") + raw.count(b"[")
+    if brackets + 1 > max_depth and _depth(value, max_depth + 1) > max_depth:
         raise InvalidJSON(f"The JSON is nested deeper than {max_depth} levels.")
     if _SURROGATE_ESCAPE.search(raw) and not _encodable(value):
         raise InvalidJSON("The JSON holds a lone surrogate escape, which is not Unicode text.")

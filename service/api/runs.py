@@ -105,13 +105,14 @@ class RunRoutes(HTTPEndpoint):
         record = await ctx.store.runs.idempotency_record(client, key) if key is not None else None
         sub = await submission(request, ctx.settings, ctx.models)
         await _check_subscriptions(ctx, client, sub.request.subscription_ids)
-        fingerprint = sub.fingerprint()
+        # What makes a retry "the same request": only an Idempotency-Key needs it.
+        fingerprint = sub.fingerprint() if key is not None else ""
         if record is not None:
             return await _replay(ctx, record, fingerprint)
         run = _new_run(ctx.store.runs.new_run_id(client, key), client, sub)
         try:
             existing = await ctx.durable.runs.create_run(
-                run, sub.content, (key, fingerprint) if key else None, rate=ctx.submit_rate
+                run, sub.content, (key, fingerprint) if key is not None else None, rate=ctx.submit_rate
             )
         except OverRate as over:
             raise ctx.over_rate(over.wait_s, "submits") from None
