@@ -25,8 +25,8 @@ BODIES = [
     {"vendor": "nutrient", "document": {"url": "https://x/a.pdf"}, "options": {"a": [1, 2]}},
     {"text": "{[{[{[{[{[{[ brackets in a string only ]}]}]}]}]}"},
     {"list": [[], {}, [[]], {"a": {}}]},
-    *(_nested(n) for n in range(0, 9)),
-    *(_nested(n, leaf="{[{[") for n in range(0, 6)),
+    *(_nested(n) for n in range(9)),
+    *(_nested(n, leaf="{[{[") for n in range(6)),
 ]
 
 
