@@ -232,9 +232,10 @@ class RequestContext:
                 took = time.perf_counter() - started
                 metrics.observe_api_request(route, scope["method"], status, took)
                 if route.startswith("/v1/"):
-                    fields = scope.get(LOG_FIELDS, {})  # what the handler named (a submit: its run, vendor)
                     ms = round(took * 1000, 1)
-                    log.info("request", method=scope["method"], path=route, status=status, ms=ms, **fields)
+                    line = {"method": scope["method"], "path": route, "status": status, "ms": ms}
+                    # What the handler named (a submit: its run and vendor), never in place of the above.
+                    log.info("request", **{**scope.get(LOG_FIELDS, {}), **line})
 
 
 def create_app(settings: Settings, *, store: Store | None = None, redis_url: str | None = None) -> Starlette:
