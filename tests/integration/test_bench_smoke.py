@@ -130,3 +130,17 @@ async def test_the_sweep_measures_each_size_and_plots_them(tmp_path: Path) -> No
     page = (tmp_path / "performance.md").read_text()
     assert "## 1,000 to 100,000 runs in flight" in page and "40 in flight: worker peak RSS" in page
     assert (tmp_path / "perf" / "sweep.png").stat().st_size > 0
+
+
+async def test_the_memory_benchmark_measures_a_finished_run_without_its_relay_marks() -> None:
+    """``bench.memory`` on a few runs: per run in flight and finished, and the relay's marks (one key a
+    run, gone 10 minutes after its last relay) measured apart from what is kept for RETENTION_S."""
+    from bench import memory
+
+    result = await memory.run(runs_n=40, polls=3, sample=5)
+    figures = {f.name: f.value for f in result.figures}
+    marks = figures["the relay's marks per finished run, until they expire (RELAY_MARK_MS, 10 minutes)"]
+    finished = figures["Redis memory per finished run (called back, kept for RETENTION_S)"]
+    assert marks is not None and marks > 20  # a key a run: tens of bytes at least
+    assert finished is not None and finished > 500  # the record, its events, the delivery, ...
+    assert result.data["finished"]["marks_per_run"] == marks
