@@ -35,6 +35,7 @@ from starlette.routing import Route
 from bench.chaos import Proc
 from service.dev.embedded_redis import EmbeddedRedis, free_port
 from service.dev.stack import Servers
+from service.store import keys
 
 KEY = "bench-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -771,3 +772,17 @@ async def sampling(cluster: Cluster, period_s: float = 0.5) -> AsyncIterator[Sam
         yield sampler
     finally:
         await sampler.stop()
+
+
+async def expire_relay_marks(redis: aioredis.Redis, client: str) -> int:
+    """Drops the relay's marks of ``client`` (one key a run, ``keys.relayed``), as their expiry would 10
+    minutes (RELAY_MARK_MS) after a run's last relay: what a finished run keeps for RETENTION_S is
+    measured without them. Returns how many there were."""
+
+    marks = [raw async for raw in redis.scan_iter(match=keys.relayed(client, "*"), count=1000)]
+    for at in range(0, len(marks), 1000):
+        pipe = redis.pipeline(transaction=False)
+        for key in marks[at : at + 1000]:  # one key a DEL: on a cluster they need not share a slot
+            pipe.delete(key)
+        await pipe.execute()
+    return len(marks)

@@ -41,7 +41,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.cluster import ClusterNode
 
-from bench._common import BenchResult, Figure, environment, print_result, run_main
+from bench._common import BenchResult, Figure, environment, expire_relay_marks, print_result, run_main
 from service.config.settings import Settings
 from service.core import domain, lifecycle, runs
 from service.core.domain import AttemptOutcome
@@ -273,12 +273,13 @@ async def _measure(
     # The relay's marks (one a run, keys.relayed) expire RELAY_MARK_MS (10 minutes) after the run's last
     # relay: what is kept for RETENTION_S is measured once they are gone, as they would be by then.
     with_marks = await used_memory(redis) - baseline
-    await _expire_marks(redis)
+    marks = await expire_relay_marks(redis, CLIENT)
     await _settle(redis)
     finished_bytes = await used_memory(redis) - baseline
     finished = {
         "per_run": finished_bytes / n,
         "marks_per_run": (with_marks - finished_bytes) / n,
+        "marks": marks,
         "keys": await _breakdown(redis, probe, n, sub_id),
         "feed_entries": await redis.xlen(keys.client_feed(CLIENT)) / n,
     }
@@ -401,16 +402,6 @@ async def _settle(redis: aioredis.Redis) -> None:
         if now == last:
             return
         last = now
-
-
-async def _expire_marks(redis: aioredis.Redis) -> None:
-    """Drops the relay's marks of the bench's client, as their expiry (RELAY_MARK_MS) would."""
-    marks = [raw async for raw in redis.scan_iter(match=keys.relayed(CLIENT, "*"), count=1000)]
-    for at in range(0, len(marks), 1000):
-        pipe = redis.pipeline(transaction=False)
-        for key in marks[at : at + 1000]:  # one key a DEL: on a cluster they need not share a slot
-            pipe.delete(key)
-        await pipe.execute()
 
 
 async def _usage(redis: aioredis.Redis, key: str) -> int:

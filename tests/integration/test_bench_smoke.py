@@ -139,8 +139,10 @@ async def test_the_memory_benchmark_measures_a_finished_run_without_its_relay_ma
 
     result = await memory.run(runs_n=40, polls=3, sample=5)
     figures = {f.name: f.value for f in result.figures}
+    # A key a run, dropped before the finished figure (too few runs here for their bytes to beat the noise
+    # of used_memory: the figure is only reported).
+    assert result.data["finished"]["marks"] == 40
     marks = figures["the relay's marks per finished run, until they expire (RELAY_MARK_MS, 10 minutes)"]
+    assert marks == result.data["finished"]["marks_per_run"]
     finished = figures["Redis memory per finished run (called back, kept for RETENTION_S)"]
-    assert marks is not None and marks > 20  # a key a run: tens of bytes at least
     assert finished is not None and finished > 500  # the record, its events, the delivery, ...
-    assert result.data["finished"]["marks_per_run"] == marks
