@@ -24,6 +24,7 @@ from service.simulator.config import SimulatorConfig
 from service.simulator.google_docai import operation_state, shard_ranges
 from service.simulator.textract import _AUTH_RE, idempotency, job_status, page_window, scope_problem
 from tests.cloudsim.conftest import Sim
+from tests.redis_pair import until
 
 KEY_ID, SECRET = "AKIASIMULATOR0000001", "sim-textract-secret-access-key"
 PDF = b"%PDF-1.7\n1 0 obj <</Type /Page>>\n"
@@ -217,10 +218,11 @@ def test_job_id_expires(make_sim: Callable[..., Sim]) -> None:
     assert _signed(sim, get, "Textract.GetDocumentTextDetection").status_code == 200
     # Another Get operation does not know the job.
     assert _signed(sim, get, "Textract.GetDocumentAnalysis").json()["__type"] == "InvalidJobIdException"
-    deadline = time.monotonic() + 10
-    while _signed(sim, get, "Textract.GetDocumentTextDetection").status_code == 200:
-        assert time.monotonic() < deadline, "the JobId did not expire"
-        time.sleep(0.05)
+    until(
+        lambda: _signed(sim, get, "Textract.GetDocumentTextDetection").status_code != 200,
+        "the JobId expired",
+        10,
+    )
     assert _signed(sim, get, "Textract.GetDocumentTextDetection").json()["__type"] == "InvalidJobIdException"
     # The token died with it: the same start is a new job.
     assert _signed(sim, body).json()["JobId"] != job_id
@@ -230,20 +232,17 @@ def test_next_token_of_another_job_is_refused(sim: Sim) -> None:
     location = _stage_s3(sim, "doc.pdf", b"%PDF " + b"<</Type /Page>>" * 3)
     first = _signed(sim, {"DocumentLocation": location}).json()["JobId"]
     second = _signed(sim, {"DocumentLocation": location, "JobTag": "b"}).json()["JobId"]
-    deadline = time.monotonic() + 10
 
-    def done(job_id: str) -> dict[str, Any]:
-        while True:
-            get = {"JobId": job_id, "MaxResults": 5}
-            page = _signed(sim, get, "Textract.GetDocumentTextDetection").json()
-            if page["JobStatus"] != "IN_PROGRESS" or time.monotonic() > deadline:
-                return cast(dict[str, Any], page)
-            time.sleep(0.05)
+    def page_of(job_id: str) -> dict[str, Any]:
+        get = {"JobId": job_id, "MaxResults": 5}
+        return cast(dict[str, Any], _signed(sim, get, "Textract.GetDocumentTextDetection").json())
 
-    page = done(first)
-    # The second job done too: one still in progress answers its status alone, whatever the token (the
-    # check this test is about comes after; CI once saw the second a poll behind the first).
-    assert done(second)["JobStatus"] != "IN_PROGRESS"
+    # Both jobs done: one still in progress answers its status alone, whatever the token (the check this
+    # test is about comes after; CI once saw the second a poll behind the first).
+    until(
+        lambda: all(page_of(j)["JobStatus"] != "IN_PROGRESS" for j in (first, second)), "both jobs done", 10
+    )
+    page = page_of(first)
     stolen = {"JobId": second, "NextToken": page["NextToken"]}
     assert (
         _signed(sim, stolen, "Textract.GetDocumentTextDetection").json()["__type"]
