@@ -778,7 +778,6 @@ async def expire_relay_marks(redis: aioredis.Redis, client: str) -> int:
     """Drops the relay's marks of ``client`` (one key a run, ``keys.relayed``), as their expiry would 10
     minutes (RELAY_MARK_MS) after a run's last relay: what a finished run keeps for RETENTION_S is
     measured without them. Returns how many there were."""
-
     marks = [raw async for raw in redis.scan_iter(match=keys.relayed(client, "*"), count=1000)]
     for at in range(0, len(marks), 1000):
         pipe = redis.pipeline(transaction=False)
