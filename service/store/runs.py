@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -137,9 +137,11 @@ class Runs(Part):
 
         Two steps, each in one slot: the client's (``accept_run.lua``: the rate and the run's listing
         entries), then the run's (``create_run.lua``: the idempotency record, the run, its document and
-        its first due step). Without a rate, which is all that can refuse the first, both go in one round
-        trip. A replay that lost a race to the first submit took a request of the rate and left a listing
-        entry that names no run (skipped, then purged)."""
+        its first due step). On one Redis server both are one script (``submit_run.lua``), one round
+        trip. On a cluster they are two scripts: without a rate (all that can refuse the first) sent at
+        once, with one the second after the first's answer. A replay that lost a race to the first
+        submit took a request of the rate and left a listing entry that names no run (skipped, then
+        purged)."""
         if idem is not None and keys.shard_of(run.id) != keys.shard_of(
             keys.idempotency_anchor(run.client, idem[0])
         ):
@@ -165,16 +167,21 @@ class Runs(Part):
         if idem:
             ks.append(keys.idempotency(run.client, idem[0]))
             args += [f"{idem[1]} {run.id}", int(self.settings.idempotency_ttl_s * 1000)]
-        if rate:
-            accepted = await self.scripts.accept_run(keys=listed[0], args=listed[1])
-            if text(accepted[0]) == "rate_limited":
-                raise OverRate(int(text(accepted[1])) / 1000)
-            reply = await self.scripts.create_run(keys=ks, args=args)
+        if not isinstance(self.redis, RedisCluster):
+            reply = await self.scripts.submit_run(
+                keys=[*listed[0], *ks], args=[len(listed[0]), len(listed[1]), *listed[1], *args]
+            )
+        elif rate:
+            reply = await self.scripts.accept_run(keys=listed[0], args=listed[1])
+            if text(reply[0]) == "ok":
+                reply = await self.scripts.create_run(keys=ks, args=args)
         else:
             _, reply = await scripts_in_turn(
                 self.redis,
                 [(self.scripts.accept_run, *listed), (self.scripts.create_run, ks, args)],
             )
+        if text(reply[0]) == "rate_limited":
+            raise OverRate(int(text(reply[1])) / 1000)
         return text(reply[1]) if text(reply[0]) == "exists" else None
 
     async def idempotency_record(self, client: str, key: str) -> str | None:

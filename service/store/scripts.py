@@ -4,10 +4,11 @@ Each script is sent as ``#!lua`` (so that Redis and Valkey >= 7 hold it to the k
 ``status_prelude()`` (the statuses and outcomes, generated from domain.py), then, for the scripts that fan
 events out (a fan-out's deliveries and feed), the event defaults from domain.py and ``_fanout.lua``, for those
 that apply a client's rate ``_gcra.lua``, then its own file; ``transitions`` holds ``transition.lua`` as a
-function that it applies to each run of a batch. No script spells a status, and no script names a key: every
-key it touches is one of its ``KEYS``, built by the Python caller (``keys.py``); where a key depends on data
-in Redis (a delivery's subscription, a client's subscriptions, the events in a run's outbox) the caller reads
-that first and the script checks it still holds (tests/store/test_script_keys.py holds every file to this)."""
+function that it applies to each run of a batch, and ``submit_run`` a submit's two steps as two. No
+script spells a status, and no script names a key: every key it touches is one of its ``KEYS``, built by
+the Python caller (``keys.py``); where a key depends on data in Redis (a delivery's subscription, a
+client's subscriptions, the events in a run's outbox) the caller reads that first and the script checks it
+still holds (tests/store/test_script_keys.py holds every file to this)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from service.core import domain, records
 
 _LUA = files("service.store") / "lua"
 _SHARED = ("fanout_deliveries", "relay_feed")  # the scripts that fan events out (_fanout.lua)
-_LIMITED = ("accept_run", "rate_limit", "read_feed")  # the scripts that apply a client's rate (_gcra.lua)
+# The scripts that apply a client's rate (_gcra.lua).
+_LIMITED = ("accept_run", "submit_run", "rate_limit", "read_feed")
 
 
 def _lua_table(entries: dict[str, str | bool]) -> str:
@@ -74,6 +76,10 @@ def source(name: str) -> str:
         # Its parameters shadow the script's own KEYS and ARGV; its top-level return ends the function.
         one = _body("transition")
         parts.append(f"local function transition(KEYS, ARGV)\n{one}\nend")
+    if name == "submit_run":
+        # A submit's two steps, each a function of its own KEYS and ARGV (its top-level return ends it).
+        for step in ("accept_run", "create_run"):
+            parts.append(f"local function {step}(KEYS, ARGV)\n{_body(step)}\nend")
     parts.append(_body(name))
     return "\n".join(parts)
 
@@ -87,6 +93,7 @@ class Scripts:
 
         self.accept_run = load("accept_run")
         self.create_run = load("create_run")
+        self.submit_run = load("submit_run")
         self.transition = load("transition")
         self.transitions = load("transitions")
         self.fanout_deliveries = load("fanout_deliveries")

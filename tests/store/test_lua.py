@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from redis.asyncio import RedisCluster
 from structlog.testing import capture_logs
 
 from service.core import domain
@@ -293,6 +294,33 @@ async def test_create_run_takes_the_submit_rate_in_its_first_step_and_a_refusal_
     # Without a rate nothing is taken or written for it.
     await store.runs.create_run(replace(first, id="run_e", client="bob"), None, None)
     assert not await store.redis.exists(keys.client_rate("submit", "bob"))
+
+
+async def test_a_submit_is_one_script_on_one_redis_and_two_on_a_cluster(store: Store) -> None:
+    """On one Redis server a submit's two steps are one script (submit_run.lua: one round trip, the
+    client's rate and listing then the run); a cluster's slots split them, the run's step after the
+    client's answer. Either way the rate and the run come out as the tests above read them."""
+    two_slots = isinstance(store.redis, RedisCluster)
+    rate = (100.0, 10)
+    await store.runs.create_run(_new("run_warm"), None, None, rate=rate)  # the scripts loaded (NOSCRIPT)
+    before = await _script_calls(store.redis)
+    assert await store.runs.create_run(_new("run_one"), b"%PDF", None, rate=rate) is None
+    assert await _script_calls(store.redis) - before == (2 if two_slots else 1)
+    assert (await store.runs.get_run("run_one")) is not None
+    assert await store.redis.get(keys.document("run_one")) == b"%PDF"
+    assert await store.redis.zscore(keys.client_runs("alice"), "run_one") == T0
+    assert await store.redis.exists(keys.client_rate("submit", "alice"))
+
+
+async def _script_calls(redis: Any) -> int:
+    """EVALSHA calls so far, over every primary (one Redis: that one)."""
+    if isinstance(redis, RedisCluster):
+        stats = await redis.info("commandstats", target_nodes=RedisCluster.PRIMARIES)
+    else:
+        stats = await redis.info("commandstats")
+    # A cluster client answers per node ({node: stats}); one node's stats are keyed cmdstat_<command>.
+    rows = [stats] if any(str(k).startswith("cmdstat_") for k in stats) else list(stats.values())
+    return sum(int(row.get("cmdstat_evalsha", {}).get("calls", 0)) for row in rows)
 
 
 async def test_create_run_refuses_an_idempotent_run_not_minted_beside_its_record(store: Store) -> None:
