@@ -56,9 +56,10 @@ async def test_the_feed_benchmark_measures_every_event_for_every_reader() -> Non
 
 def test_the_api_profile_runs_a_submit_and_a_read_per_phase() -> None:
     """``bench.api_profile`` drives the app in-process: its submits must be accepted (a vendor without its
-    key is refused at submit, which once left it reading an ``id`` from a 422)."""
+    key is refused at submit, which once left it reading an ``id`` from a 422). With ``--parts`` each
+    phase's CPU is shared out over the parts of a request, the whole of it, a part Redis's."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench.api_profile"],
+        [sys.executable, "-m", "bench.api_profile", "--parts"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -68,6 +69,13 @@ def test_the_api_profile_runs_a_submit_and_a_read_per_phase() -> None:
     cpu = re.findall(r"^(post|get): ([0-9.]+) ms of CPU per request$", done.stdout, re.MULTILINE)
     assert [name for name, _ in cpu] == ["post", "get"], done.stdout
     assert all(float(ms) > 0 for _, ms in cpu)
+    tables = done.stdout.split("by part")[1:]
+    assert len(tables) == 2, done.stdout
+    for table in tables:
+        rows = re.findall(r"^\| (.+?) \| ([0-9.]+) % \| ([0-9]+) \|$", table, re.MULTILINE)
+        shares = {part: float(share) for part, share, _ in rows}
+        assert abs(sum(shares.values()) - 100) < 1, table
+        assert shares["Redis: redis-py, the socket, the reply"] > 0, table
 
 
 @pytest.mark.slow
