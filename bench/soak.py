@@ -44,6 +44,7 @@ from bench._common import (
     url_run,
 )
 from service.store import keys
+from service.worker.queue import QUEUE_NAME
 
 COMMAND = "python -m bench.soak --minutes 4"
 RETENTION_S = 60
@@ -97,6 +98,8 @@ def _slope_mb_per_h(series: list[tuple[float, float]], skip_s: float) -> float |
 
 def _kind(key: str) -> str:
     """A key's kind, ids left out: ``hb:{<tag>}:run:<run>:events`` -> ``hb:run:events``."""
+    if key.startswith(QUEUE_NAME + ":"):  # arq's queue's own keys (its health check), under arq's tag
+        return "hookbridge:arq"
     if key.startswith(keys.ROOT + "{") and "}:" in key:
         # The hash tag left out too: the store's, a run's shard's (a run's keys, its events', an
         # idempotency record's) or a vendor's (its budget and pause).

@@ -154,3 +154,14 @@ async def test_the_memory_benchmark_measures_a_finished_run_without_its_relay_ma
     assert marks == result.data["finished"]["marks_per_run"]
     finished = figures["Redis memory per finished run (called back, kept for RETENTION_S)"]
     assert finished is not None and finished > 500  # the record, its events, the delivery, ...
+
+
+def test_the_soak_counts_arqs_own_keys_under_their_tag_as_lasting() -> None:
+    """arq's keys carry the tag ``{arq:abort}`` (service/worker/queue.py: one slot on a cluster); the
+    soak's audit once split the tag at its colon and called arq's health check an unexpected key."""
+    from bench import soak
+    from service.worker.queue import QUEUE_NAME
+
+    assert soak._kind(f"{QUEUE_NAME}:health-check") in soak.LASTING
+    assert soak._kind("arq:in-progress:{arq:abort}sweep:1") in soak.LASTING
+    assert soak._kind("hb:{hb03}:run:run_X") not in soak.LASTING
