@@ -6,7 +6,7 @@ hold a subscription (and a client) to its limit. Every change is one script: ``c
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,6 +188,12 @@ class Deliveries(Part):
     def forget_due(self) -> None:
         """Drops what this process knows of the due sets: the next claim reads every shard."""
         self._due = DueShards(refresh_ms=self._due.refresh_ms)
+
+    def made_due(self, shards: Iterable[int], now_ms: float) -> None:
+        """Deliveries of ``shards`` were made due by this process (a relay's): its next claim reads those
+        shards, not only at its next look at every shard (``WORKER_IDLE_S`` later)."""
+        for shard in shards:
+            self._due_now(shard, now_ms)
 
     def _due_now(self, shard: int, now_ms: float) -> None:
         """Something of ``shard`` was made due by this process (a chain's next, a parked delivery back):

@@ -90,6 +90,10 @@ class Fanned:
     created: int
     deliveries: list[list[str]]
 
+    def shards(self) -> frozenset[int]:
+        """The shards of the deliveries (each in its subscription's): whose due sets they are in."""
+        return frozenset(keys.shard_of(d) for ids in self.deliveries for d in ids)
+
 
 def merged(events: Sequence[Event], replies: Sequence[Any]) -> Fanned:
     """The replies of :func:`deliveries_calls`' calls, as one."""

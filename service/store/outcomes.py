@@ -6,7 +6,7 @@ mypy checks (``isinstance(outcome, Applied)``) and reads only what that outcome 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from service.core.records import Run
 
@@ -18,6 +18,9 @@ class Applied:
     deliveries: int = 0  # deliveries its events created
     # The change ended the run (it had no terminal status before): the caller counts the end, once.
     ended: bool = False
+    # The shards of its events' deliveries: the delivery pump reads their due sets at its next claim,
+    # not at its next look at every shard (WORKER_IDLE_S later). A hint, not part of the outcome.
+    due_in: frozenset[int] = field(default=frozenset(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ not reach consumers that never call it. The aggregates (``runs.Runs``, ...) fit 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from service.core.domain import AttemptOutcome
@@ -88,6 +88,8 @@ class DeliveryClaims(Protocol):
     async def unpark(self, client: str, now_ms: int, *, ended_in: int | None = None) -> bool: ...
 
     def forget_due(self) -> None: ...
+
+    def made_due(self, shards: Iterable[int], now_ms: float) -> None: ...
 
     async def release_deliveries(self, leases: Sequence[tuple[str, str, str, float]], now_ms: int) -> int: ...
 

@@ -297,8 +297,8 @@ class Runs(Part):
         reply = await self.scripts.transition(keys=ks, args=args)
         outcome = _transition_outcome(change, reply)
         if isinstance(outcome, Applied) and entry is not None:
-            [count] = await self._relay_after([(change, entry, int(reply[1]))])
-            return replace(outcome, deliveries=count)
+            [(count, due_in)] = await self._relay_after([(change, entry, int(reply[1]))])
+            return replace(outcome, deliveries=count, due_in=due_in)
         return outcome
 
     async def transitions(self, changes: Sequence[Transition]) -> list[Outcome | Exception]:
@@ -346,8 +346,8 @@ class Runs(Part):
             counts = await self._relay_after(
                 [(changes[i], cast(list[Any], entries[i]), int(replies[i][1])) for i in emitted]
             )
-            for i, count in zip(emitted, counts, strict=True):
-                out[i] = replace(cast(Applied, out[i]), deliveries=count)
+            for i, (count, due_in) in zip(emitted, counts, strict=True):
+                out[i] = replace(cast(Applied, out[i]), deliveries=count, due_in=due_in)
         return out
 
     async def relay(
@@ -479,13 +479,16 @@ class Runs(Part):
         query = {"run_id": run_id, "retention_ms": self.retention_ms, "entries": done}
         return ks, [jsoncodec.dumps(query), *(entry.head for entry in read)]
 
-    async def _relay_after(self, changes: Sequence[tuple[Transition, list[Any], int]]) -> list[int]:
+    async def _relay_after(
+        self, changes: Sequence[tuple[Transition, list[Any], int]]
+    ) -> list[tuple[int, frozenset[int]]]:
         """The relays right after each change put its outbox entry (given) in its run's outbox, whose
         length the transition returned: that entry alone when the outbox was empty, else the outbox is
         read. Every step of the relays in one round trip for them all (so one WAIT per step, with
         ``REDIS_WAIT_REPLICAS``), then again, alone, any fan-out whose subscriptions changed meanwhile. A
         relay that fails leaves its events in the outbox and the change stands: the sweeper relays them
-        (:meth:`relay_stranded`). Returns each change's deliveries created (0 when left to the sweeper)."""
+        (:meth:`relay_stranded`). Returns each change's deliveries created (0 when left to the sweeper)
+        and the shards its events' deliveries are in."""
         runs = [change.run for change, _, _ in changes]
         try:
             read = [_outbox_entries(i) for i in await self._outboxes(changes)]
@@ -508,7 +511,7 @@ class Runs(Part):
             raise
         except Exception as exc:  # the changes stand: the sweeper relays their events
             log.warning("relay left to the sweeper", runs=len(changes), error=type(exc).__name__)
-            return [0] * len(changes)
+            return [(0, frozenset())] * len(changes)
         fanned: list[fanout.Fanned | None] = []
         for run, entries, done_once, reply in zip(runs, read, fanned_all, fed, strict=True):
             if text(reply[0]) == "ok":
@@ -533,7 +536,7 @@ class Runs(Part):
             raise
         except Exception as exc:  # fanned out; the sweeper empties their outboxes (nothing twice)
             log.warning("relay left to the sweeper", runs=len(done), error=type(exc).__name__)
-        return [f.created if f is not None else 0 for f in fanned]
+        return [(f.created, f.shards()) if f is not None else (0, frozenset()) for f in fanned]
 
     async def _outboxes(self, changes: Sequence[tuple[Transition, list[Any], int]]) -> list[Sequence[Any]]:
         """Each change's run's outbox as it stood after the transition: the change's own entry when that

@@ -292,6 +292,12 @@ class DeliveryPump(Pump):
                 log.warning("parked delivery not brought back", error=str(exc))
             self.wake()
 
+    def due_in(self, shards: frozenset[int]) -> None:
+        """A relay in this process made deliveries due in ``shards``: claim there now (read by the next
+        claim, which this wakes), not after the next look at every shard."""
+        self.store.made_due(shards, self.clock.now_ms())
+        self.wake()
+
     async def until_idle(self) -> int:
         """Burst mode reads every shard's due set first (store/due.py)."""
         self.store.forget_due()

@@ -133,7 +133,7 @@ class WorkerRuntime:
             self.durable.runs,
             settings,
             self.adapters,
-            on_delivery_due=self.delivery_pump.wake,
+            on_delivery_due=self.delivery_pump.due_in,
             clock=clock,
         )
         intervals = {v: b.interval_ms if b.prepaid else 0.0 for v, b in budgets.items()}

@@ -49,7 +49,8 @@ class RunStepper:
     settings: Settings
     adapters: Mapping[str, VendorAdapter]
     _: KW_ONLY
-    on_delivery_due: Callable[[], None] = lambda: None
+    # Told the shards of the deliveries a change's events made due (the delivery pump's due_in).
+    on_delivery_due: Callable[[frozenset[int]], None] = lambda shards: None
     rng: random.Random = field(default_factory=random.Random)
     clock: Clock = SYSTEM
 
@@ -134,8 +135,8 @@ class RunStepper:
         new = change.run
         if change.ttl_ms is None:
             outcome = await self._transitions.apply(change)
-            if isinstance(outcome, Applied) and outcome.deliveries:
-                self.on_delivery_due()
+            if isinstance(outcome, Applied) and outcome.due_in:
+                self.on_delivery_due(outcome.due_in)
             return outcome
         with tracing.run_finish(new):
             outcome = await self._transitions.apply(change)
@@ -146,8 +147,8 @@ class RunStepper:
             if isinstance(credits, int | float) and credits > 0:
                 # Labels stay bounded: vendors are a fixed set, clients come from HOOKBRIDGE_API_KEYS.
                 VENDOR_CREDITS.labels(new.vendor, client_label(new.client)).inc(credits)
-            # The delivery pump learns that work is due now without waiting for its next tick.
-            self.on_delivery_due()
+            # The delivery pump learns that work is due now, and where, without waiting for its next tick.
+            self.on_delivery_due(outcome.due_in)
         elif isinstance(outcome, Conflict):
             log.info("late result discarded", run_id=new.id, vendor=new.vendor)
         return outcome
