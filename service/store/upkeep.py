@@ -127,17 +127,20 @@ async def purge_indexes(redis: Redis, cutoff_ms: int) -> int:
     return removed
 
 
-# Indexes read in one round trip by the purge, and entries read at once from one index.
+# Indexes read in one round trip by the purge, and entries read at once from one index walked alone.
 PURGE_PAGE = 500
+# Entries read of each index of a page: most metadata indexes hold a few; one that holds more is walked
+# on alone. A page's round trips carry at most PURGE_PAGE * PAGE_ENTRIES commands.
+PAGE_ENTRIES = 10
 
 
 async def _purge_page(redis: Redis, indexes: list[str], record: Callable[[str], str], cutoff: int) -> int:
     """The indexes' entries older than ``cutoff`` whose records are gone, dropped: one round trip reads up
-    to ``PURGE_PAGE`` of the oldest of each index, one asks whether their records exist, one drops those
+    to ``PAGE_ENTRIES`` of the oldest of each index, one asks whether their records exist, one drops those
     that do not. An index with more than that is walked on alone (:func:`_purge_index`)."""
     pipe = redis.pipeline(transaction=False)
     for index in indexes:
-        pipe.zrangebyscore(index, "-inf", cutoff, start=0, num=PURGE_PAGE)
+        pipe.zrangebyscore(index, "-inf", cutoff, start=0, num=PAGE_ENTRIES)
     read = await pipe.execute()
     found = [(index, [text(r) for r in rows]) for index, rows in zip(indexes, read, strict=True) if rows]
     if not found:
@@ -157,7 +160,7 @@ async def _purge_page(redis: Redis, indexes: list[str], record: Callable[[str], 
                 pipe.zrem(index, *dropped)
         removed = sum(int(n) for n in await pipe.execute())
     for index, ids, dropped in gone:
-        if len(ids) == PURGE_PAGE:  # more past the cutoff: after the live ones this page kept
+        if len(ids) == PAGE_ENTRIES:  # more past the cutoff: after the live ones this page kept
             removed += await _purge_index(redis, index, record, cutoff, start=len(ids) - len(dropped))
     return removed
 

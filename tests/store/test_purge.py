@@ -39,7 +39,9 @@ async def _members(redis: Redis, index: str) -> set[str]:
 async def test_only_old_entries_of_gone_records_are_dropped(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(upkeep, "PURGE_PAGE", 7)  # pages of 7: the long index below spans several
+    # Pages of 7: the long index below is walked on alone past its first 3, then 7 at a time.
+    monkeypatch.setattr(upkeep, "PURGE_PAGE", 7)
+    monkeypatch.setattr(upkeep, "PAGE_ENTRIES", 3)
     runs, meta, long = (
         keys.client_runs("alice"),
         keys.run_metadata("alice", "order", "A"),
