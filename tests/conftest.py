@@ -122,6 +122,17 @@ def store_client(url: str, **options: Any) -> aioredis.Redis:
     return cast(aioredis.Redis, aioredis.RedisCluster(startup_nodes=nodes, **options))
 
 
+async def command_calls(client: aioredis.Redis, command: str) -> int:
+    """The server's calls of ``command`` so far (INFO commandstats), over every primary on a cluster."""
+    if isinstance(client, aioredis.RedisCluster):
+        stats = await client.info("commandstats", target_nodes=aioredis.RedisCluster.PRIMARIES)
+    else:
+        stats = await client.info("commandstats")
+    # A cluster client answers per node ({node: stats}); one node's stats are keyed cmdstat_<command>.
+    rows = [stats] if any(str(k).startswith("cmdstat_") for k in stats) else list(stats.values())
+    return sum(int(row.get(f"cmdstat_{command}", {}).get("calls", 0)) for row in rows)
+
+
 def sync_store_client(url: str) -> redis.Redis:
     """:func:`store_client`, blocking: for the tests that read Redis from plain functions."""
     if not ON_CLUSTER:

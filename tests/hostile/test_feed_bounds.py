@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import Redis
 
 from service.api import events
 from service.api.app import create_app
@@ -26,7 +26,7 @@ from service.serving.server import EmbeddedServer, api_config
 from service.store import bodies, connect, keys
 from service.store.feed import Feed, FeedFilter, Lanes, ScanRate, admit
 from service.vendors.registry import load_settings
-from tests.conftest import ALICE, BOB, base_env, eventually, store_client
+from tests.conftest import ALICE, BOB, base_env, command_calls, eventually, store_client
 
 
 @contextlib.asynccontextmanager
@@ -86,7 +86,7 @@ def _port(url: str) -> int:
 
 
 async def _xrange_calls(redis: Redis) -> int:
-    return await _calls(redis, "xrange")
+    return await command_calls(redis, "xrange")
 
 
 @pytest.mark.parametrize(
@@ -413,19 +413,8 @@ async def test_redis_dying_under_open_streams_ends_them_cleanly(caplog: pytest.L
     assert "Traceback" not in caplog.text
 
 
-async def _calls(redis: Redis, command: str) -> int:
-    """Calls of ``command`` so far, over every primary (one Redis: that one)."""
-    if isinstance(redis, RedisCluster):
-        stats = await redis.info("commandstats", target_nodes=RedisCluster.PRIMARIES)
-    else:
-        stats = await redis.info("commandstats")
-    # A cluster client answers per node ({node: stats}); one node's stats are keyed cmdstat_<command>.
-    rows = [stats] if any(str(k).startswith("cmdstat_") for k in stats) else list(stats.values())
-    return sum(int(row.get(f"cmdstat_{command}", {}).get("calls", 0)) for row in rows)
-
-
 async def _hgetalls(redis: Redis) -> int:
-    return await _calls(redis, "hgetall")
+    return await command_calls(redis, "hgetall")
 
 
 async def test_recover_reads_a_long_log_a_page_per_request(redis_url: str) -> None:

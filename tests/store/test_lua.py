@@ -22,7 +22,7 @@ from service.core.records import Attempt, Delivery, Event, Run, Subscription, re
 from service.store import Applied, Busy, Conflict, Missing, OverRate, Store, bodies, connect, keys
 from service.store.scripts import _LUA, source, status_prelude
 from service.vendors.registry import load_settings
-from tests.conftest import base_env
+from tests.conftest import base_env, command_calls
 
 T0 = 1_800_000_000_000
 RETENTION_MS = 3_600_000
@@ -303,24 +303,13 @@ async def test_a_submit_is_one_script_on_one_redis_and_two_on_a_cluster(store: S
     two_slots = isinstance(store.redis, RedisCluster)
     rate = (100.0, 10)
     await store.runs.create_run(_new("run_warm"), None, None, rate=rate)  # the scripts loaded (NOSCRIPT)
-    before = await _script_calls(store.redis)
+    before = await command_calls(store.redis, "evalsha")
     assert await store.runs.create_run(_new("run_one"), b"%PDF", None, rate=rate) is None
-    assert await _script_calls(store.redis) - before == (2 if two_slots else 1)
+    assert await command_calls(store.redis, "evalsha") - before == (2 if two_slots else 1)
     assert (await store.runs.get_run("run_one")) is not None
     assert await store.redis.get(keys.document("run_one")) == b"%PDF"
     assert await store.redis.zscore(keys.client_runs("alice"), "run_one") == T0
     assert await store.redis.exists(keys.client_rate("submit", "alice"))
-
-
-async def _script_calls(redis: Any) -> int:
-    """EVALSHA calls so far, over every primary (one Redis: that one)."""
-    if isinstance(redis, RedisCluster):
-        stats = await redis.info("commandstats", target_nodes=RedisCluster.PRIMARIES)
-    else:
-        stats = await redis.info("commandstats")
-    # A cluster client answers per node ({node: stats}); one node's stats are keyed cmdstat_<command>.
-    rows = [stats] if any(str(k).startswith("cmdstat_") for k in stats) else list(stats.values())
-    return sum(int(row.get("cmdstat_evalsha", {}).get("calls", 0)) for row in rows)
 
 
 async def test_create_run_refuses_an_idempotent_run_not_minted_beside_its_record(store: Store) -> None:
