@@ -145,12 +145,8 @@ async def _purge_page(redis: Redis, indexes: list[str], record: Callable[[str], 
     found = [(index, [text(r) for r in rows]) for index, rows in zip(indexes, read, strict=True) if rows]
     if not found:
         return 0
-    pipe = redis.pipeline(transaction=False)
-    for _, ids in found:
-        for item in ids:
-            pipe.exists(record(item))
-    alive = iter(await pipe.execute())
-    gone = [(index, ids, [item for item in ids if not next(alive)]) for index, ids in found]
+    expired = set(await _expired(redis, record, [item for _, ids in found for item in ids]))
+    gone = [(index, ids, [item for item in ids if item in expired]) for index, ids in found]
     removed = 0
     if any(dropped for _, _, dropped in gone):
         # A record that expired never comes back (ids are never reused): no race to guard.
@@ -173,16 +169,20 @@ async def _purge_index(
         rows = await redis.zrangebyscore(index, "-inf", cutoff, start=start, num=PURGE_PAGE)
         if not rows:
             return removed
-        ids = [text(r) for r in rows]
-        pipe = redis.pipeline(transaction=False)
-        for item in ids:
-            pipe.exists(record(item))
-        gone = [item for item, alive in zip(ids, await pipe.execute(), strict=True) if not alive]
+        gone = await _expired(redis, record, [text(r) for r in rows])
         if gone:
             removed += await redis.zrem(index, *gone)
         if len(rows) < PURGE_PAGE:
             return removed
         start += len(rows) - len(gone)
+
+
+async def _expired(redis: Redis, record: Callable[[str], str], ids: list[str]) -> list[str]:
+    """The ids whose records are gone (one round trip)."""
+    pipe = redis.pipeline(transaction=False)
+    for item in ids:
+        pipe.exists(record(item))
+    return [item for item, alive in zip(ids, await pipe.execute(), strict=True) if not alive]
 
 
 @dataclass
