@@ -223,19 +223,21 @@ class RequestContext:
             await response(scope, receive, send_secure)
             return
         started = time.perf_counter()
-        with structlog.contextvars.bound_contextvars(request_id=rid):
-            try:
-                await self.app(scope, receive, send_secure)
-            finally:
-                # The router wrote the matched route into this same scope on its way in.
-                route = getattr(scope.get("route"), "path", "unmatched")
-                took = time.perf_counter() - started
-                metrics.observe_api_request(route, scope["method"], status, took)
-                if route.startswith("/v1/"):
-                    ms = round(took * 1000, 1)
-                    line = {"method": scope["method"], "path": route, "status": status, "ms": ms}
-                    # What the handler named (a submit: its run and vendor), never in place of the above.
-                    log.info("request", **{**scope.get(LOG_FIELDS, {}), **line})
+        # Tokens, not bound_contextvars(): that one reads the whole logging context first, on every request.
+        tokens = structlog.contextvars.bind_contextvars(request_id=rid)
+        try:
+            await self.app(scope, receive, send_secure)
+        finally:
+            # The router wrote the matched route into this same scope on its way in.
+            route = getattr(scope.get("route"), "path", "unmatched")
+            took = time.perf_counter() - started
+            metrics.observe_api_request(route, scope["method"], status, took)
+            if route.startswith("/v1/"):
+                ms = round(took * 1000, 1)
+                line = {"method": scope["method"], "path": route, "status": status, "ms": ms}
+                # What the handler named (a submit: its run and vendor), never in place of the above.
+                log.info("request", **{**scope.get(LOG_FIELDS, {}), **line})
+            structlog.contextvars.reset_contextvars(**tokens)
 
 
 def create_app(settings: Settings, *, store: Store | None = None, redis_url: str | None = None) -> Starlette:

@@ -117,12 +117,19 @@ _IDS = {
 
 def new_id(prefix: str) -> str:
     """A ULID-like id: 48 bits of milliseconds, 80 random bits, Crockford base32, so ids sort by time."""
-    value = (int(time.time() * 1000) << 80) | int.from_bytes(os.urandom(10), "big")
-    chars = []
-    for _ in range(26):
-        chars.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return f"{prefix}_{''.join(reversed(chars))}"
+    return f"{prefix}_{crockford((int(time.time() * 1000) << 80) | int.from_bytes(os.urandom(10), 'big'))}"
+
+
+# Every pair of Crockford characters (10 bits), for crockford().
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
+_PAIR_SHIFTS = tuple(range(120, -1, -10))
+
+
+def crockford(value: int) -> str:
+    """``value`` (under 2**128) as 26 Crockford base32 characters, the most significant first: 130 bits,
+    the top 2 zero, ten at a time: ~1 us, where a loop over the characters took ~2.2, and every request
+    id, run id and event id is one."""
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in _PAIR_SHIFTS])
 
 
 # Every id falls in one of SHARDS groups, CRC-32 of the id mod SHARDS (stable across processes and

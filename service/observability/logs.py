@@ -17,14 +17,6 @@ from service.observability import tracing
 _SECRET_KEYS = frozenset({"authorization", "api_key", "secret", "secrets", "password", "token"})
 
 
-def _drop_secrets(_: object, __: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
-    # A last line of defence: the code never logs secrets, and a key named like one is masked anyway.
-    for key in list(event):
-        if key.lower() in _SECRET_KEYS:
-            event[key] = "[redacted]"
-    return event
-
-
 # A URL's userinfo and query string: where receivers put credentials (``?token=``, ``user:pass@``).
 _URL = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^\s/?#@]*@)?([^\s?#]*)(\?[^\s#\"'<>]*)?")
 
@@ -49,10 +41,17 @@ def _redact(value: Any) -> Any:
     return value
 
 
-def _redact_urls(_: object, __: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
-    # Callback URLs reach log lines inside transport errors; their credentials must not.
+def _scrub(_: object, __: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """One pass over a line's fields, the last before it is written: a key named like a secret is masked
+    (a last line of defence: the code never logs secrets), and every URL in a value loses its userinfo and
+    query string (callback URLs reach log lines inside transport errors; their credentials must not)."""
     for key, value in event.items():
-        if isinstance(value, str | dict | list | tuple):
+        if key.lower() in _SECRET_KEYS:
+            event[key] = "[redacted]"
+        elif isinstance(value, str):
+            if "://" in value:
+                event[key] = redact_urls(value)
+        elif isinstance(value, dict | list | tuple):
             event[key] = _redact(value)
         elif isinstance(value, BaseException):
             event[key] = redact_urls(f"{type(value).__name__}: {value}")
@@ -83,7 +82,6 @@ def configure(log_format: str = "console", level: str = "INFO") -> None:
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        _drop_secrets,
         _trace_ids,
     ]
     renderer: structlog.typing.Processor
@@ -92,7 +90,7 @@ def configure(log_format: str = "console", level: str = "INFO") -> None:
         shared.append(structlog.processors.format_exc_info)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-    shared.append(_redact_urls)
+    shared.append(_scrub)
     structlog.configure(
         processors=[_logger_name, *shared, renderer],
         logger_factory=structlog.WriteLoggerFactory(sys.stderr),

@@ -136,16 +136,18 @@ async def test_a_refused_connection_and_a_redirect_keep_userinfo_and_query_out_o
     assert secret not in repr(delivery) and secret not in repr(entries)
 
 
-def test_the_log_pipeline_redacts_urls_in_every_field() -> None:
+def test_the_log_pipeline_redacts_urls_and_secret_keys_in_every_field() -> None:
     event = {
         "event": "x",
         "error": "Cannot connect to https://bob:hunter2@hooks.example/cb?token=abc#f",
         "nested": {"url": "http://h.example/p?k=v"},
         "exc": ValueError("bad URL http://h.example/?t=zzz"),
+        "Authorization": "Bearer sk_live_1",  # a key named like a secret: masked whatever it holds
+        "items": ["see https://h.example/x?sig=s1"],
     }
-    out = logs._redact_urls(None, "info", event)
+    out = logs._scrub(None, "info", event)
     text = repr(out)
-    for leaked in ("hunter2", "token=abc", "k=v", "t=zzz"):
+    for leaked in ("hunter2", "token=abc", "k=v", "t=zzz", "sk_live_1", "sig=s1"):
         assert leaked not in text
     assert "https://[redacted]@hooks.example/cb?[redacted]" in text
 

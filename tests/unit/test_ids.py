@@ -80,3 +80,21 @@ def test_only_the_random_tail_changes_so_ids_sort_by_time_with_new_id(
     assert len(told) == len(minted)  # one reading of the clock each
     assert sorted(minted) == minted
     assert [domain.shard_of(e) for e in minted[1::2]] == [domain.shard_of(o) for o in others[1::2]] * 25
+
+
+def _crockford_by_loop(value: int) -> str:
+    """What new_id did before :func:`domain.crockford`: five bits at a time, from the least significant."""
+    chars = []
+    for _ in range(26):
+        chars.append(CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0, 1, 31, 32, 2**80 - 1, 2**80, 1_800_000_000_000 << 80, 2**128 - 1, *(7**n % 2**128 for n in range(40, 60))],
+)
+def test_crockford_spells_a_value_as_the_loop_over_its_characters_did(value: int) -> None:
+    """Ten bits at a time give the characters the loop gave: the same ids, the same order by time."""
+    assert domain.crockford(value) == _crockford_by_loop(value)
