@@ -93,7 +93,17 @@ def _crockford_by_loop(value: int) -> str:
 
 @pytest.mark.parametrize(
     "value",
-    [0, 1, 31, 32, 2**80 - 1, 2**80, 1_800_000_000_000 << 80, 2**128 - 1, *(7**n % 2**128 for n in range(40, 60))],
+    [
+        0,
+        1,
+        31,
+        32,
+        2**80 - 1,
+        2**80,
+        1_800_000_000_000 << 80,
+        2**128 - 1,
+        *(7**n % 2**128 for n in range(40, 60)),
+    ],
 )
 def test_crockford_spells_a_value_as_the_loop_over_its_characters_did(value: int) -> None:
     """Ten bits at a time give the characters the loop gave: the same ids, the same order by time."""
