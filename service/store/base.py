@@ -10,6 +10,7 @@ from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from service.config.settings import Settings
 from service.core.records import Event
@@ -65,11 +66,41 @@ async def scripts_in_turn(redis: Redis, calls: list[tuple[AsyncScript, list[str]
     """Each (script, keys, args), as :func:`each_call` sends them: on a Redis server in one pipeline, so
     in this order; on a cluster, at once (each to its keys' node), so in no order between slots."""
     if not isinstance(redis, RedisCluster):
-        pipe = redis.pipeline(transaction=False)
-        for script, ks, args in calls:
-            await script(keys=ks, args=args, client=pipe)
-        return list(await pipe.execute())
+        return await _pipelined(redis, calls)
     out: list[Any] = []
     for at in range(0, len(calls), 50):
         out += await asyncio.gather(*(script(keys=ks, args=args) for script, ks, args in calls[at : at + 50]))
     return out
+
+
+Calls = list[tuple[AsyncScript, list[str], list[Any]]]
+
+
+async def _pipelined(redis: Redis, calls: Calls) -> list[Any]:
+    """The calls as EVALSHAs in one pipeline: one round trip, where redis-py's pipeline asks ``SCRIPT
+    EXISTS`` of its scripts first (two, for every batch of claims or transitions). A call refused with
+    ``NOSCRIPT`` (the server's script cache was emptied: a restart, a failover, ``SCRIPT FLUSH``) ran
+    nothing, so the scripts are loaded and the refused calls sent again, in their order. Raises the first
+    other error, as a pipeline does, once every call has run."""
+    replies, scripts = await _evalshas(redis, calls)
+    refused = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if refused:
+        for script in scripts:
+            await redis.script_load(script.script)  # its sha is the one it had: SHA-1 of its text
+        again, _ = await _evalshas(redis, [calls[n] for n in refused])
+        for n, reply in zip(refused, again, strict=True):
+            replies[n] = reply
+    if error := next((reply for reply in replies if isinstance(reply, Exception)), None):
+        raise error
+    return replies
+
+
+async def _evalshas(redis: Redis, calls: Calls) -> tuple[list[Any], set[AsyncScript]]:
+    """One pipeline of the calls (each script queues its EVALSHA), without redis-py's check that its
+    scripts exist: the replies, and the scripts the pipeline was given."""
+    pipe = redis.pipeline(transaction=False)
+    for script, ks, args in calls:
+        await script(keys=ks, args=args, client=pipe)
+    scripts = set(pipe.scripts)
+    pipe.scripts.clear()  # what Pipeline.execute would SCRIPT EXISTS first
+    return list(await pipe.execute(raise_on_error=False)), scripts

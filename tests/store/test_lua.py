@@ -604,6 +604,24 @@ async def test_claim_runs_leases_due_runs_and_drops_vanished_ones(store: Store) 
     assert await store.redis.zscore(_due_key("run_late"), "run_late") is None
 
 
+async def test_a_claims_calls_are_one_round_trip_and_an_emptied_script_cache_runs_each_once(
+    store: Store,
+) -> None:
+    """A claim's calls of claim_runs.lua (one a shard) go in one pipeline of EVALSHAs, without the
+    ``SCRIPT EXISTS`` that redis-py's scripts in a pipeline ask first. After the server's script cache was
+    emptied (a restart, a failover) the refused calls are loaded and sent again: each run leased once."""
+    await _due_runs(store, 3)
+    await store.redis.delete(keys.run("run_1"))
+    await store.redis.script_flush()  # every primary on a cluster
+    claimed, _ = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 0.0, 0)
+    assert [c.run.id for c in claimed] == ["run_0", "run_2"]
+    assert await _due_of(store) == {"run_0": T0 + 10 + LEASE, "run_2": T0 + 10 + LEASE}
+    exists = await command_calls(store.redis, "script|exists")
+    again, _ = await store.runs.claim_runs("nutrient", T0 + 10 + LEASE, 10, LEASE, 0.0, 0)
+    assert [c.run.id for c in again] == ["run_0", "run_2"]
+    assert await command_calls(store.redis, "script|exists") == exists
+
+
 async def test_a_record_that_does_not_read_is_left_to_its_lease_and_the_batch_goes_on(store: Store) -> None:
     await _due_runs(store, 3)
     await store.redis.set(keys.run("run_1"), b'{"id": "run_1", "version": "not a number"}')
