@@ -101,6 +101,6 @@ async def _evalshas(redis: Redis, calls: Calls) -> tuple[list[Any], set[AsyncScr
     pipe = redis.pipeline(transaction=False)
     for script, ks, args in calls:
         await script(keys=ks, args=args, client=pipe)
-    scripts = set(pipe.scripts)
+    scripts: set[Any] = set(pipe.scripts)  # typed as the sync Script, though these are ours, AsyncScript
     pipe.scripts.clear()  # what Pipeline.execute would SCRIPT EXISTS first
     return list(await pipe.execute(raise_on_error=False)), scripts
