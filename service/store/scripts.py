@@ -85,7 +85,8 @@ def source(name: str) -> str:
 
 
 class Scripts:
-    """One registered script per state change; redis-py re-loads them after a Redis restart (NOSCRIPT)."""
+    """One registered script per state change. After a Redis restart or failover (NOSCRIPT) a script called
+    alone is loaded again by redis-py, one called in a batch by ``base.scripts_in_turn``."""
 
     def __init__(self, redis: Redis) -> None:
         def load(name: str) -> AsyncScript:
