@@ -30,6 +30,7 @@ from typing import Any, TypeVar, cast
 
 import anyio
 import hiredis
+from redis._parsers.hiredis import NOT_ENOUGH_DATA
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import AbstractConnection
@@ -63,11 +64,20 @@ def _credentials(username: str, password: str) -> dict[str, Any]:
     return options
 
 
-class _HiredisPacking:
+class _Hiredis:
     """Packs a command with hiredis's packer (C), as redis-py's synchronous connections do when hiredis is
     installed; its asyncio connections pack in Python, which cost a worker's transition batch ~2.9 us a
     change against ~0.4 (docs/performance.md). The same bytes for every argument (str, bytes, int, float,
-    memoryview); anything else is redis-py's ``DataError``, as before."""
+    memoryview); anything else is redis-py's ``DataError``, as before.
+
+    And takes a reply that hiredis's reader already holds without a timer: redis-py sets one for every
+    reply it reads (``socket_timeout``), ~4 us under uvloop (a timer handle made and cancelled), though a
+    reply already read off the socket waits for nothing; a pipeline's replies arrive together, so all but
+    the first are. A reply not there yet is read as redis-py reads it, its timer and all."""
+
+    _parser: Any
+    health_check_interval: float
+    protocol: Any
 
     def pack_command(self, *args: Any) -> list[bytes]:
         if isinstance(args[0], str):
@@ -79,23 +89,60 @@ class _HiredisPacking:
         except TypeError as exc:
             raise DataError(str(exc)) from None
 
+    async def read_response(
+        self,
+        disable_decoding: bool = False,
+        timeout: float | None = None,
+        *,
+        disconnect_on_error: bool = True,
+        push_request: bool | None = False,
+    ) -> Any:
+        reader = getattr(self._parser, "_reader", None)  # hiredis's, in redis-py's hiredis parser
+        if (
+            reader is not None
+            and getattr(self._parser, "_connected", False)
+            and not self.health_check_interval  # redis-py sets the next health check on each read
+            and self.protocol in (2, "2")
+        ):
+            response = reader.gets(False) if disable_decoding else reader.gets()
+            if response is not NOT_ENOUGH_DATA:
+                return await self._buffered(response, disconnect_on_error)
+        return await super().read_response(  # type: ignore[misc]
+            disable_decoding, timeout, disconnect_on_error=disconnect_on_error, push_request=push_request
+        )
 
-_PACKED: dict[type[AbstractConnection], type[AbstractConnection]] = {}
+    async def _buffered(self, response: Any, disconnect_on_error: bool) -> Any:
+        """What redis-py's read makes of a reply: an error reply raised, a broken stream a ConnectionError
+        (the connection closed, as redis-py closes it on any failed read)."""
+        broken = response if isinstance(response, ConnectionError) else None
+        if isinstance(response, list) and response and isinstance(response[0], ConnectionError):
+            broken = response[0]
+        if broken is not None:
+            if disconnect_on_error:
+                await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            raise broken
+        if isinstance(response, ResponseError):
+            raise response from None
+        return response
 
 
-def _packing_class(cls: type[AbstractConnection]) -> type[AbstractConnection]:
-    if issubclass(cls, _HiredisPacking):
+_HIREDIS: dict[type[AbstractConnection], type[AbstractConnection]] = {}
+
+
+def _hiredis_class(cls: type[AbstractConnection]) -> type[AbstractConnection]:
+    if issubclass(cls, _Hiredis):
         return cls
-    if cls not in _PACKED:
-        _PACKED[cls] = type(f"Packing{cls.__name__}", (_HiredisPacking, cls), {})
-    return _PACKED[cls]
+    if cls not in _HIREDIS:
+        _HIREDIS[cls] = type(f"Hiredis{cls.__name__}", (_Hiredis, cls), {})
+    return _HIREDIS[cls]
 
 
-def _packing(client: R) -> R:
-    """``client`` with its pool's connections packing through hiredis (the pool makes them lazily, so no
-    connection exists yet): plain, TLS, Unix socket or Sentinel-managed alike."""
+def _with_hiredis(client: R) -> R:
+    """``client`` with its pool's connections packing and reading through hiredis (:class:`_Hiredis`; the
+    pool makes them lazily, so no connection exists yet): plain, TLS, Unix socket or Sentinel-managed
+    alike."""
     pool = client.connection_pool
-    pool.connection_class = _packing_class(pool.connection_class)
+    pool.connection_class = _hiredis_class(pool.connection_class)
     return client
 
 
@@ -284,7 +331,7 @@ def connect(
 
 
 def _finish(client: R, settings: Settings, wait: int) -> R:
-    client = _packing(client)
+    client = _with_hiredis(client)
     if wait:
         pool = client.connection_pool
         pool.connection_class = _waiting_class(pool.connection_class, wait, settings.redis_wait_timeout_ms)
@@ -322,7 +369,7 @@ def _cluster(settings: Settings, options: dict[str, Any], wait: int) -> RedisClu
         cluster_error_retry_attempts=CLUSTER_ATTEMPTS - 1,
         **options,
     )
-    cls = _packing_class(client.connection_kwargs["connection_class"])
+    cls = _hiredis_class(client.connection_kwargs["connection_class"])
     if wait:
         cls = _waiting_class(cls, wait, settings.redis_wait_timeout_ms)
     client.connection_kwargs["connection_class"] = cls

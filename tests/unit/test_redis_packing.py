@@ -10,7 +10,7 @@ from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocket
 from redis.asyncio.sentinel import SentinelManagedConnection
 from redis.exceptions import DataError
 
-from service.store.connection import _HiredisPacking, connect
+from service.store.connection import _Hiredis, connect
 from service.vendors.registry import load_settings
 from tests.conftest import base_env
 
@@ -28,13 +28,13 @@ COMMANDS: list[tuple[Any, ...]] = [
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: str(c[0]))
 def test_the_bytes_are_redis_pys_own(command: tuple[Any, ...]) -> None:
     plain = Connection()
-    packing = type("Packing", (_HiredisPacking, Connection), {})()
+    packing = type("Packing", (_Hiredis, Connection), {})()
     assert b"".join(packing.pack_command(*command)) == b"".join(plain.pack_command(*command))
 
 
 @pytest.mark.parametrize("value", [True, None, [1], {"a": 1}])
 def test_what_redis_py_refuses_is_still_its_data_error(value: Any) -> None:
-    packing = type("Packing", (_HiredisPacking, Connection), {})()
+    packing = type("Packing", (_Hiredis, Connection), {})()
     with pytest.raises(DataError):
         Connection().pack_command("SET", "k", value)
     with pytest.raises(DataError):
@@ -58,6 +58,6 @@ async def test_every_connection_connect_makes_packs_with_hiredis(env: dict[str, 
         client = connect(settings, for_arq=for_arq)
         try:
             cls = client.connection_pool.connection_class
-            assert issubclass(cls, _HiredisPacking) and issubclass(cls, base), cls.__mro__
+            assert issubclass(cls, _Hiredis) and issubclass(cls, base), cls.__mro__
         finally:
             await client.aclose()
