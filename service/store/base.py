@@ -62,7 +62,11 @@ async def each_call(redis: Redis, script: AsyncScript, calls: list[tuple[list[st
     return await scripts_in_turn(redis, [(script, ks, args) for ks, args in calls])
 
 
-async def scripts_in_turn(redis: Redis, calls: list[tuple[AsyncScript, list[str], list[Any]]]) -> list[Any]:
+# Script calls as scripts_in_turn takes them: (script, keys, args).
+Calls = list[tuple[AsyncScript, list[str], list[Any]]]
+
+
+async def scripts_in_turn(redis: Redis, calls: Calls) -> list[Any]:
     """Each (script, keys, args), as :func:`each_call` sends them: on a Redis server in one pipeline, so
     in this order; on a cluster, at once (each to its keys' node), so in no order between slots."""
     if not isinstance(redis, RedisCluster):
@@ -71,9 +75,6 @@ async def scripts_in_turn(redis: Redis, calls: list[tuple[AsyncScript, list[str]
     for at in range(0, len(calls), 50):
         out += await asyncio.gather(*(script(keys=ks, args=args) for script, ks, args in calls[at : at + 50]))
     return out
-
-
-Calls = list[tuple[AsyncScript, list[str], list[Any]]]
 
 
 async def _pipelined(redis: Redis, calls: Calls) -> list[Any]:

@@ -8,6 +8,9 @@ seed nodes, sends each command to its key's primary and follows a failover (MOVE
 it re-reads the map). It is not a subclass of ``Redis`` but answers every command the store sends (each
 names its key), so the store is typed against ``Redis`` and given either.
 
+Every connection packs and reads through hiredis (:class:`_Hiredis`): commands packed in C, and a reply
+already read off the socket taken without redis-py's timer for the read.
+
 ``WAIT`` (``REDIS_WAIT_REPLICAS``): :func:`connect` with ``durable=True`` gives a client whose every write
 is followed by ``WAIT n timeout`` *on the same connection, in the same packet*. The traps this avoids:
 
