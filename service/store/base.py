@@ -79,29 +79,27 @@ async def scripts_in_turn(redis: Redis, calls: Calls) -> list[Any]:
 
 async def _pipelined(redis: Redis, calls: Calls) -> list[Any]:
     """The calls as EVALSHAs in one pipeline: one round trip, where redis-py's pipeline asks ``SCRIPT
-    EXISTS`` of its scripts first (two, for every batch of claims or transitions). A call refused with
+    EXISTS`` of its scripts first (two, for every batch of claims or transitions). A command refused with
     ``NOSCRIPT`` (the server's script cache was emptied: a restart, a failover, ``SCRIPT FLUSH``) ran
-    nothing, so the scripts are loaded and the refused calls sent again, in their order. Raises the first
-    other error, as a pipeline does, once every call has run."""
-    replies, scripts = await _evalshas(redis, calls)
-    refused = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-    if refused:
-        for script in scripts:
-            await redis.script_load(script.script)  # its sha is the one it had: SHA-1 of its text
-        again, _ = await _evalshas(redis, [calls[n] for n in refused])
-        for n, reply in zip(refused, again, strict=True):
-            replies[n] = reply
-    if error := next((reply for reply in replies if isinstance(reply, Exception)), None):
-        raise error
-    return replies
-
-
-async def _evalshas(redis: Redis, calls: Calls) -> tuple[list[Any], set[AsyncScript]]:
-    """One pipeline of the calls (each script queues its EVALSHA), without redis-py's check that its
-    scripts exist: the replies, and the scripts the pipeline was given."""
+    nothing, so the scripts are loaded and the refused commands sent again as they were, in their order.
+    Raises the first other error, as a pipeline does, once every call has run."""
     pipe = redis.pipeline(transaction=False)
     for script, ks, args in calls:
         await script(keys=ks, args=args, client=pipe)
     scripts: set[Any] = set(pipe.scripts)  # typed as the sync Script, though these are ours, AsyncScript
     pipe.scripts.clear()  # what Pipeline.execute would SCRIPT EXISTS first
-    return list(await pipe.execute(raise_on_error=False)), scripts
+    commands = list(pipe.command_stack)
+    replies = list(await pipe.execute(raise_on_error=False))
+    refused = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if refused:
+        for script in scripts:
+            await redis.script_load(script.script)  # its sha is the one it had: SHA-1 of its text
+        again = redis.pipeline(transaction=False)
+        for n in refused:
+            command, options = commands[n]
+            again.execute_command(*command, **options)
+        for n, reply in zip(refused, await again.execute(raise_on_error=False), strict=True):
+            replies[n] = reply
+    if error := next((reply for reply in replies if isinstance(reply, Exception)), None):
+        raise error
+    return replies
