@@ -107,7 +107,12 @@ class _Hiredis:
             and not self.health_check_interval  # redis-py sets the next health check on each read
             and self.protocol in (2, "2")
         ):
-            response = reader.gets(False) if disable_decoding else reader.gets()
+            try:
+                response = reader.gets(False) if disable_decoding else reader.gets()
+            except BaseException:  # a broken stream (InvalidResponse): closed, as redis-py's read closes it
+                if disconnect_on_error:
+                    await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+                raise
             if response is not NOT_ENOUGH_DATA:
                 return await self._buffered(response, disconnect_on_error)
         return await super().read_response(  # type: ignore[misc]

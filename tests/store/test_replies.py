@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis.asyncio.connection as redis_connection
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import InvalidResponse, ResponseError
 
 from service.store import keys
 from service.store.connection import _with_hiredis
@@ -97,3 +97,20 @@ async def test_a_reply_already_read_off_the_socket_sets_no_timer(
     timers.clear()
     assert await _replies(ours, gets) == [None] * 100
     assert 1 <= len(timers) <= 5  # the first reply waited; the rest came with it
+
+
+async def test_a_broken_stream_already_read_closes_the_connection_as_redis_py_does(
+    clients: tuple[Redis, Redis],
+) -> None:
+    """Bytes that are no reply, already in the reader (the fast path reads them without a timer): the
+    error redis-py's read raises, and the connection closed, never handed out again with them."""
+    for client in clients:
+        connection = await client.connection_pool.get_connection()
+        try:
+            connection._parser._reader.feed(b"!not a reply\r\n")  # hiredis's reader, as the socket feeds it
+            with pytest.raises(InvalidResponse):
+                await connection.read_response()
+            assert not connection.is_connected
+        finally:
+            await client.connection_pool.release(connection)
+        assert await client.ping()  # the pool reconnects
