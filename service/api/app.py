@@ -228,16 +228,21 @@ class RequestContext:
         try:
             await self.app(scope, receive, send_secure)
         finally:
-            # The router wrote the matched route into this same scope on its way in.
-            route = getattr(scope.get("route"), "path", "unmatched")
-            took = time.perf_counter() - started
-            metrics.observe_api_request(route, scope["method"], status, took)
-            if route.startswith("/v1/"):
-                ms = round(took * 1000, 1)
-                line = {"method": scope["method"], "path": route, "status": status, "ms": ms}
-                # What the handler named (a submit: its run and vendor), never in place of the above.
-                log.info("request", **{**scope.get(LOG_FIELDS, {}), **line})
-            structlog.contextvars.reset_contextvars(**tokens)
+            try:
+                _account(scope, status, time.perf_counter() - started)
+            finally:
+                structlog.contextvars.reset_contextvars(**tokens)
+
+
+def _account(scope: Scope, status: int, took: float) -> None:
+    """A request's count and time by route, and its log line (a /v1 request's)."""
+    # The router wrote the matched route into this same scope on its way in.
+    route = getattr(scope.get("route"), "path", "unmatched")
+    metrics.observe_api_request(route, scope["method"], status, took)
+    if route.startswith("/v1/"):
+        line = {"method": scope["method"], "path": route, "status": status, "ms": round(took * 1000, 1)}
+        # What the handler named (a submit: its run and vendor), never in place of the above.
+        log.info("request", **{**scope.get(LOG_FIELDS, {}), **line})
 
 
 def create_app(settings: Settings, *, store: Store | None = None, redis_url: str | None = None) -> Starlette:
