@@ -674,6 +674,7 @@ class WorkerConfig:
     worker_concurrency: int
     worker_batch: int
     worker_idle_s: float
+    worker_claim_gap_s: float
     worker_metrics_port: int
     worker_metrics_host: str
     worker_role: WorkerRole
@@ -825,6 +826,12 @@ class Settings:
     worker_batch: int = setting(200, _int(1, 10_000), "items claimed per Redis call")
     worker_idle_s: float = setting(
         0.05, _duration(MS, 60), "the longest a worker sleeps between claims when nothing is due"
+    )
+    worker_claim_gap_s: float = setting(
+        0.01,
+        _duration(MS, 1, zero="claim again at once"),
+        "the least time between two claims of a worker's loop when the first took all that was due: what "
+        "falls due meanwhile waits at most this long, and one claim takes it all",
     )
     worker_metrics_port: int = setting(
         9090, _int(1, 65535, zero="off"), "the worker's `/healthz` and `/metrics`; 0 turns them off"

@@ -28,11 +28,14 @@ LOOKAHEAD_MS = 1000  # how far ahead the claim may reserve vendor budget slots
 class Pump:
     """Claims work in batches and runs each item as its own task, at most ``concurrency`` at once."""
 
-    def __init__(self, name: str, concurrency: int, idle_s: float, clock: Clock = SYSTEM) -> None:
+    def __init__(
+        self, name: str, concurrency: int, idle_s: float, clock: Clock = SYSTEM, *, gap_s: float = 0.0
+    ) -> None:
         self.name = name
         self.clock = clock
         self.concurrency = concurrency
         self.idle_s = idle_s
+        self.gap_s = gap_s
         self.tasks: set[asyncio.Task[Any]] = set()
         self.last_tick = time.monotonic()
         self._wake = asyncio.Event()
@@ -81,8 +84,16 @@ class Pump:
     async def _loop(self, stop: asyncio.Event) -> None:
         backoff = 0.1
         loop = asyncio.get_running_loop()  # once: asyncio.create_task() looks it up for every task
+        partial_at: float | None = None  # when the last claim that left slots free began
         while not stop.is_set():
-            self.last_tick = time.monotonic()
+            if partial_at is not None and (rest := partial_at + self.gap_s - time.monotonic()) > 0:
+                # What fell due since a claim that took all there was waits for the next claim, at most
+                # gap_s (WORKER_CLAIM_GAP_S): one claim then takes many items where it took one or two
+                # (items due one by one, as at 100,000 runs in flight), and costs as much.
+                await _wait(stop, rest)
+                continue
+            partial_at = None
+            self.last_tick = now = time.monotonic()
             self._wake.clear()  # a wake-up from here on (during the claim too) cuts the wait below
             free = self.concurrency - len(self.tasks)
             try:
@@ -103,6 +114,8 @@ class Pump:
                 if len(self.tasks) >= self.concurrency:
                     await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
                 continue
+            if free > 0:
+                partial_at = now
             wait = self.idle_s
             if next_due_ms is not None:
                 wait = min(wait, max(0.0, next_due_ms / 1000 - self.clock.time()))
@@ -163,7 +176,13 @@ class RunPump(Pump):
         intervals: dict[str, float],
         clock: Clock = SYSTEM,
     ) -> None:
-        super().__init__("runs", settings.worker_concurrency, settings.worker_idle_s, clock)
+        super().__init__(
+            "runs",
+            settings.worker_concurrency,
+            settings.worker_idle_s,
+            clock,
+            gap_s=settings.worker_claim_gap_s,
+        )
         self.store = store
         self.settings = settings
         self.step = step
@@ -246,7 +265,13 @@ class DeliveryPump(Pump):
         attempt: Callable[[Any], Awaitable[Any]],
         clock: Clock = SYSTEM,
     ) -> None:
-        super().__init__("deliveries", settings.worker_concurrency, settings.worker_idle_s, clock)
+        super().__init__(
+            "deliveries",
+            settings.worker_concurrency,
+            settings.worker_idle_s,
+            clock,
+            gap_s=settings.worker_claim_gap_s,
+        )
         self.store = store
         self.settings = settings
         self.attempt = attempt
