@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service.core import domain
 from service.store import keys
 
 
@@ -48,6 +49,47 @@ class Event:
     feed: bytes | None = None
     before: bool = False
     zr: bool = False
+
+
+def types_json(event_types: Sequence[str] | None) -> str:
+    """A subscription's event types as its client's directory keeps them (``keys.client_sub_types``): a JSON
+    list, the default set spelled out."""
+    return json.dumps(list(event_types or domain.DEFAULT_EVENT_TYPES), separators=(",", ":"))
+
+
+def kept_types(raw: Mapping[Any, Any]) -> dict[str, tuple[str, ...]]:
+    """``keys.client_sub_types`` as read (HGETALL): per subscription, the types kept for it; an entry that
+    is not a JSON list of strings is left out (its subscription wants every event)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for sub_id, value in raw.items():
+        try:
+            types = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(types, list) and all(isinstance(t, str) for t in types):
+            out[sub_id.decode() if isinstance(sub_id, bytes) else str(sub_id)] = tuple(types)
+    return out
+
+
+def may_want(types: Sequence[str] | None, event_type: str) -> bool:
+    """Whether a subscription whose directory keeps ``types`` (None: keeps none) may want an event of
+    ``event_type``: ``_fanout.lua``'s ``matches`` over a list that is never narrower than its own."""
+    if types is None or event_type == domain.EVENT_TEST:
+        return True
+    return any(t == event_type or (t == "run.*" and event_type.startswith("run.")) for t in types)
+
+
+def to_fan_out(
+    subs: Sequence[str], events: Sequence[Event], kept: Mapping[str, tuple[str, ...]]
+) -> list[str]:
+    """The subscriptions a fan-out of ``events`` calls on: those that may want one of them
+    (:func:`may_want`), or all of them when an event was fanned out before (its deliveries are only
+    reported, and a subscription's types may have changed since). Those left out would get nothing from
+    the fan-out's script, which reads their types again: skipping them saves a script call, and its
+    delivery ids, for every run.progress that no subscription asked for."""
+    if any(e.before for e in events):
+        return list(subs)
+    return [s for s in subs if any(may_want(kept.get(s), e.type) for e in events)]
 
 
 def by_shard(subs: Sequence[str]) -> dict[int, list[str]]:

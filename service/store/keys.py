@@ -160,6 +160,14 @@ def client_subs(client: str) -> str:
     return f"{of(client)}client:{client}:subs"
 
 
+def client_sub_types(client: str) -> str:
+    """Per subscription in the client's directory, every event type it has asked for since it was created
+    (a JSON list): what the relay reads to skip a fan-out that no subscription could want
+    (``fanout.may_want``). Never narrower than a subscription's own ``event_types``; one it lacks wants
+    every event."""
+    return f"{of(client)}client:{client}:subtypes"
+
+
 def client_feed(client: str) -> str:
     return f"{of(client)}client:{client}:feed"
 

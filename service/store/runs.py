@@ -91,6 +91,16 @@ class _Plan:
     feed: Callable[[fanout.Fanned], tuple[list[str], list[Any]]]
 
 
+@dataclass(frozen=True)
+class _Directory:
+    """What a relay reads of its run's client before it fans out: the client's subscriptions, the event
+    types its directory keeps for them (``keys.client_sub_types``), and the run's relay mark."""
+
+    subs: list[str]
+    types: dict[str, tuple[str, ...]]
+    mark: int
+
+
 def _at_or_below(version: Any, mark: int) -> bool:
     """Whether an outbox entry of the run's ``version`` was fanned out before (the relay's mark)."""
     return version is not None and int(version) <= mark
@@ -379,8 +389,8 @@ class Runs(Part):
         fanned out to the ones it needs."""
         created = 0  # over every pass: a pass after 'stale' creates only what the ones before did not
         for _ in range(fanout.STALE_TRIES):
-            [(subs, mark)] = await self._directories([(client, run_id)])
-            plan = self._plan(run_id, client, sub_filter, read, subs, mark)
+            [found] = await self._directories([(client, run_id)])
+            plan = self._plan(run_id, client, sub_filter, read, found)
             made = await each_call(self.redis, self.scripts.fanout_deliveries, plan.deliveries)
             fanned = fanout.merged(plan.events, made)
             created += fanned.created
@@ -395,25 +405,25 @@ class Runs(Part):
         client: str,
         sub_filter: Sequence[str],
         read: list[_Entry],
-        subs: Sequence[str],
-        mark: int,
+        directory: _Directory,
     ) -> _Plan:
-        """A relay's fan-out of the entries ``read``: to the client's subscriptions ``subs`` (those of
-        ``sub_filter``, when the run names any); an entry at or below the relay's ``mark`` was fanned out
-        before (its deliveries are only reported)."""
+        """A relay's fan-out of the entries ``read``: to the client's subscriptions (those of
+        ``sub_filter``, when the run names any) that may want one of the events (``fanout.to_fan_out``);
+        an entry at or below the relay's mark was fanned out before (its deliveries are only reported)."""
         wanted = set(sub_filter)
-        targets = [s for s in subs if not wanted or s in wanted]
+        targets = [s for s in directory.subs if not wanted or s in wanted]
         entries = [
             (
                 entry.ops.get("v"),
-                [replace(e, before=_at_or_below(entry.ops.get("v"), mark)) for e in entry.events],
+                [replace(e, before=_at_or_below(entry.ops.get("v"), directory.mark)) for e in entry.events],
             )
             for entry in read
         ]
         events = [e for _, evs in entries for e in evs]
+        called = fanout.to_fan_out(targets, events, directory.types)
         return _Plan(
             events=events,
-            deliveries=fanout.deliveries_calls(client, run_id, events, targets),
+            deliveries=fanout.deliveries_calls(client, run_id, events, called),
             feed=lambda fanned: fanout.feed_call(
                 "relay",
                 client,
@@ -428,19 +438,26 @@ class Runs(Part):
             ),
         )
 
-    async def _directories(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[str], int]]:
-        """Per (client, run): the client's subscription ids and the run's relay mark (one round trip; each
-        client's directory read once, however many of its runs the batch relays)."""
+    async def _directories(self, pairs: Sequence[tuple[str, str]]) -> list[_Directory]:
+        """Per (client, run): the client's subscription ids, the event types its directory keeps for them,
+        and the run's relay mark (one round trip; each client's directory read once, however many of its
+        runs the batch relays)."""
         clients = list(dict.fromkeys(client for client, _ in pairs))
         pipe = self.redis.pipeline(transaction=False)
         for client in clients:
             pipe.zrange(keys.client_subs(client), 0, -1)
+            pipe.hgetall(keys.client_sub_types(client))
         for client, run_id in pairs:
             pipe.get(keys.relayed(client, run_id))
         read = await pipe.execute()
-        subs = {c: [text(s) for s in ids] for c, ids in zip(clients, read, strict=False)}
-        marks = read[len(clients) :]
-        return [(subs[client], int(mark or 0)) for (client, _), mark in zip(pairs, marks, strict=True)]
+        found = {
+            c: ([text(s) for s in read[2 * i]], fanout.kept_types(read[2 * i + 1]))
+            for i, c in enumerate(clients)
+        }
+        marks = read[2 * len(clients) :]
+        return [
+            _Directory(*found[client], int(mark or 0)) for (client, _), mark in zip(pairs, marks, strict=True)
+        ]
 
     def _done_call(
         self, run_id: str, read: list[_Entry], fanned: fanout.Fanned
@@ -494,8 +511,8 @@ class Runs(Part):
             read = [_outbox_entries(i) for i in await self._outboxes(changes)]
             found = await self._directories([(run.client, run.id) for run in runs])
             plans = [
-                self._plan(run.id, run.client, run.subscription_ids, entries, subs, mark)
-                for run, entries, (subs, mark) in zip(runs, read, found, strict=True)
+                self._plan(run.id, run.client, run.subscription_ids, entries, directory)
+                for run, entries, directory in zip(runs, read, found, strict=True)
             ]
             calls = [call for plan in plans for call in plan.deliveries]
             replies = iter(await each_call(self.redis, self.scripts.fanout_deliveries, calls))

@@ -114,3 +114,4 @@ class Scripts:
         self.release = load("release")
         self.rate_limit = load("rate_limit")
         self.create_subscription = load("create_subscription")
+        self.widen_sub_types = load("widen_sub_types")

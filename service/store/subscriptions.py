@@ -44,7 +44,8 @@ class Subscriptions(Part):
         the two leaves a hash that nothing lists and whose id nobody was given."""
         await self.redis.hset(keys.subscription(sub.id), mapping=sub.to_hash())  # type: ignore[misc]
         written = await self.scripts.create_subscription(
-            keys=[keys.client_subs(sub.client)], args=[sub.created_at, sub.id, max_count]
+            keys=[keys.client_subs(sub.client), keys.client_sub_types(sub.client)],
+            args=[sub.created_at, sub.id, max_count, fanout.types_json(sub.event_types)],
         )
         if not written:
             await self.redis.delete(keys.subscription(sub.id))
@@ -63,13 +64,20 @@ class Subscriptions(Part):
 
     async def update_subscription(self, sub: Subscription, changed: Iterable[str]) -> None:
         """Writes the ``changed`` fields of ``sub``. WATCH-free: those are the user's own (and the secrets);
-        the health fields are the scripts'."""
+        the health fields are the scripts'. New event types join those the client's directory keeps for
+        it first (``widen_sub_types.lua``), so the relay never skips an event the hash asks for."""
+        changed = list(changed)
+        if "event_types" in changed:
+            await self.scripts.widen_sub_types(
+                keys=[keys.client_sub_types(sub.client)], args=[sub.id, fanout.types_json(sub.event_types)]
+            )
         await self.redis.hset(keys.subscription(sub.id), mapping=sub.to_hash(changed))  # type: ignore[misc]
 
     async def delete_subscription(self, sub_id: str, client: str) -> None:
         """Out of the client's directory first (no fan-out reaches it from then on), then the hash: a
         failure between the two leaves the hash, and the caller's retry finds it and ends the job."""
         await self.redis.zrem(keys.client_subs(client), sub_id)
+        await self.redis.hdel(keys.client_sub_types(client), sub_id)  # type: ignore[misc]
         await self.redis.delete(keys.subscription(sub_id))
 
     # Secrets at rest (secretbox.py) -------------------------------------------------------------

@@ -110,7 +110,11 @@ async def test_after_retention_only_subscriptions_and_live_keys_remain(
         async def only_lasting_keys() -> list[str] | None:
             await stack.worker._purge({})  # type: ignore[union-attr]
             left = sorted(k.decode() for k in await client.keys(keys.ROOT + "*"))
-            lasting = {keys.subscription(sub["id"]), keys.client_subs("alice")}
+            lasting = {
+                keys.subscription(sub["id"]),
+                keys.client_subs("alice"),
+                keys.client_sub_types("alice"),
+            }
             # A budget keeps its next slot for an hour whatever the retention (a vendor's, under its tag).
             budgets = (
                 keys.PREFIX + "budget:",

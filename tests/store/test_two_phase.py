@@ -91,12 +91,12 @@ async def test_a_subscription_created_after_the_read_gets_the_event(store: Store
     ks, args, _ = store.runs._transition_call(change)
     reply = await store.runs.scripts.transition(keys=ks, args=args)
     assert _s(reply[0]) == "ok"
-    [(subs, mark)] = await store.runs._directories([(run.client, run.id)])
-    assert (subs, mark) == (["sub_early"], 0)
+    [directory] = await store.runs._directories([(run.client, run.id)])
+    assert (directory.subs, directory.mark) == (["sub_early"], 0)
     await _sub(store, "sub_late", event_types=json.dumps(["run.*"]))
     items = await store.runs.redis.lrange(keys.run_outbox(run.id), 0, -1)  # type: ignore[misc]
     assert len(items) == 2  # ops, body
-    plan = store.runs._plan(run.id, run.client, [], _outbox_entries(items), subs, mark)
+    plan = store.runs._plan(run.id, run.client, [], _outbox_entries(items), directory)
     replies = await each_call(store.redis, store.runs.scripts.fanout_deliveries, plan.deliveries)
     fanned = fanout.merged(plan.events, replies)
     assert fanned.created == 1  # sub_early's: the deliveries step knows only what was read
@@ -125,7 +125,7 @@ async def test_a_batch_relays_again_only_the_change_whose_subscriptions_changed(
     original = store.runs._directories
     fed: list[str] = []  # the runs whose feed step ran, by their relay mark's key
 
-    async def late_sub(pairs: list[tuple[str, str]]) -> list[tuple[list[str], int]]:
+    async def late_sub(pairs: list[tuple[str, str]]) -> list[Any]:
         read = await original(pairs)
         await _sub(store, "sub_a2", event_types=json.dumps(["run.*"]))  # after the first read only
         store.runs._directories = original  # type: ignore[method-assign]
