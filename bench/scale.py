@@ -156,6 +156,11 @@ async def run(
     st50, _ = quantile(steady, 0.5)
     st99, st_beyond = quantile(steady, 0.99)
     steady_polls = steady[-1][1] if steady else 0
+    # The worker's CPU per vendor poll in the same window: what one process pays a step at this scale
+    # (every step of a run in flight, its relay and the claims included), against the raw client's.
+    window_polls = steady_end["polls"] - cleared["polls"]
+    window_cpu = steady_end["worker_cpu_s"] - cleared["worker_cpu_s"]
+    cpu_per_poll_us = window_cpu / window_polls * 1e6 if window_polls > 0 else None
     per_run = (in_flight_memory - baseline) / in_flight_count if in_flight_count else None
     per_finished = (after - baseline) / n
     peak_rss = max([worker_mem.get("VmHWM", 0), *(r["worker_rss_kib"] for r in timeline)])
@@ -175,6 +180,13 @@ async def run(
             + f"p50 {number(st50 or 0)} s, {share_over(steady, 1.0):.1f} % later than 1 s; "
             f"{cleared['t']:.0f}-{steady_end['t']:.0f} s after the first submit, {steady_polls:,.0f} polls, "
             f"{steady_end['in_flight']:,}-{cleared['in_flight']:,} runs in flight",
+        ),
+        Figure(
+            "worker CPU per vendor poll, steady state",
+            cpu_per_poll_us,
+            "us",
+            note=f"the worker's CPU seconds over its polls in the window above ({window_polls:,.0f} polls, "
+            f"{window_cpu:.1f} s of CPU): the step, its transition, its relay and the claims",
         ),
         Figure(
             "step lateness p99, ramp: the submits and the polls made while their backlog drains",
