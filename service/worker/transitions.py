@@ -2,8 +2,8 @@
 
 A worker polls hundreds of runs at once; their answers arrive in bursts, and each step ends in one state
 change (``Runs.transition``, one EVALSHA). One round trip each cost the worker about a sixth of its CPU
-(the command's send and the reply's read, per step). Here a step's change waits for the end of the
-current turn of the event loop, and every change queued by then goes in one call of
+(the command's send and the reply's read, per step). Here a step's change waits a little (``LINGER_S``,
+from the first change queued), and every change queued by then goes in one call of
 ``transitions.lua`` (``Runs.transitions``): each is still applied on its own, with its own outcome, so
 a step cannot tell the difference but for the time it saves. (A pipeline of one EVALSHA each, the first
 version, still cost the worker a timer and a reply's parse per change.)
@@ -21,11 +21,18 @@ from service.store.ports import RunTransitions
 # More than this many changes in one turn go in several calls: one call holds Redis for its whole
 # batch (about 20-50 us a change), and its reply is one array. Saturated, a turn brings about 74.
 MAX_BATCH = 128
+# How long the first change queued waits for others before the batch goes (MAX_BATCH sends it at once).
+# A worker that is not saturated finishes a step or two a turn: each batch was one change, and each of its
+# relay's steps a round trip for one run. Two milliseconds gather several, against a poll's lateness goal
+# of a second and a callback's of 50 ms.
+LINGER_S = 0.002
 
 
 class TransitionBatcher:
-    def __init__(self, store: RunTransitions) -> None:
+    def __init__(self, store: RunTransitions, *, linger_s: float = LINGER_S) -> None:
         self._store = store
+        self._linger_s = linger_s
+        self._timer: asyncio.TimerHandle | None = None
         self._queued: list[tuple[Transition, asyncio.Future[Outcome]]] = []
         self._sending: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -37,8 +44,15 @@ class TransitionBatcher:
             loop = self._loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()
         if not self._queued:
-            loop.call_soon(self._flush)  # runs after every step that is ready in this turn has queued
+            # Runs after every step that is ready in this turn, and those of the next few milliseconds,
+            # have queued (0: those of this turn).
+            if self._linger_s > 0:
+                self._timer = loop.call_later(self._linger_s, self._flush)
+            else:
+                loop.call_soon(self._flush)
         self._queued.append((change, done))
+        if len(self._queued) >= MAX_BATCH:
+            self._flush()
         return await done
 
     async def settle(self) -> None:
@@ -51,6 +65,9 @@ class TransitionBatcher:
             await asyncio.gather(*self._sending, return_exceptions=True)
 
     def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         queued, self._queued = self._queued, []
         for at in range(0, len(queued), MAX_BATCH):
             task = asyncio.create_task(self._send(queued[at : at + MAX_BATCH]))

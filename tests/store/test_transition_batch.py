@@ -112,7 +112,7 @@ async def test_settle_waits_for_changes_whose_steps_were_cancelled(store: Store)
     """Shutdown: a step cancelled while its change is on its way leaves the change sending; the worker
     settles the batcher before it closes the store, so no send opens a connection of a closed pool."""
     runs = [await _run(store, f"run_{i}") for i in range(3)]
-    batcher = TransitionBatcher(store.runs)
+    batcher = TransitionBatcher(store.runs, linger_s=0)  # the batch goes at the end of the turn
     steps = [asyncio.create_task(batcher.apply(Transition(_next(r, "processing"), 0))) for r in runs]
     await asyncio.sleep(0)  # one turn of the loop (not a wait for work): the steps queue their changes
     await asyncio.sleep(0)  # the flush creates the send
@@ -124,6 +124,29 @@ async def test_settle_waits_for_changes_whose_steps_were_cancelled(store: Store)
     for i in range(3):  # the changes went in all the same
         assert (await store.runs.get_run(f"run_{i}")).version == 1  # type: ignore[union-attr]
     assert all(step.cancelled() for step in steps)
+
+
+async def test_changes_of_the_next_milliseconds_go_in_one_batch_and_settle_sends_a_lingering_one(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change waits LINGER_S for others: two steps a millisecond apart (as a worker that is not
+    saturated finishes them) are one call; a change still lingering at shutdown is sent by settle()."""
+    runs = [await _run(store, f"run_{i}") for i in range(3)]
+    batches = _count_calls(store, monkeypatch)
+    batcher = TransitionBatcher(store.runs, linger_s=0.5)
+
+    async def later(run: Any, delay: float) -> Any:
+        await asyncio.sleep(delay)
+        return await batcher.apply(Transition(_next(run, "processing"), 0))
+
+    assert await asyncio.gather(later(runs[0], 0), later(runs[1], 0.01)) == [Applied(), Applied()]
+    assert batches == [2]
+    lingering = asyncio.create_task(batcher.apply(Transition(_next(runs[2], "processing"), 0)))
+    await asyncio.sleep(0)  # queued, its batch not yet gone
+    assert batches == [2] and batcher._queued
+    await batcher.settle()
+    assert await lingering == Applied()  # alone: Runs.transition, not a batch
+    assert (await store.runs.get_run("run_2")).version == 1  # type: ignore[union-attr]
 
 
 async def test_a_change_that_raises_fails_alone_in_its_batch(
