@@ -154,8 +154,9 @@ def _page(
         f"commit {machine.get('commit') or 'unknown'}",
         f"- **Command**: `{command}`",
         "- **Settings**: production defaults (`WORKER_CONCURRENCY=500`, `WORKER_BATCH=200`, "
-        "`WORKER_IDLE_S=0.05`, `LOG_FORMAT=json`, Redis AOF `appendfsync everysec`) unless a benchmark "
-        "says otherwise; one subscription with its default event types (the terminal events).",
+        "`WORKER_IDLE_S=0.05`, `WORKER_CLAIM_GAP_S=0.01`, `LOG_FORMAT=json`, Redis AOF "
+        "`appendfsync everysec`) unless a benchmark says otherwise; one subscription with its default event "
+        "types (the terminal events).",
         "",
         "## Every figure against its target",
         "",

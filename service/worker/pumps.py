@@ -1,7 +1,8 @@
 """The worker's two loops: claim due runs and step them, claim due deliveries and attempt them.
 
 Each loop claims a batch with one Lua call, works the batch concurrently under a bound, and sleeps until
-the next item is due (or ``WORKER_IDLE_S``, or a wake-up from this process). A claim is a lease: if this
+the next item is due (or ``WORKER_IDLE_S``, or a wake-up from this process), and after a claim that took
+all there was, at least ``WORKER_CLAIM_GAP_S``. A claim is a lease: if this
 process dies, the items fall due again when their leases run out and another worker takes them.
 """
 
