@@ -192,6 +192,20 @@ async def test_a_subscription_with_no_kept_types_is_fanned_out_to_whatever_the_e
     assert await store.redis.hget(keys.client_sub_types(CLIENT), sub.id) is None
 
 
+async def test_a_kept_entry_that_is_no_list_is_dropped_by_a_change_of_types(
+    store: Store, counted: Counted
+) -> None:
+    sub = await _subscription(store)
+    await store.redis.hset(keys.client_sub_types(CLIENT), sub.id, "{not json")  # a hand edit
+    await store.subscriptions.update_subscription(
+        sub.model_copy(update={"event_types": ("run.*",)}), ["event_types"]
+    )
+    assert await store.redis.hget(keys.client_sub_types(CLIENT), sub.id) is None  # so: every event
+    run, policy = await _polled(store)
+    run, applied = await _progress(store, run, policy, 10.0)
+    assert applied.deliveries == 1
+
+
 async def test_deleting_a_subscription_drops_its_kept_types(store: Store) -> None:
     sub = await _subscription(store, ("run.failed",))
     assert json.loads(await store.redis.hget(keys.client_sub_types(CLIENT), sub.id)) == ["run.failed"]
