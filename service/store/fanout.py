@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.core import domain
-from service.store import keys
+from service.store import jsoncodec, keys
 
 
 def delivery_id(event_id: str, sub_id: str, n: int = 0) -> str:
@@ -121,7 +121,7 @@ def deliveries_calls(
             "dlv": dlv,
             "any_type": any_type,
         }
-        calls.append((ks, [json.dumps(ops, separators=(",", ":"))]))
+        calls.append((ks, [jsoncodec.dumps(ops)]))
     return calls
 
 
@@ -178,7 +178,10 @@ def feed_call(
     for version, events in entries:
         listed = []
         for event in events:
-            row: dict[str, Any] = {"id": event.id, "type": event.type, "n": len(event.body)}
+            body = event.body
+            # n: its size in bytes (a feed page's bound); a body given as text is UTF-8
+            size = len(body.encode()) if isinstance(body, str) else len(body)
+            row: dict[str, Any] = {"id": event.id, "type": event.type, "n": size}
             if event.vendor:
                 row["vendor"] = event.vendor
             if dropped(event, fanned.deliveries[n]) or event.zr:
@@ -196,7 +199,7 @@ def feed_call(
         "retention_ms": retention_ms,
         "entries": out,
     }
-    args[0] = json.dumps(ops, separators=(",", ":"))
+    args[0] = jsoncodec.dumps(ops)
     return ks, args
 
 

@@ -175,3 +175,14 @@ def test_a_delivery_reads_from_the_scripts_hash_and_tolerates_a_lost_field() -> 
     assert (d.event_id, d.subscription_id, d.attempts, d.next_attempt_at) == ("evt_1", "sub_1", 2, T0 + 5)
     assert public_delivery(d)["next_attempt_at"] == "2027-01-15T08:00:00.005Z"
     assert Delivery.from_hash({"id": "dlv_2", "status": "failed"}).event_id == ""
+
+
+@pytest.mark.parametrize("text", ["plain", "Zürich \u2013 東京 ✓", 'a "quoted" \\ line\n', "\u2028"])
+def test_an_event_body_is_the_json_the_standard_library_reads_back(text: str) -> None:
+    # The body is encoded by msgspec (UTF-8, not escaped): what a receiver parses must be what we meant.
+    run = replace(_run(), metadata={"note": text, "big": 2**70, "n": [1, 2.5, None, True]})
+    event = lifecycle._event(run, "run.progress", T0 + 5)
+    body = json.loads(event.body)
+    assert body["type"] == "run.progress"
+    assert body["data"]["run"] == json.loads(json.dumps(public_run(run)))
+    assert body["data"]["run"]["metadata"]["note"] == text
