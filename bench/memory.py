@@ -140,6 +140,17 @@ async def run(
             note="one key a run (keys.relayed): not kept for RETENTION_S",
         ),
     )
+    cost = data["transition"]
+    result.add(
+        Figure(
+            "a poll's transition with its relay (Runs.transitions, in batches of 250): this process's CPU per change",
+            cost["worker_us"],
+            "us",
+            higher_is_better=False,
+            note=f"and the Redis server's CPU per change, {cost['redis_us']:.1f} us; every change a "
+            "poll's with its progress moved, so most carry a run.progress to the client's feed",
+        ),
+    )
     for phase in ("in_flight", "finished"):
         sizes = data[phase]["keys"]
         keys_note = ", ".join(f"{name} {size:,.0f}" for name, size in sizes.items())
@@ -163,6 +174,13 @@ async def _measure(
     t0 = domain.now_ms() - 3_600_000  # the runs' times lie in the past hour, as the worker's would
     ids = [domain.new_id("run") for _ in range(n)]
     current: dict[str, Run] = {}
+    cpu = {"apply_s": 0.0, "changes": 0}
+
+    async def apply(changes: list[Transition]) -> None:
+        started = time.process_time()
+        await _apply(store, current, changes)
+        cpu["apply_s"] += time.process_time() - started
+        cpu["changes"] += len(changes)
 
     async def each_batch(step: Callable[[Sequence[str]], Awaitable[None]]) -> None:
         for at in range(0, n, BATCH):
@@ -230,10 +248,15 @@ async def _measure(
                         latency_ms=rng.uniform(2, 9),
                     )
                 )
-            await _apply(store, current, changes)
+            await apply(changes)
 
     await each_batch(submit)
+    redis_cpu = await _redis_cpu_s(redis)
     await each_batch(poll)
+    transition_cost = {
+        "worker_us": 1e6 * cpu["apply_s"] / max(1, cpu["changes"]),
+        "redis_us": 1e6 * (await _redis_cpu_s(redis) - redis_cpu) / max(1, cpu["changes"]),
+    }
     await _settle(redis)
     in_flight_bytes = await used_memory(redis) - baseline
     probe = rng.sample(ids, min(sample, n))
@@ -288,6 +311,7 @@ async def _measure(
         finished["per_run"],
         {
             "baseline_bytes": baseline,
+            "transition": transition_cost,
             "in_flight": in_flight,
             "finished": finished,
         },
@@ -402,6 +426,13 @@ async def _settle(redis: aioredis.Redis) -> None:
         if now == last:
             return
         last = now
+
+
+async def _redis_cpu_s(redis: aioredis.Redis) -> float:
+    """The Redis server's CPU seconds so far (every node's, on a cluster)."""
+    info: Any = await redis.info("cpu")
+    nodes = [info] if "used_cpu_user" in info else list(info.values())
+    return sum(float(n["used_cpu_user"]) + float(n["used_cpu_sys"]) for n in nodes if isinstance(n, dict))
 
 
 async def _usage(redis: aioredis.Redis, key: str) -> int:
