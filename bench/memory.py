@@ -143,7 +143,8 @@ async def run(
     cost = data["transition"]
     result.add(
         Figure(
-            "a poll's transition with its relay (Runs.transitions, in batches of 250): this process's CPU per change",
+            "a poll's transition with its relay (Runs.transitions, in batches of 250): this process's CPU "
+            "per change",
             cost["worker_us"],
             "us",
             higher_is_better=False,

@@ -62,6 +62,45 @@ async def each_call(redis: Redis, script: AsyncScript, calls: list[tuple[list[st
     return await scripts_in_turn(redis, [(script, ks, args) for ks, args in calls])
 
 
+async def batched(redis: Redis, script: AsyncScript, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+    """Each (keys, args) of one script, through ``script``, its batch (:data:`scripts.BATCHED`): one call
+    of it for the calls whose keys are in one slot (their first key's hash tag: every key of a call shares
+    it), all of them in one round trip (:func:`each_call`). Returns each call's reply in the calls' order;
+    a call that raised in the script replies ``{'error', message}`` (the others still ran)."""
+    groups: dict[str, list[int]] = {}
+    for i, (ks, _) in enumerate(calls):
+        groups.setdefault(_hash_tag(ks[0]), []).append(i)
+    batches: list[tuple[list[str], list[Any]]] = []
+    for members in groups.values():
+        ks_all: list[str] = []
+        argv: list[Any] = []
+        for i in members:
+            ks, args = calls[i]
+            ks_all += ks
+            argv += [len(ks), len(args), *args]
+        batches.append((ks_all, argv))
+    out: list[Any] = [None] * len(calls)
+    for members, replies in zip(groups.values(), await each_call(redis, script, batches), strict=True):
+        for i, reply in zip(members, replies, strict=True):
+            out[i] = reply
+    return out
+
+
+def _hash_tag(key: str) -> str:
+    """What of ``key`` a cluster hashes: the text between its first ``{`` and the next ``}``."""
+    start = key.find("{")
+    end = key.find("}", start + 1)
+    return key[start + 1 : end] if start >= 0 and end > start + 1 else key
+
+
+def failed(reply: Any) -> str | None:
+    """The message of a batched call's ``{'error', message}`` reply (None for any other reply)."""
+    if isinstance(reply, list) and len(reply) == 2 and reply[0] in (b"error", "error"):
+        message = reply[1]
+        return message.decode() if isinstance(message, bytes) else str(message)
+    return None
+
+
 # Script calls as scripts_in_turn takes them: (script, keys, args).
 Calls = list[tuple[AsyncScript, list[str], list[Any]]]
 

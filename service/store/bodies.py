@@ -115,11 +115,16 @@ def packed(body: str) -> bytes:
     return raw if len(raw) > MAX_PACKED else _deflated(raw)
 
 
+# A deflate state with the dictionary loaded, copied for each body: the same bytes as a fresh one, for
+# about 7 us a body where setting one up took about 10.
+_PRIMED = zlib.compressobj(
+    _LEVEL, zlib.DEFLATED, _WBITS_2, _MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, _DICTIONARY_2
+)
+
+
 def _deflated(raw: bytes) -> bytes:
     """``raw`` in the packed form, whatever its size (:func:`packed` gives it only to small bodies)."""
-    deflate = zlib.compressobj(
-        _LEVEL, zlib.DEFLATED, _WBITS_2, _MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, _DICTIONARY_2
-    )
+    deflate = _PRIMED.copy()
     return MARK + deflate.compress(raw) + deflate.flush()
 
 

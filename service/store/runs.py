@@ -22,7 +22,7 @@ from service.core.domain import EVENT_PROGRESS, SUCCEEDED, TERMINAL
 from service.core.records import Run, Transition, result_in_event
 from service.observability import logs
 from service.store import bodies, fanout, jsoncodec, keys
-from service.store.base import Part, each_call, scripts_in_turn, stored_event
+from service.store.base import Part, batched, each_call, failed, scripts_in_turn, stored_event
 from service.store.codec import ClaimedRun, claimed_runs, run_or_none, text
 from service.store.due import DueShards, interleaved
 from service.store.limits import OverRate
@@ -62,23 +62,27 @@ def _outbox_entries(items: Sequence[Any]) -> list[_Entry]:
     at = 0
     while at < len(items):
         ops = json.loads(items[at])
-        n = 1 + int(ops["n"])
-        parts = items[at : at + n]  # the ops, then the bodies, which the events name by position (1-based)
-        events = tuple(
-            fanout.Event(
-                id=ev["id"],
-                type=ev["type"],
-                now=int(ops["now"]),
-                body=_raw(parts[ev["body"] - 1]),
-                vendor=ev.get("vendor"),
-                feed=_raw(parts[ev["feed"] - 1]) if "feed" in ev else None,
-                zr=ops.get("zr") == "1",
-            )
-            for ev in ops["events"]
-        )
-        out.append(_Entry(items[at], ops, n, events))
-        at += n
+        out.append(_entry(items[at : at + 1 + int(ops["n"])], ops))
+        at += out[-1].items
     return out
+
+
+def _entry(parts: Sequence[Any], ops: dict[str, Any]) -> _Entry:
+    """One outbox entry: ``parts``, its items (the ops as stored, then the bodies, which the events name by
+    position, 1-based), and ``ops`` decoded."""
+    events = tuple(
+        fanout.Event(
+            id=ev["id"],
+            type=ev["type"],
+            now=int(ops["now"]),
+            body=_raw(parts[ev["body"] - 1]),
+            vendor=ev.get("vendor"),
+            feed=_raw(parts[ev["feed"] - 1]) if "feed" in ev else None,
+            zr=ops.get("zr") == "1",
+        )
+        for ev in ops["events"]
+    )
+    return _Entry(parts[0], ops, 1 + int(ops["n"]), events)
 
 
 @dataclass(frozen=True)
@@ -312,15 +316,17 @@ class Runs(Part):
         return outcome
 
     async def transitions(self, changes: Sequence[Transition]) -> list[Outcome | Exception]:
-        """:meth:`transition` for many runs in one call of ``transitions.lua`` per shard they are in (one
+        """:meth:`transition` for many runs in one call of ``transitions`` (``_batch.lua`` around
+        ``transition.lua``) per shard they are in (one
         round trip for them all, each change still applied on its own, as it would be alone), then the
         relays of those that emitted events, a round trip per step of the relay for them all.
 
         Returns each change's outcome, or the error its step raised; a lost connection raises.
         """
-        entries: list[list[Any] | None] = []
+        entries: list[_Entry | None] = []
         refused: dict[int, Exception] = {}  # a change the store cannot apply: its own error, not the batch's
-        batches: dict[int, tuple[list[int], list[str], list[Any]]] = {}
+        at: list[int] = []
+        calls: list[tuple[list[str], list[Any]]] = []
         for i, change in enumerate(changes):
             try:
                 change_keys, args, entry = self._transition_call(change)
@@ -328,24 +334,18 @@ class Runs(Part):
                 refused[i] = exc
                 entries.append(None)
                 continue
-            at, ks, argv = batches.setdefault(keys.shard_of(change.run.id), ([], [], []))
             at.append(i)
-            ks += change_keys
-            argv += [len(change_keys), len(args), *args]
+            calls.append((change_keys, args))
             entries.append(entry)
         replies: list[Any] = [None] * len(changes)
-        shards = list(batches.values())
-        calls = [(ks, argv) for _, ks, argv in shards]
-        for (at, _, _), batch in zip(
-            shards, await each_call(self.redis, self.scripts.transitions, calls), strict=True
-        ):
-            for i, reply in zip(at, batch, strict=True):
-                replies[i] = reply
+        # One call per shard (a run's keys are all in its shard's slot), one round trip for them all.
+        for i, reply in zip(at, await batched(self.redis, self.scripts.transitions, calls), strict=True):
+            replies[i] = reply
         out: list[Outcome | Exception] = [
             refused[i]
             if i in refused
-            else ResponseError(text(reply[1]))
-            if text(reply[0]) == "error"
+            else ResponseError(cast(str, failed(reply)))
+            if failed(reply) is not None
             else _transition_outcome(change, reply)
             for i, (change, reply) in enumerate(zip(changes, replies, strict=True))
         ]
@@ -354,7 +354,7 @@ class Runs(Part):
         ]
         if emitted:
             counts = await self._relay_after(
-                [(changes[i], cast(list[Any], entries[i]), int(replies[i][1])) for i in emitted]
+                [(changes[i], cast(_Entry, entries[i]), int(replies[i][1])) for i in emitted]
             )
             for i, (count, due_in) in zip(emitted, counts, strict=True):
                 out[i] = replace(cast(Applied, out[i]), deliveries=count, due_in=due_in)
@@ -415,7 +415,9 @@ class Runs(Part):
         entries = [
             (
                 entry.ops.get("v"),
-                [replace(e, before=_at_or_below(entry.ops.get("v"), directory.mark)) for e in entry.events],
+                [replace(e, before=True) for e in entry.events]
+                if _at_or_below(entry.ops.get("v"), directory.mark)
+                else list(entry.events),
             )
             for entry in read
         ]
@@ -440,24 +442,26 @@ class Runs(Part):
 
     async def _directories(self, pairs: Sequence[tuple[str, str]]) -> list[_Directory]:
         """Per (client, run): the client's subscription ids, the event types its directory keeps for them,
-        and the run's relay mark (one round trip; each client's directory read once, however many of its
-        runs the batch relays)."""
-        clients = list(dict.fromkeys(client for client, _ in pairs))
+        and the run's relay mark (one round trip; each client's directory read once, and its runs' marks,
+        which are in the client's slot, in one MGET, however many of its runs the batch relays)."""
+        runs_of: dict[str, list[str]] = {}
+        for client, run_id in pairs:
+            runs_of.setdefault(client, []).append(run_id)
         pipe = self.redis.pipeline(transaction=False)
-        for client in clients:
+        for client, run_ids in runs_of.items():
             pipe.zrange(keys.client_subs(client), 0, -1)
             pipe.hgetall(keys.client_sub_types(client))
-        for client, run_id in pairs:
-            pipe.get(keys.relayed(client, run_id))
-        read = await pipe.execute()
-        found = {
-            c: ([text(s) for s in read[2 * i]], fanout.kept_types(read[2 * i + 1]))
-            for i, c in enumerate(clients)
-        }
-        marks = read[2 * len(clients) :]
-        return [
-            _Directory(*found[client], int(mark or 0)) for (client, _), mark in zip(pairs, marks, strict=True)
-        ]
+            # One slot (the client's): a cluster's pipeline refuses its mget method, not the command.
+            pipe.execute_command("MGET", *(keys.relayed(client, run_id) for run_id in run_ids))
+        read = iter(await pipe.execute())
+        found: dict[str, tuple[list[str], dict[str, tuple[str, ...]]]] = {}
+        marks: dict[tuple[str, str], int] = {}
+        for client, run_ids in runs_of.items():
+            subs, types, got = next(read), next(read), next(read)
+            found[client] = ([text(s) for s in subs], fanout.kept_types(types))
+            for run_id, mark in zip(run_ids, got, strict=True):
+                marks[client, run_id] = int(mark or 0)
+        return [_Directory(*found[client], marks[client, run_id]) for client, run_id in pairs]
 
     def _done_call(
         self, run_id: str, read: list[_Entry], fanned: fanout.Fanned
@@ -497,7 +501,7 @@ class Runs(Part):
         return ks, [jsoncodec.dumps(query), *(entry.head for entry in read)]
 
     async def _relay_after(
-        self, changes: Sequence[tuple[Transition, list[Any], int]]
+        self, changes: Sequence[tuple[Transition, _Entry, int]]
     ) -> list[tuple[int, frozenset[int]]]:
         """The relays right after each change put its outbox entry (given) in its run's outbox, whose
         length the transition returned: that entry alone when the outbox was empty, else the outbox is
@@ -508,7 +512,7 @@ class Runs(Part):
         and the shards its events' deliveries are in."""
         runs = [change.run for change, _, _ in changes]
         try:
-            read = [_outbox_entries(i) for i in await self._outboxes(changes)]
+            read = await self._outboxes(changes)
             found = await self._directories([(run.client, run.id) for run in runs])
             plans = [
                 self._plan(run.id, run.client, run.subscription_ids, entries, directory)
@@ -519,11 +523,12 @@ class Runs(Part):
             fanned_all = [
                 fanout.merged(plan.events, [next(replies) for _ in plan.deliveries]) for plan in plans
             ]
-            fed = await each_call(
+            fed = await batched(
                 self.redis,
-                self.scripts.relay_feed,
+                self.scripts.relay_feeds,  # one call per client (its feed, directory and marks: one slot)
                 [plan.feed(f) for plan, f in zip(plans, fanned_all, strict=True)],
             )
+            _raise_failed(fed)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the changes stand: the sweeper relays their events
@@ -544,10 +549,12 @@ class Runs(Part):
                 fanned.append(None)
         done = [(i, f) for i, f in enumerate(fanned) if f is not None]
         try:
-            await each_call(
-                self.redis,
-                self.scripts.relay_done,
-                [self._done_call(runs[i].id, read[i], f) for i, f in done],
+            _raise_failed(
+                await batched(
+                    self.redis,
+                    self.scripts.relays_done,  # one call per shard of the runs
+                    [self._done_call(runs[i].id, read[i], f) for i, f in done],
+                )
             )
         except asyncio.CancelledError:
             raise
@@ -555,17 +562,17 @@ class Runs(Part):
             log.warning("relay left to the sweeper", runs=len(done), error=type(exc).__name__)
         return [(f.created, f.shards()) if f is not None else (0, frozenset()) for f in fanned]
 
-    async def _outboxes(self, changes: Sequence[tuple[Transition, list[Any], int]]) -> list[Sequence[Any]]:
+    async def _outboxes(self, changes: Sequence[tuple[Transition, _Entry, int]]) -> list[list[_Entry]]:
         """Each change's run's outbox as it stood after the transition: the change's own entry when that
         is all it holds (most changes: nothing read), else read (one round trip for those)."""
-        out: list[Sequence[Any]] = [entry for _, entry, _ in changes]
-        behind = [i for i, (_, entry, length) in enumerate(changes) if length != len(entry)]
+        out: list[list[_Entry]] = [[entry] for _, entry, _ in changes]
+        behind = [i for i, (_, entry, length) in enumerate(changes) if length != entry.items]
         if behind:
             pipe = self.redis.pipeline(transaction=False)
             for i in behind:
                 pipe.lrange(keys.run_outbox(changes[i][0].run.id), 0, -1)
             for i, items in zip(behind, await pipe.execute(), strict=True):
-                out[i] = items
+                out[i] = _outbox_entries(items)
         return out
 
     async def relay_stranded(
@@ -612,9 +619,9 @@ class Runs(Part):
             pipe.zcount(keys.outbox(shard), "-inf", now_ms - older_than_ms)
         return sum(int(n) for n in await pipe.execute())
 
-    def _transition_call(self, change: Transition) -> tuple[list[str], list[Any], list[Any] | None]:
-        """transition.lua's KEYS and ARGV for ``change``, and the outbox entry it appends (None: the change
-        emits no event).
+    def _transition_call(self, change: Transition) -> tuple[list[str], list[Any], _Entry | None]:
+        """transition.lua's KEYS and ARGV for ``change``, and the outbox entry it appends, as a relay reads
+        it (None: the change emits no event).
 
         A change that only rewrites the run and moves its next step (most polls) declares those two keys
         alone: the script touches the others only for what the change does (events, a result, the
@@ -628,7 +635,7 @@ class Runs(Part):
         # JSON), then the outbox entry: the relay's ops and the events' bodies (binary), which the relay's
         # ops name by their position in the entry.
         args: list[Any] = ["", run.to_json()]
-        entry: list[Any] | None = None
+        entry: _Entry | None = None
         ops: dict[str, Any] = {"run_id": run.id, "expect_v": change.expect_v, "status": run.status}
         if change.due_ms is not None:
             ops["due_score"] = int(change.due_ms)
@@ -658,11 +665,12 @@ class Runs(Part):
                 "del_doc": change.delete_document,
             }
             if change.events:
-                entry, relay_ops = self._outbox_entry(change)
+                items, relay_ops = self._outbox_entry(change)
                 ops["relay"] = len(args) + 1
                 ops["bodies"] = [len(args) + e["body"] for e in relay_ops["events"]]
                 ks += [keys.event(e.id) for e in change.events]
-                args += entry
+                args += items
+                entry = _entry(items, relay_ops)  # as the relay would read it back, without the decode
             if change.ttl_ms is not None:
                 ops["ttl_ms"] = change.ttl_ms
         args[0] = jsoncodec.dumps(ops)
@@ -865,6 +873,13 @@ class Runs(Part):
             for shard in range(keys.SHARDS):
                 pipe.zcard(keys.due_runs(vendor, shard))
         return sum(await pipe.execute())
+
+
+def _raise_failed(replies: Sequence[Any]) -> None:
+    """A batch of the relay's steps fails as a pipeline of them did: by the first step that raised."""
+    for reply in replies:
+        if (message := failed(reply)) is not None:
+            raise ResponseError(message)
 
 
 def _transition_outcome(change: Transition, reply: Any) -> Outcome:

@@ -4,7 +4,8 @@ Each script is sent as ``#!lua`` (so that Redis and Valkey >= 7 hold it to the k
 ``status_prelude()`` (the statuses and outcomes, generated from domain.py), then, for the scripts that fan
 events out (a fan-out's deliveries and feed), the event defaults from domain.py and ``_fanout.lua``, for those
 that apply a client's rate ``_gcra.lua``, then its own file; ``transitions`` holds ``transition.lua`` as a
-function that it applies to each run of a batch, and ``submit_run`` a submit's two steps as two. No
+function that it applies to each run of a batch (``_batch.lua``; so do ``relay_feeds`` and ``relays_done``
+with theirs: :data:`BATCHED`), and ``submit_run`` a submit's two steps as two. No
 script spells a status, and no script names a key: every key it touches is one of its ``KEYS``, built by
 the Python caller (``keys.py``); where a key depends on data in Redis (a delivery's subscription, a
 client's subscriptions, the events in a run's outbox) the caller reads that first and the script checks it
@@ -23,6 +24,9 @@ _LUA = files("service.store") / "lua"
 _SHARED = ("fanout_deliveries", "relay_feed")  # the scripts that fan events out (_fanout.lua)
 # The scripts that apply a client's rate (_gcra.lua).
 _LIMITED = ("accept_run", "submit_run", "rate_limit", "read_feed")
+# The scripts that apply another to each call of a batch (_batch.lua): one EVALSHA for many calls whose
+# keys share a slot (a shard's transitions, a client's feed steps, a shard's runs' last relay steps).
+BATCHED = {"transitions": "transition", "relay_feeds": "relay_feed", "relays_done": "relay_done"}
 
 
 def _lua_table(entries: dict[str, str | bool]) -> str:
@@ -66,16 +70,17 @@ def _body(name: str) -> str:
 def source(name: str) -> str:
     """The full text sent to Redis for the script ``lua/{name}.lua``."""
     parts = [SHEBANG, status_prelude()]
-    if name in _SHARED:
+    one = BATCHED.get(name)
+    if name in _SHARED or one in _SHARED:
         defaults = ", ".join(f"'{t}'" for t in domain.DEFAULT_EVENT_TYPES)
         parts.append(f"local DEFAULT_TYPES = {{{defaults}}}\nlocal EVENT_TEST = '{domain.EVENT_TEST}'")
         parts.append(_body("_fanout"))
-    if name in _LIMITED:
+    if name in _LIMITED or one in _LIMITED:
         parts.append(_body("_gcra"))
-    if name == "transitions":
+    if one is not None:
         # Its parameters shadow the script's own KEYS and ARGV; its top-level return ends the function.
-        one = _body("transition")
-        parts.append(f"local function transition(KEYS, ARGV)\n{one}\nend")
+        parts.append(f"local function one(KEYS, ARGV)\n{_body(one)}\nend\n{_body('_batch')}")
+        return "\n".join(parts)
     if name == "submit_run":
         # A submit's two steps, each a function of its own KEYS and ARGV (its top-level return ends it).
         for step in ("accept_run", "create_run"):
@@ -100,6 +105,8 @@ class Scripts:
         self.fanout_deliveries = load("fanout_deliveries")
         self.relay_feed = load("relay_feed")
         self.relay_done = load("relay_done")
+        self.relay_feeds = load("relay_feeds")
+        self.relays_done = load("relays_done")
         self.pending_done = load("pending_done")
         self.claim_runs = load("claim_runs")
         self.budget = load("budget")

@@ -4,7 +4,7 @@ A worker polls hundreds of runs at once; their answers arrive in bursts, and eac
 change (``Runs.transition``, one EVALSHA). One round trip each cost the worker about a sixth of its CPU
 (the command's send and the reply's read, per step). Here a step's change waits a little (``LINGER_S``,
 from the first change queued), and every change queued by then goes in one call of
-``transitions.lua`` (``Runs.transitions``): each is still applied on its own, with its own outcome, so
+the ``transitions`` script (``Runs.transitions``): each is still applied on its own, with its own outcome, so
 a step cannot tell the difference but for the time it saves. (A pipeline of one EVALSHA each, the first
 version, still cost the worker a timer and a reply's parse per change.)
 """

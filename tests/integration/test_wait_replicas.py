@@ -88,7 +88,7 @@ async def test_the_transitions_of_one_turn_wait_once(pair: Pair) -> None:
     try:
         runs = [await _run(store, f"run_wait_{i}") for i in range(20)]
         batcher = TransitionBatcher(store.runs)
-        warm = [await _run(store, f"run_warm_{i}") for i in range(2)]  # transitions.lua loaded (NOSCRIPT)
+        warm = [await _run(store, f"run_warm_{i}") for i in range(2)]  # its script loaded (NOSCRIPT)
         await asyncio.gather(*(batcher.apply(Transition(_next(r, "processing"), 0)) for r in warm))
         before = _waits(pair)
         outcomes = await asyncio.gather(*(batcher.apply(Transition(_next(r, "processing"), 0)) for r in runs))

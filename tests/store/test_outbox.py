@@ -17,6 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from service.core.records import Event, Run, Transition, replace
 from service.store import Applied, Store, fanout, keys
 from service.store.runs import RELAY_GRACE_MS
+from service.store.scripts import BATCHED
 from tests.store.test_lua import T0, _deliveries_of, _due_deliveries, _next, _run, _s, _sub
 from tests.store.test_lua import store as store  # the fixture
 
@@ -35,17 +36,21 @@ async def _strand(store: Store, run: Run, status: str, *events: Event, now: int 
 @contextmanager
 def _lost(store: Store, script: str) -> Iterator[None]:
     """The store's ``script`` fails as a lost connection would, then is given back: the one failure a
-    simulator cannot produce here (a process or a link lost between two steps of the relay)."""
-    real = getattr(store.runs.scripts, script)
+    simulator cannot produce here (a process or a link lost between two steps of the relay). Its batch
+    (``relay_feeds`` for ``relay_feed``: scripts.BATCHED) fails with it."""
+    names = [script, *(batch for batch, one in BATCHED.items() if one == script)]
+    real = {name: getattr(store.runs.scripts, name) for name in names}
 
     async def lost(*args: object, **kwargs: object) -> object:
         raise RedisConnectionError("connection lost")
 
-    setattr(store.runs.scripts, script, lost)
+    for name in names:
+        setattr(store.runs.scripts, name, lost)
     try:
         yield
     finally:
-        setattr(store.runs.scripts, script, real)
+        for name, script_object in real.items():
+            setattr(store.runs.scripts, name, script_object)
 
 
 # This file's own ids (not test_lua's helpers): every event id in the shard of its run, as production

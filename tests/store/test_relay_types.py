@@ -240,3 +240,47 @@ async def test_may_want_is_never_narrower_than_the_fan_outs_own_match(
         assert created <= int(wanted), (types, etype)
         # And exact where the types are known: the same matcher, not only a wider one.
         assert created == int(wanted), (types, etype)
+
+
+class Batches:
+    """A batched script (scripts.BATCHED), counting its calls and how many of the one script each carries."""
+
+    def __init__(self, script: Any) -> None:
+        self.script = script
+        self.sizes: list[int] = []
+
+    async def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        at = n = 0
+        while at < len(args):  # per call: its key count, its argument count, its arguments
+            at, n = at + 2 + int(args[at + 1]), n + 1
+        self.sizes.append(n)
+        return await self.script(keys=keys, args=args, client=client)
+
+
+async def test_a_batch_of_relays_is_one_feed_call_per_client_and_one_last_step_per_shard(
+    store: Store,
+) -> None:
+    await _subscription(store)
+    polled = [await _polled(store) for _ in range(6)]
+    feeds = Batches(store.runs.scripts.relay_feeds)
+    done = Batches(store.runs.scripts.relays_done)
+    store.runs.scripts.relay_feeds = feeds  # type: ignore[method-assign]
+    store.runs.scripts.relays_done = done  # type: ignore[method-assign]
+    answer = base.PollResult(base.RUNNING, "running", progress=base.Progress(percent=40.0, phase="ocr"))
+    changes = [
+        runs.after_poll(
+            run, answer, policy, store.settings.run_policy, now_ms=run.updated_at + 30_000, jitter=Jitter()
+        )
+        for run, policy in polled
+    ]
+    outcomes = await store.runs.transitions(changes)
+    assert all(isinstance(o, Applied) for o in outcomes)
+    assert feeds.sizes == [6]  # one client: one call, six relays in it
+    shards = {keys.shard_of(run.id) for run, _ in polled}
+    assert sorted(done.sizes) == sorted(
+        sum(1 for run, _ in polled if keys.shard_of(run.id) == s) for s in shards
+    )
+    assert await _feed_types(store) == [domain.EVENT_SUBMITTED] * 6 + [domain.EVENT_PROGRESS] * 6
+    for run, _ in polled:  # each relay finished: its outbox is empty and out of the index
+        assert await store.redis.llen(keys.run_outbox(run.id)) == 0
+        assert await store.redis.zscore(keys.outbox(keys.shard_of(run.id)), run.id) is None

@@ -9,10 +9,13 @@ import re
 
 from redis.asyncio import Redis
 
-from service.store.scripts import _LUA, SHEBANG, source
+from service.store.scripts import _LUA, BATCHED, SHEBANG, source
 
 _SCRIPTS = sorted(p for p in _LUA.iterdir() if p.name.endswith(".lua"))
-_REGISTERED = sorted(p.name.removesuffix(".lua") for p in _SCRIPTS if not p.name.startswith("_"))
+# Each file but the shared parts, and the batches of one (_batch.lua around a file).
+_REGISTERED = sorted(
+    [p.name.removesuffix(".lua") for p in _SCRIPTS if not p.name.startswith("_")] + list(BATCHED)
+)
 
 # What building a key in Lua looks like: a builder call (the prelude's k_run(id), ...), the prefix spelt
 # or concatenated, a key constant (K_DUE_DELIVERIES, ...).
@@ -31,6 +34,7 @@ def _code(text: str) -> str:
 def test_there_are_scripts_to_check() -> None:
     assert len(_SCRIPTS) >= 15
     assert "transition" in _REGISTERED and "claim_deliveries" in _REGISTERED
+    assert {"transitions", "relay_feeds", "relays_done"} <= set(_REGISTERED)
     assert {"accept_run", "create_run"} <= set(_REGISTERED)  # a submit's two steps (issue 26)
 
 

@@ -1,5 +1,5 @@
 """Transitions applied together (``Store.transitions`` and the worker's ``TransitionBatcher``) against a
-real redis-server: one call for the changes of one turn of the event loop (transitions.lua once per shard
+real redis-server: one call for the changes of one turn of the event loop (``transitions`` once per shard
 the runs are in, all in one round trip), each with its own outcome, exactly as one ``Store.transition``
 each would have had."""
 
@@ -35,7 +35,7 @@ def _count_calls(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def _count_scripts(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many changes each call of transitions.lua carries, from now on (its ARGV: per change, its key
+    """How many changes each call of ``transitions`` carries, from now on (its ARGV: per change, its key
     count, its argument count, then its arguments)."""
     sizes: list[int] = []
     original = store.runs.scripts.transitions
@@ -152,7 +152,7 @@ async def test_changes_of_the_next_milliseconds_go_in_one_batch_and_settle_sends
 async def test_a_change_that_raises_fails_alone_in_its_batch(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One call applies a shard's batch (transitions.lua); a step that raises there (here a record that is
+    """One call applies a shard's batch (``transitions``); a step that raises there (here a record that is
     not JSON, as a hand edit in Redis would leave it) is that change's error, and the others still apply.
     The runs share a shard, so that the three changes are one call of the script."""
     ids = [_in(f"run_{i}", keys.shard_of("run_0")) for i in range(3)]

@@ -131,14 +131,22 @@ async def test_a_batch_relays_again_only_the_change_whose_subscriptions_changed(
         store.runs._directories = original  # type: ignore[method-assign]
         return read
 
-    real_feed = store.runs.scripts.relay_feed
+    real_feed, real_feeds = store.runs.scripts.relay_feed, store.runs.scripts.relay_feeds
 
     async def feed(*args: Any, **kwargs: Any) -> Any:  # called as the script is: (keys, args[, client])
         fed.append((args[0] if args else kwargs["keys"])[1])
         return await real_feed(*args, **kwargs)
 
+    async def feeds(keys: Any = None, args: Any = None, client: Any = None) -> Any:  # a batch of them
+        k = at = 0
+        while at < len(args):  # per call: its key count, its argument count, its arguments
+            fed.append(keys[k + 1])
+            k, at = k + int(args[at]), at + 2 + int(args[at + 1])
+        return await real_feeds(keys=keys, args=args, client=client)
+
     store.runs._directories = late_sub  # type: ignore[method-assign]
     store.runs.scripts.relay_feed = feed  # type: ignore[method-assign]
+    store.runs.scripts.relay_feeds = feeds  # type: ignore[method-assign]
     try:
         outcomes = await store.runs.transitions(
             [
@@ -157,6 +165,7 @@ async def test_a_batch_relays_again_only_the_change_whose_subscriptions_changed(
     finally:
         store.runs._directories = original  # type: ignore[method-assign]
         store.runs.scripts.relay_feed = real_feed  # type: ignore[method-assign]
+        store.runs.scripts.relay_feeds = real_feeds  # type: ignore[method-assign]
     # Every delivery the change made counts, those of its first fan-out as well as its second's.
     assert outcomes == [Applied(2, True), Applied(1, True)]
     assert len(await _deliveries_of(store, "sub_a2")) == 1

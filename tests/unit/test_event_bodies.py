@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import zlib
 
 import pytest
 from hypothesis import given, settings
@@ -55,6 +56,23 @@ def test_any_text_comes_back_byte_for_byte(body: str) -> None:
 def test_any_json_comes_back_byte_for_byte(value: object) -> None:
     body = json.dumps({"type": "run.progress", "data": value}, ensure_ascii=False)
     assert bodies.unpacked(bodies.packed(body)) == body.encode()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=4096) | st.sampled_from([SUBMITTED.encode(), PROGRESS.encode()]))
+def test_a_body_is_packed_as_a_deflate_set_up_for_it_alone_would_pack_it(raw: bytes) -> None:
+    # The packing copies one primed deflate state per body: the bytes must be a fresh state's, so no
+    # body leaves anything behind for the next.
+    fresh = zlib.compressobj(
+        bodies._LEVEL,
+        zlib.DEFLATED,
+        bodies._WBITS_2,
+        bodies._MEM_LEVEL,
+        zlib.Z_DEFAULT_STRATEGY,
+        bodies._DICTIONARY_2,
+    )
+    assert bodies._deflated(raw) == bodies.MARK + fresh.compress(raw) + fresh.flush()
+    assert bodies._deflated(raw) == bodies._deflated(raw)
 
 
 def test_an_event_body_is_stored_in_under_a_quarter_of_its_bytes() -> None:
