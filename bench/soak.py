@@ -112,11 +112,13 @@ def _kind(key: str) -> str:
     return "hb:" + parts[1] + (":" + parts[-1] if len(parts) > 3 or parts[1] == "client" else "")
 
 
-# What may outlive retention: subscriptions and their listing, unexpired idempotency keys, and the
-# workers' own keys (heartbeats and vendor budgets with a TTL, arq's cron locks and health check).
+# What may outlive retention: subscriptions and their listing (the client's directory and the event types
+# it keeps beside each, keys.client_sub_types), unexpired idempotency keys, and the workers' own keys
+# (heartbeats and vendor budgets with a TTL, arq's cron locks and health check).
 LASTING = {
     "hb:sub",
     "hb:client:subs",
+    "hb:client:subtypes",
     "hb:idem",
     "hb:worker",
     "hb:budget",
