@@ -29,6 +29,7 @@ and may survive or not): the API answers 503 with Retry-After, the worker backs 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -76,11 +77,70 @@ class _Hiredis:
     And takes a reply that hiredis's reader already holds without a timer: redis-py sets one for every
     reply it reads (``socket_timeout``), ~4 us under uvloop (a timer handle made and cancelled), though a
     reply already read off the socket waits for nothing; a pipeline's replies arrive together, so all but
-    the first are. A reply not there yet is read as redis-py reads it, its timer and all."""
+    the first are. A reply not there yet is read as redis-py reads it, its timer and all.
+
+    And writes a command the socket takes whole without a timer: redis-py wraps every write in
+    ``asyncio.wait_for`` (``socket_timeout``), which on Python 3.11 runs it as a Task of its own with a
+    timer, though a write that leaves nothing in the transport's buffer has nothing to wait for. A write
+    that does (a full socket buffer, TLS) waits for the buffer to drain under the socket timeout, as
+    redis-py's does; a connection not connected, or due a health check, sends as redis-py sends."""
 
     _parser: Any
+    _writer: asyncio.StreamWriter | None
     health_check_interval: float
     protocol: Any
+    socket_timeout: float | None
+
+    async def can_read_destructive(self) -> bool:
+        """Whether the connection holds bytes nobody asked for (the pool asks before it hands one out, and
+        reconnects one that does). redis-py's parser answers by a read under a zero timeout, a timer and a
+        cancelled read on every command (~10 us). What this process has received is in hiredis's reader or
+        in the stream's buffer: a connection with neither, and no end of stream or error, answers False at
+        once; any other, redis-py's own check. Not seen: bytes still in the kernel's buffer, which that
+        read would have taken in the same turn of the loop. They could only be a reply left unread by a
+        read abandoned without closing its connection, and redis-py's read closes the connection whenever
+        it fails or is cancelled; a server's close reaches the stream as its end
+        (tests/store/test_replies.py)."""
+        parser = self._parser
+        reader = getattr(parser, "_reader", None)
+        stream = getattr(parser, "_stream", None)
+        if (
+            reader is not None
+            and isinstance(stream, asyncio.StreamReader)
+            and getattr(parser, "_connected", False)
+            and not reader.has_data()
+            and not stream._buffer  # type: ignore[attr-defined]
+            and not stream.at_eof()
+            and stream.exception() is None
+        ):
+            return False
+        return bool(await super().can_read_destructive())  # type: ignore[misc]
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        writer = getattr(self, "_writer", None)
+        if (
+            writer is None
+            or not isinstance(command, list)
+            or self.health_check_interval
+            or writer.transport.is_closing()
+            or writer.transport.get_write_buffer_size()
+        ):
+            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+            return
+        try:
+            writer.writelines(command)
+            if writer.transport.get_write_buffer_size():
+                async with asyncio.timeout(self.socket_timeout):
+                    await writer.drain()
+        except BaseException as exc:
+            # What redis-py's send makes of a failed write: the connection closed, a timeout a
+            # TimeoutError, a socket error a ConnectionError, anything else (a cancellation) as it is.
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            if isinstance(exc, asyncio.TimeoutError):
+                raise TimeoutError("Timeout writing to socket") from None
+            if isinstance(exc, OSError):
+                raise ConnectionError(f"Error while writing to socket. {exc}.") from exc
+            raise
 
     def pack_command(self, *args: Any) -> list[bytes]:
         if isinstance(args[0], str):
