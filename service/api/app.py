@@ -45,7 +45,8 @@ from service.store import Store, connect
 from service.store.connection import ReplicasBehind, replicas_short
 from service.store.feed import Feed, Lanes
 
-log = logs.get("hookbridge.api")
+LOGGER = "hookbridge.api"
+log = logs.get(LOGGER)
 MAX_HEADER_BYTES = 16 * 1024
 CLIENT_CLOSED = 499  # nginx's code for "the client closed the request"; counted, never sent
 
@@ -242,7 +243,7 @@ def _account(scope: Scope, status: int, took: float) -> None:
     if route.startswith("/v1/"):
         line = {"method": scope["method"], "path": route, "status": status, "ms": round(took * 1000, 1)}
         # What the handler named (a submit: its run and vendor), never in place of the above.
-        log.info("request", **{**scope.get(LOG_FIELDS, {}), **line})
+        logs.info(LOGGER, "request", {**scope.get(LOG_FIELDS, {}), **line})
 
 
 def create_app(settings: Settings, *, store: Store | None = None, redis_url: str | None = None) -> Starlette:

@@ -3,6 +3,7 @@ go through the same processors so that every line has one shape."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import re
@@ -72,6 +73,44 @@ def _render_json(event: structlog.typing.EventDict, **_: Any) -> str:
         return json.dumps(event, default=repr)
 
 
+class _InfoLines:
+    """INFO lines in JSON built and written in one pass, as the configured chain writes them: the same
+    keys in the same order (the line's fields, ``event``, ``logger``, the bound context, ``level``,
+    ``timestamp``, the trace's ids), scrubbed alike, to the same file under the same lock. The API writes
+    one a request, and a chain of processors whose code a request has pushed out of the CPU's caches
+    costs ~25 us a line there (~9 us in a loop that keeps it hot); this is one short path."""
+
+    def __init__(self, file: Any, processors: list[structlog.typing.Processor]) -> None:
+        self._out = structlog.WriteLogger(file)
+        self.processors = processors  # the chain this stands for: valid while it is the configured one
+
+    def write(self, name: str, event: str, fields: dict[str, Any]) -> None:
+        line = {**fields, "event": event, "logger": name}
+        for key, value in structlog.contextvars.get_contextvars().items():
+            line.setdefault(key, value)
+        line["level"] = "info"
+        line["timestamp"] = datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
+        _trace_ids(None, "info", line)
+        self._out.msg(_render_json(_scrub(None, "info", line)))
+
+
+_info_lines: _InfoLines | None = None
+
+
+def info(name: str, event: str, fields: dict[str, Any]) -> None:
+    """``get(name).info(event, **fields)``: with JSON output at INFO, the same line through one short path
+    (:class:`_InfoLines`); otherwise through structlog."""
+    lines = _info_lines
+    if (
+        lines is not None
+        and "exc_info" not in fields
+        and structlog.get_config()["processors"] is lines.processors
+    ):
+        lines.write(name, event, fields)
+    else:
+        get(name).info(event, **fields)
+
+
 def configure(log_format: str = "console", level: str = "INFO") -> None:
     """Our own lines go through structlog alone (a level filter compiled into the logger, written straight
     to stderr): a JSON line costs ~15 us of CPU where it cost ~44 us through the stdlib ``logging``
@@ -91,8 +130,12 @@ def configure(log_format: str = "console", level: str = "INFO") -> None:
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     shared.append(_scrub)
+    processors = [_logger_name, *shared, renderer]
+    global _info_lines
+    at_info = logging.getLevelNamesMapping()[level.upper()] <= logging.INFO
+    _info_lines = _InfoLines(sys.stderr, processors) if log_format == "json" and at_info else None
     structlog.configure(
-        processors=[_logger_name, *shared, renderer],
+        processors=processors,
         logger_factory=structlog.WriteLoggerFactory(sys.stderr),
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
         # A logger made at import assembles itself at each call (~2 us), so that it follows a configure()

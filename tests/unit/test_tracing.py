@@ -101,10 +101,11 @@ def test_log_lines_inside_a_span_carry_its_ids(
         ids = tracing.current_ids()
         log.info("inside")
         logging.getLogger("arq.worker").info("stdlib inside")  # a library's line, through the same chain
+        logs.info("hookbridge.api", "request inside", {})  # the API's line a request, in one pass
     log.info("outside")
     assert ids is not None
     lines = _lines(capsys.readouterr().err)
-    for event in ("inside", "stdlib inside"):
+    for event in ("inside", "stdlib inside", "request inside"):
         assert (lines[event]["trace_id"], lines[event]["span_id"]) == ids
     assert "trace_id" not in lines["outside"]
 
