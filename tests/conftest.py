@@ -8,6 +8,7 @@ Nothing here sleeps to let work happen: :func:`eventually` polls a condition unt
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -18,6 +19,7 @@ import httpx
 import pytest
 import redis
 import redis.asyncio as aioredis
+import structlog
 from redis.asyncio.cluster import ClusterNode
 from redis.cluster import ClusterNode as SyncNode
 
@@ -82,6 +84,20 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"redis server: {name} {'.'.join(map(str, version))} at {binary}",
         f"redis server TLS: {tls}",
     ]
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """A test that configures logs as the processes do (``logs.configure``; pytest adds its own log
+    handler when the test starts); the next test gets back the structlog configuration and the root
+    logger's handlers and level this one found."""
+    config, root = structlog.get_config(), logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        structlog.configure(**config)
+        root.handlers[:], root.level = handlers, level
 
 
 @pytest.fixture(scope="session")

@@ -5,32 +5,17 @@ request names the same id."""
 from __future__ import annotations
 
 import json
-import logging
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import structlog
 
 from service.dev.embedded_redis import free_port
 from service.observability import logs
 from tests.conftest import ALICE, StackFactory
 
 FRESH = re.compile(r"^req_[0-9A-Z]{26}$")
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """The test configures logs as the processes do; the next test gets back what it found."""
-    config, root = structlog.get_config(), logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        yield
-    finally:
-        structlog.configure(**config)
-        root.handlers[:], root.level = handlers, level
 
 
 def _problem_id(response: httpx.Response) -> Any:

@@ -121,22 +121,6 @@ def traced(collector: Collector, monkeypatch: pytest.MonkeyPatch) -> Iterator[Co
         tracing.shutdown()
 
 
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """The test configures logs as the processes do; the next test gets back what it found."""
-    import logging
-
-    import structlog
-
-    config, root = structlog.get_config(), logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        yield
-    finally:
-        structlog.configure(**config)
-        root.handlers[:], root.level = handlers, level
-
-
 def _body() -> dict[str, Any]:
     return {
         "vendor": "nutrient",

@@ -5,9 +5,7 @@ level and configuration in which the chain would write it."""
 from __future__ import annotations
 
 import json
-import logging
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,18 +29,6 @@ FIELDS: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture
-def json_logs() -> Iterator[None]:
-    """Logs as the processes write them (configured in the test); the next test gets back what it found."""
-    config, root = structlog.get_config(), logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        yield
-    finally:
-        structlog.configure(**config)
-        root.handlers[:], root.level = handlers, level
-
-
 def _lines(err: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in err.splitlines() if line.startswith("{")]
 
@@ -54,7 +40,7 @@ def _without_time(line: dict[str, Any]) -> list[tuple[str, Any]]:
 
 @pytest.mark.parametrize("fields", FIELDS, ids=range(len(FIELDS)))
 def test_a_line_is_the_one_structlogs_chain_writes(
-    fields: dict[str, Any], json_logs: None, capsys: pytest.CaptureFixture[str]
+    fields: dict[str, Any], restore_logging: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     logs.configure("json", "INFO")
     tokens = structlog.contextvars.bind_contextvars(request_id="req_1", tenant="acme")
@@ -68,14 +54,16 @@ def test_a_line_is_the_one_structlogs_chain_writes(
     assert "sk" not in json.dumps(short) and ":pw@" not in json.dumps(short)
 
 
-def test_no_line_below_the_configured_level(json_logs: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_line_below_the_configured_level(
+    restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     logs.configure("json", "WARNING")
     logs.info("hookbridge.api", "request", {"status": 200})
     assert _lines(capsys.readouterr().err) == []
 
 
 def test_console_output_and_a_chain_configured_since_go_through_structlog(
-    json_logs: None, capsys: pytest.CaptureFixture[str]
+    restore_logging: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     logs.configure("console", "INFO")
     logs.info("hookbridge.api", "request", {"status": 200})

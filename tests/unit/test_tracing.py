@@ -8,7 +8,6 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-import structlog
 
 from service import cli
 from service.observability import logs, tracing
@@ -64,19 +63,6 @@ def test_off_costs_one_branch() -> None:
 
 
 @pytest.fixture
-def json_logs() -> Iterator[None]:
-    """Logs as the processes write them, on stderr (configured in the test: pytest adds its own log
-    handler when the test starts); the next test gets back what this one found."""
-    config, root = structlog.get_config(), logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        yield
-    finally:
-        structlog.configure(**config)
-        root.handlers[:], root.level = handlers, level
-
-
-@pytest.fixture
 def console_tracing(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "unit")
@@ -93,7 +79,7 @@ def _lines(err: str) -> dict[str, dict[str, object]]:
 
 
 def test_log_lines_inside_a_span_carry_its_ids(
-    console_tracing: None, json_logs: None, capsys: pytest.CaptureFixture[str]
+    console_tracing: None, restore_logging: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     logs.configure("json", "INFO")
     log = logs.get("hookbridge.test")
@@ -110,7 +96,9 @@ def test_log_lines_inside_a_span_carry_its_ids(
     assert "trace_id" not in lines["outside"]
 
 
-def test_log_lines_with_tracing_off_carry_no_ids(json_logs: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_log_lines_with_tracing_off_carry_no_ids(
+    restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     logs.configure("json", "INFO")
     with tracing.span("unit"):
         logs.get("hookbridge.test").info("off")
