@@ -283,6 +283,8 @@ class Models:
     subscription_update: type[SubscriptionUpdate]
     run_page: type[RunPage]
     schemas: dict[str, Any]  # component name -> JSON schema: every model of the document
+    # by vendor: the JSON body's model where it reads JSON text as it reads the parsed value (body.one_pass)
+    one_pass: dict[str, type[RunRequestBase]]
 
 
 def _metadata(settings: Settings) -> Any:
@@ -396,7 +398,42 @@ def build(settings: Settings) -> Models:
         },
     }
     schemas = _schemas(runs, parts, create, update, _document(settings), DocumentByURL, TestEventRequest)
-    return Models(runs, parts, create, update, run_page, {**schemas, **enums})
+    one_pass = {name: model for name, model in runs.items() if reads_text_as_tree(model)}
+    return Models(runs, parts, create, update, run_page, {**schemas, **enums}, one_pass)
+
+
+# Core schemas that strict validation treats alike in JSON text and in its parsed value (json.loads):
+# the JSON types, containers of them, models and their fields, unions, defaults and validators (which
+# see the parsed value either way). Not among them: enums, dates and times, UUIDs, decimals, bytes,
+# tuples and sets, which strict Python validation takes only as their own objects, strict JSON
+# validation from text.
+_TEXT_AS_TREE = frozenset(
+    {
+        "any", "none", "bool", "int", "float", "str", "literal", "list", "dict", "nullable", "default",
+        "union", "tagged-union", "chain", "model", "model-fields", "model-field", "typed-dict",
+        "typed-dict-field", "definitions", "definition-ref", "custom-error", "function-before",
+        "function-after", "function-wrap", "function-plain",
+    }
+)  # fmt: skip
+# Members of a core schema that hold no schema that validates: a validator's function, what serializes.
+_NOT_SCHEMAS = frozenset({"function", "metadata", "serialization", "computed_fields"})
+
+
+def reads_text_as_tree(model: type[BaseModel]) -> bool:
+    """Whether strict validation of JSON text by ``model`` gives what strict validation of the text's
+    ``json.loads`` gives: every schema in its core schema (a dict with a ``type``) is one of
+    :data:`_TEXT_AS_TREE`. A type it does not know (a vendor's options may hold any) answers no."""
+    stack: list[Any] = [model.__pydantic_core_schema__]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            kind = node.get("type")
+            if isinstance(kind, str) and kind not in _TEXT_AS_TREE:
+                return False
+            stack.extend(value for key, value in node.items() if key not in _NOT_SCHEMAS)
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return True
 
 
 def _responses(cls: type[BaseModel]) -> list[type[BaseModel]]:
