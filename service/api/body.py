@@ -264,7 +264,11 @@ def one_pass(raw: bytes, settings: Settings, models: Models) -> RunRequestBase |
     checks (:func:`parse_json`, :func:`_model`) can refuse it and its vendor's model reads text as it
     reads the parsed value (``Models.one_pass``). None for any other body, valid or not: the full path
     then reads it, and says what is wrong with it. tests/unit/test_one_pass_body.py holds the two paths
-    to the same answer."""
+    to the same answer. Only a body of at most ``JSON_OVERHEAD`` bytes (a URL, or a small document
+    inline): one that passes these checks and is refused by its model is read twice, and twice a 64 MB
+    document would be a hostile tenant's lever."""
+    if len(raw) > JSON_OVERHEAD:
+        return None
     if raw.count(b"{") + raw.count(b"[") + 1 > settings.max_json_depth or _SURROGATE_ESCAPE.search(raw):
         return None  # parse_json would walk its depth, or look for a lone surrogate
     try:

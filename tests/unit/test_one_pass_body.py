@@ -18,7 +18,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from service.api import models
-from service.api.body import _model, one_pass, parse_json, validated
+from service.api.body import JSON_OVERHEAD, _model, one_pass, parse_json, validated
 from service.api.models import RunRequestBase, reads_text_as_tree
 from service.api.problems import Problem
 from service.config.settings import Settings
@@ -243,3 +243,13 @@ def test_a_validator_sees_the_same_value_either_way() -> None:
     assert Options.model_validate_json(b'{"name": "a"}', strict=True) == Options.model_validate(
         {"name": "a"}, strict=True
     )
+
+
+def test_a_large_body_is_read_once() -> None:
+    """A document inline past ``JSON_OVERHEAD`` goes the full way alone: were it refused by its model
+    after one pass, it would have been read twice."""
+    small = _body("nutrient", document={"content_base64": "A" * (JSON_OVERHEAD - 400)})
+    large = _body("nutrient", document={"content_base64": "A" * JSON_OVERHEAD})
+    assert _same(_raw(small)) is not None
+    assert one_pass(_raw(large), SETTINGS, MODELS) is None
+    assert not isinstance(_full(_raw(large)), Problem)
