@@ -452,7 +452,7 @@ async def _breakdown(redis: aioredis.Redis, run_ids: Sequence[str], n: int, sub_
 
     for run_id in run_ids:
         raw = await redis.get(keys.run(run_id))
-        run = Run.from_json(raw) if raw else None
+        run = Run.from_json(raw, run_id) if raw else None
         await add("run record", keys.run(run_id))
         await add("result", keys.result(run_id))
         await add("run's progress list", keys.run_events(run_id))

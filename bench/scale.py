@@ -370,7 +370,7 @@ async def _full_trail_extra(redis: Any, run_ids: list[str]) -> float:
         raw = await redis.get(key)
         if raw is None:
             continue
-        run = Run.from_json(raw)
+        run = Run.from_json(raw, run_id)
         start = run.updated_at
         for i in range(_MORE_POLLS):
             at_ms = start + 30_000 * (i + 1)
@@ -402,7 +402,9 @@ async def _breakdown(redis: Any, run_ids: list[str]) -> dict[str, float]:
         await add("hb:run:…:events", keys.run_events(run_id))
         await add("hb:result", keys.result(run_id))
         raw = await redis.get(keys.run(run_id))
-        named = Run.from_json(raw).event_ids if raw is not None else []  # the record names all but progress
+        named = (
+            Run.from_json(raw, run_id).event_ids if raw is not None else []
+        )  # the record names all but progress
         for event_id in dict.fromkeys([*named, *await _members(redis, keys.run_events(run_id))]):
             await add(f"hb:evt {await _event_type(redis, keys.event(event_id))}", keys.event(event_id))
             events += 1

@@ -3,7 +3,8 @@
 Each record has one name per field, from the store to the API, and one codec each way:
 
 - a run is stored as JSON (``hb:run:{id}``), written by :meth:`Run.to_json` (fields at their default left
-  out: a run in flight is most of Redis's memory) and read by :meth:`Run.from_json`;
+  out, and the id, which the key names: a run in flight is most of Redis's memory) and read by
+  :meth:`Run.from_json` with the key's id;
 - a subscription and a delivery are Redis hashes that the Lua scripts read and write field by field.
   Their storage names are the scripts' (short, and shared with every ``HSET`` in ``store/lua``), so
   :data:`SUBSCRIPTION_HASH` and :data:`DELIVERY_HASH` map each record field to its hash field: the only
@@ -161,17 +162,24 @@ class Run(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename=
         return self.status in domain.TERMINAL
 
     def to_json(self) -> str:
-        """The stored form: JSON without the fields that hold their default."""
-        return _RUN_ENCODER.encode(self).decode()
+        """The stored form: JSON without the fields that hold their default, nor the id, which the key
+        names (``hb:run:{id}``; ~40 bytes a run)."""
+        raw = _RUN_ENCODER.encode(self)
+        # msgspec writes the fields in their order, the id first and always: {"id":"<id>",...
+        return "{" + raw[len(_ID_START) + len(_RUN_ENCODER.encode(self.id)) + 1 :].decode()
 
     @classmethod
-    def from_json(cls, raw: bytes | str) -> Run:
-        """The run from its stored form (or from one with the long names, or from hookbridge 0.x's);
-        raises ValueError for anything else."""
+    def from_json(cls, raw: bytes | str, run_id: str | None = None) -> Run:
+        """The run from its stored form, given ``run_id``, the id of the key it was read from (or from a
+        form that names its id itself: one written before the id was left out, one with the long names,
+        hookbridge 0.x's); raises ValueError for anything else."""
+        data = raw.encode() if isinstance(raw, str) else raw
+        if run_id is not None and not data.startswith(_ID_START):
+            data = _ID_START + _RUN_ENCODER.encode(run_id) + b"," + data[1:]
         try:
-            return _RUN_DECODER.decode(raw)
+            return _RUN_DECODER.decode(data)
         except msgspec.ValidationError as exc:
-            old = _long_names(raw)
+            old = _long_names(data)
             if old is None:
                 raise ValueError(f"not a run record: {exc}") from None
             try:
@@ -183,6 +191,7 @@ class Run(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename=
 
 
 _RUN_ENCODER = msgspec.json.Encoder()
+_ID_START = b'{"id":'
 _RUN_DECODER = msgspec.json.Decoder(Run)
 # hookbridge 0.x spelled a run's internals with a leading "_", and these four by other names.
 _NAMES_0X = {

@@ -3,11 +3,13 @@
 
 Kept on the run record (``Run.trail``), written in the same transition as the step it describes (a 429
 writes a transition of its own). Stored compactly as ``[ms since the run was created, kind,
-vendor_status, latency_ms, detail]`` with trailing nulls dropped, and a vendor status that repeats the
-entry before it stored as ``SAME`` (0): a poll that finds the run as it was is ``[at, "poll", 0, ms]``.
-The first ``HEAD`` entries and the last ``TAIL`` are kept, and ``Run.trail_dropped`` counts those in
-between. ``GET /v1/runs/{id}`` shows it whole (:func:`public`). A full trail adds about 150 bytes of JSON
-to the record (docs/performance.md, Redis memory).
+vendor_status, latency_ms, detail]`` with trailing nulls dropped, the kind as its place in
+:data:`STORED_KINDS` (a trail written before spells it out, and still reads: :func:`kind_of`), and a vendor
+status that repeats the entry before it stored as ``SAME`` (0): a poll that finds the run as it was is
+``[at, 1, 0, ms]``. The first ``HEAD`` entries and the last ``TAIL`` are kept, and ``Run.trail_dropped``
+counts those in between. ``GET /v1/runs/{id}`` shows it whole (:func:`public`). A full trail of polls is
+~190 bytes of JSON, and filling one adds ~130 bytes to a run in flight in Redis (docs/performance.md,
+Redis memory).
 """
 
 from __future__ import annotations
@@ -20,6 +22,19 @@ from service.core.lifecycle import Transition
 from service.core.records import Run, replace
 
 KINDS: tuple[str, ...] = get_args(shapes.TrailKind)
+# The kinds as a trail stores them: an entry holds its kind's place here, one digit where the word took up to
+# 14 bytes (a full trail of polls and progress ~80 bytes fewer). Stored trails depend on the order: never
+# reorder it; a new kind goes last (tests/unit/test_trail.py pins it and holds it to KINDS).
+STORED_KINDS: tuple[str, ...] = (
+    "submitted",
+    "poll",
+    "rate_limited",
+    "progress",
+    "result",
+    "error",
+    "timeout",
+)
+_CODES = {kind: code for code, kind in enumerate(STORED_KINDS)}
 HEAD = 2  # the submit and the first poll: what the start looked like
 TAIL = 8  # the latest: what it looks like now
 MAX_TEXT = 80  # vendor status words and details are cut to this many characters
@@ -63,7 +78,7 @@ def appended(
     status = _text(vendor_status)
     entry: list[Any] = [
         at_ms - run.created_at,  # fewer digits than the time itself
-        kind,
+        _CODES[kind],
         SAME if status is not None and trail and status == _status_at(trail, len(trail) - 1) else status,
         None if latency_ms is None else round(latency_ms),
         _text(detail),
@@ -85,17 +100,24 @@ def public(run: Run) -> dict[str, Any]:
     and ``rate_limited`` (the vendor's 429s for this run); ``polls`` is on the run already."""
     entries = []
     for raw, vendor_status in zip(run.trail, _statuses(run.trail), strict=True):
-        at, kind, _, latency, detail = [*raw, None, None, None][:5]
+        at, _, _, latency, detail = [*raw, None, None, None][:5]
         entries.append(
             {
                 "at": domain.rfc3339(at + run.created_at),
-                "kind": kind,
+                "kind": kind_of(raw),
                 "vendor_status": vendor_status,
                 "latency_ms": latency,
                 "detail": detail,
             }
         )
     return {"trail": entries, "trail_dropped": run.trail_dropped, "rate_limited": run.rate_limited}
+
+
+def kind_of(entry: list[Any]) -> str:
+    """An entry's kind, as :data:`KINDS` spells it (stored as its place in :data:`STORED_KINDS`, or spelled
+    out by a trail written before the codes)."""
+    kind = entry[1]
+    return STORED_KINDS[kind] if type(kind) is int else str(kind)
 
 
 def _status_of(entry: list[Any]) -> Any:

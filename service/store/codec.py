@@ -28,8 +28,9 @@ def hash_of(raw: Sequence[bytes] | dict[bytes, bytes]) -> dict[str, str]:
     return {text(k): text(v) for k, v in zip(it, it, strict=True)}
 
 
-def run_or_none(raw: bytes | str | None) -> Run | None:
-    return Run.from_json(raw) if raw else None
+def run_or_none(raw: bytes | str | None, run_id: str) -> Run | None:
+    """The run stored under ``hb:run:{run_id}`` (its record leaves the id to the key), if any."""
+    return Run.from_json(raw, run_id) if raw else None
 
 
 def subscription_or_none(raw: Sequence[bytes] | dict[bytes, bytes] | None) -> Subscription | None:
@@ -66,7 +67,7 @@ def claimed_runs(reply: Sequence[Any]) -> tuple[list[ClaimedRun], float | None]:
     claimed = []
     for i in range(0, len(flat), 4):
         try:
-            run = Run.from_json(flat[i + 3])
+            run = Run.from_json(flat[i + 3], text(flat[i]))
         except ValueError as exc:
             log.error(
                 "run record unreadable; its lease will hand it back", run_id=text(flat[i]), error=str(exc)

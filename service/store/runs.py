@@ -203,12 +203,13 @@ class Runs(Part):
         return text(value) if value is not None else None
 
     async def get_run(self, run_id: str) -> Run | None:
-        return run_or_none(await self.redis.get(keys.run(run_id)))
+        return run_or_none(await self.redis.get(keys.run(run_id)), run_id)
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[Run | None]:
         if not run_ids:
             return []
-        return [run_or_none(raw) for raw in await self.values(keys.run(r) for r in run_ids)]
+        raws = await self.values(keys.run(r) for r in run_ids)
+        return [run_or_none(raw, run_id) for raw, run_id in zip(raws, run_ids, strict=True)]
 
     async def get_document(self, run_id: str) -> bytes | None:
         raw = await self.redis.get(keys.document(run_id))
@@ -887,7 +888,7 @@ def _transition_outcome(change: Transition, reply: Any) -> Outcome:
     # {'missing'}; the deliveries are the relay's to count.
     outcome = text(reply[0])
     if outcome == "conflict":
-        return Conflict(Run.from_json(reply[1]))
+        return Conflict(Run.from_json(reply[1], change.run.id))
     if outcome == "ok":
         ended = change.run.status in TERMINAL and text(reply[2]) not in TERMINAL
         return Applied(0, ended)

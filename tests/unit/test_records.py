@@ -40,7 +40,8 @@ def _run() -> Run:
 def test_a_run_round_trips_and_stores_only_what_differs_from_the_defaults() -> None:
     run = replace(_run(), state={"row": "r1"}, delay_s=1.5, vendor_cancel_pending=True)
     stored = json.loads(run.to_json())
-    assert Run.from_json(run.to_json()) == run
+    assert Run.from_json(run.to_json(), run.id) == run
+    assert "id" not in stored  # the key names it (hb:run:{id})
     assert {"n", "p", "vr", "tf", "vendor_delete_pending"}.isdisjoint(stored)  # at their defaults
     assert stored["version"] == 0 and stored["status"] == "queued"  # always written: the Lua reads them
     assert stored["st"] == {"row": "r1"} and stored["vendor_cancel_pending"] is True
@@ -113,9 +114,19 @@ def test_a_run_is_stored_byte_for_byte_as_the_pydantic_record_stored_it() -> Non
     # field under its short name but those the scripts read.
     assert Run.from_json(PYDANTIC_ERA) == run and Run.from_json(PYDANTIC_ERA.encode()) == run
     stored = run.to_json()
-    assert Run.from_json(stored) == run and len(stored) < len(PYDANTIC_ERA) - 100
-    assert set(json.loads(stored)) == {STORED_NAMES.get(k, k) for k in json.loads(PYDANTIC_ERA)}
-    assert {"id", "vendor", "status", "version"} <= set(json.loads(stored))
+    assert Run.from_json(stored, "run_1") == run and len(stored) < len(PYDANTIC_ERA) - 120
+    assert set(json.loads(stored)) == {STORED_NAMES.get(k, k) for k in json.loads(PYDANTIC_ERA)} - {"id"}
+    assert {"vendor", "status", "version"} <= set(json.loads(stored))
+    # A record that names its id (written before it was left out) reads the same with the key's id.
+    assert Run.from_json(PYDANTIC_ERA, "run_1") == run
+
+
+@pytest.mark.parametrize("run_id", ["run_1", 'run_"quoted"', "run_ü", "run_\\x"])
+def test_a_run_is_stored_without_its_id_and_read_back_with_the_keys(run_id: str) -> None:
+    run = replace(_run(), id=run_id, progress={"percent": 1, "phase": None, "message": None})
+    stored = run.to_json()
+    assert "id" not in json.loads(stored) and json.loads(stored)["c"] == "alice"
+    assert Run.from_json(stored, run_id) == run and Run.from_json(stored.encode(), run_id) == run
 
 
 @pytest.mark.parametrize(
@@ -128,6 +139,8 @@ def test_a_run_is_stored_byte_for_byte_as_the_pydantic_record_stored_it() -> Non
         PYDANTIC_ERA.replace('"polls":3', '"polls":true'),
         PYDANTIC_ERA.replace('"version":7', '"_v":"7"'),  # hookbridge 0.x's name, the wrong type
         PYDANTIC_ERA[:-5],  # cut short
+        _run().to_json(),  # a stored record, read without the id of its key
+        "{}",
     ],
 )
 def test_what_is_not_a_run_record_is_a_value_error(raw: str) -> None:

@@ -59,7 +59,7 @@ def test_recording_never_edits_the_previous_run() -> None:
     assert len(old.run.trail) == 1 and len(new.run.trail) == 2
     assert trail.public(_change().run) == {"trail": [], "trail_dropped": 0, "rate_limited": 0}
     # Stored, read back: the same trail (the record's codec keeps it).
-    assert Run.from_json(new.run.to_json()).trail == new.run.trail
+    assert Run.from_json(new.run.to_json(), "run_1").trail == new.run.trail
 
 
 def _naive(steps: list[tuple[str, int, str | None, int | None, str | None]]) -> list[dict[str, object]]:
@@ -100,7 +100,7 @@ def test_a_repeated_status_is_stored_once_and_shown_as_it_was() -> None:
                 change, kind, at_ms=1_000 + n, vendor_status=status, latency_ms=latency, detail=detail
             )
         assert trail.public(change.run)["trail"] == _naive(steps)
-        assert Run.from_json(change.run.to_json()).trail == change.run.trail
+        assert Run.from_json(change.run.to_json(), "run_1").trail == change.run.trail
 
 
 def test_a_full_trail_of_polls_that_find_the_same_status_is_small() -> None:
@@ -109,7 +109,46 @@ def test_a_full_trail_of_polls_that_find_the_same_status_is_small() -> None:
         at = 60_000 + 30_000 * n
         change = trail.record(change, "poll", at_ms=at, vendor_status="processing", latency_ms=3)
     stored = json.dumps(change.run.trail, separators=(",", ":"))
-    # The head's poll and the first entry of the tail spell it out; the other seven say 0.
-    assert stored.count('"processing"') == 2 and stored.count(",0,") == trail.TAIL - 1
-    assert len(stored) < 260, stored
+    # The head's poll and the first entry of the tail spell it out; the other seven say 0 (a poll: 1).
+    assert stored.count('"processing"') == 2 and stored.count(",1,0,") == trail.TAIL - 1
+    assert len(stored) < 200, stored  # 241 with the kinds spelled out
     assert {e["vendor_status"] for e in trail.public(change.run)["trail"][1:]} == {"processing"}
+
+
+# The kinds' places as stored trails hold them: pinned, since a record written today is read for
+# RETENTION_S by every version after. A new kind goes last.
+STORED = ["submitted", "poll", "rate_limited", "progress", "result", "error", "timeout"]
+
+
+def test_a_kind_is_stored_as_its_place_and_shown_as_its_word() -> None:
+    assert list(trail.STORED_KINDS) == STORED
+    assert set(trail.STORED_KINDS) == set(trail.KINDS)  # every kind the API may show has a place
+    change = _change()
+    for n, kind in enumerate(STORED):
+        change = trail.record(change, kind, at_ms=1_000 + n, vendor_status="s", latency_ms=1)
+    assert [entry[1] for entry in change.run.trail[-len(STORED) :]] == list(range(len(STORED)))
+    assert [e["kind"] for e in trail.public(change.run)["trail"]] == STORED
+    assert '"poll"' not in change.run.to_json()
+
+
+def test_a_trail_stored_with_its_kinds_spelled_out_reads_as_before() -> None:
+    """A record written before the kinds' places (every entry's kind a word) shows the same trail, and a
+    new entry after those words is stored as a place."""
+    change = trail.record(_change(), "submitted", at_ms=1_000, vendor_status="queued", latency_ms=12)
+    for n in range(12):
+        kind = "progress" if n % 3 else "poll"
+        change = trail.record(change, kind, at_ms=2_000 + n, vendor_status="running", latency_ms=n)
+    spelled = [[e[0], STORED[e[1]], *e[2:]] for e in change.run.trail]
+    old = Run.from_json(
+        change.run.to_json().replace(
+            json.dumps(change.run.trail, separators=(",", ":")), json.dumps(spelled, separators=(",", ":"))
+        ),
+        "run_1",
+    )
+    assert old.trail == spelled and trail.public(old) == trail.public(change.run)
+    later = trail.record(Transition(old, old.version), "result", at_ms=9_000, vendor_status="done")
+    assert later.run.trail[-1][1] == STORED.index("result")
+    assert (
+        trail.public(later.run)["trail"][-2:]
+        == trail.public(trail.record(change, "result", at_ms=9_000, vendor_status="done").run)["trail"][-2:]
+    )

@@ -29,7 +29,7 @@ if kind == 'run' then
     return 0
   end
   for i = 4, #ARGV do
-    if ARGV[i] == run['vendor'] then return redis.call('ZADD', KEYS[i - 1], 'NX', now, run['id']) end
+    if ARGV[i] == run['vendor'] then return redis.call('ZADD', KEYS[i - 1], 'NX', now, ARGV[3]) end
   end
   return 0 -- a vendor this worker does not serve: none of its workers would claim it either
 end
