@@ -235,6 +235,28 @@ def cmd_reseal_secrets(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+def cmd_spell_out_runs(args: argparse.Namespace) -> None:
+    """Rewrites every run record in the form the versions before run records without their id read, with
+    every process of this version stopped (docs/deploy.md, "Upgrading from a version before run records
+    without their id"): what a rollback across that change needs."""
+    from redis.asyncio import Redis
+
+    from service.store import connect
+    from service.store.layout import spell_out_runs
+
+    settings = _settings()
+    _require_redis(settings, "spell-out-runs")
+
+    async def main() -> dict[str, int]:
+        redis: Redis = connect(settings)
+        try:
+            return await spell_out_runs(redis)
+        finally:
+            await redis.aclose()
+
+    print(" ".join(f"{k}={v}" for k, v in _run(main()).items()))
+
+
 def cmd_migrate_keys(args: argparse.Namespace) -> None:
     """Moves the keys that hookbridge 2 (``hb:<name>``) or an earlier hookbridge 3 (``hb:{hb}:<name>``)
     wrote to today's layout (service/store/layout.py), with every earlier process stopped (docs/deploy.md,
@@ -316,6 +338,11 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=cmd_reseal_secrets)
     p = sub.add_parser("migrate-keys", help="move an earlier version's keys to this version's layout")
     p.set_defaults(func=cmd_migrate_keys)
+    p = sub.add_parser(
+        "spell-out-runs",
+        help="before a rollback across run records without their id: rewrite them as earlier ones read them",
+    )
+    p.set_defaults(func=cmd_spell_out_runs)
     p = sub.add_parser("settings", help="print every setting with its default")
     p.add_argument(
         "--effective",

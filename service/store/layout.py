@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import msgspec
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
 
-from service.core.records import DELIVERY_HASH
+from service.core import trail
+from service.core.records import DELIVERY_HASH, Run, replace
 from service.store import fanout, keys
 from service.store.codec import text
 
@@ -254,3 +256,49 @@ async def _split(redis: Redis, name: str, shard_key: Callable[[int], str], batch
         for target in targets:
             await redis.pexpire(target, ttl)
     await redis.delete(name)
+
+
+async def spell_out_runs(redis: Redis, *, batch: int = 500) -> dict[str, int]:
+    """Before a rollback across run records without their id (docs/deploy.md): every run record rewritten in
+    the form the versions before read (its id written in it, its trail's kinds as words), its expiry kept.
+    With every process of this version stopped (one still writing would write today's form again). Returns
+    how many were ``rewritten``, ``kept`` (in that form already), ``expired`` (between the scan and the
+    rewrite) and ``unreadable`` (left as they are). At most ``batch`` records are held at once. It can be
+    run again."""
+    counts = {"rewritten": 0, "kept": 0, "expired": 0, "unreadable": 0}
+    names: list[str] = []
+
+    async def flush() -> None:
+        pipe = redis.pipeline(transaction=False)
+        for name in names:
+            pipe.get(name)
+        olds = await pipe.execute()
+        pipe = redis.pipeline(transaction=False)
+        for name, raw in zip(names, olds, strict=True):
+            if raw is None:
+                counts["expired"] += 1
+                continue
+            try:
+                run = Run.from_json(raw, name.rpartition(":run:")[2])
+            except ValueError:
+                counts["unreadable"] += 1
+                continue
+            spelled = replace(run, trail=[[e[0], trail.kind_of(e), *e[2:]] for e in run.trail])
+            before = msgspec.json.encode(spelled)
+            if before == (raw if isinstance(raw, bytes) else raw.encode()):
+                counts["kept"] += 1
+                continue
+            pipe.set(name, before, keepttl=True, xx=True)  # XX: one that expired meanwhile stays gone
+        for done in await pipe.execute():
+            counts["rewritten" if done else "expired"] += 1
+        names.clear()
+
+    # A run's own key (hb:{s}:run:{id}) is its one string whose name has ":run:" (its lists and zsets are
+    # hb:{s}:run:{id}:events, :outbox, :deliveries).
+    async for raw_name in redis.scan_iter(match=f"{keys.ANY_SHARD}run:*", count=batch, _type="string"):
+        names.append(text(raw_name))
+        if len(names) >= batch:
+            await flush()
+    if names:
+        await flush()
+    return counts
