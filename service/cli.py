@@ -7,13 +7,15 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from service.config import settings as settings_mod
 from service.observability import logs, tracing
 
 if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
     from service.vendors.base import VendorSpec
 
 T = TypeVar("T")
@@ -235,49 +237,38 @@ def cmd_reseal_secrets(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+async def _on_redis(settings: settings_mod.Settings, work: Callable[[Redis], Awaitable[T]]) -> T:
+    """``work`` on a Redis client of the settings' (one Redis, Sentinel or a cluster), closed after it."""
+    from service.store import connect
+
+    redis: Redis = connect(settings)
+    try:
+        return await work(redis)
+    finally:
+        await redis.aclose()
+
+
 def cmd_spell_out_runs(args: argparse.Namespace) -> None:
     """Rewrites every run record in the form the versions before run records without their id read, with
     every process of this version stopped (docs/deploy.md, "Upgrading from a version before run records
     without their id"): what a rollback across that change needs."""
-    from redis.asyncio import Redis
-
-    from service.store import connect
     from service.store.layout import spell_out_runs
 
     settings = _settings()
     _require_redis(settings, "spell-out-runs")
-
-    async def main() -> dict[str, int]:
-        redis: Redis = connect(settings)
-        try:
-            return await spell_out_runs(redis)
-        finally:
-            await redis.aclose()
-
-    print(" ".join(f"{k}={v}" for k, v in _run(main()).items()))
+    print(" ".join(f"{k}={v}" for k, v in _run(_on_redis(settings, spell_out_runs)).items()))
 
 
 def cmd_migrate_keys(args: argparse.Namespace) -> None:
     """Moves the keys that hookbridge 2 (``hb:<name>``) or an earlier hookbridge 3 (``hb:{hb}:<name>``)
     wrote to today's layout (service/store/layout.py), with every earlier process stopped (docs/deploy.md,
     "Upgrading from hookbridge 2" and "from an earlier hookbridge 3")."""
-    from redis.asyncio import Redis
-
-    from service.store import connect
     from service.store.layout import PendingDeliveries, move_untagged_keys
 
     settings = _settings()
     _require_redis(settings, "migrate-keys")
-
-    async def main() -> dict[str, int]:
-        redis: Redis = connect(settings)
-        try:
-            return await move_untagged_keys(redis)
-        finally:
-            await redis.aclose()
-
     try:
-        counts = _run(main())
+        counts = _run(_on_redis(settings, move_untagged_keys))
     except PendingDeliveries as exc:
         print(
             f"hookbridge migrate-keys: {exc}; on a cluster, let the earlier workers deliver them first "

@@ -17,14 +17,15 @@ from redis.asyncio import Redis
 from service.core import lifecycle, trail
 from service.core.lifecycle import Transition
 from service.core.records import Run
-from service.store import keys
+from service.store import connect, keys
 from service.store.layout import spell_out_runs
+from service.vendors.registry import load_settings
 from tests.conftest import base_env
 
 
 @pytest.fixture
 async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
+    client: Redis = connect(load_settings(base_env(redis_url)))  # a cluster's client under HB_TEST_CLUSTER
     try:
         yield client
     finally:
