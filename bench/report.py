@@ -397,6 +397,19 @@ def _sweep(results: Mapping[str, BenchResult]) -> Any:
         ("drain_p99_s", "step lateness p99, while the burst drains", GREY),
     ):
         late.plot(n, [r[key] or float("nan") for r in rows], marker="o", color=color, label=label)
+    # Where a size had no steady state (its backlog never cleared with the runs in flight), every poll
+    # after all its runs reached the vendor marks it instead, labelled.
+    for r in rows:
+        if r.get("steady_p99_s") is None and r.get("after_vendor_p99_s"):
+            late.plot([r["runs"]], [r["after_vendor_p99_s"]], marker="x", color=BLUE, linestyle="none")
+            late.annotate(
+                "no steady state\n(every poll after all at the vendor)",
+                (r["runs"], r["after_vendor_p99_s"]),
+                textcoords="offset points",
+                xytext=(-150, -10),
+                fontsize=7,
+                color=BLUE,
+            )
     late.axhline(1.0, color=ORANGE, linestyle="--", linewidth=1)
     late.text(n[0], 1.05, "1 s target", color=ORANGE, fontsize=8)
     late.set_xscale("log")

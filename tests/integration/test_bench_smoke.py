@@ -140,6 +140,36 @@ async def test_the_sweep_measures_each_size_and_plots_them(tmp_path: Path) -> No
     assert (tmp_path / "perf" / "sweep.png").stat().st_size > 0
 
 
+def _timeline(rows: list[tuple[int, int]]) -> list[dict[str, int]]:
+    """Rows a second apart: (steps due, runs in flight)."""
+    return [{"t": t, "due_now": due, "in_flight": flying} for t, (due, flying) in enumerate(rows)]
+
+
+@pytest.mark.parametrize(
+    ("rows", "window"),
+    [
+        # the backlog clears at 3 s with every run in flight, which holds to 5 s: a steady state, 3-5 s
+        ([(900, 1000), (800, 1000), (400, 1000), (5, 1000), (2, 990), (0, 950), (0, 500)], (3, 5)),
+        # due steps before every run reached the vendor (at 1.5 s) do not open the window
+        ([(0, 1000), (0, 1000), (30, 1000), (4, 1000), (4, 1000)], (3, 4)),
+        # the backlog clears only once most runs have ended: no steady state (the sweep's 100,000 once
+        # reported the polls of runs ending here as one, "met")
+        ([(900, 1000), (900, 1000), (700, 950), (100, 600), (5, 300), (0, 100)], (4, None)),
+        # one row of it is not a window
+        ([(900, 1000), (900, 1000), (5, 950), (0, 700)], (2, None)),
+        # the backlog never clears: opened at the last row, no steady state
+        ([(900, 1000), (900, 1000), (800, 100)], (2, None)),
+    ],
+)
+def test_the_scale_benchmarks_steady_window(
+    rows: list[tuple[int, int]], window: tuple[int, int | None]
+) -> None:
+    from bench.scale import steady_window
+
+    cleared, end = steady_window(_timeline(rows), at_vendor_s=1.5, n=1000)
+    assert (cleared["t"], end["t"] if end is not None else None) == window
+
+
 async def test_the_memory_benchmark_measures_a_finished_run_without_its_relay_marks() -> None:
     """``bench.memory`` on a few runs: per run in flight and finished, and the relay's marks (one key a
     run, gone 10 minutes after its last relay) measured apart from what is kept for RETENTION_S."""
