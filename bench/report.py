@@ -153,8 +153,7 @@ def _page(
         f"- **Date**: {machine.get('date')}; the whole run took {total_s / 60:.1f} min; "
         f"commit {machine.get('commit') or 'unknown'}",
         f"- **Command**: `{command}`",
-        "- **Settings**: production defaults (`WORKER_CONCURRENCY=500`, `WORKER_BATCH=200`, "
-        "`WORKER_IDLE_S=0.05`, `WORKER_CLAIM_GAP_S=0.01`, `LOG_FORMAT=json`, Redis AOF "
+        f"- **Settings**: production defaults ({_worker_defaults()}, `LOG_FORMAT=json`, Redis AOF "
         "`appendfsync everysec`) unless a benchmark says otherwise; one subscription with its default event "
         "types (the terminal events).",
         "",
@@ -222,6 +221,21 @@ def _module_doc(name: str) -> str:
     doc = (module.__doc__ or "").strip()
     paragraphs = [p for p in doc.split("\n\n") if not p.lstrip().startswith("python -m")]
     return "\n\n".join(paragraphs[1:]).strip().replace("``", "`")
+
+
+def _worker_defaults() -> str:
+    """The worker's settings that shape every figure, as the code's defaults give them (never restated)."""
+    from service.vendors.registry import load_settings
+
+    defaults = load_settings({"HOOKBRIDGE_REDIS_URL": "redis://127.0.0.1:1"})
+    names = (
+        "worker_concurrency",
+        "worker_batch",
+        "worker_idle_s",
+        "worker_claim_gap_s",
+        "delivery_claim_gap_s",
+    )
+    return ", ".join(f"`{name.upper()}={getattr(defaults, name):g}`" for name in names)
 
 
 # The plots --------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -72,6 +73,7 @@ async def run(
     duration: str | None = None,
     concurrency: int = 32,
     rate: float = 0.0,
+    settings: dict[str, str] | None = None,
 ) -> BenchResult:
     n = runs or (1000 if quick else 10_000)
     duration = duration or ("5,15" if quick else "30,120")
@@ -79,7 +81,7 @@ async def run(
     result = BenchResult(
         name="scale", command="python -m bench.scale", quick_command="python -m bench.scale --quick"
     )
-    async with Cluster("scale", {"SIM_DURATION_S": duration}) as cluster:
+    async with Cluster("scale", {"SIM_DURATION_S": duration, **(settings or {})}) as cluster:
         await cluster.subscribe()
         cluster.receiver.expect_terminal = n
         redis = await cluster.redis_client()
@@ -493,9 +495,21 @@ def main() -> None:
     parser.add_argument(
         "--rate", type=float, default=0.0, help="submits per second (default: as fast as answered)"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a hookbridge setting for this run, without its HOOKBRIDGE_ prefix (WORKER_CLAIM_GAP_S=0.05)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    print_result(run_main(run(args.quick, args.runs, args.duration, args.concurrency, args.rate)), args.json)
+    chosen = dict(item.split("=", 1) for item in args.set)
+    if chosen:
+        print(f"bench.scale: with {chosen}", file=sys.stderr, flush=True)
+    print_result(
+        run_main(run(args.quick, args.runs, args.duration, args.concurrency, args.rate, chosen)), args.json
+    )
 
 
 if __name__ == "__main__":

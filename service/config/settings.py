@@ -675,6 +675,7 @@ class WorkerConfig:
     worker_batch: int
     worker_idle_s: float
     worker_claim_gap_s: float
+    delivery_claim_gap_s: float
     worker_metrics_port: int
     worker_metrics_host: str
     worker_role: WorkerRole
@@ -828,10 +829,15 @@ class Settings:
         0.05, _duration(MS, 60), "the longest a worker sleeps between claims when nothing is due"
     )
     worker_claim_gap_s: float = setting(
+        0.05,
+        _duration(MS, 1, zero="claim again at once"),
+        "the least time between two claims of run steps when the first took all that was due: what falls "
+        "due meanwhile waits at most this long (a poll's lateness), and one claim takes it all",
+    )
+    delivery_claim_gap_s: float = setting(
         0.01,
         _duration(MS, 1, zero="claim again at once"),
-        "the least time between two claims of a worker's loop when the first took all that was due: what "
-        "falls due meanwhile waits at most this long, and one claim takes it all",
+        "the same for callbacks: at most this much is added to a callback's delay",
     )
     worker_metrics_port: int = setting(
         9090, _int(1, 65535, zero="off"), "the worker's `/healthz` and `/metrics`; 0 turns them off"

@@ -2,13 +2,15 @@
 
 Each loop claims a batch with one Lua call, works the batch concurrently under a bound, and sleeps until
 the next item is due (or ``WORKER_IDLE_S``, or a wake-up from this process), and after a claim that took
-all there was, at least ``WORKER_CLAIM_GAP_S``. A claim is a lease: if this
+all there was, at least its gap (``WORKER_CLAIM_GAP_S`` for run steps, ``DELIVERY_CLAIM_GAP_S`` for
+callbacks: :func:`next_claim`). A claim is a lease: if this
 process dies, the items fall due again when their leases run out and another worker takes them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
@@ -24,6 +26,28 @@ from service.store.ports import DeliveryClaims, RunPumpStore
 log = logs.get("hookbridge.worker")
 
 LOOKAHEAD_MS = 1000  # how far ahead the claim may reserve vendor budget slots
+
+
+class Pace(enum.Enum):
+    """When a claim loop claims next, after a claim (:func:`next_claim`)."""
+
+    AT_ONCE = "at once"  # more is due now: a backlog drains at full speed
+    AFTER_GAP = "after the gap"  # it took all that was due: what falls due next waits for one claim
+    WHEN_DUE = "when due"  # it took nothing: sleep until the next item is due, or a wake-up
+
+
+def next_claim(taken: int, free: int, next_due_ms: float | None, now_ms: float) -> Pace:
+    """After a claim that took ``taken`` items with ``free`` slots open, and says the next item is due at
+    ``next_due_ms`` (None: none known): claim again at once while more is due now (the batch was full, or
+    the claim stopped at its batch size), after the gap when it took all there was, and, when it took
+    nothing, when the next item is due. The gap gathers what falls due one item at a time (runs in flight
+    by the ten thousand) into one claim, and every batch after it (the transitions, the relay's calls)
+    fills with it; a claim that stopped short of what is due never waits it out."""
+    if taken == 0:
+        return Pace.WHEN_DUE
+    if taken >= free or (next_due_ms is not None and next_due_ms <= now_ms):
+        return Pace.AT_ONCE
+    return Pace.AFTER_GAP
 
 
 class Pump:
@@ -110,17 +134,20 @@ class Pump:
                 task = loop.create_task(coro)
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
-            if work and len(work) >= free:
-                await asyncio.sleep(0)  # full batch: more may be due; let the tasks start first
+            pace = (
+                next_claim(len(work), free, next_due_ms, self.clock.now_ms()) if free > 0 else Pace.WHEN_DUE
+            )
+            if pace is Pace.AT_ONCE:
+                await asyncio.sleep(0)  # more is due: let the tasks start first
                 if len(self.tasks) >= self.concurrency:
                     await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
                 continue
             if free > 0:
-                partial_at = now
-            wait = self.idle_s
-            if next_due_ms is not None:
-                wait = min(wait, max(0.0, next_due_ms / 1000 - self.clock.time()))
-            if not work:
+                partial_at = now  # the next claim, whatever wakes the loop, waits out the gap from here
+            if pace is Pace.WHEN_DUE:
+                wait = self.idle_s
+                if next_due_ms is not None:
+                    wait = min(wait, max(0.0, next_due_ms / 1000 - self.clock.time()))
                 await _wait_any(stop, self._wake, wait)
 
     async def until_idle(self) -> int:
@@ -271,7 +298,7 @@ class DeliveryPump(Pump):
             settings.worker_concurrency,
             settings.worker_idle_s,
             clock,
-            gap_s=settings.worker_claim_gap_s,
+            gap_s=settings.delivery_claim_gap_s,
         )
         self.store = store
         self.settings = settings

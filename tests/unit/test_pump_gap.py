@@ -1,8 +1,10 @@
-"""The claim loop's pace (``Pump._loop``, ``WORKER_CLAIM_GAP_S``): after a claim that took all there was
-(slots left free), the next claim waits out the gap, so that what falls due meanwhile is taken by one claim;
-after a full batch the next claim is at once (a backlog drains at full speed); a gap of 0 claims again at
-once. The claims here are scripted (a Pump whose claim hands out what the test says): the loop's pace is
-what is under test, not the store's claim, which tests/store/test_two_phase.py runs on a real Redis."""
+"""The claim loop's pace (``Pump._loop``, ``pumps.next_claim``; ``WORKER_CLAIM_GAP_S`` for run steps,
+``DELIVERY_CLAIM_GAP_S`` for callbacks): after a claim that took all there was (slots left free, nothing
+more due), the next claim waits out the gap, so that what falls due meanwhile is taken by one claim; after
+a full batch, or a claim that stopped at its batch size with more due, the next claim is at once (a backlog
+drains at full speed); a gap of 0 claims again at once. The claims here are scripted (a Pump whose claim
+hands out what the test says): the loop's pace is what is under test, not the store's claim, which
+tests/store/test_two_phase.py runs on a real Redis."""
 
 from __future__ import annotations
 
@@ -11,15 +13,58 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from service.worker.pumps import Pump
+import pytest
+
+from service.vendors.registry import load_settings
+from service.worker.pumps import DeliveryPump, Pace, Pump, RunPump, next_claim
+
+NOW = 1_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("taken", "free", "next_due_ms", "pace"),
+    [
+        (0, 10, None, Pace.WHEN_DUE),  # nothing due
+        (0, 10, NOW - 5, Pace.WHEN_DUE),  # due but not claimable (a vendor's budget): not a spin
+        (10, 10, None, Pace.AT_ONCE),  # a full batch
+        (10, 10, NOW + 500, Pace.AT_ONCE),
+        (3, 10, None, Pace.AFTER_GAP),  # took all there was
+        (3, 10, NOW + 1, Pace.AFTER_GAP),  # the next falls due after the claim
+        (3, 10, NOW, Pace.AT_ONCE),  # stopped at its batch size (WORKER_BATCH) with more due now
+        (200, 500, NOW - 1_000, Pace.AT_ONCE),  # a backlog: never waits out a gap
+    ],
+)
+def test_the_next_claim_after_a_claim(taken: int, free: int, next_due_ms: float | None, pace: Pace) -> None:
+    assert next_claim(taken, free, next_due_ms, NOW) is pace
+
+
+def test_run_steps_and_callbacks_each_have_their_gap() -> None:
+    settings = load_settings(
+        {
+            "HOOKBRIDGE_REDIS_URL": "redis://127.0.0.1:1",
+            "HOOKBRIDGE_WORKER_CLAIM_GAP_S": "0.1",
+            "HOOKBRIDGE_DELIVERY_CLAIM_GAP_S": "0.002",
+        }
+    )
+    runs = RunPump(None, settings, step=_no_step, vendors=["nutrient"], intervals={})  # type: ignore[arg-type]
+    deliveries = DeliveryPump(None, settings, attempt=_no_step)  # type: ignore[arg-type]
+    assert (runs.gap_s, deliveries.gap_s) == (0.1, 0.002)
+
+
+async def _no_step(_: Any) -> None:
+    return None
 
 
 class Scripted(Pump):
-    """Each claim takes the next count of items from ``batches`` (then none), and notes when it began."""
+    """Each claim takes the next count of items from ``batches`` (then none), and notes when it began;
+    with ``more_due``, each claim says more is due now (it stopped at its batch size)."""
 
-    def __init__(self, batches: list[int], gap_s: float, concurrency: int = 10) -> None:
+    def __init__(
+        self, batches: list[int], gap_s: float, concurrency: int = 10, more_due: bool = False
+    ) -> None:
         super().__init__("test", concurrency, idle_s=0.001, gap_s=gap_s)
         self.batches = batches
+        self.more_due = more_due
         self.at: list[float] = []
         self.done = asyncio.Event()
 
@@ -29,7 +74,7 @@ class Scripted(Pump):
             self.done.set()
             return [], None
         n = min(self.batches.pop(0), free)
-        return [self._item() for _ in range(n)], None
+        return [self._item() for _ in range(n)], self.clock.now_ms() if self.more_due else None
 
     async def _item(self) -> None:
         return None
@@ -63,3 +108,10 @@ async def test_a_gap_of_zero_claims_again_at_once() -> None:
     # idle_s is 1 ms and no claim names a next due time: with no gap, claims follow within the idle wait.
     gaps = await _run(Scripted([1, 1, 1, 1], gap_s=0.0), claims=5)
     assert all(g < 1.0 for g in gaps), gaps
+
+
+async def test_a_claim_that_stopped_at_its_batch_size_with_more_due_claims_again_at_once() -> None:
+    # Batches of 4 of 10 slots, each claim saying more is due now: none waits for the 5 s gap (before,
+    # a claim under the free slots always did, and a backlog drained a batch a gap).
+    gaps = await _run(Scripted([4, 4, 4, 4], gap_s=5.0, more_due=True), claims=4)
+    assert all(g < 5.0 for g in gaps), gaps
