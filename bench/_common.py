@@ -123,7 +123,10 @@ class BenchResult:
 def verdict(f: Figure) -> str:
     if f.met is None:
         return f.target
-    return f"{f.target}: met" if f.met else f"{f.target}: **missed**, {f.missed_by()}"
+    if f.met:
+        return f"{f.target}: met"
+    by = f.missed_by()  # "" where there is no figure to compare (a run with no steady state)
+    return f"{f.target}: **missed**" + (f", {by}" if by else " (no figure)")
 
 
 def print_result(result: BenchResult, as_json: bool = False) -> None:

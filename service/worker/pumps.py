@@ -36,16 +36,18 @@ class Pace(enum.Enum):
     WHEN_DUE = "when due"  # it took nothing: sleep until the next item is due, or a wake-up
 
 
-def next_claim(taken: int, free: int, next_due_ms: float | None, now_ms: float) -> Pace:
-    """After a claim that took ``taken`` items with ``free`` slots open, and says the next item is due at
-    ``next_due_ms`` (None: none known): claim again at once while more is due now (the batch was full, or
-    the claim stopped at its batch size), after the gap when it took all there was, and, when it took
-    nothing, when the next item is due. The gap gathers what falls due one item at a time (runs in flight
-    by the ten thousand) into one claim, and every batch after it (the transitions, the relay's calls)
-    fills with it; a claim that stopped short of what is due never waits it out."""
+def next_claim(taken: int, free: int, batch: int) -> Pace:
+    """After a claim that took ``taken`` items with ``free`` slots open, at most ``batch`` a claim
+    (``WORKER_BATCH``): claim again at once when it came back full (its slots or its batch: more may be
+    due), after the gap when it took less (all there was), and, when it took nothing, when the next item is
+    due. The gap gathers what falls due one item at a time (runs in flight by the ten thousand) into one
+    claim, and every batch after it (the transitions, the relay's calls) fills with it. "More is due now"
+    is no reason to claim at once: where items fall due all the time (every poll of 30,000 runs, every
+    submit of a burst), something is always due by the time a claim returns, and claiming again at once
+    would bring back the claims of one or two items that the gap is for."""
     if taken == 0:
         return Pace.WHEN_DUE
-    if taken >= free or (next_due_ms is not None and next_due_ms <= now_ms):
+    if taken >= min(free, batch):
         return Pace.AT_ONCE
     return Pace.AFTER_GAP
 
@@ -54,13 +56,21 @@ class Pump:
     """Claims work in batches and runs each item as its own task, at most ``concurrency`` at once."""
 
     def __init__(
-        self, name: str, concurrency: int, idle_s: float, clock: Clock = SYSTEM, *, gap_s: float = 0.0
+        self,
+        name: str,
+        concurrency: int,
+        idle_s: float,
+        clock: Clock = SYSTEM,
+        *,
+        gap_s: float = 0.0,
+        batch: int | None = None,
     ) -> None:
         self.name = name
         self.clock = clock
         self.concurrency = concurrency
         self.idle_s = idle_s
         self.gap_s = gap_s
+        self.batch = batch or concurrency  # the most one claim takes (WORKER_BATCH)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.last_tick = time.monotonic()
         self._wake = asyncio.Event()
@@ -134,9 +144,7 @@ class Pump:
                 task = loop.create_task(coro)
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
-            pace = (
-                next_claim(len(work), free, next_due_ms, self.clock.now_ms()) if free > 0 else Pace.WHEN_DUE
-            )
+            pace = next_claim(len(work), free, self.batch) if free > 0 else Pace.WHEN_DUE
             if pace is Pace.AT_ONCE:
                 await asyncio.sleep(0)  # more is due: let the tasks start first
                 if len(self.tasks) >= self.concurrency:
@@ -210,6 +218,7 @@ class RunPump(Pump):
             settings.worker_idle_s,
             clock,
             gap_s=settings.worker_claim_gap_s,
+            batch=settings.worker_batch,
         )
         self.store = store
         self.settings = settings
@@ -299,6 +308,7 @@ class DeliveryPump(Pump):
             settings.worker_idle_s,
             clock,
             gap_s=settings.delivery_claim_gap_s,
+            batch=settings.worker_batch,
         )
         self.store = store
         self.settings = settings

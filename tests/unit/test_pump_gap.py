@@ -1,7 +1,7 @@
 """The claim loop's pace (``Pump._loop``, ``pumps.next_claim``; ``WORKER_CLAIM_GAP_S`` for run steps,
-``DELIVERY_CLAIM_GAP_S`` for callbacks): after a claim that took all there was (slots left free, nothing
-more due), the next claim waits out the gap, so that what falls due meanwhile is taken by one claim; after
-a full batch, or a claim that stopped at its batch size with more due, the next claim is at once (a backlog
+``DELIVERY_CLAIM_GAP_S`` for callbacks): after a claim that took all there was (under its free slots
+and its batch size), the next claim waits out the gap, so that what falls due meanwhile is taken by one claim; after
+a full batch (its free slots, or its batch size: WORKER_BATCH), the next claim is at once (a backlog
 drains at full speed); a gap of 0 claims again at once. The claims here are scripted (a Pump whose claim
 hands out what the test says): the loop's pace is what is under test, not the store's claim, which
 tests/store/test_two_phase.py runs on a real Redis."""
@@ -18,24 +18,20 @@ import pytest
 from service.vendors.registry import load_settings
 from service.worker.pumps import DeliveryPump, Pace, Pump, RunPump, next_claim
 
-NOW = 1_000_000.0
-
 
 @pytest.mark.parametrize(
-    ("taken", "free", "next_due_ms", "pace"),
+    ("taken", "free", "batch", "pace"),
     [
-        (0, 10, None, Pace.WHEN_DUE),  # nothing due
-        (0, 10, NOW - 5, Pace.WHEN_DUE),  # due but not claimable (a vendor's budget): not a spin
-        (10, 10, None, Pace.AT_ONCE),  # a full batch
-        (10, 10, NOW + 500, Pace.AT_ONCE),
-        (3, 10, None, Pace.AFTER_GAP),  # took all there was
-        (3, 10, NOW + 1, Pace.AFTER_GAP),  # the next falls due after the claim
-        (3, 10, NOW, Pace.AT_ONCE),  # stopped at its batch size (WORKER_BATCH) with more due now
-        (200, 500, NOW - 1_000, Pace.AT_ONCE),  # a backlog: never waits out a gap
+        (0, 10, 10, Pace.WHEN_DUE),  # nothing due, or nothing claimable (a vendor's budget): not a spin
+        (10, 10, 200, Pace.AT_ONCE),  # every free slot filled
+        (200, 500, 200, Pace.AT_ONCE),  # stopped at WORKER_BATCH with slots free: a backlog drains at once
+        (250, 500, 200, Pace.AT_ONCE),  # several vendors' batches in one claim
+        (3, 10, 200, Pace.AFTER_GAP),  # took all there was
+        (199, 500, 200, Pace.AFTER_GAP),  # under its batch: all there was, though more fell due since
     ],
 )
-def test_the_next_claim_after_a_claim(taken: int, free: int, next_due_ms: float | None, pace: Pace) -> None:
-    assert next_claim(taken, free, next_due_ms, NOW) is pace
+def test_the_next_claim_after_a_claim(taken: int, free: int, batch: int, pace: Pace) -> None:
+    assert next_claim(taken, free, batch) is pace
 
 
 def test_run_steps_and_callbacks_each_have_their_gap() -> None:
@@ -56,15 +52,13 @@ async def _no_step(_: Any) -> None:
 
 
 class Scripted(Pump):
-    """Each claim takes the next count of items from ``batches`` (then none), and notes when it began;
-    with ``more_due``, each claim says more is due now (it stopped at its batch size)."""
+    """Each claim takes the next count of items from ``batches`` (then none), and notes when it began."""
 
     def __init__(
-        self, batches: list[int], gap_s: float, concurrency: int = 10, more_due: bool = False
+        self, batches: list[int], gap_s: float, concurrency: int = 10, batch: int | None = None
     ) -> None:
-        super().__init__("test", concurrency, idle_s=0.001, gap_s=gap_s)
+        super().__init__("test", concurrency, idle_s=0.001, gap_s=gap_s, batch=batch)
         self.batches = batches
-        self.more_due = more_due
         self.at: list[float] = []
         self.done = asyncio.Event()
 
@@ -74,7 +68,7 @@ class Scripted(Pump):
             self.done.set()
             return [], None
         n = min(self.batches.pop(0), free)
-        return [self._item() for _ in range(n)], self.clock.now_ms() if self.more_due else None
+        return [self._item() for _ in range(n)], None
 
     async def _item(self) -> None:
         return None
@@ -110,8 +104,8 @@ async def test_a_gap_of_zero_claims_again_at_once() -> None:
     assert all(g < 1.0 for g in gaps), gaps
 
 
-async def test_a_claim_that_stopped_at_its_batch_size_with_more_due_claims_again_at_once() -> None:
-    # Batches of 4 of 10 slots, each claim saying more is due now: none waits for the 5 s gap (before,
-    # a claim under the free slots always did, and a backlog drained a batch a gap).
-    gaps = await _run(Scripted([4, 4, 4, 4], gap_s=5.0, more_due=True), claims=4)
-    assert all(g < 5.0 for g in gaps), gaps
+async def test_a_claim_that_stopped_at_its_batch_size_claims_again_at_once() -> None:
+    # Batches of 4 (the pump's batch size) with 10 slots free: none waits for the 5 s gap (before, a claim
+    # under the free slots always did, and a backlog drained one batch a gap).
+    gaps = await _run(Scripted([4, 4, 4, 1], gap_s=5.0, batch=4), claims=4)
+    assert all(g < 5.0 for g in gaps[:3]), gaps
