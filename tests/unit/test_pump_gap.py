@@ -1,7 +1,7 @@
 """The claim loop's pace (``Pump._loop``, ``pumps.next_claim``; ``WORKER_CLAIM_GAP_S`` for run steps,
-``DELIVERY_CLAIM_GAP_S`` for callbacks): after a claim that took all there was (under its free slots
-and its batch size), the next claim waits out the gap, so that what falls due meanwhile is taken by one claim; after
-a full batch (its free slots, or its batch size: WORKER_BATCH), the next claim is at once (a backlog
+``DELIVERY_CLAIM_GAP_S`` for callbacks): after a claim that took all there was (under its free slots and
+its batch size), the next claim waits out the gap, so that what falls due meanwhile is taken by one claim;
+after a full batch (its free slots, or its batch size: WORKER_BATCH), the next claim is at once (a backlog
 drains at full speed); a gap of 0 claims again at once. The claims here are scripted (a Pump whose claim
 hands out what the test says): the loop's pace is what is under test, not the store's claim, which
 tests/store/test_two_phase.py runs on a real Redis."""
