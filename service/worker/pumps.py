@@ -31,7 +31,7 @@ LOOKAHEAD_MS = 1000  # how far ahead the claim may reserve vendor budget slots
 class Pace(enum.Enum):
     """When a claim loop claims next, after a claim (:func:`next_claim`)."""
 
-    AT_ONCE = "at once"  # more is due now: a backlog drains at full speed
+    AT_ONCE = "at once"  # it came back full: more may be due, and a backlog drains at full speed
     AFTER_GAP = "after the gap"  # it took all that was due: what falls due next waits for one claim
     WHEN_DUE = "when due"  # it took nothing: sleep until the next item is due, or a wake-up
 
@@ -146,7 +146,7 @@ class Pump:
                 task.add_done_callback(self.tasks.discard)
             pace = next_claim(len(work), free, self.batch) if free > 0 else Pace.WHEN_DUE
             if pace is Pace.AT_ONCE:
-                await asyncio.sleep(0)  # more is due: let the tasks start first
+                await asyncio.sleep(0)  # a full claim: more may be due; let the tasks start first
                 if len(self.tasks) >= self.concurrency:
                     await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
                 continue
