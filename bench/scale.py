@@ -504,6 +504,8 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if bad := [item for item in args.set if "=" not in item or item.startswith("=")]:
+        parser.error(f"--set takes NAME=VALUE, not {bad[0]!r}")
     chosen = dict(item.split("=", 1) for item in args.set)
     if chosen:
         print(f"bench.scale: with {chosen}", file=sys.stderr, flush=True)
