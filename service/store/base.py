@@ -5,7 +5,7 @@ each aggregate, so that the five of them never load the scripts five times."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
@@ -64,14 +64,13 @@ async def each_call(redis: Redis, script: AsyncScript, calls: list[tuple[list[st
 
 async def batched(redis: Redis, script: AsyncScript, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
     """Each (keys, args) of one script, through ``script``, its batch (:data:`scripts.BATCHED`): one call
-    of it for the calls whose keys are in one slot (their first key's hash tag: every key of a call shares
-    it), all of them in one round trip (:func:`each_call`). Returns each call's reply in the calls' order;
+    of it for the calls whose keys are in one slot on a cluster (their first key's hash tag: every key of a
+    call shares it), one for them all on a Redis server (:func:`batch_groups`), all of them in one round
+    trip (:func:`each_call`). Returns each call's reply in the calls' order;
     a call that raised in the script replies ``{'error', message}`` (the others still ran)."""
-    groups: dict[str, list[int]] = {}
-    for i, (ks, _) in enumerate(calls):
-        groups.setdefault(_hash_tag(ks[0]), []).append(i)
+    groups = batch_groups([ks[0] for ks, _ in calls], by_slot=isinstance(redis, RedisCluster))
     batches: list[tuple[list[str], list[Any]]] = []
-    for members in groups.values():
+    for members in groups:
         ks_all: list[str] = []
         argv: list[Any] = []
         for i in members:
@@ -80,10 +79,26 @@ async def batched(redis: Redis, script: AsyncScript, calls: list[tuple[list[str]
             argv += [len(ks), len(args), *args]
         batches.append((ks_all, argv))
     out: list[Any] = [None] * len(calls)
-    for members, replies in zip(groups.values(), await each_call(redis, script, batches), strict=True):
+    for members, replies in zip(groups, await each_call(redis, script, batches), strict=True):
         for i, reply in zip(members, replies, strict=True):
             out[i] = reply
     return out
+
+
+def batch_groups(first_keys: Sequence[str], *, by_slot: bool) -> list[list[int]]:
+    """Which calls of a batch go in one call of its script, by their places in the batch (each group in
+    the calls' order): on a cluster (``by_slot``), those whose keys share a slot, known by their first
+    key's hash tag; on one Redis server, which has no slots, all of them. At scale a batch's few changes
+    spread over the shards, so one call per shard was a call per change on one server, each with the
+    script's own cost in Redis (stop 51, bench/analysis.md)."""
+    if not first_keys:
+        return []
+    if not by_slot:
+        return [list(range(len(first_keys)))]
+    groups: dict[str, list[int]] = {}
+    for i, key in enumerate(first_keys):
+        groups.setdefault(_hash_tag(key), []).append(i)
+    return list(groups.values())
 
 
 def _hash_tag(key: str) -> str:

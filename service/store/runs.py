@@ -318,7 +318,7 @@ class Runs(Part):
 
     async def transitions(self, changes: Sequence[Transition]) -> list[Outcome | Exception]:
         """:meth:`transition` for many runs in one call of ``transitions`` (``_batch.lua`` around
-        ``transition.lua``) per shard they are in (one
+        ``transition.lua``) per shard they are in on a cluster, one in all on a Redis server (one
         round trip for them all, each change still applied on its own, as it would be alone), then the
         relays of those that emitted events, a round trip per step of the relay for them all.
 
@@ -339,7 +339,7 @@ class Runs(Part):
             calls.append((change_keys, args))
             entries.append(entry)
         replies: list[Any] = [None] * len(changes)
-        # One call per shard (a run's keys are all in its shard's slot), one round trip for them all.
+        # One call per shard on a cluster (a run's keys are all in its shard's slot), one on a server.
         for i, reply in zip(at, await batched(self.redis, self.scripts.transitions, calls), strict=True):
             replies[i] = reply
         out: list[Outcome | Exception] = [
@@ -526,7 +526,7 @@ class Runs(Part):
             ]
             fed = await batched(
                 self.redis,
-                self.scripts.relay_feeds,  # one call per client (its feed, directory and marks: one slot)
+                self.scripts.relay_feeds,  # a call per client on a cluster (its feed, directory, marks)
                 [plan.feed(f) for plan, f in zip(plans, fanned_all, strict=True)],
             )
             _raise_failed(fed)
@@ -553,7 +553,7 @@ class Runs(Part):
             _raise_failed(
                 await batched(
                     self.redis,
-                    self.scripts.relays_done,  # one call per shard of the runs
+                    self.scripts.relays_done,  # a call per shard of the runs on a cluster
                     [self._done_call(runs[i].id, read[i], f) for i, f in done],
                 )
             )

@@ -257,9 +257,11 @@ class Batches:
         return await self.script(keys=keys, args=args, client=client)
 
 
-async def test_a_batch_of_relays_is_one_feed_call_per_client_and_one_last_step_per_shard(
+async def test_a_batch_of_relays_is_one_feed_call_and_one_last_step_on_one_server(
     store: Store,
 ) -> None:
+    # On a cluster, a feed call per client and a last step per shard (base.batch_groups, tested as a table
+    # in tests/unit/test_batch_groups.py); this Redis is one server, which has no slots.
     await _subscription(store)
     polled = [await _polled(store) for _ in range(6)]
     feeds = Batches(store.runs.scripts.relay_feeds)
@@ -276,10 +278,8 @@ async def test_a_batch_of_relays_is_one_feed_call_per_client_and_one_last_step_p
     outcomes = await store.runs.transitions(changes)
     assert all(isinstance(o, Applied) for o in outcomes)
     assert feeds.sizes == [6]  # one client: one call, six relays in it
-    shards = {keys.shard_of(run.id) for run, _ in polled}
-    assert sorted(done.sizes) == sorted(
-        sum(1 for run, _ in polled if keys.shard_of(run.id) == s) for s in shards
-    )
+    assert len({keys.shard_of(run.id) for run, _ in polled}) > 1  # the runs' shards, one call for them
+    assert done.sizes == [6]
     assert await _feed_types(store) == [domain.EVENT_SUBMITTED] * 6 + [domain.EVENT_PROGRESS] * 6
     for run, _ in polled:  # each relay finished: its outbox is empty and out of the index
         assert await store.redis.llen(keys.run_outbox(run.id)) == 0
