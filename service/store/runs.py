@@ -717,9 +717,10 @@ class Runs(Part):
         (:mod:`service.store.due`; every shard once per ``WORKER_IDLE_S``) are read, at most ``limit`` in
         all, in one round trip (with none due, each shard's head, and that is all); the vendor's pause and
         budget give their slots for them (``budget_batch.lua``: none while paused, one for the probe after,
-        at most those within ``lookahead_ms``); ``claim_runs.lua`` leases those still due, one call per
-        shard, one slot each, and the slots left over at the end are given back; a probe is set last
-        (``pause.lua``), or its run handed back when another claim's probe got there first."""
+        at most those within ``lookahead_ms``); ``claim_runs.lua`` leases those still due, in each
+        shard (one call in all on a server), one slot each, and the slots left over at the end are given
+        back; a probe is set last (``pause.lua``), or its run handed back when another claim's probe got
+        there first."""
         known = self._due.get(vendor)
         if known is None:
             known = self._due[vendor] = DueShards(refresh_ms=self.settings.worker_idle_s * 1000)
@@ -827,7 +828,8 @@ class Runs(Part):
         step: float,
         limit: int,
     ) -> tuple[list[ClaimedRun], int]:
-        """``claim_runs.lua`` once per shard of the runs ``picked``, one budget slot each from ``start``,
+        """``claim_runs.lua`` for each shard of the runs ``picked`` (``claims``: one call in all on a Redis
+        server, one per shard on a cluster), one budget slot each from ``start``,
         ``step`` apart, in the order picked; returns the runs claimed and how many slots lie up to the
         last one used (those after it are the caller's to give back)."""
         by_shard: dict[int, list[str]] = {}
@@ -843,7 +845,9 @@ class Runs(Part):
             at += len(ids)
         claimed: list[ClaimedRun] = []
         used = 0
-        replies = await each_call(self.redis, self.scripts.claim_runs, calls)
+        # One call per shard on a cluster (a due set and its runs are in the shard's slot), one on a server.
+        replies = await batched(self.redis, self.scripts.claims, calls)
+        _raise_failed(replies)
         for shard, first_at, reply in zip(by_shard, firsts, replies, strict=True):
             got, nxt = claimed_runs([reply[0], reply[1], False])
             claimed += got

@@ -4,8 +4,8 @@ Each script is sent as ``#!lua`` (so that Redis and Valkey >= 7 hold it to the k
 ``status_prelude()`` (the statuses and outcomes, generated from domain.py), then, for the scripts that fan
 events out (a fan-out's deliveries and feed), the event defaults from domain.py and ``_fanout.lua``, for those
 that apply a client's rate ``_gcra.lua``, then its own file; ``transitions`` holds ``transition.lua`` as a
-function that it applies to each run of a batch (``_batch.lua``; so do ``relay_feeds`` and ``relays_done``
-with theirs: :data:`BATCHED`), and ``submit_run`` a submit's two steps as two. No
+function that it applies to each run of a batch (``_batch.lua``; so do ``relay_feeds``, ``relays_done``
+and ``claims`` with theirs: :data:`BATCHED`), and ``submit_run`` a submit's two steps as two. No
 script spells a status, and no script names a key: every key it touches is one of its ``KEYS``, built by
 the Python caller (``keys.py``); where a key depends on data in Redis (a delivery's subscription, a
 client's subscriptions, the events in a run's outbox) the caller reads that first and the script checks it
@@ -25,8 +25,14 @@ _SHARED = ("fanout_deliveries", "relay_feed")  # the scripts that fan events out
 # The scripts that apply a client's rate (_gcra.lua).
 _LIMITED = ("accept_run", "submit_run", "rate_limit", "read_feed")
 # The scripts that apply another to each call of a batch (_batch.lua): one EVALSHA for many calls whose
-# keys share a slot (a shard's transitions, a client's feed steps, a shard's runs' last relay steps).
-BATCHED = {"transitions": "transition", "relay_feeds": "relay_feed", "relays_done": "relay_done"}
+# keys share a slot on a cluster, for them all on one server (a batch's transitions, its relays' feed
+# steps and last steps, a claim's leases in each shard: base.batched).
+BATCHED = {
+    "transitions": "transition",
+    "relay_feeds": "relay_feed",
+    "relays_done": "relay_done",
+    "claims": "claim_runs",
+}
 
 
 def _lua_table(entries: dict[str, str | bool]) -> str:
@@ -109,6 +115,7 @@ class Scripts:
         self.relays_done = load("relays_done")
         self.pending_done = load("pending_done")
         self.claim_runs = load("claim_runs")
+        self.claims = load("claims")
         self.budget = load("budget")
         self.budget_batch = load("budget_batch")
         self.pause = load("pause")

@@ -234,34 +234,36 @@ async def test_a_busy_claim_over_shards_takes_each_shards_ids_left_due_without_r
     for run_id in a + b:
         await _run(store, run_id)
     calls: list[list[str]] = []
-    original = store.runs.scripts.claim_runs
+    original = store.runs.scripts.claims
 
     async def seen(**kwargs: Any) -> Any:
         calls.append(kwargs["keys"])
         return await original(**kwargs)
 
-    store.runs.scripts.claim_runs = seen  # type: ignore[method-assign]
+    store.runs.scripts.claims = seen  # type: ignore[method-assign]
     try:
         with _sent(store) as sent:
             first, _ = await store.runs.claim_runs("nutrient", T0, 4, LEASE, 0, 1000)
             # Two of each shard, not the first four due of the busier one; both shards' ids read.
             assert sorted(c.run.id for c in first) == sorted(a[:2] + b[:2])
             assert sent.count("ZRANGEBYSCORE") == 2
-            # One claim_runs.lua per shard touched, each on that shard's keys alone.
-            assert sorted(ks[0] for ks in calls) == sorted([DUE, keys.due_runs("nutrient", OTHER)])
-            assert all(len({key_slot(k.encode()) for k in ks}) == 1 for ks in calls)
+            # claim_runs.lua for each shard touched, in one call on this one server (on a cluster one call
+            # per shard, each on that shard's keys alone: base.batch_groups); each shard's due set first.
+            [ks] = calls
+            assert {DUE, keys.due_runs("nutrient", OTHER)} <= set(ks)
+            assert len({key_slot(k.encode()) for k in ks}) == 2
             # Each shard's reply named its share of the next batch (4 / 2 shards) of the ids still due.
             assert store.runs._due["nutrient"].ahead == {SHARD: a[2:4], OTHER: b[2:]}
             sent.clear()
             calls.clear()
             second, _ = await store.runs.claim_runs("nutrient", T0 + 1, 4, LEASE, 0, 1000)
             assert sorted(c.run.id for c in second) == sorted([a[2], a[3], b[2]]) and _reads(sent) == []
-            assert len(calls) == 2
+            assert len(calls) == 1
             third, _ = await store.runs.claim_runs("nutrient", T0 + 2, 4, LEASE, 0, 1000)
             assert [c.run.id for c in third] == [a[4]] and _reads(sent) == []
-            assert len(calls) == 3  # the one shard left due
+            assert len(calls) == 2 and set(calls[1]) == {DUE, keys.run(a[4])}  # the one shard left due
     finally:
-        store.runs.scripts.claim_runs = original  # type: ignore[method-assign]
+        store.runs.scripts.claims = original  # type: ignore[method-assign]
 
 
 async def test_a_delivery_claimed_between_the_read_and_the_script_is_not_claimed_twice(store: Store) -> None:
@@ -383,15 +385,15 @@ async def test_budget_slots_of_runs_claimed_meanwhile_are_given_back(store: Stor
     for run_id in IDS[:3]:
         await _run(store, run_id)
     # Another worker claims IDS[1] between this claim's read and its script: 3 slots taken, 2 used.
-    original = store.runs.scripts.claim_runs
+    original = store.runs.scripts.claims
 
     async def race(**kwargs: Any) -> Any:
         await store.redis.zadd(DUE, {IDS[1]: T0 + 10 + LEASE}, xx=True)
         return await original(**kwargs)
 
-    store.runs.scripts.claim_runs = race  # type: ignore[method-assign]
+    store.runs.scripts.claims = race  # type: ignore[method-assign]
     claimed, _ = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 1000.0, 10_000)
-    store.runs.scripts.claim_runs = original  # type: ignore[method-assign]
+    store.runs.scripts.claims = original  # type: ignore[method-assign]
     assert [(c.run.id, c.slot_ms) for c in claimed] == [(IDS[0], T0 + 10), (IDS[2], T0 + 1010)]
     # The third slot went back: the next request's slot follows the last one used.
     assert await store.limits.budget_take("nutrient", T0 + 20, 1000.0) == T0 + 2010
@@ -412,24 +414,24 @@ async def test_slots_after_the_last_one_used_go_back_across_shards(
     store: Store, taken: str, left: list[tuple[str, int]], next_slot: int
 ) -> None:
     """A claim over two shards hands the slots out in the order it took the runs, the first shard's then
-    the second's (one claim_runs.lua each, given its first slot); a run another worker took meanwhile
+    the second's (claim_runs.lua for each, given its first slot); a run another worker took meanwhile
     leaves its slot unused, and the slots after the last one used are given back."""
     ids = {"a": _in("run_a", 2), "b": _in("run_b", 9)}
     for run_id in ids.values():
         await _run(store, run_id)
-    original = store.runs.scripts.claim_runs
+    original = store.runs.scripts.claims
     due = keys.due_runs("nutrient", keys.shard_of(ids[taken]))
 
-    async def race(**kwargs: Any) -> Any:
-        if kwargs["keys"][0] == due:
+    async def race(**kwargs: Any) -> Any:  # both shards in one call on this one server
+        if due in kwargs["keys"]:
             await store.redis.zadd(due, {ids[taken]: T0 + 10 + LEASE}, xx=True)
         return await original(**kwargs)
 
-    store.runs.scripts.claim_runs = race  # type: ignore[method-assign]
+    store.runs.scripts.claims = race  # type: ignore[method-assign]
     try:
         claimed, _ = await store.runs.claim_runs("nutrient", T0 + 10, 10, LEASE, 1000.0, 10_000)
     finally:
-        store.runs.scripts.claim_runs = original  # type: ignore[method-assign]
+        store.runs.scripts.claims = original  # type: ignore[method-assign]
     assert [(c.run.id, c.slot_ms) for c in claimed] == [(ids[name], slot) for name, slot in left]
     assert await store.limits.budget_take("nutrient", T0 + 20, 1000.0) == next_slot
 
@@ -438,7 +440,7 @@ async def test_a_probe_taken_by_another_claim_meanwhile_hands_the_run_back(store
     for run_id in IDS[:2]:
         await _run(store, run_id)
     await store.limits.pause_limited("nutrient", T0, 1000, 1000, 60_000, None)
-    original = store.runs.scripts.claim_runs
+    original = store.runs.scripts.claims
 
     async def race(**kwargs: Any) -> Any:  # another worker's claim set its probe first
         await store.redis.hset(
@@ -446,9 +448,9 @@ async def test_a_probe_taken_by_another_claim_meanwhile_hands_the_run_back(store
         )
         return await original(**kwargs)
 
-    store.runs.scripts.claim_runs = race  # type: ignore[method-assign]
+    store.runs.scripts.claims = race  # type: ignore[method-assign]
     claimed, nxt = await store.runs.claim_runs("nutrient", T0 + 1000, 10, LEASE, 0.0, 0)
-    store.runs.scripts.claim_runs = original  # type: ignore[method-assign]
+    store.runs.scripts.claims = original  # type: ignore[method-assign]
     assert claimed == [] and nxt is None
     assert await store.redis.zscore(DUE, IDS[0]) == T0  # due again, as it was
 
