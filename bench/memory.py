@@ -148,8 +148,13 @@ async def run(
             cost["worker_us"],
             "us",
             higher_is_better=False,
-            note=f"and the Redis server's CPU per change, {cost['redis_us']:.1f} us; every change a "
-            "poll's with its progress moved, so most carry a run.progress to the client's feed",
+            note=f"and the Redis server's CPU per change, {cost['redis_us']:.1f} us; "
+            + (
+                "every change a poll's with its progress moved, so most carry a run.progress to the "
+                "client's feed"
+                if progress
+                else "no progress (--no-progress): every change a poll's without an event"
+            ),
         ),
     )
     for phase in ("in_flight", "finished"):

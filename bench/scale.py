@@ -86,6 +86,7 @@ async def run(
         cluster.receiver.expect_terminal = n
         redis = await cluster.redis_client()
         worker_pid = cluster.procs["worker"].process.pid
+        redis_pid = cluster.pids().get("redis", 0)  # one server (the cluster's nodes are not summed here)
         await asyncio.sleep(1.0)  # let the worker's first sweep and heartbeat write their keys
         baseline = await cluster.redis_memory()
         timeline: list[dict[str, Any]] = []
@@ -101,6 +102,7 @@ async def run(
                 "due_now": await _due_count(redis, int(now * 1000)),
                 "worker_rss_kib": memory_kib(worker_pid).get("VmRSS", 0),
                 "worker_cpu_s": cpu_seconds(worker_pid),
+                "redis_cpu_s": cpu_seconds(redis_pid) if redis_pid else 0.0,
                 "called_back": cluster.receiver.terminal_count,
                 "polls": metric_sum(metrics, "hookbridge_vendor_requests_total", kind="poll"),
                 "lateness": histogram(metrics, LATENESS),
@@ -162,6 +164,9 @@ async def run(
     window_polls = window_end["polls"] - cleared["polls"]
     window_cpu = window_end["worker_cpu_s"] - cleared["worker_cpu_s"]
     cpu_per_poll_us = window_cpu / window_polls * 1e6 if window_polls > 0 else None
+    # And the Redis server's: one server serves every worker, so its CPU per poll bounds them all.
+    redis_cpu = window_end["redis_cpu_s"] - cleared["redis_cpu_s"]
+    redis_per_poll_us = redis_cpu / window_polls * 1e6 if window_polls > 0 and redis_cpu > 0 else None
     per_run = (in_flight_memory - baseline) / in_flight_count if in_flight_count else None
     per_finished = (after - baseline) / n
     peak_rss = max([worker_mem.get("VmHWM", 0), *(r["worker_rss_kib"] for r in timeline)])
@@ -196,6 +201,14 @@ async def run(
             "us",
             note=f"the worker's CPU seconds over its polls in the window above ({window_polls:,.0f} polls, "
             f"{window_cpu:.1f} s of CPU): the step, its transition, its relay and the claims",
+        ),
+        Figure(
+            "Redis CPU per vendor poll, steady state",
+            redis_per_poll_us,
+            "us",
+            note=f"the redis-server process's CPU seconds over the same polls ({redis_cpu:.1f} s): the "
+            "step's scripts and reads, its relay's, the claims', the deliveries' and AOF's writes (not its "
+            "rewrites, in a child process); a Redis serves every worker, so this bounds them all",
         ),
         Figure(
             "step lateness p99, ramp: the submits and the polls made while their backlog drains",
