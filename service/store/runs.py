@@ -881,7 +881,8 @@ class Runs(Part):
 
 
 def _raise_failed(replies: Sequence[Any]) -> None:
-    """A batch of the relay's steps fails as a pipeline of them did: by the first step that raised."""
+    """A batch of the relay's steps, or of a claim's leases, fails as a pipeline of them did: by the first
+    call that raised."""
     for reply in replies:
         if (message := failed(reply)) is not None:
             raise ResponseError(message)

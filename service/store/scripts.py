@@ -114,8 +114,7 @@ class Scripts:
         self.relay_feeds = load("relay_feeds")
         self.relays_done = load("relays_done")
         self.pending_done = load("pending_done")
-        self.claim_runs = load("claim_runs")
-        self.claims = load("claims")
+        self.claims = load("claims")  # claim_runs.lua, only ever called batched
         self.budget = load("budget")
         self.budget_batch = load("budget_batch")
         self.pause = load("pause")

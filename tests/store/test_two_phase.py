@@ -19,7 +19,7 @@ from redis.crc import key_slot
 from service.core.domain import AttemptOutcome, DeliveryStatus
 from service.core.records import Event, Transition, replace
 from service.store import Applied, Store, fanout, keys
-from service.store.base import each_call
+from service.store.base import batched, each_call
 from service.store.runs import _outbox_entries
 from tests.store.test_lua import LEASE, T0, _attempt, _deliveries_of, _due_deliveries, _next, _run, _s, _sub
 from tests.store.test_lua import store as store  # the fixture
@@ -179,9 +179,15 @@ async def test_a_run_claimed_between_the_read_and_the_script_is_not_claimed_twic
     first, _ = await store.runs.claim_runs("nutrient", T0, 10, LEASE, 0, 1000)
     assert [c.run.id for c in first] == [run.id]
     # A second worker read the id as due before the first claim moved it: the script checks again.
-    reply = await store.runs.scripts.claim_runs(
-        keys=[keys.due_runs("nutrient", keys.shard_of(run.id)), keys.run(run.id)],
-        args=[T0, LEASE, T0, 0, 1, 10, run.id],
+    [reply] = await batched(
+        store.redis,
+        store.runs.scripts.claims,
+        [
+            (
+                [keys.due_runs("nutrient", keys.shard_of(run.id)), keys.run(run.id)],
+                [T0, LEASE, T0, 0, 1, 10, run.id],
+            )
+        ],
     )
     assert reply[0] == [] and reply[2] == []  # and nothing is due to give back
 
