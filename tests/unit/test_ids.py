@@ -108,3 +108,26 @@ def _crockford_by_loop(value: int) -> str:
 def test_crockford_spells_a_value_as_the_loop_over_its_characters_did(value: int) -> None:
     """Ten bits at a time give the characters the loop gave: the same ids, the same order by time."""
     assert domain.crockford(value) == _crockford_by_loop(value)
+
+
+def _walked(drawn: str, shard: int) -> str:
+    """The id new_id_in_shard makes of the drawn ``drawn``, the long way: the last pairs in turn from the
+    drawn one, the first whose CRC-32 lands in ``shard``."""
+    head, start = drawn[:-2], CROCKFORD.index(drawn[-2]) * 32 + CROCKFORD.index(drawn[-1])
+    for n in range(1024):
+        tail = (start + n) % 1024
+        candidate = head + CROCKFORD[tail >> 5] + CROCKFORD[tail & 31]
+        if zlib.crc32(candidate.encode()) % domain.SHARDS == shard:
+            return candidate
+    raise AssertionError("unreachable: the pairs reach every shard")
+
+
+def test_the_shard_is_reached_by_the_first_pair_the_walk_would_find(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table and the bisection give what walking the pairs from the drawn one gives, for drawn ids
+    whose last pair is anywhere, the last one (1,023: the walk wraps around) included."""
+    drawn_ids = [domain.new_id("evt") for _ in range(3000)]
+    drawn_ids += [d[:-2] + "ZZ" for d in drawn_ids[:200]] + [d[:-2] + "00" for d in drawn_ids[:200]]
+    for n, drawn in enumerate(drawn_ids):
+        shard = n % domain.SHARDS
+        monkeypatch.setattr(domain, "new_id", lambda prefix, drawn=drawn: drawn)
+        assert domain.new_id_in_shard("evt", shard) == _walked(drawn, shard), (drawn, shard)
