@@ -157,7 +157,8 @@ def new_id_in_shard(prefix: str, shard: int) -> str:
 
     CRC-32 is affine, so a pair's effect on the shard is the same whatever comes before it, once the
     head's own CRC is folded in: two CRC-32s and a bisection of :data:`_TAILS_BY_SHARD`, where walking
-    the pairs took ~16 CRC-32s on average (the whole call 7.5 us where 14.8, with ``new_id``'s 5). ``tests/unit/test_ids.py`` holds it to that walk."""
+    the pairs took ~16 CRC-32s on average (the whole call 7.5 us where 14.8, with ``new_id``'s 5).
+    ``tests/unit/test_ids.py`` holds it to that walk."""
     drawn = new_id(prefix)
     head, start = drawn[:-2], _CROCKFORD.index(drawn[-2]) * 32 + _CROCKFORD.index(drawn[-1])
     crc = zlib.crc32(head.encode())
