@@ -80,6 +80,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import string
+import zlib
 from collections.abc import Callable
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
@@ -102,8 +103,10 @@ METADATA_LISTINGS = f"{ANY_SHARD}client:*:meta:*"
 
 
 def of(identifier: str) -> str:
-    """The prefix of the keys of what ``identifier`` names: its shard's (a run's, an event's)."""
-    return shard_prefix(shard_of(identifier))
+    """The prefix of the keys of what ``identifier`` names: its shard's (a run's, an event's). A run's step
+    names a dozen keys this way, so the shard is computed here (``domain.shard_of``'s CRC-32, held to it by
+    tests/store/test_shards.py) and its prefix looked up, not formatted (~0.3 us a key where ~0.6)."""
+    return _PREFIXES[zlib.crc32(identifier.encode()) % SHARDS]
 
 
 def run(run_id: str) -> str:
@@ -327,7 +330,10 @@ TAGS = balanced_tags()
 
 def shard_prefix(shard: int) -> str:
     """``hb:{<tag>}:``, the prefix of every key of ``shard``."""
-    return f"{ROOT}{{{TAGS[shard]}}}:"
+    return _PREFIXES[shard]
+
+
+_PREFIXES = tuple(f"{ROOT}{{{tag}}}:" for tag in TAGS)
 
 
 def in_shard(mint: Callable[[int], str], shard: int) -> str:

@@ -65,6 +65,13 @@ def test_a_prefix_puts_every_key_of_a_shard_in_its_tags_slot() -> None:
         assert slots == {key_slot(tag.encode())}
 
 
+def test_of_names_the_prefix_of_the_ids_shard() -> None:
+    """``keys.of`` computes the shard itself (for speed): it must be ``shard_of``'s, for any id or name."""
+    names = [domain.new_id("run") for _ in range(2000)] + ["", "alice", "client-é", "tenant:ключ", "a\x00b"]
+    for name in names:
+        assert keys.of(name) == keys.shard_prefix(keys.shard_of(name)), name
+
+
 def _run_keys(run_id: str, event_id: str) -> list[str]:
     """What the scripts of one run declare together (create_run.lua, transition.lua, relay_done.lua): the
     run's own keys, its shard's due set, unfinished runs and outbox, and an event's body."""
