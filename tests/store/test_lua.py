@@ -20,6 +20,7 @@ from service.core import domain
 from service.core.lifecycle import Transition, new_run
 from service.core.records import Attempt, Delivery, Event, Run, Subscription, replace
 from service.store import Applied, Busy, Conflict, Missing, OverRate, Store, bodies, connect, keys
+from service.store.layout import spell_out_runs
 from service.store.scripts import _LUA, source, status_prelude
 from service.vendors.registry import load_settings
 from tests.conftest import base_env, command_calls
@@ -381,6 +382,52 @@ async def test_a_terminal_run_never_changes_status(store: Store) -> None:
     # The same terminal status may be rewritten (a canceled run told to the vendor later).
     same = replace(_next(done, "succeeded"), vendor_deleted=True)
     assert await store.runs.transition(Transition(same, 1)) == Applied(0, ended=False)
+
+
+_HEAD = (
+    "#!lua\n" + status_prelude() + "local s, v = string.match(ARGV[1], RUN_HEAD)\nreturn {s or '', v or ''}"
+)
+
+
+@pytest.mark.parametrize(
+    ("client", "options"),
+    [
+        ("alice", {}),
+        ('a"b\\c', {}),  # a quote and a backslash, escaped in the record
+        ('x","vendor":"y","op":"z', {}),  # the next fields' names inside the value
+        ("tenant é ключ", {}),
+        # A nested object spelling a whole head: the match stays on the record's own first fields.
+        ("bob", {"a": "", "vendor": "", "op": "", "ca": 1, "ua": 1, "status": "succeeded", "version": 99}),
+    ],
+)
+async def test_a_stored_runs_status_and_version_are_read_from_its_head(
+    store: Store, client: str, options: dict[str, Any]
+) -> None:
+    """transition.lua reads a run's status and version with RUN_HEAD (scripts.run_head), not by decoding
+    the record: for every record written now, whatever the client's name or the options hold."""
+    for status, version in (("queued", 0), ("running", 7), ("succeeded", 12345)):
+        run = replace(_new(client=client), options=options, status=status, version=version)
+        got = await store.redis.eval(_HEAD, 0, run.to_json())
+        assert [_s(x) for x in got] == [status, str(version)], run.to_json()
+
+
+async def test_a_record_in_another_form_is_read_whole_by_a_transition(store: Store) -> None:
+    """A record RUN_HEAD does not match (here the long names, as `hookbridge spell-out-runs` writes
+    them for a rollback) is decoded whole: a transition still refuses a stale version and a terminal
+    run's new status, and applies the right one."""
+    run = await _run(store)
+    await spell_out_runs(store.redis)
+    stored = await store.redis.get(keys.run(run.id))
+    assert await store.redis.eval(_HEAD, 0, stored) == [b"", b""]  # no match: the long form
+    stale = await store.runs.transition(Transition(_next(run, "failed"), run.version + 1))
+    assert isinstance(stale, Conflict) and stale.current.status == run.status
+    done = _next(run, "succeeded")
+    assert await store.runs.transition(Transition(done, run.version, remove_due=True)) == Applied(
+        0, ended=True
+    )
+    await spell_out_runs(store.redis)
+    back = await store.runs.transition(Transition(_next(done, "processing"), done.version))
+    assert isinstance(back, Conflict) and back.current.status == "succeeded"
 
 
 async def test_due_set_is_scored_then_removed_with_the_active_entry(store: Store) -> None:

@@ -20,10 +20,16 @@
 local ops = cjson.decode(ARGV[1])
 local cur = redis.call('GET', KEYS[1])
 if not cur then return {'missing'} end
-local run = cjson.decode(cur)
--- '_v': a run written before the record's fields had one name (records.Run.from_json reads it too).
-if tonumber(run['version'] or run['_v']) ~= tonumber(ops['expect_v']) then return {'conflict', cur} end
-if TERMINAL[run['status']] and run['status'] ~= ops['status'] then
+-- The status and version from the record's head (RUN_HEAD: scripts.run_head), or from the whole of a record
+-- written in another form.
+local status, version = string.match(cur, RUN_HEAD)
+if not status then
+  local run = cjson.decode(cur)
+  -- '_v': a run written before the record's fields had one name (records.Run.from_json reads it too).
+  status, version = run['status'], run['version'] or run['_v']
+end
+if tonumber(version) ~= tonumber(ops['expect_v']) then return {'conflict', cur} end
+if TERMINAL[status] and status ~= ops['status'] then
   return {'conflict', cur}
 end
 
@@ -53,4 +59,4 @@ if ops['ttl_ms'] then
   redis.call('PEXPIRE', KEYS[6], ops['ttl_ms'])
   if ops['result'] then redis.call('PEXPIRE', KEYS[4], ops['ttl_ms']) end
 end
-return {'ok', pending, run['status']}
+return {'ok', pending, status}
