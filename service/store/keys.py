@@ -80,7 +80,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import string
-import zlib
 from collections.abc import Callable
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
@@ -104,9 +103,8 @@ METADATA_LISTINGS = f"{ANY_SHARD}client:*:meta:*"
 
 def of(identifier: str) -> str:
     """The prefix of the keys of what ``identifier`` names: its shard's (a run's, an event's). A run's step
-    names a dozen keys this way, so the shard is computed here (``domain.shard_of``'s CRC-32, held to it by
-    tests/store/test_shards.py) and its prefix looked up, not formatted (~0.3 us a key where ~0.6)."""
-    return _PREFIXES[zlib.crc32(identifier.encode()) % SHARDS]
+    names a dozen keys this way, so the prefix is looked up, not formatted (~0.4 us a key where ~0.7)."""
+    return _PREFIXES[shard_of(identifier)]
 
 
 def run(run_id: str) -> str:

@@ -66,7 +66,8 @@ def test_a_prefix_puts_every_key_of_a_shard_in_its_tags_slot() -> None:
 
 
 def test_of_names_the_prefix_of_the_ids_shard() -> None:
-    """``keys.of`` computes the shard itself (for speed): it must be ``shard_of``'s, for any id or name."""
+    """``keys.of`` looks its prefix up (for speed): it must be that of ``shard_of``'s shard, for any id or
+    name."""
     names = [domain.new_id("run") for _ in range(2000)] + ["", "alice", "client-é", "tenant:ключ", "a\x00b"]
     for name in names:
         assert keys.of(name) == keys.shard_prefix(keys.shard_of(name)), name
