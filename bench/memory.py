@@ -4,6 +4,7 @@
     python -m bench.memory --runs 1000
     python -m bench.memory --no-progress    # a vendor that reports no progress (no run.progress events)
     python -m bench.memory --cluster 3      # on a Redis Cluster of 3 primaries (a replica each)
+    python -m bench.memory --runs 600 --instructions  # Redis under valgrind: its instructions per change
 
 Memory, not time, so it drives the store directly: a private Redis (no AOF) and the ``Store`` with the
 calls and the decisions the API and the worker make, in their order, for every run:
@@ -25,15 +26,23 @@ and ``MEMORY USAGE`` of each kind of key, averaged over a sample of runs for the
 divided by the runs for the keys they share (the due set, the indexes, the feed), so that the table says
 what each key costs a run. What neither accounts for is the main dictionary's and the expiry
 dictionary's entries and buckets.
+
+``--instructions`` runs Redis under valgrind's callgrind and counts the instructions it executes while the
+polls are applied, per change: the same count for the same work however busy the host is, where a CPU
+time moves by ±20 % between runs on a shared 2-core host (compare two trees by it; valgrind makes Redis
+~50 times slower, so use a few hundred runs, and the memory figures of that run stand as they are).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
 import hashlib
 import json
 import random
+import subprocess
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
@@ -60,6 +69,38 @@ BATCH = 250  # runs per batch of transitions (the worker's batcher takes about 7
 SAMPLE = 100  # runs whose keys are measured one by one
 
 
+class Instructions:
+    """Redis under valgrind's callgrind: :meth:`zero` its count, then :meth:`read` what it has executed
+    since (``callgrind_control``, which dumps the count to a file of its own)."""
+
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="hookbridge-callgrind-")
+        self.pid = 0
+
+    def prefix(self) -> list[str]:
+        return ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.directory}/redis.out"]
+
+    def _control(self, *args: str) -> None:
+        command = ["callgrind_control", *args, str(self.pid)]
+        subprocess.run(command, check=True, capture_output=True, timeout=60)
+
+    def zero(self) -> None:
+        self._control("-z")
+
+    def read(self) -> int:
+        before = set(glob.glob(f"{self.directory}/redis.out.*"))
+        self._control("-d")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for path in set(glob.glob(f"{self.directory}/redis.out.*")) - before:
+                with open(path) as dump:
+                    for line in dump:
+                        if line.startswith("summary:"):
+                            return int(line.split()[1])
+            time.sleep(0.1)
+        raise RuntimeError("callgrind wrote no dump")
+
+
 async def run(
     runs_n: int | None = None,
     polls: int = 12,
@@ -67,6 +108,7 @@ async def run(
     progress: bool = True,
     quick: bool = False,
     cluster: int = 0,
+    instructions: bool = False,
 ) -> BenchResult:
     """``quick`` (``bench.run --quick``): 1,000 runs unless ``runs_n`` says otherwise; else 10,000."""
     if runs_n is None:
@@ -77,8 +119,16 @@ async def run(
         command="python -m bench.memory",
         quick_command="python -m bench.memory --runs 1000",
     )
-    server = RedisCluster(primaries=cluster, replicas=1) if cluster else EmbeddedRedis(appendonly=False)
-    server.start()
+    counter = Instructions() if instructions else None
+    server: RedisCluster | EmbeddedRedis
+    if cluster:
+        server = RedisCluster(primaries=cluster, replicas=1)
+        server.start()
+    else:
+        server = EmbeddedRedis(appendonly=False, prefix=counter.prefix() if counter else ())
+        server.start(timeout_s=60 if counter else 10)
+        if counter and server.process:
+            counter.pid = server.process.pid
     try:
         # One subscription takes every callback: its in-flight limit is not what is measured.
         env = environment(server.url, "http://127.0.0.1:9", SUBSCRIPTION_MAX_IN_FLIGHT="1000")
@@ -93,7 +143,7 @@ async def run(
         settings = load_settings(env)
         store = Store(connect(settings), settings)
         try:
-            figures = await _measure(store, redis, settings, runs_n, polls, sample, progress)
+            figures = await _measure(store, redis, settings, runs_n, polls, sample, progress, counter)
         finally:
             await store.close()
             await redis.aclose()
@@ -157,6 +207,17 @@ async def run(
             ),
         ),
     )
+    if cost.get("redis_instructions") is not None:
+        result.add(
+            Figure(
+                "the same: instructions the Redis server executed per change (under valgrind's callgrind)",
+                cost["redis_instructions"],
+                "instructions",
+                higher_is_better=False,
+                note="its count from the first poll applied to the last; CPU times of this run are "
+                "valgrind's, not Redis's",
+            ),
+        )
     for phase in ("in_flight", "finished"):
         sizes = data[phase]["keys"]
         keys_note = ", ".join(f"{name} {size:,.0f}" for name, size in sizes.items())
@@ -171,7 +232,14 @@ async def run(
 
 
 async def _measure(
-    store: Store, redis: aioredis.Redis, settings: Settings, n: int, polls: int, sample: int, progress: bool
+    store: Store,
+    redis: aioredis.Redis,
+    settings: Settings,
+    n: int,
+    polls: int,
+    sample: int,
+    progress: bool,
+    counter: Instructions | None = None,
 ) -> tuple[float, float, dict[str, Any]]:
     sub_id = await _subscribe(store)
     await _settle(redis)
@@ -258,10 +326,14 @@ async def _measure(
 
     await each_batch(submit)
     redis_cpu = await _redis_cpu_s(redis)
+    if counter:
+        counter.zero()
     await each_batch(poll)
+    executed = counter.read() if counter else None
     transition_cost = {
         "worker_us": 1e6 * cpu["apply_s"] / max(1, cpu["changes"]),
         "redis_us": 1e6 * (await _redis_cpu_s(redis) - redis_cpu) / max(1, cpu["changes"]),
+        "redis_instructions": executed / max(1, cpu["changes"]) if executed is not None else None,
     }
     await _settle(redis)
     in_flight_bytes = await used_memory(redis) - baseline
@@ -517,9 +589,23 @@ def main() -> None:
         metavar="N",
         help="on a Redis Cluster of N primaries (a replica each)",
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="Redis under valgrind's callgrind: the instructions it executes per change (one Redis server)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    bench = run(args.runs, args.polls, args.sample, not args.no_progress, cluster=args.cluster)
+    if args.instructions and args.cluster:
+        parser.error("--instructions counts one Redis server's: not with --cluster")
+    bench = run(
+        args.runs,
+        args.polls,
+        args.sample,
+        not args.no_progress,
+        cluster=args.cluster,
+        instructions=args.instructions,
+    )
     print_result(run_main(bench), args.json)
 
 

@@ -140,8 +140,11 @@ class EmbeddedRedis:
         appendonly: bool = True,
         appendfsync: str = "everysec",
         directory: str | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
+        """``prefix``: a command the server runs under (``bench.memory --instructions``: valgrind's)."""
         self.port = port or free_port()
+        self.prefix = list(prefix)
         self._own_dir = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="hookbridge-redis-")
         self.appendonly = appendonly
@@ -154,6 +157,7 @@ class EmbeddedRedis:
 
     def start(self, timeout_s: float = 10.0) -> EmbeddedRedis:
         args = [
+            *self.prefix,
             redis_server_binary(),
             "--port",
             str(self.port),

@@ -116,7 +116,8 @@ def deliveries_calls(
             "client": client,
             "subs": group,
             "events": [
-                {"id": e.id, "type": e.type, "now": e.now, "before": e.before, "zr": e.zr} for e in events
+                {"id": e.id, "type": e.type, "now": str(e.now), "before": e.before, "zr": e.zr}
+                for e in events
             ],
             "dlv": dlv,
             "any_type": any_type,
@@ -149,10 +150,27 @@ def merged(events: Sequence[Event], replies: Sequence[Any]) -> Fanned:
     return out
 
 
+def stored_by_relay(event_type: str) -> bool:
+    """Whether an event's body is stored under its own key by the relay, not by the transition that
+    emits it: a run.progress, whose body most often goes to the client's feed alone (no subscription
+    asked for it: :func:`dropped`). The transition keeps it in the run's outbox only; the relay stores it
+    before a fan-out that may deliver it (:func:`bodies_to_store`), so that a delivery never finds its body
+    missing, and the relay's last step deletes it again if none did. Every other event's body is stored
+    with the transition."""
+    return event_type == domain.EVENT_PROGRESS
+
+
+def bodies_to_store(events: Sequence[Event], called: Sequence[str]) -> list[Event]:
+    """The events whose bodies a relay stores before its fan-out: those the transition left to it
+    (:func:`stored_by_relay`), when the fan-out calls on a subscription at all (``called``:
+    :func:`to_fan_out`'s answer). With no subscription called, every one of them is dropped."""
+    return [e for e in events if stored_by_relay(e.type)] if called else []
+
+
 def dropped(event: Event, dlv: Sequence[str]) -> bool:
-    """A run.progress event that no subscription asked for: kept in the feed only (its stored body is
-    dropped by the relay's last step)."""
-    return not dlv and event.type == "run.progress"
+    """A run.progress event that no subscription asked for: kept in the feed only (its stored body, if the
+    relay stored one, is deleted by the relay's last step)."""
+    return not dlv and event.type == domain.EVENT_PROGRESS
 
 
 def feed_call(
@@ -189,14 +207,14 @@ def feed_call(
                 row["body"] = len(args)
             listed.append(row)
             n += 1
-        out.append({"v": version, "events": listed})
+        out.append({"v": None if version is None else str(version), "events": listed})
     ops = {
         "mode": mode,
         "run_id": run_id,
         "subs": list(subs),
         "sub_filter": list(sub_filter),
-        "mark_ms": mark_ms,
-        "retention_ms": retention_ms,
+        "mark_ms": str(mark_ms),
+        "retention_ms": str(retention_ms),
         "entries": out,
     }
     args[0] = jsoncodec.dumps(ops)

@@ -87,10 +87,12 @@ def _entry(parts: Sequence[Any], ops: dict[str, Any]) -> _Entry:
 
 @dataclass(frozen=True)
 class _Plan:
-    """One relay's fan-out: its events, the deliveries' calls (one per subscription shard), and the
-    client's feed call, made from what those did."""
+    """One relay's fan-out: its events, the bodies it stores before the fan-out (``fanout.bodies_to_store``),
+    the deliveries' calls (one per subscription shard), and the client's feed call, made from what those
+    did."""
 
     events: list[fanout.Event]
+    store: list[fanout.Event]
     deliveries: list[tuple[list[str], list[Any]]]
     feed: Callable[[fanout.Fanned], tuple[list[str], list[Any]]]
 
@@ -392,6 +394,7 @@ class Runs(Part):
         for _ in range(fanout.STALE_TRIES):
             [found] = await self._directories([(client, run_id)])
             plan = self._plan(run_id, client, sub_filter, read, found)
+            await self._store_bodies([plan])
             made = await each_call(self.redis, self.scripts.fanout_deliveries, plan.deliveries)
             fanned = fanout.merged(plan.events, made)
             created += fanned.created
@@ -426,6 +429,7 @@ class Runs(Part):
         called = fanout.to_fan_out(targets, events, directory.types)
         return _Plan(
             events=events,
+            store=fanout.bodies_to_store(events, called),
             deliveries=fanout.deliveries_calls(client, run_id, events, called),
             feed=lambda fanned: fanout.feed_call(
                 "relay",
@@ -440,6 +444,19 @@ class Runs(Part):
                 retention_ms=self.retention_ms,
             ),
         )
+
+    async def _store_bodies(self, plans: Sequence[_Plan]) -> None:
+        """The bodies the plans' fan-outs may deliver that the transition left in the outbox alone
+        (``fanout.stored_by_relay``), each under its event's key, in its run's slot, before any delivery of
+        it exists (one round trip, when there are any: a run.progress that a subscription asked for). The
+        same bytes every time, so a relay done again stores nothing new."""
+        stored = [event for plan in plans for event in plan.store]
+        if not stored:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for event in stored:
+            pipe.set(keys.event(event.id), event.body, px=self.retention_ms)
+        await pipe.execute()
 
     async def _directories(self, pairs: Sequence[tuple[str, str]]) -> list[_Directory]:
         """Per (client, run): the client's subscription ids, the event types its directory keeps for them,
@@ -491,14 +508,14 @@ class Runs(Part):
                     out["dropped"].append(len(ks))
                 elif event.type == EVENT_PROGRESS:
                     out["progress"].append(event.id)
-                out["dlv"] += [[d, entry.ops["now"]] for d in dlv]
+                out["dlv"] += [[d, str(entry.ops["now"])] for d in dlv]
                 if event.zr and dlv:
                     ks += [keys.event_pending(event.id), keys.event(event.id)]
                     out["pending"].append([len(ks) - 1, len(dlv)])
             if "ttl_ms" in entry.ops:
-                out["ttl_ms"] = entry.ops["ttl_ms"]
+                out["ttl_ms"] = str(entry.ops["ttl_ms"])
             done.append(out)
-        query = {"run_id": run_id, "retention_ms": self.retention_ms, "entries": done}
+        query = {"run_id": run_id, "retention_ms": str(self.retention_ms), "entries": done}
         return ks, [jsoncodec.dumps(query), *(entry.head for entry in read)]
 
     async def _relay_after(
@@ -519,6 +536,7 @@ class Runs(Part):
                 self._plan(run.id, run.client, run.subscription_ids, entries, directory)
                 for run, entries, directory in zip(runs, read, found, strict=True)
             ]
+            await self._store_bodies(plans)
             calls = [call for plan in plans for call in plan.deliveries]
             replies = iter(await each_call(self.redis, self.scripts.fanout_deliveries, calls))
             fanned_all = [
@@ -638,8 +656,9 @@ class Runs(Part):
         args: list[Any] = ["", run.to_json()]
         entry: _Entry | None = None
         ops: dict[str, Any] = {"run_id": run.id, "expect_v": change.expect_v, "status": run.status}
+        # Numbers the script hands on to Redis go as text (scripts.py: a number is formatted again there).
         if change.due_ms is not None:
-            ops["due_score"] = int(change.due_ms)
+            ops["due_score"] = str(int(change.due_ms))
         elif change.remove_due:
             ops["due_remove"] = True
         if (
@@ -660,20 +679,26 @@ class Runs(Part):
             if change.result is not None:
                 args.append(change.result)
             ops |= {
-                "now": run.updated_at,
-                "retention_ms": self.retention_ms,
+                "now": str(run.updated_at),
+                "retention_ms": str(self.retention_ms),
                 "result": change.result is not None,
                 "del_doc": change.delete_document,
             }
             if change.events:
                 items, relay_ops = self._outbox_entry(change)
                 ops["relay"] = len(args) + 1
-                ops["bodies"] = [len(args) + e["body"] for e in relay_ops["events"]]
-                ks += [keys.event(e.id) for e in change.events]
+                # A run.progress's body is the relay's to store (fanout.stored_by_relay): the outbox has it.
+                kept = [
+                    (e, stored)
+                    for e, stored in zip(change.events, relay_ops["events"], strict=True)
+                    if not fanout.stored_by_relay(e.type)
+                ]
+                ops["bodies"] = [len(args) + stored["body"] for _, stored in kept]
+                ks += [keys.event(e.id) for e, _ in kept]
                 args += items
                 entry = _entry(items, relay_ops)  # as the relay would read it back, without the decode
             if change.ttl_ms is not None:
-                ops["ttl_ms"] = change.ttl_ms
+                ops["ttl_ms"] = str(change.ttl_ms)
         args[0] = jsoncodec.dumps(ops)
         return ks, args, entry
 

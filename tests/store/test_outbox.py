@@ -15,7 +15,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from service.core.records import Event, Run, Transition, replace
-from service.store import Applied, Store, fanout, keys
+from service.store import Applied, Store, bodies, fanout, keys
 from service.store.runs import RELAY_GRACE_MS
 from service.store.scripts import BATCHED
 from tests.store.test_lua import T0, _deliveries_of, _due_deliveries, _next, _run, _s, _sub
@@ -186,11 +186,60 @@ async def test_the_sweeper_drops_the_outbox_of_a_run_gone_and_takes_a_bounded_nu
 async def test_a_progress_event_nobody_asked_for_is_kept_in_the_feed_only(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_a")  # the default types: no run.progress
-    await _strand(store, run, "processing", _event("run.progress", event_id="evt_p"))
-    assert await store.redis.get(keys.event(_e("evt_p"))) is not None  # stored by the transition
+    progress = _event("run.progress", event_id="evt_p")
+    await _strand(store, run, "processing", progress)
+    # Not stored by the transition (fanout.stored_by_relay): the outbox holds its body until the relay.
+    assert await store.redis.get(keys.event(progress.id)) is None
     assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
-    assert await store.redis.get(keys.event(_e("evt_p"))) is None  # dropped by the relay: nobody wants it
-    assert await _feed_ids(store) == [_e("evt_p")] and await _deliveries_of(store, "sub_a") == []
+    assert await store.redis.get(keys.event(progress.id)) is None  # nor by the relay: nobody wants it
+    [(_, fields)] = await store.redis.xrange(keys.client_feed("alice"))
+    assert _s(fields[b"e"]) == progress.id and bodies.unpacked(fields[b"b"]) == progress.body.encode()
+    assert await _deliveries_of(store, "sub_a") == []
+
+
+async def test_a_stranded_progress_a_subscription_wants_is_stored_before_its_delivery_exists(
+    store: Store,
+) -> None:
+    run = await _run(store)
+    await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
+    progress = _event("run.progress", event_id="evt_p")
+    await _strand(store, run, "processing", progress)
+    assert await store.redis.get(keys.event(progress.id)) is None  # the outbox alone holds it
+    seen: list[bytes | None] = []
+    fan_out = store.runs.scripts.fanout_deliveries
+
+    async def watched(*args: object, **kwargs: object) -> object:
+        seen.append(await store.redis.get(keys.event(progress.id)))  # just before any delivery of it
+        return await fan_out(*args, **kwargs)
+
+    store.runs.scripts.fanout_deliveries = watched  # type: ignore[method-assign]
+    try:
+        assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
+    finally:
+        store.runs.scripts.fanout_deliveries = fan_out  # type: ignore[method-assign]
+    assert seen and all(raw is not None and bodies.unpacked(raw) == progress.body.encode() for raw in seen)
+    [delivery] = await _deliveries_of(store, "sub_a")
+    assert delivery.event_id == progress.id
+    stored = await store.redis.get(keys.event(progress.id))
+    assert stored is not None and bodies.unpacked(stored) == progress.body.encode()  # kept for its delivery
+    assert await store.redis.pttl(keys.event(progress.id)) > 0  # and expires with the retention
+    [(_, fields)] = await store.redis.xrange(keys.client_feed("alice"))
+    assert b"b" not in fields  # the feed reads it from the event's key, as any delivered event's
+
+
+async def test_a_progress_relayed_again_after_its_body_was_stored_is_delivered_once(store: Store) -> None:
+    run = await _run(store)
+    await _sub(store, "sub_a", event_types=json.dumps(["run.*"]))
+    progress = _event("run.progress", event_id="evt_p")
+    await _strand(store, run, "processing", progress)
+    with _lost(store, "relay_feed"), pytest.raises(RedisConnectionError):  # the feed step lost, after
+        await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS)  # the body stored and the delivery made
+    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == [progress.id]
+    assert await store.redis.get(keys.event(progress.id)) is not None
+    assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
+    assert [d.event_id for d in await _deliveries_of(store, "sub_a")] == [progress.id]
+    assert await _feed_ids(store) == [progress.id]
+    assert await _outboxed(store) == []
 
 
 async def test_one_run_whose_relay_fails_does_not_hold_up_the_others(store: Store) -> None:

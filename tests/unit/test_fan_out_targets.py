@@ -1,7 +1,7 @@
 """Which subscriptions a relay's fan-out calls on (``fanout.to_fan_out``), as a table: those whose kept
 event types may want one of the events, every one when an event was fanned out before, and every one with
-no kept types. The script's own match is checked against ``may_want`` on a real Redis in
-tests/store/test_relay_types.py."""
+no kept types; and the bodies the relay stores before it (``fanout.bodies_to_store``). The script's own
+match is checked against ``may_want`` on a real Redis in tests/store/test_relay_types.py."""
 
 from __future__ import annotations
 
@@ -61,6 +61,23 @@ KEPT = {"sub_default": DEFAULT, "sub_all": ("run.*",), "sub_progress": ("run.pro
 def test_to_fan_out(events: list[fanout.Event], called: list[str]) -> None:
     subs = ["sub_default", "sub_all", "sub_progress", "sub_unknown"]
     assert fanout.to_fan_out(subs, events, KEPT) == called
+
+
+@pytest.mark.parametrize(
+    ("events", "called", "stored"),
+    [
+        # The relay stores a run.progress's body (the transition left it in the outbox) only when the
+        # fan-out calls on a subscription: one that may deliver it.
+        (_events(PROGRESS), [], []),
+        (_events(PROGRESS), ["sub_all"], ["evt_0"]),
+        (_events(SUCCEEDED, PROGRESS), ["sub_default"], ["evt_1"]),  # a subscription called for the other
+        (_events(SUCCEEDED), ["sub_default"], []),  # stored by the transition
+        (_events(domain.EVENT_SUBMITTED, domain.EVENT_FAILED), ["sub_all"], []),
+        (_events(PROGRESS, PROGRESS), ["sub_progress"], ["evt_0", "evt_1"]),
+    ],
+)
+def test_bodies_to_store(events: list[fanout.Event], called: list[str], stored: list[str]) -> None:
+    assert [e.id for e in fanout.bodies_to_store(events, called)] == stored
 
 
 @pytest.mark.parametrize(

@@ -25,9 +25,9 @@ end
 local function create_delivery(S, dkey, did, ev, sid, run_id, client, now, zr)
   if redis.call('EXISTS', dkey) == 1 then return false end
   redis.call('HSET', dkey, DF.id, did, DF.event_id, ev['id'], DF.event_type, ev['type'], DF.subscription_id, sid, DF.run_id, run_id,
-    DF.client, client, DF.status, DLV.PENDING, DF.attempts, 0, DF.created_at, now, DF.updated_at, now,
-    DF.next_attempt_at, now, DF.chained, 1, DF.series, 0)
-  if zr then redis.call('HSET', dkey, DF.counted, 0) end
+    DF.client, client, DF.status, DLV.PENDING, DF.attempts, '0', DF.created_at, now, DF.updated_at, now,
+    DF.next_attempt_at, now, DF.chained, '1', DF.series, '0')
+  if zr then redis.call('HSET', dkey, DF.counted, '0') end
   redis.call('ZADD', S.log, now, did)
   redis.call('SADD', S.active, did)
   if redis.call('RPUSH', S.chain, did) == 1 then
@@ -52,7 +52,7 @@ local function append_feed(feed, ev, run_id, body, size, retention_ms)
   -- Trimmed by Redis's clock, which also makes the entry ids: a worker's clock never trims early.
   local t = redis.call('TIME')
   local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(retention_ms)
-  redis.call('XADD', feed, 'MINID', tostring(cutoff), '*', unpack(fields))
+  redis.call('XADD', feed, 'MINID', string.format('%d', cutoff), '*', unpack(fields))
   redis.call('PEXPIRE', feed, retention_ms)
 end
 

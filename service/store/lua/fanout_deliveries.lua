@@ -31,7 +31,7 @@ for e, ev in ipairs(events) do
     if ev['before'] then
       if redis.call('EXISTS', dkey) == 1 then table.insert(ids, did) end
     elseif state[i][1] == '0' and (q['any_type'] or matches(ev['type'], state[i][2])) then
-      if create_delivery(S[i], dkey, did, ev, sid, q['run_id'], q['client'], tonumber(ev['now']), ev['zr']) then
+      if create_delivery(S[i], dkey, did, ev, sid, q['run_id'], q['client'], ev['now'], ev['zr']) then
         created = created + 1
       end
       table.insert(ids, did)

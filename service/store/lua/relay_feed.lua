@@ -31,7 +31,7 @@ for _, sid in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   if (filter == nil or filter[sid]) and not declared[sid] then return {'stale'} end
 end
 local mark = tonumber(redis.call('GET', KEYS[2]) or '0')
-local last = mark
+local last, last_text = mark, nil -- the highest version, and as it came (set as text: scripts.py)
 for _, entry in ipairs(q['entries']) do
   local v = tonumber(entry['v'] or '')
   if v == nil or v > mark then
@@ -40,7 +40,7 @@ for _, entry in ipairs(q['entries']) do
       appended = appended + 1
     end
   end
-  if v and v > last then last = v end
+  if v and v > last then last, last_text = v, entry['v'] end
 end
-if last > mark then redis.call('SET', KEYS[2], last, 'PX', q['mark_ms']) end
+if last_text then redis.call('SET', KEYS[2], last_text, 'PX', q['mark_ms']) end
 return {'ok', appended}

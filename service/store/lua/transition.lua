@@ -1,19 +1,22 @@
 #!lua
 -- One state change of a run, in one atomic step. The events it emits are put in the run's outbox, in the
--- same step, and their bodies stored (what the run's record names is readable as soon as the record is):
--- the relay (relay.lua) fans them out to the subscriptions and the client's feed right after, and the
--- sweeper relays what a crash left there. So the run's own keys are all this script touches (issue 26:
--- a run's shard holds them; its events reach the subscriptions' shards by the relay).
+-- same step, and their bodies stored (what the run's record names is readable as soon as the record is).
+-- A run.progress's body is not stored here: the outbox holds it, and the relay stores it only for a
+-- fan-out that may deliver it (fanout.stored_by_relay; most go to the client's feed alone). The relay
+-- (Runs.relay: the fan-out, relay_feed.lua, relay_done.lua) fans the events out to the subscriptions and
+-- the client's feed right after, and the sweeper relays what a crash left there. So the run's own keys
+-- are all this script touches (issue 26: a run's shard holds them; its events reach the subscriptions'
+-- shards by the relay).
 -- KEYS: 1 run, 2 the vendor's due set, 3 active runs, 4 result, 5 document, 6 run events, 7 the run's
---   outbox, 8 the outbox index, then each event's body key. A change that only rewrites the run and moves
---   or keeps its due score declares KEYS 1-2 alone: the others are touched only for events, a result, the
---   document, due_remove and ttl_ms.
+--   outbox, 8 the outbox index, then the body key of each event stored here. A change that only rewrites
+--   the run and moves or keeps its due score declares KEYS 1-2 alone: the others are touched only for
+--   events, a result, the document, due_remove and ttl_ms.
 -- ARGV[2] the new run (JSON). ARGV[3] the result to keep (JSON), if ops.result. From ARGV[ops.relay]:
 --   the outbox entry (the relay's ops, JSON, then the events' packed bodies), if the change has events.
 -- ARGV[1] JSON: run_id, expect_v, status (the new run's); with KEYS 3-8 also now, retention_ms;
 --   due_score (absent = leave alone), due_remove (bool), result (bool: ARGV[3] is the result), relay (the
---   entry's position), bodies (each event's body, by its position in ARGV), del_doc (bool), ttl_ms (set
---   on terminal runs)
+--   entry's position), bodies (the body of each event stored here, by its position in ARGV), del_doc
+--   (bool), ttl_ms (set on terminal runs)
 -- Returns {'ok', entries in the outbox, previous_status} | {'missing'} | {'conflict', current_doc}.
 -- A rewrite keeps the record's expiry (KEEPTTL): a terminal run told to the vendor, or touched after a
 -- transient fault, still expires when retention says; only ttl_ms sets a new one.
