@@ -15,8 +15,9 @@ from service.core.lifecycle import Transition
 from service.core.records import replace
 from service.observability.metrics import REGISTRY, client_label
 from service.store import Applied, Conflict, Missing, Store, keys
+from service.store.base import batched
 from service.worker.transitions import MAX_BATCH, TransitionBatcher
-from tests.store.test_lua import T0, _event, _in, _next, _run, store
+from tests.store.test_lua import T0, _event, _in, _next, _run, _s, store
 
 __all__ = ["store"]  # the fixture, shared with test_lua.py
 
@@ -217,3 +218,21 @@ async def test_the_batcher_counts_each_runs_end_once(store: Store) -> None:
         == Applied()
     )
     assert ended() == before + 1
+
+
+async def test_a_call_of_a_batch_gets_its_own_keys_and_arguments_whatever_their_number(store: Store) -> None:
+    # _batch.lua takes a call's KEYS and ARGV from the stack at once (unpack), and item by item past what
+    # Lua's stack takes: a claim of 4,500 ids (4,501 keys, 4,506 arguments) goes the second way, the
+    # small one beside it the first; each claims its own due runs, found at the end of its ids.
+    due = keys.due_runs("nutrient", 0)
+    big = [f"run_big_{n}" for n in range(4_500)]
+    small = ["run_small_0", "run_small_1"]
+    for run_id in (big[-2], big[-1], small[-1]):
+        await store.redis.zadd(due, {run_id: T0 - 1})
+        await store.redis.set(keys.run(run_id), "{}")
+    calls = [
+        ([due, *map(keys.run, ids)], [T0, 30_000, T0, 0, len(ids), 0, *ids]) for ids in (big, small)
+    ]
+    replies = await batched(store.redis, store.runs.scripts.claims, calls)
+    claimed = [[_s(x) for x in reply[0][::4]] for reply in replies]
+    assert claimed == [[big[-2], big[-1]], [small[-1]]]

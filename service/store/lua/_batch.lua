@@ -7,15 +7,22 @@
 -- its ARGV.
 -- Returns, for each call, the script's reply, or {'error', message} if it raised (its writes before the
 -- error stay, as they would for the script alone).
+-- count items of t from its from-th: a table made whole from the stack (a third of the time of one filled
+-- an item at a time), but for a call of more items than Lua's stack takes at once (LUAI_MAXCSTACK, 8000).
+local function slice(t, from, count)
+  if count <= 4000 then return {unpack(t, from, from + count - 1)} end
+  local items = {}
+  for j = 1, count do items[j] = t[from + j - 1] end
+  return items
+end
+
 local out = {}
 local at, k = 1, 1
 local i = 0
 while at <= #ARGV do
   i = i + 1
   local nk, n = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-  local keys, argv = {}, {}
-  for j = 1, nk do keys[j] = KEYS[k + j - 1] end
-  for j = 1, n do argv[j] = ARGV[at + 1 + j] end
+  local keys, argv = slice(KEYS, k, nk), slice(ARGV, at + 2, n)
   k = k + nk
   at = at + n + 2
   local ok, reply = pcall(one, keys, argv)
