@@ -230,9 +230,7 @@ async def test_a_call_of_a_batch_gets_its_own_keys_and_arguments_whatever_their_
     for run_id in (big[-2], big[-1], small[-1]):
         await store.redis.zadd(due, {run_id: T0 - 1})
         await store.redis.set(keys.run(run_id), "{}")
-    calls = [
-        ([due, *map(keys.run, ids)], [T0, 30_000, T0, 0, len(ids), 0, *ids]) for ids in (big, small)
-    ]
+    calls = [([due, *map(keys.run, ids)], [T0, 30_000, T0, 0, len(ids), 0, *ids]) for ids in (big, small)]
     replies = await batched(store.redis, store.runs.scripts.claims, calls)
     claimed = [[_s(x) for x in reply[0][::4]] for reply in replies]
     assert claimed == [[big[-2], big[-1]], [small[-1]]]
