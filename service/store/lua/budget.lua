@@ -3,5 +3,5 @@
 -- Reserves the next slot and returns it (the caller waits until then to send).
 local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
 local tat = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), now)
-redis.call('SET', KEYS[1], tostring(tat + interval), 'PX', 3600000)
+redis.call('SET', KEYS[1], tostring(tat + interval), 'PX', '3600000')
 return tostring(tat)

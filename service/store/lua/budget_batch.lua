@@ -25,7 +25,7 @@ if ARGV[1] == 'take' then
   local start = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), now)
   if start - now > ahead then return {state, tostring(start), 0, false} end
   local count = math.min(n, math.floor((now + ahead - start) / interval) + 1)
-  redis.call('SET', KEYS[1], tostring(start + count * interval), 'PX', 3600000)
+  redis.call('SET', KEYS[1], tostring(start + count * interval), 'PX', '3600000')
   return {state, tostring(start), count, false}
 end
 local interval, last, count = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])

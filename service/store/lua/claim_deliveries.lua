@@ -76,7 +76,7 @@ local function consider(a, k, park, room)
           redis.call('ZADD', KEYS[1], tat, id)
           held = true
         else
-          redis.call('SET', bkey, tostring(tat + interval), 'PX', 3600000)
+          redis.call('SET', bkey, tostring(tat + interval), 'PX', '3600000')
         end
       end
       if not held then
@@ -98,5 +98,5 @@ for a = 6, #ARGV, 5 do
   consider(a, 3 + 7 * c, ARGV[a + 4] == 'park', tonumber(ARGV[a + 4]) or 0)
   c = c + 1
 end
-local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local nxt = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
 return {out, nxt[2] or false}

@@ -37,9 +37,9 @@ for i = 7, #ARGV do
     end
   end
 end
-local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local nxt = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
 local due = {}
 if ahead > 0 and nxt[2] and tonumber(nxt[2]) <= now then
-  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ahead)
+  due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', '0', ARGV[6])
 end
 return {out, nxt[2] or false, due}

@@ -43,7 +43,7 @@ end
 local parked_key = KEYS[7]
 redis.call('ZREM', KEYS[6], id)
 redis.call('ZREM', parked_key, id)
-local parked = redis.call('ZRANGE', parked_key, 0, 0, 'WITHSCORES')
+local parked = redis.call('ZRANGE', parked_key, '0', '0', 'WITHSCORES')
 if parked[1] then
   redis.call('ZREM', parked_key, parked[1])
   redis.call('ZADD', KEYS[8], 'NX', math.min(tonumber(parked[2]), now), parked[1])
@@ -51,8 +51,8 @@ end
 if ops['attempt'] then
   local akey = KEYS[2]
   redis.call('RPUSH', akey, ops['attempt'])
-  redis.call('LTRIM', akey, -ops['keep_attempts'], -1)
-  redis.call('HINCRBY', KEYS[1], DF.attempts, 1)
+  redis.call('LTRIM', akey, -ops['keep_attempts'], '-1')
+  redis.call('HINCRBY', KEYS[1], DF.attempts, '1')
 end
 redis.call('HSET', KEYS[1], DF.updated_at, now)
 -- A field that is gone reads as empty (records.Delivery.from_hash), and a hash kept for RETENTION_S is
@@ -81,12 +81,12 @@ if d[8] == '0' then redis.call('HDEL', KEYS[1], DF.series) end
 local nxt = ''
 if d[4] == '1' then
   local ckey = KEYS[10]
-  if redis.call('LINDEX', ckey, 0) == id then
+  if redis.call('LINDEX', ckey, '0') == id then
     redis.call('LPOP', ckey)
-    nxt = redis.call('LINDEX', ckey, 0) or ''
+    nxt = redis.call('LINDEX', ckey, '0') or ''
     if nxt ~= '' then redis.call('ZADD', KEYS[8], now, nxt) end
   else
-    redis.call('LREM', ckey, 1, id)
+    redis.call('LREM', ckey, '1', id)
   end
   -- Out of the chain: every reader of the field asks whether it is '1' (retry_delivery, repair).
   redis.call('HDEL', KEYS[1], DF.chained)

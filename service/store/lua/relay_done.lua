@@ -19,7 +19,7 @@
 --   ARGV[1 + k]: entry k's first item (its relay ops) as read, compared with the outbox's head.
 -- Returns the entries done by this call.
 local q = cjson.decode(ARGV[1])
-local head = redis.call('LINDEX', KEYS[1], 0)
+local head = redis.call('LINDEX', KEYS[1], '0')
 if not head then
   redis.call('ZREM', KEYS[2], q['run_id']) -- nothing left to relay (or the run's keys are gone)
   return 0
@@ -47,8 +47,8 @@ for k = first, #q['entries'] do
     end
   end
 end
-redis.call('LTRIM', KEYS[1], trim, -1)
-local rest = redis.call('LINDEX', KEYS[1], 0)
+redis.call('LTRIM', KEYS[1], trim, '-1')
+local rest = redis.call('LINDEX', KEYS[1], '0')
 if rest then
   redis.call('ZADD', KEYS[2], 'XX', cjson.decode(rest)['now'], q['run_id'])
 else

@@ -27,7 +27,7 @@ if q['mode'] == 'test' then
 end
 local filter, declared = as_filter(q['sub_filter']), {}
 for _, sid in ipairs(q['subs']) do declared[sid] = true end
-for _, sid in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+for _, sid in ipairs(redis.call('ZRANGE', KEYS[1], '0', '-1')) do
   if (filter == nil or filter[sid]) and not declared[sid] then return {'stale'} end
 end
 local mark = tonumber(redis.call('GET', KEYS[2]) or '0')
