@@ -41,6 +41,7 @@ import glob
 import hashlib
 import json
 import random
+import shutil
 import subprocess
 import tempfile
 import time
@@ -598,6 +599,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.instructions and args.cluster:
         parser.error("--instructions counts one Redis server's: not with --cluster")
+    if args.instructions and not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+        parser.error("--instructions needs valgrind and callgrind_control on PATH (Debian: valgrind)")
     bench = run(
         args.runs,
         args.polls,
