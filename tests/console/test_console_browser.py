@@ -277,6 +277,8 @@ async def test_subscription_actions_recover_rotate_disable_enable_and_test(
     await expect(facts).to_contain_text("100% of the last 1", timeout=DEADLINE_MS)
 
     await page.click("text=Rotate secret")
+    # The rotation has answered before the API is asked for the secret (a click does not wait for it).
+    await expect(result).to_contain_text("Secret rotated")
     secret = (await stack.api.get(f"/v1/subscriptions/{sub['id']}/secret")).json()["secret"]
     await expect(page.locator(".secret code")).to_have_text(secret)
     assert secret != sub["secret"]
