@@ -168,9 +168,10 @@ def bodies_to_store(events: Sequence[Event], called: Sequence[str]) -> list[Even
 
 
 def dropped(event: Event, dlv: Sequence[str]) -> bool:
-    """A run.progress event that no subscription asked for: kept in the feed only (its stored body, if the
-    relay stored one, is deleted by the relay's last step)."""
-    return not dlv and event.type == domain.EVENT_PROGRESS
+    """An event whose body is the relay's to store (:func:`stored_by_relay`: a run.progress) that no
+    subscription took: kept in the feed only (its stored body, if the relay stored one, is deleted by the
+    relay's last step)."""
+    return not dlv and stored_by_relay(event.type)
 
 
 def feed_call(

@@ -9,7 +9,11 @@ and ``claims`` with theirs: :data:`BATCHED`), and ``submit_run`` a submit's two 
 script spells a status, and no script names a key: every key it touches is one of its ``KEYS``, built by
 the Python caller (``keys.py``); where a key depends on data in Redis (a delivery's subscription, a
 client's subscriptions, the events in a run's outbox) the caller reads that first and the script checks it
-still holds (tests/store/test_script_keys.py holds every file to this)."""
+still holds (tests/store/test_script_keys.py holds every file to this).
+
+A number that a script only hands on to Redis (a score, a time, an expiry, a list index) reaches it as text,
+from the caller's arguments or as a literal: Redis formats every Lua number given to ``redis.call`` again
+(``%.17g``), ~0.5 us an argument (docs/performance.md, stop 53)."""
 
 from __future__ import annotations
 
