@@ -15,11 +15,12 @@ Phases, each on its own Redis, simulator, one ``hookbridge api`` and one ``hookb
 2. **Floors, on the same redis-server**: arq's rate for empty jobs (enqueue N no-op jobs with
    ``create_pool().enqueue_job``, then an ``arq.worker.Worker`` in burst mode, ``max_jobs=50``,
    ``poll_delay=0``, in this process) and ``redis-benchmark -q -t set,get -n 100000``.
-3. **Polls per second.** ``--inflight`` runs that last 120 s at the vendor, polled every
-   ``--poll-interval`` (``POLL_INITIAL_S = POLL_MAX_S = 250ms`` by default, +0-15 % jitter: about
-   ``inflight / (1.075 * interval)`` polls are due each second, 18,605 for 5,000 runs: more than one
-   worker process can make, and more than the raw client's floor, so that the worker is saturated and
-   its rate is its capacity, not the offered load); the worker's
+3. **Polls per second.** First the worker idle, nothing in flight, for 10 s: its CPU and Redis's (its
+   looks at every shard's head once per ``WORKER_IDLE_S``, its timers). Then ``--inflight`` runs that
+   last 120 s at the vendor, polled every ``--poll-interval`` (``POLL_INITIAL_S = POLL_MAX_S = 250ms``
+   by default, +0-15 % jitter: about ``inflight / (1.075 * interval)`` polls are due each second,
+   18,605 for 5,000 runs: more than one worker process can make, and more than the raw client's floor,
+   so that the worker is saturated and its rate is its capacity, not the offered load); the worker's
    ``hookbridge_vendor_requests_total{kind="poll"}`` is read every second over a ``--window``. The CPU
    of every process over the same window says which one is the limit. Saturated, the worker falls
    behind its schedule: the poll lateness of this phase grows over the window and says nothing of the
@@ -71,6 +72,8 @@ POLL_INTERVAL_S = 0.25
 JITTER_MEAN = 1.075
 # The share of the raw-client floor that one worker process should poll at (issue 30; issue 16 asked 50 %).
 FLOOR_SHARE_TARGET = 0.8
+# How long the polls phase watches the worker with nothing in flight, before it submits.
+IDLE_WINDOW_S = 10.0
 # The worker's defaults, which the raw client copies: WORKER_CONCURRENCY and the vendor pool's limit.
 WORKER_CONCURRENCY = 500
 VENDOR_CONNECTIONS = 200
@@ -367,6 +370,12 @@ async def _polls_phase(
 ) -> None:
     await cluster.subscribe()
     async with sampling(cluster) as sampler:
+        # The worker with nothing in flight: what it and Redis spend on its looks at every shard's head
+        # (each vendor's due sets and the deliveries', once per WORKER_IDLE_S) and its timers.
+        idle0 = time.time()
+        await asyncio.sleep(IDLE_WINDOW_S)
+        sampler.take()
+        idle = sampler.usage(idle0, time.time())
         t_start = time.time()
         await submit_runs(cluster, n, concurrency)
         submitted = time.time()
@@ -429,6 +438,13 @@ async def _polls_phase(
             + ("; more polls offered than made: the worker falls behind" if offered > 1.1 * rate else ""),
         ),
         Figure("worker CPU during that window", worker_cpu * 100, "% of a core", note=processes_note),
+        Figure(
+            f"{workers} idle (nothing in flight): its CPU",
+            sum(v for k, v in idle.items() if k.startswith("worker")) * 100,
+            "% of a core",
+            note=f"Redis's for it {idle.get('redis', 0) * 100:.2f} % over {IDLE_WINDOW_S:g} s, before the "
+            "runs were submitted",
+        ),
         Figure("simulator CPU during that window", usage.get("simulator", 0) * 100, "% of a core"),
         Figure(
             "floor: raw aiohttp client, the same runs' Nutrient run endpoint",
@@ -480,6 +496,7 @@ async def _polls_phase(
         "per_second": per_second,
         "floor": floor,
         "floor_cpu": floor_usage,
+        "idle_cpu": idle,
     }
 
 

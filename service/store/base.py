@@ -34,6 +34,20 @@ class Part:
             pipe.hgetall(name)
         return list(await pipe.execute())
 
+    async def heads(self, names: Sequence[str]) -> list[float | None]:
+        """Each sorted set's lowest score, None where it is empty (a due set's head: when its first member
+        is due). On a Redis server one call of ``due_heads.lua`` for them all: a worker looks at every
+        shard's head of each of its due sets once per ``WORKER_IDLE_S``, and a ZRANGE each cost an idle
+        worker 6 % of a core (docs/performance.md, stop 54). On a cluster, whose slots one call cannot
+        span, a ZRANGE each in one pipeline (the client sends each node its own)."""
+        if isinstance(self.redis, RedisCluster):
+            pipe = self.redis.pipeline(transaction=False)
+            for name in names:
+                pipe.zrange(name, 0, 0, withscores=True)
+            return [float(head[0][1]) if head else None for head in await pipe.execute()]
+        scores = await self.scripts.due_heads(keys=list(names))
+        return [None if score is None else float(score) for score in scores]
+
     async def values(self, names: Iterable[str]) -> list[Any]:
         """Each string's value (None where it is gone), in one round trip: GETs, not one MGET, since the
         keys may lie in many shards (a cluster refuses an MGET across slots)."""

@@ -164,12 +164,10 @@ class Deliveries(Part):
             known = self._due.next_due[shard]
             (due if known is not None and known <= now_ms else looked).append(shard)
         if looked:
-            pipe = self.redis.pipeline(transaction=False)
-            for shard in looked:
-                pipe.zrange(keys.due_deliveries(shard), 0, 0, withscores=True)
-            for shard, head in zip(looked, await pipe.execute(), strict=True):
-                self._due.next_due[shard] = float(head[0][1]) if head else None
-                if head and head[0][1] <= now_ms:
+            heads = await self.heads([keys.due_deliveries(shard) for shard in looked])
+            for shard, head in zip(looked, heads, strict=True):
+                self._due.next_due[shard] = head
+                if head is not None and head <= now_ms:
                     due.append(shard)
         found: dict[int, list[str]] = {}
         if due:

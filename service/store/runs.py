@@ -820,12 +820,10 @@ class Runs(Part):
             else:
                 looked.append(shard)
         if looked:
-            pipe = self.redis.pipeline(transaction=False)
-            for shard in looked:
-                pipe.zrange(keys.due_runs(vendor, shard), 0, 0, withscores=True)
-            for shard, head in zip(looked, await pipe.execute(), strict=True):
-                known.next_due[shard] = float(head[0][1]) if head else None
-                if head and head[0][1] <= now_ms:
+            heads = await self.heads([keys.due_runs(vendor, shard) for shard in looked])
+            for shard, head in zip(looked, heads, strict=True):
+                known.next_due[shard] = head
+                if head is not None and head <= now_ms:
                     due.append(shard)
         if due:
             # The ids alone (with their scores redis-py would make a pair and a float of each, which cost

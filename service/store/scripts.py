@@ -159,6 +159,7 @@ class Scripts:
         self.budget_batch = load("budget_batch")
         self.pause = load("pause")
         self.claim_deliveries = load("claim_deliveries")
+        self.due_heads = load("due_heads")
         self.delivery_result = load("delivery_result")
         self.unpark = load("unpark")
         self.retry_delivery = load("retry_delivery")

@@ -447,6 +447,26 @@ async def test_due_set_is_scored_then_removed_with_the_active_entry(store: Store
     assert not await r.exists(_due_key("run_a"), keys.active_runs(keys.shard_of("run_a")))
 
 
+async def test_every_shards_head_is_read_in_one_call_on_one_redis_and_a_zrange_each_on_a_cluster(
+    store: Store,
+) -> None:
+    """A worker's look at every shard of a due set (``Part.heads``): each set's lowest score, None for an
+    empty one, in the order asked; one ``due_heads.lua`` call on one Redis server, a ZRANGE a key on a
+    cluster (a script cannot span the shards' slots)."""
+    on_cluster = isinstance(store.redis, RedisCluster)
+    names = [keys.due_runs("nutrient", shard) for shard in range(keys.SHARDS)]
+    await store.redis.zadd(names[3], {"run_b": T0 + 500, "run_a": T0 + 250})
+    await store.redis.zadd(names[15], {"run_c": 1733500000123.0})
+    await store.runs.heads(names[:1])  # the script loaded (NOSCRIPT)
+    evalsha, zrange = await command_calls(store.redis, "evalsha"), await command_calls(store.redis, "zrange")
+    heads = await store.runs.heads(names)
+    assert heads == [None] * 3 + [T0 + 250] + [None] * 11 + [1733500000123.0]
+    assert await command_calls(store.redis, "evalsha") - evalsha == (0 if on_cluster else 1)
+    # Inside the script too, Redis counts each ZRANGE: one a key either way.
+    assert await command_calls(store.redis, "zrange") - zrange == keys.SHARDS
+    assert await store.runs.heads([]) == []
+
+
 async def test_result_document_and_ttl_on_the_end_and_keepttl_afterwards(store: Store) -> None:
     run = await _run(store, document=b"%PDF")
     r = store.redis

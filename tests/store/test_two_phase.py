@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from redis.asyncio import RedisCluster
 from redis.crc import key_slot
 
 from service.core.domain import AttemptOutcome, DeliveryStatus
@@ -50,9 +51,12 @@ def _sent(store: Store) -> Iterator[list[str]]:
     redis = store.runs.redis
     sent: list[str] = []
 
+    heads = store.runs.scripts.due_heads.sha
+
     def recorded(send: Callable[..., Any]) -> Callable[..., Any]:
         def record(*args: Any, **kwargs: Any) -> Any:
-            sent.append(str(args[0]).upper())
+            name = str(args[0]).upper()
+            sent.append("DUE_HEADS" if name == "EVALSHA" and args[1] == heads else name)
             return send(*args, **kwargs)
 
         return record
@@ -193,8 +197,15 @@ async def test_a_run_claimed_between_the_read_and_the_script_is_not_claimed_twic
 
 
 def _reads(sent: list[str]) -> list[str]:
-    """The reads of due sets among the commands ``sent``: a head (ZRANGE) or the due ids (ZRANGEBYSCORE)."""
-    return [c for c in sent if c in ("ZRANGE", "ZRANGEBYSCORE")]
+    """The reads of due sets among the commands ``sent``: a head (ZRANGE), every shard's head (DUE_HEADS)
+    or the due ids (ZRANGEBYSCORE)."""
+    return [c for c in sent if c in ("ZRANGE", "DUE_HEADS", "ZRANGEBYSCORE")]
+
+
+def _look(store: Store) -> list[str]:
+    """The reads of a look at every shard's head (``Part.heads``): one ``due_heads.lua`` on one Redis
+    server, a ZRANGE a shard on a cluster."""
+    return ["ZRANGE"] * keys.SHARDS if isinstance(store.redis, RedisCluster) else ["DUE_HEADS"]
 
 
 async def test_a_busy_claim_takes_the_ids_the_last_one_left_due_without_reading_them(store: Store) -> None:
@@ -225,7 +236,7 @@ async def test_a_busy_claim_takes_the_ids_the_last_one_left_due_without_reading_
         # head is due.
         later = int(T0 + 3 + idle_ms)
         assert await store.runs.claim_runs("nutrient", later, 2, LEASE, 0, 1000) == ([], T0 + LEASE)
-        assert _reads(sent) == ["ZRANGE"] * keys.SHARDS
+        assert _reads(sent) == _look(store)
         sent.clear()
         # When the leases end the shard is due as it said: its ids are read again, and claimed.
         again, _ = await store.runs.claim_runs("nutrient", T0 + LEASE, 2, LEASE, 0, 1000)
@@ -472,7 +483,7 @@ async def test_an_idle_delivery_claim_reads_one_head_a_shard_and_the_ids_of_a_du
     idle_ms = store.settings.worker_idle_s * 1000
     with _sent(store) as sent:
         assert await store.deliveries.claim_deliveries(T0, 10, LEASE) == ([], None)
-        assert _reads(sent) == ["ZRANGE"] * keys.SHARDS
+        assert _reads(sent) == _look(store)
         sent.clear()
         assert await store.deliveries.claim_deliveries(T0 + 1, 10, LEASE) == ([], None)
         assert _reads(sent) == []
@@ -481,4 +492,4 @@ async def test_an_idle_delivery_claim_reads_one_head_a_shard_and_the_ids_of_a_du
         sent.clear()
         claimed, _ = await store.deliveries.claim_deliveries(int(T0 + 1 + idle_ms), 10, LEASE)
         assert [c.delivery.id for c in claimed] == [made]
-        assert sent.count("ZRANGEBYSCORE") == 1 and sent.count("ZRANGE") == keys.SHARDS + 1
+        assert _reads(sent) == [*_look(store), "ZRANGEBYSCORE", "ZRANGE"]

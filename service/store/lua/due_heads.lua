@@ -1,0 +1,12 @@
+#!lua
+-- Each due set's head: a worker's look at every shard of its due sets (a vendor's runs, or deliveries),
+-- once per WORKER_IDLE_S, in one call on a Redis server. A ZRANGE each cost the worker more than the look
+-- itself costs Redis (an idle worker read 2,350 heads a second: docs/performance.md, stop 54). A read
+-- only; on a cluster, whose slots one call cannot span, the caller sends a ZRANGE a key instead.
+-- KEYS: the due sets. ARGV: none.
+-- Returns for each key in turn its lowest score (as Redis writes it) or false when it is empty.
+local out = {}
+for i = 1, #KEYS do
+  out[i] = redis.call('ZRANGE', KEYS[i], '0', '0', 'WITHSCORES')[2] or false
+end
+return out
