@@ -37,8 +37,8 @@ class Part:
     async def heads(self, names: Sequence[str]) -> list[float | None]:
         """Each sorted set's lowest score, None where it is empty (a due set's head: when its first member
         is due). On a Redis server one call of ``due_heads.lua`` for them all: a worker looks at every
-        shard's head of each of its due sets once per ``WORKER_IDLE_S``, and a ZRANGE each cost an idle
-        worker 6 % of a core (docs/performance.md, stop 54). On a cluster, whose slots one call cannot
+        shard's head of its due sets once per ``WORKER_IDLE_S``, and a ZRANGE each cost an idle worker
+        4 % of a core more (docs/performance.md, stop 54). On a cluster, whose slots one call cannot
         span, a ZRANGE each in one pipeline (the client sends each node its own)."""
         if isinstance(self.redis, RedisCluster):
             pipe = self.redis.pipeline(transaction=False)

@@ -7,7 +7,8 @@ run due now, another worker claims. So every shard is read again once ``refresh_
 the last time all were (``WORKER_IDLE_S``: an idle worker already waits that long before it looks
 again), and in between only those this worker believes due. What that costs: a run submitted to a
 shard this worker believed empty, or due later, waits at most ``refresh_ms`` longer than it would on one
-due set, and an idle worker reads 16 heads per vendor per ``refresh_ms``."""
+due set, and an idle worker reads 16 heads per vendor per ``refresh_ms``: every vendor's in one call
+(a vendor's look takes along those of the others that are half due: :meth:`DueShards.join_look`)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,19 @@ class DueShards:
         if len(shards) == len(self.next_due):
             self.refreshed_ms = now_ms
         return shards
+
+    def join_look(self, now_ms: float) -> bool:
+        """Whether this vendor's every-shard look goes with another vendor's made now: when its own is
+        half due or more. Then it counts as made now (its shards are read in that call: :meth:`read`), so
+        an idle worker's vendors look together, one call a ``refresh_ms`` where one a vendor."""
+        if now_ms - self.refreshed_ms < self.refresh_ms / 2:
+            return False
+        self.refreshed_ms = now_ms
+        return True
+
+    def read(self, heads: Sequence[float | None]) -> None:
+        """Every shard's head, read by a look this vendor joined: each shard's next due run."""
+        self.next_due = list(heads)
 
     def earliest(self) -> float | None:
         known = [due for due in self.next_due if due is not None]

@@ -799,6 +799,10 @@ class Runs(Part):
                 claimed = [replace(one, probe=token)]
         return claimed, known.earliest()
 
+    def _looks_along(self, known: DueShards, now_ms: int) -> list[tuple[str, DueShards]]:
+        """The vendors (other than ``known``'s) whose every-shard look joins one made now."""
+        return [(v, due) for v, due in self._due.items() if due is not known and due.join_look(now_ms)]
+
     def forget_due(self) -> None:
         """Drops what this worker knows of the due sets: the next claim reads every shard (burst mode,
         which works everything due now, not what this worker believed due)."""
@@ -812,7 +816,8 @@ class Runs(Part):
         found: dict[int, list[str]] = {}
         due: list[int] = []
         looked: list[int] = []
-        for shard in known.to_read(now_ms):
+        shards = known.to_read(now_ms)
+        for shard in shards:
             if ids := known.ahead.pop(shard, [])[:limit]:
                 found[shard] = ids
             elif (nxt := known.next_due[shard]) is not None and nxt <= now_ms:
@@ -820,11 +825,19 @@ class Runs(Part):
             else:
                 looked.append(shard)
         if looked:
-            heads = await self.heads([keys.due_runs(vendor, shard) for shard in looked])
-            for shard, head in zip(looked, heads, strict=True):
+            names = [keys.due_runs(vendor, shard) for shard in looked]
+            # A look at every shard takes along the other vendors' looks that are half due: one call.
+            along = [] if len(shards) < keys.SHARDS else self._looks_along(known, now_ms)
+            for other, _ in along:
+                names += [keys.due_runs(other, shard) for shard in range(keys.SHARDS)]
+            heads = await self.heads(names)
+            for shard, head in zip(looked, heads[: len(looked)], strict=True):
                 known.next_due[shard] = head
                 if head is not None and head <= now_ms:
                     due.append(shard)
+            for n, (_, shards_known) in enumerate(along):
+                at = len(looked) + n * keys.SHARDS
+                shards_known.read(heads[at : at + keys.SHARDS])
         if due:
             # The ids alone (with their scores redis-py would make a pair and a float of each, which cost
             # a poll more than the round trip does), and the head, for when none is due any more.

@@ -33,6 +33,7 @@ from tests.store.test_two_phase import (  # noqa: F401  (the races between the r
     test_a_record_that_names_other_keys_is_refused_then_read_again,
     test_a_run_claimed_between_the_read_and_the_script_is_not_claimed_twice,
     test_a_subscription_created_after_the_read_gets_the_event,
+    test_an_idle_workers_vendors_look_at_their_shards_together_in_one_call,
     test_the_python_delivery_id_is_the_one_the_fanout_mints,
 )
 

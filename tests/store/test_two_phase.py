@@ -472,6 +472,36 @@ async def test_a_probe_taken_by_another_claim_meanwhile_hands_the_run_back(store
     assert await store.redis.zscore(DUE, IDS[0]) == T0  # due again, as it was
 
 
+async def test_an_idle_workers_vendors_look_at_their_shards_together_in_one_call(store: Store) -> None:
+    """A look at every shard of one vendor's due sets takes along another vendor's look that is half due
+    or more (``DueShards.join_look``): one call for both on one Redis server, a pipeline of a ZRANGE a set
+    on a cluster; the other vendor's next claim then reads only the shard that look found due."""
+    from tests.store.test_lua import _new
+
+    idle_ms = int(store.settings.worker_idle_s * 1000)
+    await store.runs.heads([DUE])  # the script loaded (a NOSCRIPT would send it twice)
+    with _sent(store) as sent:
+        assert await store.runs.claim_runs("nutrient", T0, 10, LEASE, 0, 1000) == ([], None)
+        assert await store.runs.claim_runs("cloudsquid", T0, 10, LEASE, 0, 1000) == ([], None)
+        # Each vendor's first look is its own: the other's was made just now, not half due.
+        assert _reads(sent) == _look(store) * 2
+        run = replace(_new(_in("run_c", OTHER)), vendor="cloudsquid")
+        assert await store.runs.create_run(run, None, None) is None  # due at T0, in shard OTHER
+        sent.clear()
+        assert await store.runs.claim_runs("nutrient", T0 + idle_ms, 10, LEASE, 0, 1000) == ([], None)
+        two_looks = ["ZRANGE"] * 2 * keys.SHARDS if isinstance(store.redis, RedisCluster) else ["DUE_HEADS"]
+        assert _reads(sent) == two_looks
+        sent.clear()
+        claimed, _ = await store.runs.claim_runs("cloudsquid", T0 + idle_ms + 1, 10, LEASE, 0, 1000)
+        assert [c.run.id for c in claimed] == [run.id]
+        # No look of its own (the last was 1 ms ago): the due shard's ids and its head, nothing else.
+        assert _reads(sent) == ["ZRANGEBYSCORE", "ZRANGE"]
+        sent.clear()
+        # And nutrient's next claim within WORKER_IDLE_S reads nothing.
+        assert await store.runs.claim_runs("nutrient", T0 + idle_ms + 2, 10, LEASE, 0, 1000) == ([], None)
+        assert _reads(sent) == []
+
+
 async def test_an_idle_delivery_claim_reads_one_head_a_shard_and_the_ids_of_a_due_one_only(
     store: Store,
 ) -> None:
@@ -481,6 +511,7 @@ async def test_an_idle_delivery_claim_reads_one_head_a_shard_and_the_ids_of_a_du
     from tests.store.test_lua import _pending
 
     idle_ms = store.settings.worker_idle_s * 1000
+    await store.runs.heads([DUE])  # the script loaded (a NOSCRIPT would send it twice)
     with _sent(store) as sent:
         assert await store.deliveries.claim_deliveries(T0, 10, LEASE) == ([], None)
         assert _reads(sent) == _look(store)

@@ -104,3 +104,35 @@ def test_each_vendors_due_shards_are_its_own() -> None:
     one.next_due[2] = 10
     one.ahead[2] = ["run_x"]
     assert other.next_due == [None] * keys.SHARDS and other.ahead == {}
+
+
+@pytest.mark.parametrize(
+    ("refreshed", "now", "joins", "refreshed_after"),
+    [
+        (float("-inf"), 0, True, 0),  # never looked: joins the first look made
+        (1000, 1000, False, 1000),  # looked just now
+        (1000, 1024, False, 1000),  # under half of refresh_ms (50) since its look: its own comes later
+        (1000, 1025, True, 1025),  # half due: joins, and counts as looked now
+        (1000, 1049, True, 1049),
+        (1000, 1060, True, 1060),  # overdue (its pump has not claimed since): joins
+    ],
+)
+def test_a_vendors_look_joins_another_made_now_once_half_due(
+    refreshed: float, now: float, joins: bool, refreshed_after: float
+) -> None:
+    known = DueShards(refresh_ms=50, refreshed_ms=refreshed)
+    assert known.join_look(now) is joins
+    assert known.refreshed_ms == refreshed_after
+    # Until refresh_ms after the look it joined, its own claims read only the shards believed due.
+    assert known.to_read(refreshed_after + 49) == []
+
+
+def test_a_joined_look_sets_every_shards_next_due_and_keeps_the_ids_left_due() -> None:
+    known = DueShards(refresh_ms=50)
+    known.next_due[2] = 10
+    known.ahead[2] = ["run_x"]
+    heads: list[float | None] = [None] * keys.SHARDS
+    heads[5] = 70
+    known.read(heads)
+    assert known.next_due == heads and known.earliest() == 70
+    assert known.ahead == {2: ["run_x"]}  # candidates the next claim checks in its script, as before
