@@ -47,7 +47,9 @@ class DueShards:
     def join_look(self, now_ms: float) -> bool:
         """Whether this vendor's every-shard look goes with another vendor's made now: when its own is
         half due or more. Then it counts as made now (its shards are read in that call: :meth:`read`), so
-        an idle worker's vendors look together, one call a ``refresh_ms`` where one a vendor."""
+        an idle worker's vendors look together, one call a ``refresh_ms`` where one a vendor. A head read
+        so may be a little older than what this vendor's own claim saw meanwhile; either way every shard
+        is read again within ``refresh_ms``, the bound the looks keep anyway."""
         if now_ms - self.refreshed_ms < self.refresh_ms / 2:
             return False
         self.refreshed_ms = now_ms
