@@ -211,6 +211,40 @@ async def test_runs_follow_the_event_stream_and_resume_with_last_event_id(
     assert seen[:2] == [None, "7-0"]
 
 
+async def test_the_focus_stays_on_a_run_row_when_the_list_is_drawn_again(
+    make_stack: StackFactory, page: Page
+) -> None:
+    """A keyboard user on a run's row keeps the focus when the list is drawn again: the load when the event
+    stream opens, and an event of that run, each make the row a new element."""
+    stack = await make_stack(worker=False)
+    run = await stack.submit("uptiq")
+    opened = asyncio.Event()
+
+    async def stream(route: Any) -> None:
+        await opened.wait()  # the stream answers once the row has the focus
+        envelope = {
+            "type": "run.succeeded",
+            "timestamp": run["created_at"],
+            "data": {"run": {**run, "status": "succeeded"}},
+        }
+        body = f"id: 7-0\nevent: run.succeeded\ndata: {json.dumps(envelope)}\n\n"
+        await route.fulfill(status=200, headers={"content-type": "text/event-stream"}, body=body)
+
+    await page.route("**/v1/events/stream", stream)
+    await sign_in(page, stack)
+    row = page.locator(f'tr[data-run-id="{run["id"]}"]')
+    await expect(row).to_be_visible()
+    await row.focus()
+    await row.evaluate("r => { r.dataset.first = 'yes' }")  # the row as first drawn
+    opened.set()
+    # Drawn again by the stream's load (queued: the worker is off), then by its event.
+    await expect(page.locator(f'tr[data-run-id="{run["id"]}"] .status')).to_have_text("succeeded")
+    focused = await page.evaluate(
+        "({ id: document.activeElement.dataset.runId, first: document.activeElement.dataset.first ?? null })"
+    )
+    assert focused == {"id": run["id"], "first": None}  # the run's row, a new element (not the first)
+
+
 async def test_a_runs_vendor_trail_shows_in_its_timeline(stack: Stack, page: Page) -> None:
     run = await stack.submit("nutrient")
     await stack.wait_status(run["id"], "succeeded")

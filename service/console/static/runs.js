@@ -120,29 +120,38 @@ export function runsView(root, params) {
   const rows = new Map();
   const matches = (run) =>
     (!filters.vendor || run.vendor === filters.vendor) && (!filters.status || run.status === filters.status);
-  const show = (list) => {
-    rows.clear();
-    clear(body);
-    for (const run of list) {
+  // The rows are drawn again as new elements (each load, each event of a run): give the focus back to
+  // the run the keyboard was on, or a redraw would drop it while the user is on a row.
+  const keepingFocus = (draw) => {
+    const focused = document.activeElement?.dataset?.runId;
+    draw();
+    if (focused && document.activeElement?.dataset?.runId !== focused) rows.get(focused)?.focus();
+  };
+  const show = (list) =>
+    keepingFocus(() => {
+      rows.clear();
+      clear(body);
+      for (const run of list) {
+        const row = runRow(run);
+        rows.set(run.id, row);
+        body.append(row);
+      }
+      if (!list.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "empty" }, "No runs.")));
+    });
+  const update = (run) =>
+    keepingFocus(() => {
+      const old = rows.get(run.id);
+      if (!matches(run)) {
+        old?.remove();
+        rows.delete(run.id);
+        return;
+      }
       const row = runRow(run);
+      if (old) old.replaceWith(row);
+      else body.prepend(row);
+      body.querySelector("td.empty")?.parentElement.remove();
       rows.set(run.id, row);
-      body.append(row);
-    }
-    if (!list.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "empty" }, "No runs.")));
-  };
-  const update = (run) => {
-    const old = rows.get(run.id);
-    if (!matches(run)) {
-      old?.remove();
-      rows.delete(run.id);
-      return;
-    }
-    const row = runRow(run);
-    if (old) old.replaceWith(row);
-    else body.prepend(row);
-    body.querySelector("td.empty")?.parentElement.remove();
-    rows.set(run.id, row);
-  };
+    });
   const append = (list) => {
     for (const run of list) {
       if (rows.has(run.id)) continue;
