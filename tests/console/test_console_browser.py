@@ -181,6 +181,16 @@ async def test_the_event_stream_parser_reads_chunks_as_the_standard_says(stack: 
     ]
 
 
+def _succeeded(run: dict[str, Any], before: str = "") -> str:
+    """An event stream's body: ``before``, then a run.succeeded event of ``run`` with id 7-0."""
+    envelope = {
+        "type": "run.succeeded",
+        "timestamp": run["created_at"],
+        "data": {"run": {**run, "status": "succeeded"}},
+    }
+    return f"{before}id: 7-0\nevent: run.succeeded\ndata: {json.dumps(envelope)}\n\n"
+
+
 async def test_runs_follow_the_event_stream_and_resume_with_last_event_id(
     make_stack: StackFactory, page: Page
 ) -> None:
@@ -190,13 +200,9 @@ async def test_runs_follow_the_event_stream_and_resume_with_last_event_id(
 
     async def stream(route: Any) -> None:
         seen.append(route.request.headers.get("last-event-id"))
-        envelope = {
-            "type": "run.succeeded",
-            "timestamp": run["created_at"],
-            "data": {"run": {**run, "status": "succeeded"}},
-        }
-        body = f": hi\n\nid: 7-0\nevent: run.succeeded\ndata: {json.dumps(envelope)}\n\n"
-        await route.fulfill(status=200, headers={"content-type": "text/event-stream"}, body=body)
+        await route.fulfill(
+            status=200, headers={"content-type": "text/event-stream"}, body=_succeeded(run, ": hi\n\n")
+        )
 
     await page.route("**/v1/events/stream", stream)
     await sign_in(page, stack)
@@ -222,13 +228,7 @@ async def test_the_focus_stays_on_a_run_row_when_the_list_is_drawn_again(
 
     async def stream(route: Any) -> None:
         await opened.wait()  # the stream answers once the row has the focus
-        envelope = {
-            "type": "run.succeeded",
-            "timestamp": run["created_at"],
-            "data": {"run": {**run, "status": "succeeded"}},
-        }
-        body = f"id: 7-0\nevent: run.succeeded\ndata: {json.dumps(envelope)}\n\n"
-        await route.fulfill(status=200, headers={"content-type": "text/event-stream"}, body=body)
+        await route.fulfill(status=200, headers={"content-type": "text/event-stream"}, body=_succeeded(run))
 
     await page.route("**/v1/events/stream", stream)
     await sign_in(page, stack)
