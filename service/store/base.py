@@ -45,7 +45,7 @@ class Part:
             for name in names:
                 pipe.zrange(name, 0, 0, withscores=True)
             return [float(head[0][1]) if head else None for head in await pipe.execute()]
-        scores = await self.scripts.due_heads(keys=list(names))
+        scores = await read_only(self.redis, self.scripts.due_heads, list(names))
         return [None if score is None else float(score) for score in scores]
 
     async def values(self, names: Iterable[str]) -> list[Any]:
@@ -68,6 +68,18 @@ def stored_event(event: Event, argv: list[Any]) -> dict[str, Any]:
         argv.append(bodies.packed(event.feed))
         out["feed"] = len(argv)
     return out
+
+
+async def read_only(redis: Redis, script: AsyncScript, keys: list[str], args: Sequence[Any] = ()) -> Any:
+    """A script declared ``#!lua flags=no-writes`` (``scripts.READ_ONLY``) called as EVALSHA_RO, which
+    changes nothing and so has no WAIT sent behind it in the durable mode (redis-py's script object calls
+    EVALSHA, which ``connection`` must take for a write). Loaded again and sent once more on ``NOSCRIPT``,
+    as redis-py does for EVALSHA."""
+    try:
+        return await redis.evalsha_ro(script.sha, len(keys), *keys, *args)  # type: ignore[misc]
+    except NoScriptError:
+        script.sha = await redis.script_load(script.script)
+        return await redis.evalsha_ro(script.sha, len(keys), *keys, *args)  # type: ignore[misc]
 
 
 async def each_call(redis: Redis, script: AsyncScript, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:

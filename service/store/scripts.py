@@ -104,18 +104,33 @@ def run_head() -> str:
 
 
 SHEBANG = "#!lua"
+# A script that changes nothing says so on its first line: it is called as EVALSHA_RO (``base.read_only``),
+# which the durable mode sends no WAIT behind (``connection._NO_WAIT``: it waits out the replicas otherwise)
+# and Redis refuses to let write.
+READ_ONLY = SHEBANG + " flags=no-writes"
+
+
+def _lines(name: str) -> tuple[str, str]:
+    """A file of lua/ as its ``#!lua`` line (each file has one) and the rest."""
+    text = (_LUA / f"{name}.lua").read_text()
+    first, _, rest = text.partition("\n")
+    return (first.strip(), rest) if first.split(" ", 1)[0] == SHEBANG else (SHEBANG, text)
 
 
 def _body(name: str) -> str:
-    """A file of lua/ without its ``#!lua`` line (each file has one; the assembled script has one, first)."""
-    text = (_LUA / f"{name}.lua").read_text()
-    first, _, rest = text.partition("\n")
-    return rest if first.strip() == SHEBANG else text
+    """A file of lua/ without its ``#!lua`` line (the assembled script has one, first)."""
+    return _lines(name)[1]
+
+
+def shebang(name: str) -> str:
+    """The first line of the script ``name``: its file's own (``READ_ONLY`` for a read), or ``#!lua`` for
+    one assembled from others (a batch)."""
+    return _lines(name)[0] if (_LUA / f"{name}.lua").is_file() else SHEBANG
 
 
 def source(name: str) -> str:
     """The full text sent to Redis for the script ``lua/{name}.lua``."""
-    parts = [SHEBANG, status_prelude()]
+    parts = [shebang(name), status_prelude()]
     one = BATCHED.get(name)
     if name in _SHARED or one in _SHARED:
         defaults = ", ".join(f"'{t}'" for t in domain.DEFAULT_EVENT_TYPES)

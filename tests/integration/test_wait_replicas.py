@@ -15,6 +15,7 @@ import pytest
 from service.core.lifecycle import Transition
 from service.core.records import Run, replace
 from service.store import Applied, Store, connect
+from service.store.connection import ReplicasBehind
 from service.vendors.registry import load_settings
 from service.worker.transitions import TransitionBatcher
 from tests.conftest import Receiver, StackFactory, base_env
@@ -126,5 +127,30 @@ async def test_the_transitions_of_one_turn_and_their_relays_wait_once_each(pair:
         outcomes = await asyncio.gather(*(batcher.apply(change(r)) for r in runs))
         assert outcomes == [Applied(1, ended=True)] * 20
         assert _waits(pair) == before + 4
+    finally:
+        await store.close()
+
+
+async def test_an_idle_workers_look_at_its_due_sets_sends_no_wait(pair: Pair) -> None:
+    """The look at every shard's head (``due_heads.lua``, a read called as EVALSHA_RO) has no WAIT behind
+    it. With the replica frozen after a write that it has not acknowledged (which raised), an idle worker's
+    claims of runs and of deliveries on the same connection find nothing and return, where a WAIT would
+    wait out ``REDIS_WAIT_TIMEOUT_MS`` for that write again and raise ``ReplicasBehind``."""
+    settings = load_settings(base_env(pair.primary.url, **WAIT))
+    store = Store(connect(settings, durable=True), settings)
+    try:
+        await store.runs.heads(["hb:warm"])  # the script loaded (its SCRIPT LOAD is not a write either)
+        with stopped(pair.replica.process):
+            with pytest.raises(ReplicasBehind):
+                await store.redis.set("hb:behind", "1")
+            before = _waits(pair)
+            for vendor in ("nutrient", "cloudsquid"):
+                claimed, _ = await store.runs.claim_runs(vendor, 1_000, 10, 30_000, 0, 0)
+                assert claimed == []
+            delivered, _ = await store.deliveries.claim_deliveries(1_000, 10, 30_000)
+            assert delivered == []
+            assert _waits(pair) == before
+            stats = command(pair.primary.port, "INFO", "commandstats")
+            assert int(stats.get("cmdstat_evalsha_ro", {}).get("calls", 0)) >= 2  # the looks ran, as reads
     finally:
         await store.close()

@@ -56,7 +56,7 @@ def _sent(store: Store) -> Iterator[list[str]]:
     def recorded(send: Callable[..., Any]) -> Callable[..., Any]:
         def record(*args: Any, **kwargs: Any) -> Any:
             name = str(args[0]).upper()
-            sent.append("DUE_HEADS" if name == "EVALSHA" and args[1] == heads else name)
+            sent.append("DUE_HEADS" if name == "EVALSHA_RO" and args[1] == heads else name)
             return send(*args, **kwargs)
 
         return record
