@@ -104,9 +104,9 @@ def run_head() -> str:
 
 
 SHEBANG = "#!lua"
-# A script that changes nothing says so on its first line: it is called as EVALSHA_RO (``base.read_only``),
-# which the durable mode sends no WAIT behind (``connection._NO_WAIT``: it waits out the replicas otherwise)
-# and Redis refuses to let write.
+# A script that changes nothing says so on its first line, and Redis then refuses it any write. It is called
+# as EVALSHA_RO (``base.read_only``): a read, with no WAIT behind it in the durable mode
+# (``connection._NO_WAIT``; behind an EVALSHA the WAIT would wait out the replicas).
 READ_ONLY = SHEBANG + " flags=no-writes"
 
 
