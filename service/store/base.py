@@ -70,16 +70,16 @@ def stored_event(event: Event, argv: list[Any]) -> dict[str, Any]:
     return out
 
 
-async def read_only(redis: Redis, script: AsyncScript, keys: list[str], args: Sequence[Any] = ()) -> Any:
+async def read_only(redis: Redis, script: AsyncScript, keys: list[str]) -> Any:
     """A script declared ``#!lua flags=no-writes`` (``scripts.READ_ONLY``) called as EVALSHA_RO, which
     changes nothing and so has no WAIT sent behind it in the durable mode (redis-py's script object calls
     EVALSHA, which ``connection`` must take for a write). Loaded again and sent once more on ``NOSCRIPT``,
     as redis-py does for EVALSHA."""
     try:
-        return await redis.evalsha_ro(script.sha, len(keys), *keys, *args)  # type: ignore[misc]
+        return await redis.evalsha_ro(script.sha, len(keys), *keys)  # type: ignore[misc]
     except NoScriptError:
         script.sha = await redis.script_load(script.script)
-        return await redis.evalsha_ro(script.sha, len(keys), *keys, *args)  # type: ignore[misc]
+        return await redis.evalsha_ro(script.sha, len(keys), *keys)  # type: ignore[misc]
 
 
 async def each_call(redis: Redis, script: AsyncScript, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
