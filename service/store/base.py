@@ -61,7 +61,9 @@ def stored_event(event: Event, argv: list[Any]) -> dict[str, Any]:
     """The event as the scripts take it: no null fields (a Lua null is truthy), and its bodies in their
     stored form (``bodies.packed``: bytes) appended to ``argv``, the script's arguments, which it names by
     their positions there (1-based, as Lua's ``ARGV``: ``_fanout.lua``'s ``with_bodies``)."""
-    out = event.model_dump(exclude_none=True, exclude={"body", "feed"})
+    out: dict[str, Any] = {"id": event.id, "type": event.type, "created": event.created}
+    if event.vendor is not None:
+        out["vendor"] = event.vendor
     argv.append(bodies.packed(event.body))
     out["body"] = len(argv)
     if event.feed is not None:

@@ -148,22 +148,37 @@ def _scrub_tree(value: Any) -> Any:
 
 def safe_poll(result: PollResult) -> PollResult:
     """A poll's answer with every string the vendor wrote cut short and scrubbed of our credentials, before
-    any of it is stored, logged, traced or delivered (the worker calls it on every answer it gets)."""
+    any of it is stored, logged, traced or delivered (the worker calls it on every answer it gets).
+
+    An answer that needs no change is given back as it is: most polls say "still running" with a short
+    status word and a phase, and copying the frozen answer and its progress cost ~4 us a poll."""
     progress = result.progress
     if progress is not None:
-        progress = replace(
-            progress,
-            phase=clean_optional(progress.phase, 200),
-            message=clean_optional(progress.message),
-        )
+        phase, message = clean_optional(progress.phase, 200), clean_optional(progress.message)
+        if phase is not progress.phase or message is not progress.message:
+            progress = replace(progress, phase=phase, message=message)
+    vendor_status = clean_optional(result.vendor_status, 200)
+    error = clean_optional(result.error)
+    details = clean_json(result.error_details) if result.error_details else None
+    usage = scrub_json(result.usage)
+    payload = safe_result(result.result)
+    if (
+        progress is result.progress
+        and vendor_status is result.vendor_status
+        and error is result.error
+        and details is result.error_details
+        and usage is result.usage
+        and payload is result.result
+    ):
+        return result
     return replace(
         result,
-        vendor_status=clean_optional(result.vendor_status, 200),
+        vendor_status=vendor_status,
         progress=progress,
-        error=clean_optional(result.error),
-        error_details=clean_json(result.error_details) if result.error_details else None,
-        usage=scrub_json(result.usage),
-        result=safe_result(result.result),
+        error=error,
+        error_details=details,
+        usage=usage,
+        result=payload,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from urllib.parse import quote
 
 import pytest
@@ -94,6 +95,49 @@ def test_a_poll_answer_is_made_safe_field_by_field() -> None:
     assert safe.result["long"] == "x" * 100_000  # a result is scrubbed, never cut
     assert safe.usage["credits"] == 3 and safe.progress.percent == 50
     assert (safe.status, safe.state) == ("failed", {"cursor": "c"})
+
+
+# The fast path: an answer with nothing to clean comes back as it is; one unsafe field, anywhere, and the
+# answer is copied with that field made safe (the rest as they came).
+_RUNNING = PollResult("running", vendor_status="running", progress=Progress(percent=5, phase="ocr"))
+
+
+@pytest.mark.parametrize(
+    ("field", "unsafe", "safe_of"),
+    [
+        ("vendor_status", f"running {KEY}", lambda r: r.vendor_status),
+        ("vendor_status", "s" * 201, lambda r: r.vendor_status),
+        ("progress", Progress(percent=5, phase=f"ocr {KEY}"), lambda r: r.progress.phase),
+        ("progress", Progress(percent=5, phase="ocr", message="m" * 5_000), lambda r: r.progress.message),
+        ("error", f"failed {KEY}", lambda r: r.error),
+        ("error_details", {"echo": KEY}, lambda r: r.error_details),
+        ("usage", {"note": KEY}, lambda r: r.usage),
+        ("result", {"text": KEY}, lambda r: r.result),
+    ],
+)
+def test_a_poll_answer_is_copied_only_where_a_field_needs_cleaning(
+    field: str, unsafe: object, safe_of: object
+) -> None:
+    assert text.safe_poll(_RUNNING) is _RUNNING
+    answer = replace(_RUNNING, **{field: unsafe})
+    safe = text.safe_poll(answer)
+    assert safe is not answer
+    kept = json.dumps(safe_of(safe))  # type: ignore[operator]
+    assert KEY not in kept and len(kept) < 4_000
+    assert (safe.status, safe.progress.percent) == ("running", 5)
+
+
+def test_an_answer_with_nothing_unsafe_in_any_field_comes_back_as_it_is() -> None:
+    answer = PollResult(
+        "succeeded",
+        vendor_status="done",
+        progress=Progress(percent=100, phase="done", message="ok"),
+        error=None,
+        usage={"credits": 1},
+        result={"text": "hello"},
+    )
+    text.forget()  # no credential registered: usage and result need no copy either
+    assert text.safe_poll(answer) is answer
 
 
 def test_a_submit_answer_and_a_file_result_are_made_safe() -> None:
