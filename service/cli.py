@@ -259,6 +259,17 @@ def cmd_spell_out_runs(args: argparse.Namespace) -> None:
     print(" ".join(f"{k}={v}" for k, v in _run(_on_redis(settings, spell_out_runs)).items()))
 
 
+def cmd_spell_out_feeds(args: argparse.Namespace) -> None:
+    """Rewrites every client's feed in the form the versions before short feed entries read, with every
+    process of this version stopped (docs/deploy.md, "Upgrading from a version before short feed
+    entries"): what a rollback across that change needs."""
+    from service.store.layout import spell_out_feeds
+
+    settings = _settings()
+    _require_redis(settings, "spell-out-feeds")
+    print(" ".join(f"{k}={v}" for k, v in _run(_on_redis(settings, spell_out_feeds)).items()))
+
+
 def cmd_migrate_keys(args: argparse.Namespace) -> None:
     """Moves the keys that hookbridge 2 (``hb:<name>``) or an earlier hookbridge 3 (``hb:{hb}:<name>``)
     wrote to today's layout (service/store/layout.py), with every earlier process stopped (docs/deploy.md,
@@ -334,6 +345,11 @@ def main(argv: list[str] | None = None) -> None:
         help="before a rollback across run records without their id: rewrite them as earlier ones read them",
     )
     p.set_defaults(func=cmd_spell_out_runs)
+    p = sub.add_parser(
+        "spell-out-feeds",
+        help="before a rollback across short feed entries: rewrite the feeds as earlier versions read them",
+    )
+    p.set_defaults(func=cmd_spell_out_feeds)
     p = sub.add_parser("settings", help="print every setting with its default")
     p.add_argument(
         "--effective",

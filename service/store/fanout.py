@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.core import domain
-from service.store import jsoncodec, keys
+from service.store import feedform, jsoncodec, keys
 
 
 def delivery_id(event_id: str, sub_id: str, n: int = 0) -> str:
@@ -200,7 +200,12 @@ def feed_call(
             body = event.body
             # n: its size in bytes (a feed page's bound); a body given as text is UTF-8
             size = len(body.encode()) if isinstance(body, str) else len(body)
-            row: dict[str, Any] = {"id": event.id, "type": event.type, "n": size}
+            # As the feed's entry stores them (feedform): the short id and the type's code.
+            row: dict[str, Any] = {
+                "id": feedform.short_event_id(event.id),
+                "type": feedform.type_code(event.type),
+                "n": size,
+            }
             if event.vendor:
                 row["vendor"] = event.vendor
             if dropped(event, fanned.deliveries[n]) or event.zr:
@@ -211,7 +216,7 @@ def feed_call(
         out.append({"v": None if version is None else str(version), "events": listed})
     ops = {
         "mode": mode,
-        "run_id": run_id,
+        "run_id": feedform.short_run_id(run_id),  # only ever the feed entry's r
         "subs": list(subs),
         "sub_filter": list(sub_filter),
         "mark_ms": str(mark_ms),

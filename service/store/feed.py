@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import anyio
 from redis.asyncio import Redis
 
-from service.store import bodies, keys
+from service.store import bodies, feedform, keys
 from service.store.connection import blocking_read, limit_pool, pool_size
 from service.store.scripts import source
 
@@ -141,6 +141,7 @@ class Feed:
 
         Raises IteratorTrimmed or IteratorInvalid."""
         scan = max(1, min(scan, SCAN))
+        run_id, run_short = feedform.run_filter(only.run_id)
         reply = await _whole(
             self._read(
                 keys=[keys.client_feed(client), keys.client_rate("feed_scan", client)],
@@ -149,14 +150,15 @@ class Feed:
                     limit,
                     scan,
                     now_ms - self._retention_ms,
-                    json.dumps(list(only.types)),
-                    only.run_id,
+                    json.dumps(feedform.types_filter(only.types)),
+                    run_id,
                     only.vendor,
                     FUTURE_MS,
                     max_bytes,
                     1000.0 / rate.per_s if rate else 0,
                     rate.burst if rate else 0,
                     min(scan, rate.burst, MIN_SCAN) if rate else 0,
+                    run_short,
                 ],
             )
         )
@@ -167,7 +169,9 @@ class Feed:
             raise IteratorTrimmed(after)
         if outcome == "invalid":
             raise IteratorInvalid(after)
-        rows = [(_s(reply[i]), _s(reply[i + 1]), reply[i + 2]) for i in range(4, len(reply), 3)]
+        rows = [
+            (_s(reply[i]), feedform.event_id(_s(reply[i + 1])), reply[i + 2]) for i in range(4, len(reply), 3)
+        ]
         # The bodies the entries do not carry are kept under the events' keys, which a script may not
         # name from the entries it read, and which lie in their runs' shards: one pipeline of GETs here.
         # An event whose body expired is past retention.

@@ -37,8 +37,8 @@ hb:<s>:run:{run}:deliveries           zset    the run's delivery ids by creation
 hb:<s>:client:{client}:subs           zset    subscription ids by creation time
 hb:<s>:client:{client}:feed           stream  the client's events in emission order (GET /v1/events, SSE):
                                               event id, type, run, vendor, and the (packed) body when
-                                              hb:evt does not keep it; trimmed to RETENTION_S (MINID) at
-                                              each append
+                                              hb:evt does not keep it, else its size (short forms:
+                                              feedform.py); trimmed to RETENTION_S (MINID) at each append
 hb:<s>:client:{client}:streams        zset    the client's open event streams and waiting long-polls,
                                               by lease expiry (the per-client cap)
 hb:<s>:sub:{sub}                      hash    the subscription (lists as JSON strings), health counters; in

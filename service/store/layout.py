@@ -21,7 +21,8 @@ an operator to look at). At most ``batch`` keys are held at once."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgspec
 from redis.asyncio import Redis, RedisCluster
@@ -29,7 +30,7 @@ from redis.exceptions import ResponseError
 
 from service.core import trail
 from service.core.records import DELIVERY_HASH, Run, replace
-from service.store import fanout, keys
+from service.store import fanout, feedform, keys
 from service.store.codec import text
 
 # The indexes that are one per shard today: (name after the prefix, builder of a shard's).
@@ -302,3 +303,46 @@ async def spell_out_runs(redis: Redis, *, batch: int = 500) -> dict[str, int]:
     if names:
         await flush()
     return counts
+
+
+async def spell_out_feeds(redis: Redis, *, batch: int = 500) -> dict[str, int]:
+    """Before a rollback across short feed entries (docs/deploy.md): every client's feed rewritten in the
+    form the versions before read (``feedform.spelled_out``), each entry under its own id, the feed's expiry
+    kept. With every process of this version stopped (one still writing would append today's form). A feed
+    is copied into a key beside it in its slot, ``batch`` entries at a time, and renamed over the original,
+    so a reader sees the old feed or the new one whole. Returns how many feeds were ``rewritten`` and
+    ``kept`` (no entry of today's form in them), and the ``entries`` rewritten. It can be run again."""
+    counts = {"rewritten": 0, "kept": 0, "entries": 0}
+    feeds = [
+        text(raw)
+        async for raw in redis.scan_iter(match=f"{keys.ANY_SHARD}client:*:feed", count=batch, _type="stream")
+    ]
+    for feed in feeds:
+        copy = f"{feed}:spelling"  # in the feed's slot: the name carries its shard's tag
+        await redis.delete(copy)  # what an interrupted run left
+        after, changed, copied = "-", False, 0
+        while rows := await redis.xrange(feed, after, "+", count=batch):
+            pipe = redis.pipeline(transaction=False)
+            for entry_id, fields in rows:
+                spelled = feedform.spelled_out(fields)
+                changed = changed or _encoded(spelled) != _encoded(fields)
+                pipe.xadd(copy, spelled, id=entry_id)  # type: ignore[arg-type]
+            await pipe.execute()
+            copied += len(rows)
+            after = "(" + text(rows[-1][0])
+        if not changed:
+            await redis.delete(copy)
+            counts["kept"] += 1
+            continue
+        ttl = await redis.pttl(feed)
+        await redis.rename(copy, feed)
+        if ttl > 0:
+            await redis.pexpire(feed, ttl)
+        counts["rewritten"] += 1
+        counts["entries"] += copied
+    return counts
+
+
+def _encoded(fields: Mapping[Any, Any]) -> dict[str, bytes]:
+    """An entry's fields as bytes, to compare one read from Redis with one to be written."""
+    return {text(k): v if isinstance(v, bytes) else str(v).encode() for k, v in fields.items()}

@@ -13,7 +13,7 @@ import pytest
 from service.core import domain
 from service.core.lifecycle import Transition, finished, new_run, polled, submitted
 from service.core.records import Event, Run, Subscription, replace
-from service.store import Applied, Store, bodies, connect, keys
+from service.store import Applied, Store, bodies, connect, feedform, keys
 from service.store.feed import Feed, FeedFilter, IteratorInvalid, IteratorTrimmed, valid_iterator
 from service.vendors.registry import load_settings
 from tests.conftest import base_env, eventually
@@ -119,7 +119,8 @@ async def test_every_emitted_event_is_in_its_clients_feed_in_order(store: Store,
     assert ids == sorted(ids, key=_pos)
     # The entry refers to the body hb:evt keeps (the exact bytes sent) instead of copying it.
     raw = await store.redis.xrange(keys.client_feed("alice"))
-    assert b"b" not in raw[0][1] and raw[0][1][b"r"] == b"run_a" and raw[0][1][b"v"] == b"nutrient"
+    first = feedform.entry(raw[0][1])
+    assert first.body is None and first.size > 0 and (first.run_id, first.vendor) == ("run_a", "nutrient")
     assert page.events[0].envelope() == {
         "id": ids[0],
         "event_id": _eid("run_a", 1),
@@ -198,6 +199,123 @@ async def test_the_test_event_goes_to_the_feed_too(store: Store, feed: Feed) -> 
     assert await store.subscriptions.emit_test_event("alice", "sub_1", ev, domain.now_ms()) == 0  # once
     page = await _read(feed)
     assert [(e.event_id, e.envelope()["type"]) for e in page.events] == [("evt_test", domain.EVENT_TEST)]
+
+
+# Entries as stored (service/store/feedform.py) ------------------------------------------------------
+
+
+async def _real_run(store: Store, client: str = "alice") -> Run:
+    """A run with an id as production mints them (the short form drops only such ids' prefixes)."""
+    return await _run(store, domain.new_id("run"), client=client)
+
+
+async def test_a_new_entry_is_short_and_always_has_the_same_five_fields(store: Store, feed: Feed) -> None:
+    await _sub(store, "sub_1", types=["run.succeeded"])  # progress goes to the feed alone, with its body
+    run = await _real_run(store)
+    submitted_ = Event(
+        id=domain.new_id_beside("evt", run.id),
+        type=domain.EVENT_SUBMITTED,
+        created=0,
+        vendor="nutrient",
+        body=json.dumps({"type": domain.EVENT_SUBMITTED, "timestamp": "t", "data": {"n": 1}}),
+    )
+    progress = Event(
+        id=domain.new_id_beside("evt", run.id),
+        type=domain.EVENT_PROGRESS,
+        created=0,
+        vendor="nutrient",
+        body=json.dumps({"type": domain.EVENT_PROGRESS, "timestamp": "t", "data": {"n": 2}}),
+    )
+    await _emit(store, run, submitted_, progress)
+    raw = await store.redis.xrange(keys.client_feed("alice"))
+    assert [sorted(fields) for _, fields in raw] == [[b"b", b"e", b"r", b"t", b"v"]] * 2
+    kept, carried = (fields for _, fields in raw)
+    assert kept[b"e"] == submitted_.id.removeprefix("evt_").encode() and len(kept[b"e"]) == 26
+    assert (kept[b"t"], carried[b"t"]) == (b"s", b"p")
+    assert kept[b"r"] == run.id.removeprefix("run_").encode() and kept[b"v"] == b"nutrient"
+    # The kept one's b: the size of its stored body (a page's bound); the other's: its packed body.
+    assert int(kept[b"b"]) == len(bodies.packed(submitted_.body)) and carried[b"b"].startswith(bodies.MARK)
+    # Read back in full, the same as the events emitted.
+    page = await _read(feed)
+    assert [(e.event_id, e.body) for e in page.events] == [
+        (submitted_.id, submitted_.body.encode()),
+        (progress.id, progress.body.encode()),
+    ]
+
+
+async def test_entries_written_before_the_short_form_read_alike_through_every_filter(
+    store: Store, feed: Feed
+) -> None:
+    """A feed kept for RETENTION_S across the upgrade holds both forms: each reads in full and matches
+    the same filters (a type or ``run.*``, a run, a vendor), and its size bounds a page the same."""
+    await _sub(store, "sub_1", types=["run.succeeded"])
+    run = await _real_run(store)
+
+    def event(etype: str, n: int) -> Event:
+        body = json.dumps({"type": etype, "timestamp": "t", "data": {"run": {"id": run.id}, "n": n}})
+        return Event(
+            id=domain.new_id_beside("evt", run.id), type=etype, created=0, vendor="nutrient", body=body
+        )
+
+    # As the script before this wrote them: prefixes kept, the type spelled out, the size in n, no r or v
+    # for a test event; the bodies packed, the kept one under the event's key.
+    old_kept, old_carried = event(domain.EVENT_SUBMITTED, 1), event(domain.EVENT_PROGRESS, 2)
+    test_body = json.dumps(
+        {"type": domain.EVENT_TEST, "timestamp": "t", "data": {"subscription_id": "sub_1"}}
+    )
+    old_test = Event(id=domain.new_id("evt"), type=domain.EVENT_TEST, created=0, body=test_body)
+    await store.redis.set(keys.event(old_kept.id), bodies.packed(old_kept.body))
+    feed_key = keys.client_feed("alice")
+    common = {"r": run.id, "v": "nutrient"}
+    await store.redis.xadd(
+        feed_key, {"e": old_kept.id, "t": old_kept.type, **common, "n": len(bodies.packed(old_kept.body))}
+    )
+    await store.redis.xadd(
+        feed_key, {"e": old_carried.id, "t": old_carried.type, **common, "b": bodies.packed(old_carried.body)}
+    )
+    await store.redis.xadd(feed_key, {"e": old_test.id, "t": old_test.type, "b": bodies.packed(test_body)})
+    # Then the same kinds as this version writes them.
+    new_kept, new_carried = event(domain.EVENT_SUBMITTED, 3), event(domain.EVENT_PROGRESS, 4)
+    await _emit(store, run, new_kept, new_carried)
+    new_test = Event(id=domain.new_id("evt"), type=domain.EVENT_TEST, created=0, body=test_body)
+    assert await store.subscriptions.emit_test_event("alice", "sub_1", new_test, domain.now_ms()) == 1
+    raw = await store.redis.xrange(feed_key)
+    assert len(raw[-1][1][b"e"]) == 26 and raw[-1][1][b"r"] == b""  # the last one is of the short form
+
+    everything = [old_kept, old_carried, old_test, new_kept, new_carried, new_test]
+    cases: list[tuple[FeedFilter, list[Event]]] = [
+        (FeedFilter(), everything),
+        (FeedFilter(types=(domain.EVENT_PROGRESS,)), [old_carried, new_carried]),
+        (
+            FeedFilter(types=(domain.EVENT_SUBMITTED, domain.EVENT_TEST)),
+            [old_kept, old_test, new_kept, new_test],
+        ),
+        (FeedFilter(types=("run.*",)), [old_kept, old_carried, new_kept, new_carried]),
+        (FeedFilter(run_id=run.id), [old_kept, old_carried, new_kept, new_carried]),
+        (FeedFilter(run_id=domain.new_id("run")), []),
+        (FeedFilter(vendor="nutrient"), [old_kept, old_carried, new_kept, new_carried]),
+        (FeedFilter(vendor="uptiq"), []),
+    ]
+    for only, expected in cases:
+        page = await _read(feed, only=only)
+        assert [(e.event_id, e.body) for e in page.events] == [(x.id, x.body.encode()) for x in expected], (
+            only
+        )
+    # A page's bytes: the first match always, then it stops once the bound is reached, whichever form
+    # gave the size (n, or b in digits).
+    for first in (old_kept, new_kept):
+        only = FeedFilter(run_id=run.id)  # then the next of its run, which the bound leaves out
+        after = "" if first is old_kept else raw[2][0].decode()
+        page = await _read(feed, after, only=only, max_bytes=1)
+        assert [e.event_id for e in page.events] == [first.id] and not page.done
+    # The tool's view of each stored entry names the same events, types, runs and sizes.
+    entries = [feedform.entry(fields) for _, fields in raw]
+    assert [(x.event_id, x.type) for x in entries] == [(e.id, e.type) for e in everything]
+    assert [x.run_id for x in entries] == [run.id, run.id, "", run.id, run.id, ""]
+    assert [(x.body is None, x.size) for x in (entries[0], entries[3])] == [
+        (True, len(bodies.packed(old_kept.body))),
+        (True, len(bodies.packed(new_kept.body))),
+    ]
 
 
 # Event bodies as stored (service/store/bodies.py) -------------------------------------------------

@@ -20,7 +20,7 @@ from service.core import domain, runs
 from service.core.backoff import VendorPolicy
 from service.core.lifecycle import Transition, new_run
 from service.core.records import Run, Subscription
-from service.store import Applied, Store, connect, fanout, keys
+from service.store import Applied, Store, connect, fanout, feedform, keys
 from service.vendors import base
 from service.vendors.registry import load_settings
 from tests.conftest import base_env
@@ -115,15 +115,16 @@ async def _progress(store: Store, run: Run, policy: VendorPolicy, percent: float
     applied = await _apply(store, change)
     # Delivered or not, the event's body is kept where a reader finds it: its own key, or the feed entry.
     [(_, fields)] = await store.redis.xrevrange(keys.client_feed(CLIENT), count=1)
-    assert fields[b"e"].decode() == event.id
-    assert (b"b" in fields) != bool(await store.redis.exists(keys.event(event.id)))
-    assert (b"b" in fields) == (applied.deliveries == 0)
+    entry = feedform.entry(fields)
+    assert entry.event_id == event.id
+    assert (entry.body is not None) != bool(await store.redis.exists(keys.event(event.id)))
+    assert (entry.body is not None) == (applied.deliveries == 0)
     return change.run, applied
 
 
 async def _feed_types(store: Store) -> list[str]:
     entries = await store.redis.xrange(keys.client_feed(CLIENT))
-    return [fields[b"t"].decode() for _, fields in entries]
+    return [feedform.entry(fields).type for _, fields in entries]
 
 
 async def test_a_progress_no_subscription_asked_for_calls_no_fan_out_and_still_reaches_the_feed(

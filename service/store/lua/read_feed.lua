@@ -1,16 +1,19 @@
 #!lua
 -- Reads a client's feed after an iterator (GET /v1/events, the SSE streams): one page, filtered, with
 -- the bodies the entries carry. An entry whose body is kept under the event's own key (not a key this
--- script may name: the feed's entries are data) answers `false` for it and its size counts as the 'n'
--- the entry carries; the caller reads those bodies (one MGET) and skips an event whose body expired.
+-- script may name: the feed's entries are data) answers `false` for it and its size counts as the size
+-- the entry carries (its b in digits; 'n' in an entry written before); the caller reads those bodies (one
+-- MGET) and skips an event whose body expired. Entries are stored as service/store/feedform.py says, in
+-- either of its forms: the caller's filters name both (a type and its code, a run id long and short).
 -- KEYS[1] the client's feed. ARGV: after (a stream id; '' = from the oldest kept), limit (matches at
 --   most), scan (entries read at most), cutoff_ms (now - retention), types (JSON list; [] = every type;
---   'run.*' matches every run event), run_id ('' = any), vendor ('' = any), future_ms (how far past
+--   'run.*' matches every run event spelled out; the caller adds the codes), run_id ('' = any),
+--   vendor ('' = any), future_ms (how far past
 --   Redis's clock an iterator may point), max_bytes (the page's bodies stop growing past this many bytes:
 --   a page always has its first match), interval_ms and burst of the client's scan rate (KEYS[2], a GCRA
 --   in entries: _gcra.lua; interval 0 = none), need (the least it reads: with less left, it reads
 --   nothing): a read scans at most what the client has left of it, and is charged what it scanned
---   (at least 1).
+--   (at least 1); run_short (the run id as a new entry stores it).
 -- Returns {'expired'} (entries after the iterator may be gone: it is older than the retention window and
 -- nothing at or before it is kept) | {'invalid'} (it points into the future) |
 -- {'throttled', ms} (the client's scan rate is spent: none may be scanned for ms) |
@@ -23,6 +26,7 @@ local types = cjson.decode(ARGV[5])
 local run_id, vendor, future = ARGV[6], ARGV[7], tonumber(ARGV[8])
 local max_bytes = tonumber(ARGV[9])
 local rate_key, interval, burst, need = KEYS[2], tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local run_short = ARGV[13]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -35,7 +39,7 @@ if after ~= '' then
 end
 
 local function wanted(h)
-  if run_id ~= '' and h['r'] ~= run_id then return false end
+  if run_id ~= '' and h['r'] ~= run_id and h['r'] ~= run_short then return false end
   if vendor ~= '' and h['v'] ~= vendor then return false end
   if #types == 0 then return true end
   for _, ty in ipairs(types) do
@@ -59,10 +63,12 @@ for i, row in ipairs(rows) do
   local f, h = row[2], {}
   for j = 1, #f, 2 do h[f[j]] = f[j + 1] end
   if wanted(h) then
-    local body = h['b'] or false
+    local body, size = h['b'] or false, tonumber(h['n'] or '0') or 0
+    -- A body starts with '~' (packed) or '{'; digits are the size of one its event's key keeps.
+    if body and string.find(body, '^%d') then body, size = false, tonumber(body) or 0 end
     table.insert(out, row[1]); table.insert(out, h['e']); table.insert(out, body)
     matched = matched + 1
-    bytes = bytes + (body and #body or tonumber(h['n'] or '0') or 0)
+    bytes = bytes + (body and #body or size)
     if matched >= limit or bytes >= max_bytes then
       full = i < #rows or #rows >= scan
       break

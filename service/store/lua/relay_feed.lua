@@ -12,7 +12,8 @@
 --   1 and 2 stand in for by the feed).
 -- ARGV[1] JSON: mode, run_id, subs [the subscriptions fanned out to], sub_filter, mark_ms, retention_ms,
 --   entries [{v, events [{id, type, vendor?, body? (its position in ARGV: the feed keeps its body),
---   n (its size)}]}]. ARGV[2..]: the bodies the feed keeps.
+--   n (its size)}]}]; the run id, the event ids and the types in the feed's short forms
+--   (service/store/feedform.py). ARGV[2..]: the bodies the feed keeps.
 -- Returns {'ok', appended} | {'stale'}.
 local q = cjson.decode(ARGV[1])
 local appended = 0

@@ -1,0 +1,152 @@
+"""How an entry of a client's feed (``keys.client_feed``, a Redis Stream kept for ``RETENTION_S``) stores
+its event: written by ``lua/_fanout.lua``'s ``append_feed`` with what ``fanout.feed_call`` gives it (the
+short forms below), read by
+``lua/read_feed.lua`` with the filters :func:`types_filter` and :func:`run_filter` give it, and named back
+by :func:`event_id`.
+
+The feed is most of what a run costs Redis while the vendor reports progress: one entry per ``run.progress``
+(at most one per ``PROGRESS_MIN_INTERVAL_S``), most of them carrying their body, kept for ``RETENTION_S``
+(docs/performance.md, Redis memory). So an entry is written short, five fields, always the same five:
+
+- ``e``: the event id without its ``evt_`` (``domain.new_id``: the prefix, then 26 characters);
+- ``t``: the type as one character (:data:`TYPE_CODES`), a type of no code as it is;
+- ``r``: the run id without its ``run_``, or ``""`` for an event of no run (``subscription.test``);
+- ``v``: the run's vendor, or ``""``;
+- ``b``: the packed body (``bodies.packed``: it starts with ``~``, or ``{`` when kept as it is) when the
+  feed keeps it, else the body's size in decimal digits (the event's own key keeps it; a page's bound).
+
+Every entry having the fields of the first entry of its stream node lets Redis store them once a node,
+not once an entry. Together these take ~20-25 bytes off an entry of ~250 (``python -m bench.memory``).
+
+Entries written before this (the ``evt_`` and ``run_`` kept, the type spelled out, ``r`` and ``v`` left
+out when empty, the size in a field ``n``) still read, and match the same filters: a stored id keeps its
+prefix, and a filter names both forms. Stored entries depend on these codes: never change one; a new type
+takes a new code."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from service.core import domain
+
+# One character per event type, in the stream's field ``t``. Never change one: entries kept for
+# RETENTION_S are read with these.
+TYPE_CODES: dict[str, str] = {
+    domain.EVENT_SUBMITTED: "s",
+    domain.EVENT_PROGRESS: "p",
+    domain.EVENT_SUCCEEDED: "d",
+    domain.EVENT_FAILED: "f",
+    domain.EVENT_CANCELED: "c",
+    domain.EVENT_TEST: "t",
+}
+TYPES = {code: event_type for event_type, code in TYPE_CODES.items()}
+EVENT_PREFIX = "evt_"
+RUN_PREFIX = "run_"
+# What new_id puts after its prefix: an id of exactly that shape is stored without its prefix.
+_BODY = re.compile(domain.ID_BODY)
+
+
+def _short(identifier: str, prefix: str) -> str:
+    rest = identifier[len(prefix) :]
+    return rest if identifier.startswith(prefix) and _BODY.fullmatch(rest) else identifier
+
+
+def _long(stored: str, prefix: str) -> str:
+    return prefix + stored if _BODY.fullmatch(stored) else stored
+
+
+def short_event_id(event_id: str) -> str:
+    """The event id as the entry stores it (``e``)."""
+    return _short(event_id, EVENT_PREFIX)
+
+
+def short_run_id(run_id: str) -> str:
+    """The run id as the entry stores it (``r``; ``""`` stays ``""``)."""
+    return _short(run_id, RUN_PREFIX) if run_id else ""
+
+
+def event_id(stored: str) -> str:
+    """The event id an entry's ``e`` names, in either form."""
+    return _long(stored, EVENT_PREFIX)
+
+
+def type_code(event_type: str) -> str:
+    """The type as the entry stores it (``t``)."""
+    return TYPE_CODES.get(event_type, event_type)
+
+
+def types_filter(types: Iterable[str]) -> list[str]:
+    """A reader's types (exact types, or ``run.*``) as ``read_feed.lua`` matches them against ``t``: each
+    type and its code, and for ``run.*`` (which matches a spelled-out ``run.`` type by its start) the
+    codes of every run event; empty stays empty (every type)."""
+    out: list[str] = []
+    for wanted in types:
+        out.append(wanted)
+        if wanted == "run.*":
+            out.extend(TYPE_CODES[t] for t in domain.RUN_EVENTS)
+        elif wanted in TYPE_CODES:
+            out.append(TYPE_CODES[wanted])
+    return out
+
+
+def run_filter(run_id: str) -> tuple[str, str]:
+    """A reader's run id (``""``: any) as ``read_feed.lua`` matches it against ``r``: in both forms."""
+    return run_id, short_run_id(run_id)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One stored entry, in either form, named back in full: what a tool or a test reads (the API reads
+    a page through ``read_feed.lua``, which matches and bounds it in Redis)."""
+
+    event_id: str
+    type: str
+    run_id: str  # "" for an event of no run
+    vendor: str  # "" for none
+    body: bytes | None  # the packed body the entry carries, or None when the event's key keeps it
+    size: int  # the body's size in bytes (that of the packed body the entry carries, else as stored)
+
+
+def entry(fields: Mapping[Any, Any]) -> Entry:
+    """An entry's fields (``XRANGE``'s, as bytes or text) named back in full."""
+    got = {_text(k): v for k, v in fields.items()}
+    raw = got.get("b")
+    body = raw.encode() if isinstance(raw, str) else raw
+    if body is not None and body[:1].isdigit():
+        size, body = int(body), None
+    else:
+        size = len(body) if body is not None else int(_text(got.get("n", "0")))
+    stored_type = _text(got.get("t", ""))
+    run = _text(got.get("r", ""))
+    return Entry(
+        event_id=event_id(_text(got.get("e", ""))),
+        type=TYPES.get(stored_type, stored_type),
+        run_id=_long(run, RUN_PREFIX) if run else "",
+        vendor=_text(got.get("v", "")),
+        body=body,
+        size=size,
+    )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def spelled_out(fields: Mapping[Any, Any]) -> dict[str, str | bytes]:
+    """An entry of either form as the versions before the short form wrote it (``hookbridge
+    spell-out-feeds``, before a rollback across this change): the ids with their prefixes, the type spelled
+    out, ``r`` and ``v`` only when not empty, the size in ``n`` when the event's key keeps the body."""
+    full = entry(fields)
+    out: dict[str, str | bytes] = {"e": full.event_id, "t": full.type}
+    if full.run_id:
+        out["r"] = full.run_id
+    if full.vendor:
+        out["v"] = full.vendor
+    if full.body is not None:
+        out["b"] = full.body
+    else:
+        out["n"] = str(full.size)
+    return out

@@ -1,0 +1,100 @@
+"""How a feed entry stores its event (service/store/feedform.py): the short forms, the filters that match
+both forms, and an entry of either form named back in full; tables, no Redis (tests/store/test_feed.py
+reads both forms through read_feed.lua)."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.core import domain
+from service.store import feedform
+
+RUN = domain.new_id("run")
+EVENT = domain.new_id_beside("evt", RUN)
+
+
+@pytest.mark.parametrize(
+    ("full", "stored"),
+    [
+        (EVENT, EVENT.removeprefix("evt_")),  # as minted: the prefix goes
+        ("evt_test", "evt_test"),  # any other shape is kept whole, and reads back whole
+        ("evt_" + "A" * 27, "evt_" + "A" * 27),
+        ("evt_" + "a" * 26, "evt_" + "a" * 26),  # not Crockford's (lower case)
+        ("run_" + "A" * 26, "run_" + "A" * 26),  # another prefix
+        ("evt_run_a_1_13", "evt_run_a_1_13"),
+    ],
+)
+def test_an_event_id_is_stored_short_only_when_it_reads_back_the_same(full: str, stored: str) -> None:
+    assert feedform.short_event_id(full) == stored
+    assert feedform.event_id(stored) == full
+
+
+@pytest.mark.parametrize(
+    ("full", "stored"),
+    [(RUN, RUN.removeprefix("run_")), ("run_a", "run_a"), ("", ""), ("evt_" + "A" * 26, "evt_" + "A" * 26)],
+)
+def test_a_run_id_is_stored_short_only_when_it_reads_back_the_same(full: str, stored: str) -> None:
+    assert feedform.short_run_id(full) == stored
+    assert feedform.run_filter(full) == (full, stored)
+
+
+def test_every_event_type_has_its_own_one_character_code_and_the_codes_never_change() -> None:
+    # Entries kept for RETENTION_S are read with these: a change would misname every one of them.
+    assert feedform.TYPE_CODES == {
+        "run.submitted": "s",
+        "run.progress": "p",
+        "run.succeeded": "d",
+        "run.failed": "f",
+        "run.canceled": "c",
+        "subscription.test": "t",
+    }
+    assert set(feedform.TYPE_CODES) == set(domain.EVENT_TYPES)
+    assert {feedform.type_code(t) for t in domain.EVENT_TYPES} == set(feedform.TYPES)
+    assert feedform.type_code("run.unknown") == "run.unknown"  # a type of no code, as it is
+
+
+@pytest.mark.parametrize(
+    ("types", "matched"),
+    [
+        ((), []),  # every type
+        (("run.progress",), ["run.progress", "p"]),
+        (("run.succeeded", "subscription.test"), ["run.succeeded", "d", "subscription.test", "t"]),
+        (("run.*",), ["run.*", "s", "p", "d", "f", "c"]),  # every run event: spelled out by its start
+        (("run.unknown",), ["run.unknown"]),
+    ],
+)
+def test_a_types_filter_names_each_type_in_both_forms(types: tuple[str, ...], matched: list[str]) -> None:
+    assert feedform.types_filter(types) == matched
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        # This version's: five fields, short; b a packed body, or its size in digits.
+        (
+            {b"e": EVENT[4:], b"t": b"p", b"r": RUN[4:], b"v": b"nutrient", b"b": b"~2xyz"},
+            feedform.Entry(EVENT, "run.progress", RUN, "nutrient", b"~2xyz", 5),
+        ),
+        (
+            {b"e": EVENT[4:], b"t": b"s", b"r": RUN[4:], b"v": b"nutrient", b"b": b"119"},
+            feedform.Entry(EVENT, "run.submitted", RUN, "nutrient", None, 119),
+        ),
+        (
+            {b"e": EVENT[4:], b"t": b"t", b"r": b"", b"v": b"", b"b": b"{}"},
+            feedform.Entry(EVENT, "subscription.test", "", "", b"{}", 2),
+        ),
+        # Written before: prefixes kept, the type spelled out, the size in n, no r or v when empty.
+        (
+            {b"e": EVENT, b"t": b"run.succeeded", b"r": RUN, b"v": b"uptiq", b"n": b"200"},
+            feedform.Entry(EVENT, "run.succeeded", RUN, "uptiq", None, 200),
+        ),
+        (
+            {"e": "evt_test", "t": "subscription.test", "b": "{}"},
+            feedform.Entry("evt_test", "subscription.test", "", "", b"{}", 2),
+        ),
+    ],
+)
+def test_an_entry_of_either_form_is_named_back_in_full(
+    fields: dict[object, object], expected: feedform.Entry
+) -> None:
+    assert feedform.entry(fields) == expected
