@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from service.core.records import DELIVERY_HASH
 from service.dev.embedded_redis import EmbeddedRedis, free_port
 from service.dev.stack import Servers
 from service.store import bodies, keys
@@ -282,7 +283,8 @@ async def _explain(redis_url: str, sub_id: str, event_ids: list[str], logdir: Pa
             dlv = delivery_id_in_shard(event_id, sub_id)
             record = await client.hgetall(keys.delivery(dlv))
             stored = await client.get(keys.event(event_id))
-            body = bodies.unpacked(stored) if stored is not None else None
+            run_id = record.get(DELIVERY_HASH["run_id"], "")  # a run's event is packed against its id
+            body = bodies.unpacked(stored, run_id) if stored is not None else None
             event = {
                 "id": event_id,
                 "kept": body is not None,

@@ -539,7 +539,7 @@ async def _breakdown(redis: aioredis.Redis, run_ids: Sequence[str], n: int, sub_
             for key, value in run.metadata.items():
                 await add("metadata index", keys.run_metadata(run.client, key, value))
             for event_id in run.event_ids:
-                etype = await _event_type(redis, event_id)
+                etype = await _event_type(redis, event_id, run_id)
                 await add(f"event {etype}", keys.event(event_id))
             for dlv_id in await redis.zrange(keys.run_deliveries(run_id), 0, -1):
                 await add("delivery", keys.delivery(dlv_id))
@@ -560,12 +560,13 @@ async def _breakdown(redis: aioredis.Redis, run_ids: Sequence[str], n: int, sub_
     return own
 
 
-async def _event_type(redis: aioredis.Redis, event_id: str) -> str:
-    """The type in an event's body (a packed body is bytes: read without decoding)."""
+async def _event_type(redis: aioredis.Redis, event_id: str, run_id: str) -> str:
+    """The type in an event's body (a packed body is bytes: read without decoding; packed against its
+    run's id)."""
     raw = await redis.execute_command("GET", keys.event(event_id), NEVER_DECODE=True)
     if raw is None:
         return "gone"
-    body = bodies.unpacked_or_none(raw)
+    body = bodies.unpacked_or_none(raw, run_id)
     if body is None:
         return "?"
     return str(json.loads(body).get("type"))

@@ -449,7 +449,9 @@ async def _breakdown(redis: Any, run_ids: list[str]) -> dict[str, float]:
             Run.from_json(raw, run_id).event_ids if raw is not None else []
         )  # the record names all but progress
         for event_id in dict.fromkeys([*named, *await _members(redis, keys.run_events(run_id))]):
-            await add(f"hb:evt {await _event_type(redis, keys.event(event_id))}", keys.event(event_id))
+            await add(
+                f"hb:evt {await _event_type(redis, keys.event(event_id), run_id)}", keys.event(event_id)
+            )
             events += 1
     deliveries = await redis.keys(keys.delivery("*"))
     per = max(1, len(run_ids))
@@ -476,8 +478,9 @@ async def _members(redis: Any, key: str) -> list[str]:
     return []
 
 
-async def _event_type(redis: Any, key: str) -> str:
-    """An event's type, whether it is kept as a hash with a ``type`` field or as its JSON body."""
+async def _event_type(redis: Any, key: str, run_id: str) -> str:
+    """An event's type, whether it is kept as a hash with a ``type`` field or as its JSON body (packed
+    against its run's id)."""
     kind = await redis.type(key)
     if kind == "hash":
         return str(await redis.hget(key, "type"))
@@ -485,7 +488,7 @@ async def _event_type(redis: Any, key: str) -> str:
         try:
             # A packed body is bytes (service/store/bodies.py): read without decoding.
             raw = await redis.execute_command("GET", key, NEVER_DECODE=True)
-            return str(json.loads(bodies.unpacked(raw)).get("type"))
+            return str(json.loads(bodies.unpacked(raw, run_id)).get("type"))
         except (TypeError, ValueError, AttributeError):
             return "?"
     return "?"

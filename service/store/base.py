@@ -57,17 +57,18 @@ class Part:
         return list(await pipe.execute())
 
 
-def stored_event(event: Event, argv: list[Any]) -> dict[str, Any]:
+def stored_event(event: Event, argv: list[Any], run_id: str) -> dict[str, Any]:
     """The event as the scripts take it: no null fields (a Lua null is truthy), and its bodies in their
     stored form (``bodies.packed``: bytes) appended to ``argv``, the script's arguments, which it names by
-    their positions there (1-based, as Lua's ``ARGV``: ``_fanout.lua``'s ``with_bodies``)."""
+    their positions there (1-based, as Lua's ``ARGV``: ``_fanout.lua``'s ``with_bodies``), packed against
+    ``run_id``, the run that emits it (``bodies.RUN_MARK``)."""
     out: dict[str, Any] = {"id": event.id, "type": event.type, "created": event.created}
     if event.vendor is not None:
         out["vendor"] = event.vendor
-    argv.append(bodies.packed(event.body))
+    argv.append(bodies.packed(event.body, run_id))
     out["body"] = len(argv)
     if event.feed is not None:
-        argv.append(bodies.packed(event.feed))
+        argv.append(bodies.packed(event.feed, run_id))
         out["feed"] = len(argv)
     return out
 

@@ -106,13 +106,34 @@ _DICTIONARY_2 = (
 
 # Each mark's dictionary, window, and whether its bytes are base64.
 _PACKINGS = {b"~1": (_DICTIONARY, _WBITS, True), b"~2": (_DICTIONARY_2, _WBITS_2, False)}
+# ~3: ~2's dictionary with the run's id after it, the bytes no other dictionary can hold (the body names
+# its run once, a result_url twice); the reader gives the id (every reader of a run's event knows its run).
+# A fresh deflate state a body (a dictionary of its own cannot be primed once), at level 3, whose state
+# is set up faster than ~2's copy at 6 is made: about as much time a body, ~20 bytes fewer.
+RUN_MARK = b"~3"
+_LEVEL_3 = 3
 
 
-def packed(body: str) -> bytes:
+def packed(body: str, run_id: str = "") -> bytes:
     """The stored form of ``body`` (an event's JSON): bytes, passed to the scripts as an argument of their
-    own (never inside their JSON)."""
+    own (never inside their JSON). An event of a run is packed against its run's id (``~3``), which
+    :func:`unpacked` is then given; one of no run (``subscription.test``) as ``~2``."""
     raw = body.encode()
-    return raw if len(raw) > MAX_PACKED else _deflated(raw)
+    if len(raw) > MAX_PACKED:
+        return raw
+    if not run_id:
+        return _deflated(raw)
+    deflate = zlib.compressobj(
+        _LEVEL_3, zlib.DEFLATED, _WBITS_2, _MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, _beside(run_id)
+    )
+    return RUN_MARK + deflate.compress(raw) + deflate.flush()
+
+
+def _beside(run_id: str) -> bytes:
+    """~3's dictionary for the run ``run_id``: its id last, where deflate finds it at the least distance.
+    The zlib header names the dictionary (its Adler-32), so another run's id fails to inflate, never gives
+    another body."""
+    return _DICTIONARY_2 + run_id.encode()
 
 
 # A deflate state with the dictionary loaded, copied for each body: the same bytes as a fresh one, for
@@ -128,12 +149,18 @@ def _deflated(raw: bytes) -> bytes:
     return MARK + deflate.compress(raw) + deflate.flush()
 
 
-def unpacked(stored: bytes | str) -> bytes:
-    """The body's exact bytes from its stored form (or from a body stored as it is).
+def unpacked(stored: bytes | str, run_id: str = "") -> bytes:
+    """The body's exact bytes from its stored form (or from a body stored as it is); ``run_id``, the run
+    of the event, for a body packed against it (``~3``).
 
-    Raises ValueError when a packed body does not inflate (a damaged key)."""
+    Raises ValueError when a packed body does not inflate (a damaged key, or not the run's)."""
     data = stored.encode() if isinstance(stored, str) else bytes(stored)
-    packing = _PACKINGS.get(data[:2])
+    if data[:2] == RUN_MARK:
+        if not run_id:
+            raise ValueError("a stored event body packed against its run's id, read without it")
+        packing: tuple[bytes, int, bool] | None = (_beside(run_id), _WBITS_2, False)
+    else:
+        packing = _PACKINGS.get(data[:2])
     if packing is None:
         return data
     dictionary, wbits, base64_text = packing
@@ -149,11 +176,11 @@ def unpacked(stored: bytes | str) -> bytes:
     return body
 
 
-def unpacked_or_none(stored: bytes | str) -> bytes | None:
+def unpacked_or_none(stored: bytes | str, run_id: str = "") -> bytes | None:
     """:func:`unpacked`, or None (logged) for a body that does not inflate: the readers treat it as an
     event no longer kept, as they do an expired one."""
     try:
-        return unpacked(stored)
+        return unpacked(stored, run_id)
     except ValueError as exc:
         log.warning("event body unreadable", error=str(exc))
         return None

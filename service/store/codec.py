@@ -88,4 +88,5 @@ def claimed_deliveries(
 
 def with_body(delivery: Delivery, subscription: Subscription | None, body: Any) -> ClaimedDelivery:
     """A claimed delivery with its event's stored body as read after the claim (None where gone)."""
-    return ClaimedDelivery(delivery, subscription, bodies.unpacked_or_none(body) if body else None)
+    run_id = delivery.run_id or ""  # the body of a run's event is packed against its run's id
+    return ClaimedDelivery(delivery, subscription, bodies.unpacked_or_none(body, run_id) if body else None)

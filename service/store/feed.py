@@ -170,12 +170,18 @@ class Feed:
         if outcome == "invalid":
             raise IteratorInvalid(after)
         rows = [
-            (_s(reply[i]), feedform.event_id(_s(reply[i + 1])), reply[i + 2]) for i in range(4, len(reply), 3)
+            (
+                _s(reply[i]),
+                feedform.event_id(_s(reply[i + 1])),
+                feedform.run_id(_s(reply[i + 2])),
+                reply[i + 3],
+            )
+            for i in range(4, len(reply), 4)
         ]
         # The bodies the entries do not carry are kept under the events' keys, which a script may not
         # name from the entries it read, and which lie in their runs' shards: one pipeline of GETs here.
         # An event whose body expired is past retention.
-        kept = [event_id for _, event_id, raw in rows if not raw]
+        kept = [event_id for _, event_id, _, raw in rows if not raw]
         found: dict[str, Any] = {}
         if kept:
             pipe = self.redis.pipeline(transaction=False)
@@ -185,9 +191,9 @@ class Feed:
             found = dict(zip(kept, stored, strict=True))
         events = [
             FeedEntry(entry_id, event_id, body)
-            for entry_id, event_id, raw in rows
+            for entry_id, event_id, run_id, raw in rows
             if (packed := raw or found.get(event_id))
-            and (body := bodies.unpacked_or_none(packed)) is not None
+            and (body := bodies.unpacked_or_none(packed, run_id)) is not None
         ]
         return FeedRead(events, _s(reply[1]), bool(int(reply[2])), int(reply[3]))
 

@@ -73,6 +73,11 @@ def event_id(stored: str) -> str:
     return _long(stored, EVENT_PREFIX)
 
 
+def run_id(stored: str) -> str:
+    """The run id an entry's ``r`` names, in either form (``""``: none)."""
+    return _long(stored, RUN_PREFIX) if stored else ""
+
+
 def type_code(event_type: str) -> str:
     """The type as the entry stores it (``t``)."""
     return TYPE_CODES.get(event_type, event_type)
@@ -124,7 +129,7 @@ def entry(fields: Mapping[Any, Any]) -> Entry:
     return Entry(
         event_id=event_id(_text(got.get("e", ""))),
         type=TYPES.get(stored_type, stored_type),
-        run_id=_long(run, RUN_PREFIX) if run else "",
+        run_id=run_id(run),
         vendor=_text(got.get("v", "")),
         body=body,
         size=size,

@@ -237,7 +237,7 @@ class Runs(Part):
         if run.status != SUCCEEDED or run.result_type is not None or not run.event_ids:
             return None
         stored = await self.redis.get(keys.event(run.event_ids[-1]))  # the run's end: its last event
-        body = bodies.unpacked_or_none(stored) if stored is not None else None
+        body = bodies.unpacked_or_none(stored, run.id) if stored is not None else None
         if body is None:
             return None
         try:
@@ -257,7 +257,7 @@ class Runs(Part):
         kept = [
             (event_id, json.loads(body))
             for event_id, raw in zip(ids, stored, strict=True)
-            if raw and (body := bodies.unpacked_or_none(raw))
+            if raw and (body := bodies.unpacked_or_none(raw, run.id))
         ]
         # By time; the sort is stable, so events of one millisecond keep the order they were named in.
         return sorted(kept, key=lambda item: str(item[1].get("timestamp", "")))
@@ -713,7 +713,7 @@ class Runs(Part):
             "retention_ms": self.retention_ms,
             "zr": "1" if run.zero_retention else "0",
             "sub_filter": run.subscription_ids,
-            "events": [stored_event(e, entry) for e in change.events],
+            "events": [stored_event(e, entry, run.id) for e in change.events],
         }
         relay_ops["n"] = len(entry) - 1
         if change.ttl_ms is not None:

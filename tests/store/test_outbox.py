@@ -195,7 +195,7 @@ async def test_a_progress_event_nobody_asked_for_is_kept_in_the_feed_only(store:
     [(_, fields)] = await store.redis.xrange(keys.client_feed("alice"))
     entry = feedform.entry(fields)
     assert entry.event_id == progress.id and entry.body is not None
-    assert bodies.unpacked(entry.body) == progress.body.encode()
+    assert bodies.unpacked(entry.body, run.id) == progress.body.encode()
     assert await _deliveries_of(store, "sub_a") == []
 
 
@@ -219,11 +219,15 @@ async def test_a_stranded_progress_a_subscription_wants_is_stored_before_its_del
         assert await store.runs.relay_stranded(T0 + 1 + RELAY_GRACE_MS) == 1
     finally:
         store.runs.scripts.fanout_deliveries = fan_out  # type: ignore[method-assign]
-    assert seen and all(raw is not None and bodies.unpacked(raw) == progress.body.encode() for raw in seen)
+    assert seen and all(
+        raw is not None and bodies.unpacked(raw, run.id) == progress.body.encode() for raw in seen
+    )
     [delivery] = await _deliveries_of(store, "sub_a")
     assert delivery.event_id == progress.id
     stored = await store.redis.get(keys.event(progress.id))
-    assert stored is not None and bodies.unpacked(stored) == progress.body.encode()  # kept for its delivery
+    assert (
+        stored is not None and bodies.unpacked(stored, run.id) == progress.body.encode()
+    )  # kept for its delivery
     assert await store.redis.pttl(keys.event(progress.id)) > 0  # and expires with the retention
     [(_, fields)] = await store.redis.xrange(keys.client_feed("alice"))
     # The feed reads it from the event's key, as any delivered event's: the entry holds its size.

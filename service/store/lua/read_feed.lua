@@ -17,7 +17,8 @@
 -- Returns {'expired'} (entries after the iterator may be gone: it is older than the retention window and
 -- nothing at or before it is kept) | {'invalid'} (it points into the future) |
 -- {'throttled', ms} (the client's scan rate is spent: none may be scanned for ms) |
--- {'ok', iterator, done, scanned, id1, event_id1, body1 | false, id2, ...}: done = 1 when the page reached the
+-- {'ok', iterator, done, scanned, id1, event_id1, run_id1, body1 | false, id2, ...} (the ids as stored: the
+-- run's, '' for none, unpacks a body packed against it): done = 1 when the page reached the
 -- feed's end; scanned = the entries read (the caller's budget per request). The iterator at the end is pushed to the current millisecond, so that a consumer of a quiet feed
 -- keeps an iterator inside the retention window: entries added later get ids past it.
 local key = KEYS[1]
@@ -66,7 +67,7 @@ for i, row in ipairs(rows) do
     local body, size = h['b'] or false, tonumber(h['n'] or '0') or 0
     -- A body starts with '~' (packed) or '{'; digits are the size of one its event's key keeps.
     if body and string.find(body, '^%d') then body, size = false, tonumber(body) or 0 end
-    table.insert(out, row[1]); table.insert(out, h['e']); table.insert(out, body)
+    table.insert(out, row[1]); table.insert(out, h['e']); table.insert(out, h['r'] or ''); table.insert(out, body)
     matched = matched + 1
     bytes = bytes + (body and #body or size)
     if matched >= limit or bytes >= max_bytes then
