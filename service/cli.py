@@ -259,15 +259,15 @@ def cmd_spell_out_runs(args: argparse.Namespace) -> None:
     print(" ".join(f"{k}={v}" for k, v in _run(_on_redis(settings, spell_out_runs)).items()))
 
 
-def cmd_spell_out_feeds(args: argparse.Namespace) -> None:
-    """Rewrites every client's feed in the form the versions before short feed entries read, with every
-    process of this version stopped (docs/deploy.md, "Upgrading from a version before short feed
-    entries"): what a rollback across that change needs."""
-    from service.store.layout import spell_out_feeds
+def cmd_spell_out_events(args: argparse.Namespace) -> None:
+    """Rewrites every client's feed and every run's event bodies in the forms the versions before short
+    feed entries read, with every process of this version stopped (docs/deploy.md, "Upgrading from a
+    version before short feed entries"): what a rollback across that change needs."""
+    from service.store.layout import spell_out_events
 
     settings = _settings()
-    _require_redis(settings, "spell-out-feeds")
-    print(" ".join(f"{k}={v}" for k, v in _run(_on_redis(settings, spell_out_feeds)).items()))
+    _require_redis(settings, "spell-out-events")
+    print(" ".join(f"{k}={v}" for k, v in _run(_on_redis(settings, spell_out_events)).items()))
 
 
 def cmd_migrate_keys(args: argparse.Namespace) -> None:
@@ -346,10 +346,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.set_defaults(func=cmd_spell_out_runs)
     p = sub.add_parser(
-        "spell-out-feeds",
-        help="before a rollback across short feed entries: rewrite the feeds as earlier versions read them",
+        "spell-out-events",
+        help="before a rollback across short feed entries: rewrite feeds and event bodies as earlier ones",
     )
-    p.set_defaults(func=cmd_spell_out_feeds)
+    p.set_defaults(func=cmd_spell_out_events)
     p = sub.add_parser("settings", help="print every setting with its default")
     p.add_argument(
         "--effective",

@@ -19,6 +19,12 @@ deflate. A dictionary is frozen with its mark: a new one needs a new mark, and r
   words. A ``run.progress`` (as many a run as the vendor reports; the feed keeps each one's body for
   ``RETENTION_S`` when no subscription asked for it) is stored in ~150 bytes where ``~1`` took ~250, the
   others in 60-70 % of ``~1``'s bytes.
+- ``~3`` (:data:`RUN_MARK`, what a run's events are written in now): ``~2``'s dictionary with the run's id
+  after it. The id is the one part of a body no shared dictionary holds (~20 bytes of a packed body); every
+  reader of a run's event knows its run (the feed's entry names it, a delivery, the run's own history and
+  result), and gives it to :func:`unpacked`. The zlib header names the dictionary by its Adler-32, so a
+  body read with another run's id fails to inflate: never another body. An event of no run
+  (``subscription.test``) is still ``~2``.
 """
 
 from __future__ import annotations

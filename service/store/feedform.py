@@ -142,7 +142,7 @@ def _text(value: Any) -> str:
 
 def spelled_out(fields: Mapping[Any, Any]) -> dict[str, str | bytes]:
     """An entry of either form as the versions before the short form wrote it (``hookbridge
-    spell-out-feeds``, before a rollback across this change): the ids with their prefixes, the type spelled
+    spell-out-events``, before a rollback across this change): the ids with their prefixes, the type spelled
     out, ``r`` and ``v`` only when not empty, the size in ``n`` when the event's key keeps the body."""
     full = entry(fields)
     out: dict[str, str | bytes] = {"e": full.event_id, "t": full.type}

@@ -30,7 +30,7 @@ from redis.exceptions import ResponseError
 
 from service.core import trail
 from service.core.records import DELIVERY_HASH, Run, replace
-from service.store import fanout, feedform, keys
+from service.store import bodies, fanout, feedform, keys
 from service.store.codec import text
 
 # The indexes that are one per shard today: (name after the prefix, builder of a shard's).
@@ -305,42 +305,93 @@ async def spell_out_runs(redis: Redis, *, batch: int = 500) -> dict[str, int]:
     return counts
 
 
-async def spell_out_feeds(redis: Redis, *, batch: int = 500) -> dict[str, int]:
-    """Before a rollback across short feed entries (docs/deploy.md): every client's feed rewritten in the
-    form the versions before read (``feedform.spelled_out``), each entry under its own id, the feed's expiry
-    kept. With every process of this version stopped (one still writing would append today's form). A feed
-    is copied into a key beside it in its slot, ``batch`` entries at a time, and renamed over the original,
-    so a reader sees the old feed or the new one whole. Returns how many feeds were ``rewritten`` and
-    ``kept`` (no entry of today's form in them), and the ``entries`` rewritten. It can be run again."""
-    counts = {"rewritten": 0, "kept": 0, "entries": 0}
+async def spell_out_events(redis: Redis, *, batch: int = 500) -> dict[str, int]:
+    """Before a rollback across short feed entries and bodies packed against their run's id
+    (docs/deploy.md): what the versions before read, with every process of this version stopped (one still
+    writing would write today's forms again).
+
+    - Every client's feed is rewritten in the old form (``feedform.spelled_out``), each entry under its own
+      id (every iterator a client holds still points where it did), the bodies it carries packed as ``~2``,
+      the feed's expiry kept. It is copied into a key beside it in its slot, ``batch`` entries at a time,
+      and renamed over the original: a reader sees the old feed or the new one whole.
+    - Every body of a run's event packed against the run's id (``bodies.RUN_MARK``) is packed as ``~2``:
+      those the run's record names and its list of progress events name (under the events' own keys, their
+      expiry kept), and those in its outbox (a relay that had not run).
+
+    Returns how many ``feeds`` were rewritten and ``feeds_kept`` (no entry of today's form), the
+    ``entries`` rewritten, the ``bodies`` packed again and those ``unreadable`` (left as they are). It can
+    be run again."""
+    counts = {"feeds": 0, "feeds_kept": 0, "entries": 0, "bodies": 0, "unreadable": 0}
     feeds = [
         text(raw)
         async for raw in redis.scan_iter(match=f"{keys.ANY_SHARD}client:*:feed", count=batch, _type="stream")
     ]
     for feed in feeds:
-        copy = f"{feed}:spelling"  # in the feed's slot: the name carries its shard's tag
-        await redis.delete(copy)  # what an interrupted run left
-        after, changed, copied = "-", False, 0
-        while rows := await redis.xrange(feed, after, "+", count=batch):
-            pipe = redis.pipeline(transaction=False)
-            for entry_id, fields in rows:
-                spelled = feedform.spelled_out(fields)
-                changed = changed or _encoded(spelled) != _encoded(fields)
-                pipe.xadd(copy, spelled, id=entry_id)  # type: ignore[arg-type]
-            await pipe.execute()
-            copied += len(rows)
-            after = "(" + text(rows[-1][0])
-        if not changed:
-            await redis.delete(copy)
-            counts["kept"] += 1
-            continue
-        ttl = await redis.pttl(feed)
-        await redis.rename(copy, feed)
-        if ttl > 0:
-            await redis.pexpire(feed, ttl)
-        counts["rewritten"] += 1
-        counts["entries"] += copied
+        await _spell_out_feed(redis, feed, batch, counts)
+    # A run's own key (hb:{s}:run:{id}) is its one string whose name has ":run:".
+    async for raw_name in redis.scan_iter(match=f"{keys.ANY_SHARD}run:*", count=batch, _type="string"):
+        await _spell_out_run_bodies(redis, text(raw_name).rpartition(":run:")[2], counts)
     return counts
+
+
+def _repacked(stored: bytes, run_id: str, counts: dict[str, int]) -> bytes | None:
+    """``stored`` packed as ``~2`` when it is packed against ``run_id`` (counted), else None (as it is)."""
+    if not stored.startswith(bodies.RUN_MARK):
+        return None
+    try:
+        body = bodies.unpacked(stored, run_id)
+    except ValueError:
+        counts["unreadable"] += 1
+        return None
+    counts["bodies"] += 1
+    return bodies.packed(body.decode())
+
+
+async def _spell_out_feed(redis: Redis, feed: str, batch: int, counts: dict[str, int]) -> None:
+    copy = f"{feed}:spelling"  # in the feed's slot: the name carries its shard's tag
+    await redis.delete(copy)  # what an interrupted run left
+    after, changed, copied = "-", False, 0
+    while rows := await redis.xrange(feed, after, "+", count=batch):
+        pipe = redis.pipeline(transaction=False)
+        for entry_id, fields in rows:
+            spelled = feedform.spelled_out(fields)
+            body = spelled.get("b")
+            if isinstance(body, bytes) and (old := _repacked(body, str(spelled.get("r", "")), counts)):
+                spelled["b"] = old
+            changed = changed or _encoded(spelled) != _encoded(fields)
+            pipe.xadd(copy, spelled, id=entry_id)  # type: ignore[arg-type]
+        await pipe.execute()
+        copied += len(rows)
+        after = "(" + text(rows[-1][0])
+    if not changed:
+        await redis.delete(copy)
+        counts["feeds_kept"] += 1
+        return
+    ttl = await redis.pttl(feed)
+    await redis.rename(copy, feed)
+    if ttl > 0:
+        await redis.pexpire(feed, ttl)
+    counts["feeds"] += 1
+    counts["entries"] += copied
+
+
+async def _spell_out_run_bodies(redis: Redis, run_id: str, counts: dict[str, int]) -> None:
+    """The run's event bodies packed against its id, packed as ``~2``: under the keys of the events its
+    record and its progress list name (their expiry kept), and in its outbox."""
+    raw = await redis.get(keys.run(run_id))
+    try:
+        named = Run.from_json(raw, run_id).event_ids if raw is not None else []
+    except ValueError:
+        named = []
+    listed = [text(i) for i in await redis.lrange(keys.run_events(run_id), 0, -1)]  # type: ignore[misc]
+    for event_id in dict.fromkeys([*named, *listed]):
+        stored = await redis.get(keys.event(event_id))
+        if stored is not None and (old := _repacked(stored, run_id, counts)) is not None:
+            await redis.set(keys.event(event_id), old, keepttl=True, xx=True)
+    outbox = keys.run_outbox(run_id)
+    for at, item in enumerate(await redis.lrange(outbox, 0, -1)):  # type: ignore[misc]
+        if (old := _repacked(item, run_id, counts)) is not None:
+            await redis.lset(outbox, at, old)  # type: ignore[misc, arg-type]
 
 
 def _encoded(fields: Mapping[Any, Any]) -> dict[str, bytes]:
