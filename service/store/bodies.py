@@ -118,7 +118,7 @@ _PACKINGS = {b"~1": (_DICTIONARY, _WBITS, True), b"~2": (_DICTIONARY_2, _WBITS_2
 # run.submitted). The id is what no shared dictionary can hold (the body names its run once, a result_url
 # twice); the reader gives it (every reader of a run's event knows its run). A deflate state is set up for
 # each body (a dictionary of its own cannot be primed once), and loading ~1.1 KiB at level 3 takes less
-# than copying ~2's primed state: ~7 us a body where ~2 took ~10.5, and 9-23 bytes fewer for every kind of
+# than copying ~2's primed state: ~8.5 us a body where ~2 took ~10.5, and 5-23 bytes fewer for every kind of
 # run event (~2's whole dictionary would save 0-9 bytes more, at ~12 us). Never edit it: stored bodies
 # depend on these bytes.
 RUN_MARK = b"~3"

@@ -21,6 +21,8 @@ an operator to look at). At most ``batch`` keys are held at once."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -376,22 +378,26 @@ async def _spell_out_feed(redis: Redis, feed: str, batch: int, counts: dict[str,
 
 
 async def _spell_out_run_bodies(redis: Redis, run_id: str, counts: dict[str, int]) -> None:
-    """The run's event bodies packed against its id, packed as ``~2``: under the keys of the events its
-    record and its progress list name (their expiry kept), and in its outbox."""
+    """The run's event bodies packed against its id, packed as ``~2``: in its outbox (a relay that had not
+    run or not finished), and under the keys of the events its record, its progress list and its outbox
+    name (their expiry kept; a relay stores a progress body under its key before it lists it)."""
     raw = await redis.get(keys.run(run_id))
     try:
         named = Run.from_json(raw, run_id).event_ids if raw is not None else []
     except ValueError:
         named = []
     listed = [text(i) for i in await redis.lrange(keys.run_events(run_id), 0, -1)]  # type: ignore[misc]
-    for event_id in dict.fromkeys([*named, *listed]):
-        stored = await redis.get(keys.event(event_id))
-        if stored is not None and (old := _repacked(stored, run_id, counts)) is not None:
-            await redis.set(keys.event(event_id), old, keepttl=True, xx=True)
     outbox = keys.run_outbox(run_id)
     for at, item in enumerate(await redis.lrange(outbox, 0, -1)):  # type: ignore[misc]
         if (old := _repacked(item, run_id, counts)) is not None:
             await redis.lset(outbox, at, old)  # type: ignore[misc, arg-type]
+        elif item[:1] == b"{":  # an entry's ops: its events
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                listed += [str(e["id"]) for e in json.loads(item)["events"]]
+    for event_id in dict.fromkeys([*named, *listed]):
+        stored = await redis.get(keys.event(event_id))
+        if stored is not None and (old := _repacked(stored, run_id, counts)) is not None:
+            await redis.set(keys.event(event_id), old, keepttl=True, xx=True)
 
 
 def _encoded(fields: Mapping[Any, Any]) -> dict[str, bytes]:

@@ -84,9 +84,14 @@ async def test_every_feed_and_body_is_rewritten_as_earlier_versions_read_them(st
     alice = [await _emit_run(store, "alice", 250) for _ in range(3)]  # 753 entries: two batches of 500
     await _emit_run(store, "bob", 2)
     await store.redis.persist(keys.client_feed("bob"))  # no expiry stays none
-    # A relay that had not run when the pods stopped: its body packed against its run, in the outbox.
+    # A relay that had not finished when the pods stopped: its entry in the outbox (the ops name the event,
+    # the body packed against its run follows), and the body the relay stored under the event's key for a
+    # delivery before it listed the event (no record or list names it yet).
     stranded = bodies.packed(json.dumps({"type": "run.progress", "k": "stranded"}), alice[0])
-    await store.redis.rpush(keys.run_outbox(alice[0]), b'{"v":9}', stranded)
+    stranded_id = domain.new_id_beside("evt", alice[0])
+    ops = json.dumps({"v": 9, "events": [{"id": stranded_id, "type": "run.progress", "body": 2}]}).encode()
+    await store.redis.rpush(keys.run_outbox(alice[0]), ops, stranded)
+    await store.redis.set(keys.event(stranded_id), stranded, px=3_600_000)
     before = {c: await _everything(feed, c) for c in ("alice", "bob")}
     history = await store.runs.run_events(await _record(store, alice[0]))
     assert len(before["alice"]) == 753 and len(before["bob"]) == 3 and len(history) == 1
@@ -94,8 +99,8 @@ async def test_every_feed_and_body_is_rewritten_as_earlier_versions_read_them(st
 
     counts = await spell_out_events(store.redis)
 
-    # 4 run.submitted under their keys, 752 progress bodies in the feeds, 1 in the outbox.
-    assert counts == {"feeds": 2, "feeds_kept": 0, "entries": 756, "bodies": 757, "unreadable": 0}
+    # 4 run.submitted under their keys, 752 progress bodies in the feeds, 1 in the outbox and its key.
+    assert counts == {"feeds": 2, "feeds_kept": 0, "entries": 756, "bodies": 758, "unreadable": 0}
     for client in ("alice", "bob"):
         raw = await store.redis.xrange(keys.client_feed(client))
         assert [text.decode() for text, _ in raw] == [entry_id for entry_id, _, _ in before[client]]
@@ -109,7 +114,10 @@ async def test_every_feed_and_body_is_rewritten_as_earlier_versions_read_them(st
     assert all(b.startswith((bodies.MARK, b"{")) for b in await _stored_bodies(store))
     assert await store.runs.run_events(await _record(store, alice[0])) == history
     outbox = await store.redis.lrange(keys.run_outbox(alice[0]), 0, -1)
-    assert outbox[0] == b'{"v":9}' and bodies.unpacked(outbox[1]) == bodies.unpacked(stranded, alice[0])
+    assert outbox[0] == ops and bodies.unpacked(outbox[1]) == bodies.unpacked(stranded, alice[0])
+    kept = await store.redis.get(keys.event(stranded_id))
+    assert kept.startswith(bodies.MARK) and bodies.unpacked(kept) == bodies.unpacked(stranded, alice[0])
+    assert 0 < await store.redis.pttl(keys.event(stranded_id)) <= 3_600_000
     assert 0 < await store.redis.pttl(keys.client_feed("alice")) <= 3_600_000
     assert await store.redis.pttl(keys.client_feed("bob")) == -1
     assert await store.redis.exists(keys.client_feed("alice") + ":spelling") == 0
