@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -125,6 +127,17 @@ if ON_CLUSTER:
         monkeypatch.setenv(CLUSTER_NODES, ",".join(f"{h}:{p}" for h, p in redis_cluster.seeds))
         owner = redis_cluster.primary_of(keys.PREFIX + "x")
         return f"redis://127.0.0.1:{owner.port}/0"
+
+
+def hookbridge_command(redis_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``hookbridge <args>`` (a one-off command: migrate-keys, spell-out-runs, reseal-secrets, ...) run to its
+    end as an operator runs it, with the tests' settings for ``redis_url`` (and ``env``) and no other
+    HOOKBRIDGE_ variable of this process; its output as text."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("HOOKBRIDGE_")}
+    environ.update(base_env(redis_url), **env)
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args], env=environ, capture_output=True, text=True, timeout=60
+    )
 
 
 def store_client(url: str, **options: Any) -> aioredis.Redis:

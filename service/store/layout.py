@@ -350,9 +350,12 @@ def _repacked(stored: bytes, run_id: str, counts: dict[str, int]) -> bytes | Non
 
 
 async def _spell_out_feed(redis: Redis, feed: str, batch: int, counts: dict[str, int]) -> None:
+    if not await _holds_todays_form(redis, feed, batch):
+        counts["feeds_kept"] += 1  # read once, nothing written
+        return
     copy = f"{feed}:spelling"  # in the feed's slot: the name carries its shard's tag
     await redis.delete(copy)  # what an interrupted run left
-    after, changed, copied = "-", False, 0
+    after = "-"
     while rows := await redis.xrange(feed, after, "+", count=batch):
         pipe = redis.pipeline(transaction=False)
         for entry_id, fields in rows:
@@ -360,21 +363,31 @@ async def _spell_out_feed(redis: Redis, feed: str, batch: int, counts: dict[str,
             body = spelled.get("b")
             if isinstance(body, bytes) and (old := _repacked(body, str(spelled.get("r", "")), counts)):
                 spelled["b"] = old
-            changed = changed or _encoded(spelled) != _encoded(fields)
             pipe.xadd(copy, spelled, id=entry_id)  # type: ignore[arg-type]
         await pipe.execute()
-        copied += len(rows)
+        counts["entries"] += len(rows)
         after = "(" + text(rows[-1][0])
-    if not changed:
-        await redis.delete(copy)
-        counts["feeds_kept"] += 1
-        return
     ttl = await redis.pttl(feed)
     await redis.rename(copy, feed)
     if ttl > 0:
         await redis.pexpire(feed, ttl)
     counts["feeds"] += 1
-    counts["entries"] += copied
+
+
+async def _holds_todays_form(redis: Redis, feed: str, batch: int) -> bool:
+    """Whether an entry of ``feed`` is of today's form (or carries a body packed against its run): read
+    until the first one, so a feed that needs nothing is never copied."""
+    after = "-"
+    while rows := await redis.xrange(feed, after, "+", count=batch):
+        for _, fields in rows:
+            spelled = feedform.spelled_out(fields)
+            body = spelled.get("b")
+            if _encoded(spelled) != _encoded(fields) or (
+                isinstance(body, bytes) and body.startswith(bodies.RUN_MARK)
+            ):
+                return True
+        after = "(" + text(rows[-1][0])
+    return False
 
 
 async def _spell_out_run_bodies(redis: Redis, run_id: str, counts: dict[str, int]) -> None:

@@ -8,9 +8,6 @@ and a 503, never a loop or a 500.
 from __future__ import annotations
 
 import base64
-import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -18,7 +15,7 @@ from standardwebhooks import Webhook
 
 from service.store import keys
 from service.store.secretbox import SecretBox, SecretUnavailable
-from tests.conftest import Receiver, StackFactory, base_env, eventually, sync_store_client
+from tests.conftest import Receiver, StackFactory, eventually, hookbridge_command, sync_store_client
 
 K1 = base64.b64encode(b"1" * 32).decode()
 K2 = base64.b64encode(b"2" * 32).decode()
@@ -161,14 +158,7 @@ def test_a_sealed_value_opens_only_for_its_own_subscription_and_key() -> None:
 def test_bad_secret_keys_stop_the_process_without_echoing_a_key(
     redis_url: str, value: str, message: str
 ) -> None:
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("HOOKBRIDGE_")},
-        **base_env(redis_url),
-        "HOOKBRIDGE_SECRET_KEYS": value,
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "service", "reseal-secrets"], env=env, capture_output=True, text=True
-    )
+    done = hookbridge_command(redis_url, "reseal-secrets", HOOKBRIDGE_SECRET_KEYS=value)
     assert done.returncode == 2
     assert "HOOKBRIDGE_SECRET_KEYS" in done.stderr and message in done.stderr
     assert K1 not in done.stderr and K2 not in done.stderr

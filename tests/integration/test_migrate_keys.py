@@ -15,7 +15,6 @@ import asyncio
 import os
 import re
 import subprocess
-import sys
 from typing import Any, cast
 
 import pytest
@@ -29,7 +28,7 @@ from service.store.layout import split, tagged
 from service.store.runs import RELAY_GRACE_MS
 from service.testing.fixtures import CLUSTER_NODES
 from service.worker.runtime import WorkerRuntime
-from tests.conftest import ON_CLUSTER, Receiver, Stack, StackFactory, base_env, eventually
+from tests.conftest import ON_CLUSTER, Receiver, Stack, StackFactory, eventually, hookbridge_command
 
 on_one_redis = pytest.mark.skipif(ON_CLUSTER, reason="one Redis: the cluster's test is below")
 
@@ -120,11 +119,7 @@ async def _cancel_stranded(stack: Stack, run_id: str) -> tuple[str, int, list[by
 
 
 def _migrate(redis_url: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKBRIDGE_")}
-    env.update(base_env(redis_url))
-    return subprocess.run(
-        [sys.executable, "-m", "service", "migrate-keys"], env=env, capture_output=True, text=True, timeout=60
-    )
+    return hookbridge_command(redis_url, "migrate-keys")
 
 
 @on_one_redis

@@ -209,22 +209,18 @@ async def _real_run(store: Store, client: str = "alice") -> Run:
     return await _run(store, domain.new_id("run"), client=client)
 
 
+def _real_event(run: Run, etype: str, n: int) -> Event:
+    """An event of ``run`` with an id as production mints them, beside its run."""
+    body = json.dumps({"type": etype, "timestamp": "t", "data": {"run": {"id": run.id}, "n": n}})
+    return Event(id=domain.new_id_beside("evt", run.id), type=etype, created=0, vendor=run.vendor, body=body)
+
+
 async def test_a_new_entry_is_short_and_always_has_the_same_five_fields(store: Store, feed: Feed) -> None:
     await _sub(store, "sub_1", types=["run.succeeded"])  # progress goes to the feed alone, with its body
     run = await _real_run(store)
-    submitted_ = Event(
-        id=domain.new_id_beside("evt", run.id),
-        type=domain.EVENT_SUBMITTED,
-        created=0,
-        vendor="nutrient",
-        body=json.dumps({"type": domain.EVENT_SUBMITTED, "timestamp": "t", "data": {"n": 1}}),
-    )
-    progress = Event(
-        id=domain.new_id_beside("evt", run.id),
-        type=domain.EVENT_PROGRESS,
-        created=0,
-        vendor="nutrient",
-        body=json.dumps({"type": domain.EVENT_PROGRESS, "timestamp": "t", "data": {"n": 2}}),
+    submitted_, progress = (
+        _real_event(run, domain.EVENT_SUBMITTED, 1),
+        _real_event(run, domain.EVENT_PROGRESS, 2),
     )
     await _emit(store, run, submitted_, progress)
     raw = await store.redis.xrange(keys.client_feed("alice"))
@@ -253,15 +249,12 @@ async def test_entries_written_before_the_short_form_read_alike_through_every_fi
     await _sub(store, "sub_1", types=["run.succeeded"])
     run = await _real_run(store)
 
-    def event(etype: str, n: int) -> Event:
-        body = json.dumps({"type": etype, "timestamp": "t", "data": {"run": {"id": run.id}, "n": n}})
-        return Event(
-            id=domain.new_id_beside("evt", run.id), type=etype, created=0, vendor="nutrient", body=body
-        )
-
     # As the script before this wrote them: prefixes kept, the type spelled out, the size in n, no r or v
     # for a test event; the bodies packed, the kept one under the event's key.
-    old_kept, old_carried = event(domain.EVENT_SUBMITTED, 1), event(domain.EVENT_PROGRESS, 2)
+    old_kept, old_carried = (
+        _real_event(run, domain.EVENT_SUBMITTED, 1),
+        _real_event(run, domain.EVENT_PROGRESS, 2),
+    )
     test_body = json.dumps(
         {"type": domain.EVENT_TEST, "timestamp": "t", "data": {"subscription_id": "sub_1"}}
     )
@@ -277,7 +270,10 @@ async def test_entries_written_before_the_short_form_read_alike_through_every_fi
     )
     await store.redis.xadd(feed_key, {"e": old_test.id, "t": old_test.type, "b": bodies.packed(test_body)})
     # Then the same kinds as this version writes them.
-    new_kept, new_carried = event(domain.EVENT_SUBMITTED, 3), event(domain.EVENT_PROGRESS, 4)
+    new_kept, new_carried = (
+        _real_event(run, domain.EVENT_SUBMITTED, 3),
+        _real_event(run, domain.EVENT_PROGRESS, 4),
+    )
     await _emit(store, run, new_kept, new_carried)
     new_test = Event(id=domain.new_id("evt"), type=domain.EVENT_TEST, created=0, body=test_body)
     assert await store.subscriptions.emit_test_event("alice", "sub_1", new_test, domain.now_ms()) == 1

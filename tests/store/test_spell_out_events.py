@@ -8,9 +8,6 @@ second pass rewrites nothing."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 
 import pytest
@@ -22,7 +19,7 @@ from service.store import Applied, Store, bodies, connect, feedform, keys
 from service.store.feed import Feed
 from service.store.layout import spell_out_events
 from service.vendors.registry import load_settings
-from tests.conftest import base_env
+from tests.conftest import base_env, hookbridge_command
 
 
 @pytest.fixture
@@ -134,15 +131,7 @@ async def _record(store: Store, run_id: str) -> Run:
 
 async def test_the_command_rewrites_them_and_says_how_many(store: Store, redis_url: str) -> None:
     await _emit_run(store, "carol", 1)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKBRIDGE_")}
-    env.update(base_env(redis_url))
-    done = subprocess.run(
-        [sys.executable, "-m", "service", "spell-out-events"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = hookbridge_command(redis_url, "spell-out-events")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["feeds=1", "feeds_kept=0", "entries=2", "bodies=2", "unreadable=0"]
     [first, _] = await store.redis.xrange(keys.client_feed("carol"))

@@ -6,9 +6,6 @@ else touched; a second pass rewrites nothing."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 
 import pytest
@@ -20,7 +17,7 @@ from service.core.records import Run
 from service.store import connect, keys
 from service.store.layout import spell_out_runs
 from service.vendors.registry import load_settings
-from tests.conftest import base_env
+from tests.conftest import base_env, hookbridge_command
 
 
 @pytest.fixture
@@ -92,15 +89,7 @@ async def test_a_record_that_does_not_read_is_left_as_it_is(redis: Redis) -> Non
 
 async def test_the_command_rewrites_them_and_says_how_many(redis: Redis, redis_url: str) -> None:
     await redis.set(keys.run("run_cli"), _run("run_cli").to_json())
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKBRIDGE_")}
-    env.update(base_env(redis_url))
-    done = subprocess.run(
-        [sys.executable, "-m", "service", "spell-out-runs"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = hookbridge_command(redis_url, "spell-out-runs")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["rewritten=1", "kept=0", "expired=0", "unreadable=0"]
     assert json.loads(await redis.get(keys.run("run_cli")) or b"{}")["id"] == "run_cli"
