@@ -61,7 +61,7 @@ def stored_event(event: Event, argv: list[Any], run_id: str) -> dict[str, Any]:
     """The event as the scripts take it: no null fields (a Lua null is truthy), and its bodies in their
     stored form (``bodies.packed``: bytes) appended to ``argv``, the script's arguments, which it names by
     their positions there (1-based, as Lua's ``ARGV``: ``_fanout.lua``'s ``with_bodies``), packed against
-    ``run_id``, the run that emits it (``bodies.RUN_MARK``)."""
+    ``run_id``, the run that emits it (``bodies.RUN_MARKS``)."""
     out: dict[str, Any] = {"id": event.id, "type": event.type, "created": event.created}
     if event.vendor is not None:
         out["vendor"] = event.vendor

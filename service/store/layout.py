@@ -316,7 +316,7 @@ async def spell_out_events(redis: Redis, *, batch: int = 500) -> dict[str, int]:
       id (every iterator a client holds still points where it did), the bodies it carries packed as ``~2``,
       the feed's expiry kept. It is copied into a key beside it in its slot, ``batch`` entries at a time,
       and renamed over the original: a reader sees the old feed or the new one whole.
-    - Every body of a run's event packed against the run's id (``bodies.RUN_MARK``) is packed as ``~2``:
+    - Every body of a run's event packed against the run's id (``bodies.RUN_MARKS``) is packed as ``~2``:
       those the run's record names and its list of progress events name (under the events' own keys, their
       expiry kept), and those in its outbox (a relay that had not run).
 
@@ -338,7 +338,7 @@ async def spell_out_events(redis: Redis, *, batch: int = 500) -> dict[str, int]:
 
 def _repacked(stored: bytes, run_id: str, counts: dict[str, int]) -> bytes | None:
     """``stored`` packed as ``~2`` when it is packed against ``run_id`` (counted), else None (as it is)."""
-    if not stored.startswith(bodies.RUN_MARK):
+    if not stored.startswith(bodies.RUN_MARKS):
         return None
     try:
         body = bodies.unpacked(stored, run_id)
@@ -383,7 +383,7 @@ async def _holds_todays_form(redis: Redis, feed: str, batch: int) -> bool:
             spelled = feedform.spelled_out(fields)
             body = spelled.get("b")
             if _encoded(spelled) != _encoded(fields) or (
-                isinstance(body, bytes) and body.startswith(bodies.RUN_MARK)
+                isinstance(body, bytes) and body.startswith(bodies.RUN_MARKS)
             ):
                 return True
         after = "(" + text(rows[-1][0])

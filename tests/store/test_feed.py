@@ -231,7 +231,7 @@ async def test_a_new_entry_is_short_and_always_has_the_same_five_fields(store: S
     assert kept[b"r"] == run.id.removeprefix("run_").encode() and kept[b"v"] == b"nutrient"
     # The kept one's b: the size of its stored body (a page's bound); the other's: its packed body.
     assert int(kept[b"b"]) == len(bodies.packed(submitted_.body, run.id)) and carried[b"b"].startswith(
-        bodies.RUN_MARK
+        bodies.RUN_MARKS
     )
     # Read back in full, the same as the events emitted.
     page = await _read(feed)
@@ -327,7 +327,7 @@ async def test_every_reader_gets_the_exact_bytes_of_a_packed_body(store: Store, 
     body = change.events[0].body.encode()
     stored = await store.redis.get(keys.event(change.events[0].id))
     # The key holds the packed form, under a quarter of the body's bytes.
-    assert stored.startswith(bodies.RUN_MARK) and len(stored) < len(body) / 4
+    assert stored.startswith(bodies.RUN_MARKS) and len(stored) < len(body) / 4
     # The delivery, the feed and the run's history each get the body itself.
     claimed, _ = await store.deliveries.claim_deliveries(domain.now_ms() + 1, 10, 30_000)
     assert [c.body for c in claimed] == [body]

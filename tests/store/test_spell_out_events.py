@@ -92,7 +92,7 @@ async def test_every_feed_and_body_is_rewritten_as_earlier_versions_read_them(st
     before = {c: await _everything(feed, c) for c in ("alice", "bob")}
     history = await store.runs.run_events(await _record(store, alice[0]))
     assert len(before["alice"]) == 753 and len(before["bob"]) == 3 and len(history) == 1
-    assert any(b.startswith(bodies.RUN_MARK) for b in await _stored_bodies(store))
+    assert any(b.startswith(bodies.RUN_MARKS) for b in await _stored_bodies(store))
 
     counts = await spell_out_events(store.redis)
 

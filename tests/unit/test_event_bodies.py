@@ -146,7 +146,7 @@ RUN_P = json.loads(PROGRESS)["data"]["run"]["id"]
 @given(st.text(), st.from_regex(r"run_[0-9A-HJKMNP-TV-Z]{26}", fullmatch=True))
 def test_a_runs_event_comes_back_byte_for_byte_given_its_run(body: str, run_id: str) -> None:
     stored = bodies.packed(body, run_id)
-    assert stored.startswith(bodies.RUN_MARK) or len(body.encode()) > bodies.MAX_PACKED
+    assert stored.startswith(bodies.RUN_MARKS) or len(body.encode()) > bodies.MAX_PACKED
     assert bodies.unpacked(stored, run_id) == body.encode()
 
 
@@ -181,7 +181,7 @@ def test_a_runs_event_is_stored_in_fewer_bytes_than_against_the_dictionary_alone
     # progress): its run's id, which no shared dictionary holds, takes ~20 of its ~140 bytes in ~2. Every
     # other kind of run event is smaller too (~3's own dictionary holds a failed run's error).
     alone, beside = bodies.packed(body), bodies.packed(body, run_id)
-    assert beside.startswith(bodies.RUN_MARK) and bodies.unpacked(beside, run_id) == body.encode()
+    assert beside.startswith(bodies.RUN_MARKS) and bodies.unpacked(beside, run_id) == body.encode()
     assert len(beside) <= len(alone) - fewer, (len(beside), len(alone))
 
 
@@ -204,3 +204,94 @@ def test_bodies_packed_before_read_the_same_whatever_run_the_reader_gives() -> N
     # A reader of a run's events gives the run's id for every body; those packed before ~3 ignore it.
     for stored in (bodies.packed(SUBMITTED), SUBMITTED_1, SUBMITTED):
         assert bodies.unpacked(stored, RUN_S) == SUBMITTED.encode()
+
+
+# ~4: ~3 with a body's UUIDs and times as tokens -----------------------------------------------------------
+_UUIDS = st.from_regex(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", fullmatch=True)
+_TIMES = st.from_regex(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z", fullmatch=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text() | _UUIDS | _TIMES | _UUIDS.map(json.dumps) | _TIMES.map(json.dumps)))
+def test_text_of_uuids_and_times_comes_back_byte_for_byte(pieces: list[str]) -> None:
+    # Tokens next to each other, inside other text, in any order (a time before an earlier one), any digits.
+    raw = "".join(pieces).encode()
+    if not any(byte < 0x20 for byte in raw):
+        assert bodies.untokenized(bodies.tokenized(raw)) == raw
+    body = "".join(pieces)
+    assert bodies.unpacked(bodies.packed(body, RUN_S), RUN_S) == body.encode()
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        # A JSON string of exactly a lowercase UUID: its marker and 16 bytes, the quotes included.
+        (
+            b'{"a":"5d41402a-bc4b-2a76-b971-9d911017c592"}',
+            b'{"a":\x01' + bytes.fromhex("5d41402abc4b2a76b9719d911017c592") + b"}",
+        ),
+        # A time: its 17 digits as a number, less the time before it (zigzag, LEB128): 0, then +1 ms, -1 ms.
+        (b'["0000-00-00T00:00:00.000Z"]', b"[\x02\x00]"),
+        (b'["0000-00-00T00:00:00.001Z","0000-00-00T00:00:00.000Z"]', b"[\x02\x02,\x02\x01]"),
+        # Not a whole string, upper case, or another shape of time: text as it is.
+        (b'{"a":"x5d41402a-bc4b-2a76-b971-9d911017c592"}', b'{"a":"x5d41402a-bc4b-2a76-b971-9d911017c592"}'),
+        (b'"5D41402A-BC4B-2A76-B971-9D911017C592"', b'"5D41402A-BC4B-2A76-B971-9D911017C592"'),
+        (
+            b'"2026-12-01T06:29:08Z" 2026-12-01T06:29:08.966Z',
+            b'"2026-12-01T06:29:08Z" 2026-12-01T06:29:08.966Z',
+        ),
+    ],
+)
+def test_what_becomes_a_token(text: bytes, tokens: bytes) -> None:
+    assert bodies.tokenized(text) == tokens
+    assert bodies.untokenized(tokens) == text
+
+
+@pytest.mark.parametrize(
+    ("body", "run_id", "fewer"),
+    [
+        (SUBMITTED, RUN_S, 8),  # its vendor run id is not a UUID: the times alone
+        (PROGRESS, RUN_P, 25),
+        (_ended("succeeded"), RUN_S, 12),
+        (_ended("failed"), RUN_S, 12),
+        (_ended("canceled"), RUN_S, 12),
+    ],
+)
+def test_a_runs_event_is_stored_in_fewer_bytes_than_in_the_form_before(
+    body: str, run_id: str, fewer: int
+) -> None:
+    before = zlib.compressobj(
+        3, zlib.DEFLATED, 12, 2, zlib.Z_DEFAULT_STRATEGY, bodies._DICTIONARY_3 + run_id.encode()
+    )
+    as_before = bodies.RUN_MARK + before.compress(body.encode()) + before.flush()
+    now = bodies.packed(body, run_id)
+    assert now.startswith(bodies.TOKEN_MARK) and bodies.unpacked(now, run_id) == body.encode()
+    assert bodies.unpacked(as_before, run_id) == body.encode()  # ~3 still reads
+    assert len(now) <= len(as_before) - fewer, (len(now), len(as_before))
+
+
+def test_a_body_with_a_control_character_is_packed_as_before() -> None:
+    body = PROGRESS.replace("ocr", "o\x01cr")
+    stored = bodies.packed(body, RUN_P)
+    assert stored.startswith(bodies.RUN_MARK) and bodies.unpacked(stored, RUN_P) == body.encode()
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [b"\x01" + b"\xab" * 15, b"[\x02\x80", b"\x03", b"\x00"],  # cut short, an unknown kind
+)
+def test_a_token_cut_short_or_unknown_is_an_error(tokens: bytes) -> None:
+    deflate = zlib.compressobj(
+        3, zlib.DEFLATED, 12, 2, zlib.Z_DEFAULT_STRATEGY, bodies._DICTIONARY_4 + RUN_P.encode()
+    )
+    stored = bodies.TOKEN_MARK + deflate.compress(tokens) + deflate.flush()  # inflates: its Adler-32 is right
+    with pytest.raises(ValueError, match="token"):
+        bodies.unpacked(stored, RUN_P)
+    assert bodies.unpacked_or_none(stored, RUN_P) is None
+
+
+def test_the_dictionaries_are_frozen() -> None:
+    # Stored bodies name their dictionary by its Adler-32: a change to ~3's bytes or to tokenized() would
+    # make every body kept for RETENTION_S unreadable.
+    assert zlib.adler32(bodies._DICTIONARY_3) == 0x4342780D
+    assert zlib.adler32(bodies._DICTIONARY_4) == 0x7EBE58E3
