@@ -121,6 +121,15 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{crockford((int(time.time() * 1000) << 80) | int.from_bytes(os.urandom(10), 'big'))}"
 
 
+# Crockford's characters as the digits int() reads in base 32, for crockford_value().
+_AS_BASE_32 = str.maketrans(_CROCKFORD, "0123456789abcdefghijklmnopqrstuv")
+
+
+def crockford_value(text: str) -> int:
+    """The number ``text`` (Crockford base32, upper case, as :func:`crockford` writes it) stands for."""
+    return int(text.translate(_AS_BASE_32), 32)
+
+
 # Every pair of Crockford characters (10 bits), for crockford().
 _PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
 _PAIR_SHIFTS = tuple(range(120, -1, -10))

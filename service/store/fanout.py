@@ -200,12 +200,9 @@ def feed_call(
             body = event.body
             # n: its size in bytes (a feed page's bound); a body given as text is UTF-8
             size = len(body.encode()) if isinstance(body, str) else len(body)
-            # As the feed's entry stores them (feedform): the short id and the type's code.
-            row: dict[str, Any] = {
-                "id": feedform.short_event_id(event.id),
-                "type": feedform.type_code(event.type),
-                "n": size,
-            }
+            # As the feed's entry stores them (feedform): the id (bytes, its place in ARGV), the type's code.
+            args.append(feedform.stored_event_id(event.id))
+            row: dict[str, Any] = {"id": len(args), "type": feedform.type_code(event.type), "n": size}
             if event.vendor:
                 row["vendor"] = event.vendor
             if dropped(event, fanned.deliveries[n]) or event.zr:
@@ -214,9 +211,10 @@ def feed_call(
             listed.append(row)
             n += 1
         out.append({"v": None if version is None else str(version), "events": listed})
+    args.append(feedform.stored_run_id(run_id))  # only ever the feed entry's r
     ops = {
         "mode": mode,
-        "run_id": feedform.short_run_id(run_id),  # only ever the feed entry's r
+        "run_id": len(args),  # its place in ARGV
         "subs": list(subs),
         "sub_filter": list(sub_filter),
         "mark_ms": str(mark_ms),

@@ -141,7 +141,7 @@ class Feed:
 
         Raises IteratorTrimmed or IteratorInvalid."""
         scan = max(1, min(scan, SCAN))
-        run_id, run_short = feedform.run_filter(only.run_id)
+        run_id, run_short, run_stored = feedform.run_filter(only.run_id)
         reply = await _whole(
             self._read(
                 keys=[keys.client_feed(client), keys.client_rate("feed_scan", client)],
@@ -159,6 +159,7 @@ class Feed:
                     rate.burst if rate else 0,
                     min(scan, rate.burst, MIN_SCAN) if rate else 0,
                     run_short,
+                    run_stored,
                 ],
             )
         )
@@ -172,8 +173,8 @@ class Feed:
         rows = [
             (
                 _s(reply[i]),
-                feedform.event_id(_s(reply[i + 1])),
-                feedform.run_id(_s(reply[i + 2])),
+                feedform.event_id(reply[i + 1]),
+                feedform.run_id(reply[i + 2]),
                 reply[i + 3],
             )
             for i in range(4, len(reply), 4)

@@ -1,27 +1,31 @@
 """How an entry of a client's feed (``keys.client_feed``, a Redis Stream kept for ``RETENTION_S``) stores
 its event: written by ``lua/_fanout.lua``'s ``append_feed`` with what ``fanout.feed_call`` gives it (the
-short forms below), read by
-``lua/read_feed.lua`` with the filters :func:`types_filter` and :func:`run_filter` give it, and named back
-by :func:`event_id`.
+stored forms below), read by ``lua/read_feed.lua`` with the filters :func:`types_filter` and
+:func:`run_filter` give it, and named back by :func:`event_id` and :func:`run_id`.
 
 The feed is most of what a run costs Redis while the vendor reports progress: one entry per ``run.progress``
 (at most one per ``PROGRESS_MIN_INTERVAL_S``), most of them carrying their body, kept for ``RETENTION_S``
 (docs/performance.md, Redis memory). So an entry is written short, five fields, always the same five:
 
-- ``e``: the event id without its ``evt_`` (``domain.new_id``: the prefix, then 26 characters);
+- ``e``: the event id as 17 bytes, :data:`BINARY` then the 128 bits that ``domain.new_id`` writes as 26
+  Crockford characters after the prefix (:func:`stored_event_id`); an id of another shape as it is;
 - ``t``: the type as one character (:data:`TYPE_CODES`), a type of no code as it is;
-- ``r``: the run id without its ``run_``, or ``""`` for an event of no run (``subscription.test``);
+- ``r``: the run id the same way, or ``""`` for an event of no run (``subscription.test``);
 - ``v``: the run's vendor, or ``""``;
 - ``b``: the packed body (``bodies.packed``: it starts with ``~``, or ``{`` when kept as it is) when the
   feed keeps it, else the body's size in decimal digits (the event's own key keeps it; a page's bound).
 
 Every entry having the fields of the first entry of its stream node lets Redis store them once a node,
-not once an entry. Together these take ~20-25 bytes off an entry of ~250 (``python -m bench.memory``).
+not once an entry. Together these take ~40 bytes off an entry of ~250 (``python -m bench.memory``).
 
-Entries written before this (the ``evt_`` and ``run_`` kept, the type spelled out, ``r`` and ``v`` left
-out when empty, the size in a field ``n``) still read, and match the same filters: a stored id keeps its
-prefix, and a filter names both forms. Stored entries depend on these codes: never change one; a new type
-takes a new code."""
+Entries written before still read, and match the same filters (each filter names every form):
+
+- the ids as 26 characters, without their prefix, where the stored form is now 17 bytes;
+- before that, the ``evt_`` and ``run_`` kept, the type spelled out, ``r`` and ``v`` left out when empty,
+  the size in a field ``n``.
+
+No text id has the byte :data:`BINARY`, so the forms never meet. Stored entries depend on these codes and
+forms: never change one; a new type takes a new code."""
 
 from __future__ import annotations
 
@@ -49,33 +53,46 @@ RUN_PREFIX = "run_"
 _BODY = re.compile(domain.ID_BODY)
 
 
-def _short(identifier: str, prefix: str) -> str:
+BINARY = b"\x00"  # starts an id stored as its 128 bits
+
+
+def _stored(identifier: str, prefix: str) -> bytes:
     rest = identifier[len(prefix) :]
-    return rest if identifier.startswith(prefix) and _BODY.fullmatch(rest) else identifier
+    if (
+        identifier.startswith(prefix)
+        and _BODY.fullmatch(rest)
+        and (value := domain.crockford_value(rest)) >> 128 == 0
+    ):
+        return BINARY + value.to_bytes(16, "big")
+    return identifier.encode()
 
 
-def _long(stored: str, prefix: str) -> str:
-    return prefix + stored if _BODY.fullmatch(stored) else stored
+def _named(stored: bytes | str, prefix: str) -> str:
+    if isinstance(stored, bytes):
+        if len(stored) == 17 and stored[:1] == BINARY:
+            return prefix + domain.crockford(int.from_bytes(stored[1:], "big"))
+        stored = stored.decode()
+    return prefix + stored if _BODY.fullmatch(stored) else stored  # the 26 characters of the form before
 
 
-def short_event_id(event_id: str) -> str:
+def stored_event_id(event_id: str) -> bytes:
     """The event id as the entry stores it (``e``)."""
-    return _short(event_id, EVENT_PREFIX)
+    return _stored(event_id, EVENT_PREFIX)
 
 
-def short_run_id(run_id: str) -> str:
-    """The run id as the entry stores it (``r``; ``""`` stays ``""``)."""
-    return _short(run_id, RUN_PREFIX) if run_id else ""
+def stored_run_id(run_id: str) -> bytes:
+    """The run id as the entry stores it (``r``; ``""`` stays empty)."""
+    return _stored(run_id, RUN_PREFIX) if run_id else b""
 
 
-def event_id(stored: str) -> str:
-    """The event id an entry's ``e`` names, in either form."""
-    return _long(stored, EVENT_PREFIX)
+def event_id(stored: bytes | str) -> str:
+    """The event id an entry's ``e`` names, in any of its forms."""
+    return _named(stored, EVENT_PREFIX)
 
 
-def run_id(stored: str) -> str:
-    """The run id an entry's ``r`` names, in either form (``""``: none)."""
-    return _long(stored, RUN_PREFIX) if stored else ""
+def run_id(stored: bytes | str) -> str:
+    """The run id an entry's ``r`` names, in any of its forms (empty: none)."""
+    return _named(stored, RUN_PREFIX) if stored else ""
 
 
 def type_code(event_type: str) -> str:
@@ -97,9 +114,12 @@ def types_filter(types: Iterable[str]) -> list[str]:
     return out
 
 
-def run_filter(run_id: str) -> tuple[str, str]:
-    """A reader's run id (``""``: any) as ``read_feed.lua`` matches it against ``r``: in both forms."""
-    return run_id, short_run_id(run_id)
+def run_filter(run_id: str) -> tuple[str, str, bytes]:
+    """A reader's run id (``""``: any) as ``read_feed.lua`` matches it against ``r``: in every form (whole,
+    the 26 characters without its prefix, stored)."""
+    rest = run_id.removeprefix(RUN_PREFIX)
+    short = rest if run_id.startswith(RUN_PREFIX) and _BODY.fullmatch(rest) else run_id
+    return run_id, short, stored_run_id(run_id)
 
 
 @dataclass(frozen=True)
@@ -125,11 +145,10 @@ def entry(fields: Mapping[Any, Any]) -> Entry:
     else:
         size = len(body) if body is not None else int(_text(got.get("n", "0")))
     stored_type = _text(got.get("t", ""))
-    run = _text(got.get("r", ""))
     return Entry(
-        event_id=event_id(_text(got.get("e", ""))),
+        event_id=event_id(got.get("e", "")),
         type=TYPES.get(stored_type, stored_type),
-        run_id=run_id(run),
+        run_id=run_id(got.get("r", "")),
         vendor=_text(got.get("v", "")),
         body=body,
         size=size,

@@ -226,9 +226,10 @@ async def test_a_new_entry_is_short_and_always_has_the_same_five_fields(store: S
     raw = await store.redis.xrange(keys.client_feed("alice"))
     assert [sorted(fields) for _, fields in raw] == [[b"b", b"e", b"r", b"t", b"v"]] * 2
     kept, carried = (fields for _, fields in raw)
-    assert kept[b"e"] == submitted_.id.removeprefix("evt_").encode() and len(kept[b"e"]) == 26
-    assert (kept[b"t"], carried[b"t"]) == (b"s", b"p")
-    assert kept[b"r"] == run.id.removeprefix("run_").encode() and kept[b"v"] == b"nutrient"
+    # The ids: a zero byte, then the 128 bits their 26 Crockford characters after the prefix stand for.
+    assert kept[b"e"] == b"\x00" + domain.crockford_value(submitted_.id[4:]).to_bytes(16, "big")
+    assert kept[b"r"] == b"\x00" + domain.crockford_value(run.id[4:]).to_bytes(16, "big")
+    assert (kept[b"t"], carried[b"t"]) == (b"s", b"p") and kept[b"v"] == b"nutrient"
     # The kept one's b: the size of its stored body (a page's bound); the other's: its packed body.
     assert int(kept[b"b"]) == len(bodies.packed(submitted_.body, run.id)) and carried[b"b"].startswith(
         bodies.RUN_MARKS
@@ -269,6 +270,23 @@ async def test_entries_written_before_the_short_form_read_alike_through_every_fi
         feed_key, {"e": old_carried.id, "t": old_carried.type, **common, "b": bodies.packed(old_carried.body)}
     )
     await store.redis.xadd(feed_key, {"e": old_test.id, "t": old_test.type, "b": bodies.packed(test_body)})
+    # As the version before this one wrote them: the ids as their 26 characters, without the prefix.
+    mid_kept, mid_carried = (
+        _real_event(run, domain.EVENT_SUBMITTED, 5),
+        _real_event(run, domain.EVENT_PROGRESS, 6),
+    )
+    await store.redis.set(keys.event(mid_kept.id), bodies.packed(mid_kept.body, run.id))
+    mid = {"r": run.id[4:], "v": "nutrient"}
+    await store.redis.xadd(
+        feed_key, {"e": mid_kept.id[4:], "t": "s", **mid, "b": str(len(bodies.packed(mid_kept.body, run.id)))}
+    )
+    await store.redis.xadd(
+        feed_key, {"e": mid_carried.id[4:], "t": "p", **mid, "b": bodies.packed(mid_carried.body, run.id)}
+    )
+    mid_test = Event(id=domain.new_id("evt"), type=domain.EVENT_TEST, created=0, body=test_body)
+    await store.redis.xadd(
+        feed_key, {"e": mid_test.id[4:], "t": "t", "r": "", "v": "", "b": bodies.packed(test_body)}
+    )
     # Then the same kinds as this version writes them.
     new_kept, new_carried = (
         _real_event(run, domain.EVENT_SUBMITTED, 3),
@@ -278,20 +296,31 @@ async def test_entries_written_before_the_short_form_read_alike_through_every_fi
     new_test = Event(id=domain.new_id("evt"), type=domain.EVENT_TEST, created=0, body=test_body)
     assert await store.subscriptions.emit_test_event("alice", "sub_1", new_test, domain.now_ms()) == 1
     raw = await store.redis.xrange(feed_key)
-    assert len(raw[-1][1][b"e"]) == 26 and raw[-1][1][b"r"] == b""  # the last one is of the short form
+    assert len(raw[-1][1][b"e"]) == 17 and raw[-1][1][b"r"] == b""  # the last one is of today's form
 
-    everything = [old_kept, old_carried, old_test, new_kept, new_carried, new_test]
+    everything = [
+        old_kept,
+        old_carried,
+        old_test,
+        mid_kept,
+        mid_carried,
+        mid_test,
+        new_kept,
+        new_carried,
+        new_test,
+    ]
+    of_the_run = [old_kept, old_carried, mid_kept, mid_carried, new_kept, new_carried]
     cases: list[tuple[FeedFilter, list[Event]]] = [
         (FeedFilter(), everything),
-        (FeedFilter(types=(domain.EVENT_PROGRESS,)), [old_carried, new_carried]),
+        (FeedFilter(types=(domain.EVENT_PROGRESS,)), [old_carried, mid_carried, new_carried]),
         (
             FeedFilter(types=(domain.EVENT_SUBMITTED, domain.EVENT_TEST)),
-            [old_kept, old_test, new_kept, new_test],
+            [old_kept, old_test, mid_kept, mid_test, new_kept, new_test],
         ),
-        (FeedFilter(types=("run.*",)), [old_kept, old_carried, new_kept, new_carried]),
-        (FeedFilter(run_id=run.id), [old_kept, old_carried, new_kept, new_carried]),
+        (FeedFilter(types=("run.*",)), of_the_run),
+        (FeedFilter(run_id=run.id), of_the_run),
         (FeedFilter(run_id=domain.new_id("run")), []),
-        (FeedFilter(vendor="nutrient"), [old_kept, old_carried, new_kept, new_carried]),
+        (FeedFilter(vendor="nutrient"), of_the_run),
         (FeedFilter(vendor="uptiq"), []),
     ]
     for only, expected in cases:
@@ -301,17 +330,17 @@ async def test_entries_written_before_the_short_form_read_alike_through_every_fi
         )
     # A page's bytes: the first match always, then it stops once the bound is reached, whichever form
     # gave the size (n, or b in digits).
-    for first in (old_kept, new_kept):
+    for first, after in ((old_kept, ""), (mid_kept, raw[2][0].decode()), (new_kept, raw[5][0].decode())):
         only = FeedFilter(run_id=run.id)  # then the next of its run, which the bound leaves out
-        after = "" if first is old_kept else raw[2][0].decode()
         page = await _read(feed, after, only=only, max_bytes=1)
         assert [e.event_id for e in page.events] == [first.id] and not page.done
     # The tool's view of each stored entry names the same events, types, runs and sizes.
     entries = [feedform.entry(fields) for _, fields in raw]
     assert [(x.event_id, x.type) for x in entries] == [(e.id, e.type) for e in everything]
-    assert [x.run_id for x in entries] == [run.id, run.id, "", run.id, run.id, ""]
-    assert [(x.body is None, x.size) for x in (entries[0], entries[3])] == [
+    assert [x.run_id for x in entries] == [run.id, run.id, ""] * 3
+    assert [(x.body is None, x.size) for x in (entries[0], entries[3], entries[6])] == [
         (True, len(bodies.packed(old_kept.body))),
+        (True, len(bodies.packed(mid_kept.body, run.id))),
         (True, len(bodies.packed(new_kept.body, run.id))),
     ]
 

@@ -13,29 +13,55 @@ RUN = domain.new_id("run")
 EVENT = domain.new_id_beside("evt", RUN)
 
 
+def _bits(identifier: str) -> bytes:
+    """How a minted id is stored: a zero byte, then the 128 bits its 26 characters after the prefix stand
+    for (worked out here by hand, not by the code under test)."""
+    value = 0
+    for char in identifier[4:]:
+        value = value * 32 + "0123456789ABCDEFGHJKMNPQRSTVWXYZ".index(char)
+    return b"\x00" + value.to_bytes(16, "big")
+
+
 @pytest.mark.parametrize(
     ("full", "stored"),
     [
-        (EVENT, EVENT.removeprefix("evt_")),  # as minted: the prefix goes
-        ("evt_test", "evt_test"),  # any other shape is kept whole, and reads back whole
-        ("evt_" + "A" * 27, "evt_" + "A" * 27),
-        ("evt_" + "a" * 26, "evt_" + "a" * 26),  # not Crockford's (lower case)
-        ("run_" + "A" * 26, "run_" + "A" * 26),  # another prefix
-        ("evt_run_a_1_13", "evt_run_a_1_13"),
+        (EVENT, _bits(EVENT)),  # as minted: 17 bytes where its text took 30
+        ("evt_" + "7" + "Z" * 25, _bits("evt_" + "7" + "Z" * 25)),  # the largest that fits 128 bits
+        ("evt_" + "8" + "0" * 25, b"evt_8" + b"0" * 25),  # past 128 bits: kept whole
+        ("evt_test", b"evt_test"),  # any other shape is kept whole, and reads back whole
+        ("evt_" + "A" * 27, b"evt_" + b"A" * 27),
+        ("evt_" + "a" * 26, b"evt_" + b"a" * 26),  # not Crockford's (lower case)
+        ("run_" + "A" * 26, b"run_" + b"A" * 26),  # another prefix
+        ("evt_run_a_1_13", b"evt_run_a_1_13"),
     ],
 )
-def test_an_event_id_is_stored_short_only_when_it_reads_back_the_same(full: str, stored: str) -> None:
-    assert feedform.short_event_id(full) == stored
+def test_an_event_id_is_stored_as_bits_only_when_it_reads_back_the_same(full: str, stored: bytes) -> None:
+    assert feedform.stored_event_id(full) == stored
+    assert feedform.event_id(stored) == full
+
+
+@pytest.mark.parametrize("stored", [EVENT[4:], EVENT[4:].encode(), EVENT, "evt_test"])
+def test_an_event_id_of_the_forms_before_reads_back_the_same(stored: str | bytes) -> None:
+    # The version before stored a minted id as its 26 characters; the one before that, whole.
+    full = stored if isinstance(stored, str) and stored.startswith("evt_") else EVENT
     assert feedform.event_id(stored) == full
 
 
 @pytest.mark.parametrize(
-    ("full", "stored"),
-    [(RUN, RUN.removeprefix("run_")), ("run_a", "run_a"), ("", ""), ("evt_" + "A" * 26, "evt_" + "A" * 26)],
+    ("full", "filters"),
+    [
+        (RUN, (RUN, RUN[4:], _bits(RUN))),  # whole, the 26 characters, the bits: every form an entry has
+        ("run_a", ("run_a", "run_a", b"run_a")),
+        ("", ("", "", b"")),  # any run
+        ("evt_" + "A" * 26, ("evt_" + "A" * 26, "evt_" + "A" * 26, b"evt_" + b"A" * 26)),
+    ],
 )
-def test_a_run_id_is_stored_short_only_when_it_reads_back_the_same(full: str, stored: str) -> None:
-    assert feedform.short_run_id(full) == stored
-    assert feedform.run_filter(full) == (full, stored)
+def test_a_run_id_is_matched_in_every_form_an_entry_may_store_it(
+    full: str, filters: tuple[str, str, bytes]
+) -> None:
+    assert feedform.run_filter(full) == filters
+    assert feedform.stored_run_id(full) == filters[2]
+    assert feedform.run_id(filters[2]) == full
 
 
 def test_every_event_type_has_its_own_one_character_code_and_the_codes_never_change() -> None:
@@ -70,7 +96,16 @@ def test_a_types_filter_names_each_type_in_both_forms(types: tuple[str, ...], ma
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
-        # This version's: five fields, short; b a packed body, or its size in digits.
+        # This version's: five fields, the ids as bits; b a packed body, or its size in digits.
+        (
+            {b"e": _bits(EVENT), b"t": b"p", b"r": _bits(RUN), b"v": b"nutrient", b"b": b"~4xyz"},
+            feedform.Entry(EVENT, "run.progress", RUN, "nutrient", b"~4xyz", 5),
+        ),
+        (
+            {b"e": _bits(EVENT), b"t": b"t", b"r": b"", b"v": b"", b"b": b"{}"},
+            feedform.Entry(EVENT, "subscription.test", "", "", b"{}", 2),
+        ),
+        # The version before: the ids as their 26 characters.
         (
             {b"e": EVENT[4:], b"t": b"p", b"r": RUN[4:], b"v": b"nutrient", b"b": b"~2xyz"},
             feedform.Entry(EVENT, "run.progress", RUN, "nutrient", b"~2xyz", 5),

@@ -38,15 +38,16 @@ end
 
 -- Appends the event to the client's feed (GET /v1/events, the SSE streams), trimmed to the retention
 -- window, as service/store/feedform.py says an entry is stored: always the same five fields, e (the event
--- id, short), t (the type's code), r (the run id, short, or ''), v (the vendor, or ''), b. `body`: the
--- entry's own body where the event's key does not keep it for as long (an event kept nowhere else, and zero
--- retention's), else nil and b holds `size`, the body's size in digits, so that a reader bounds its page's
--- bytes before it reads the bodies. The caller gives the id, the type and the run id in their short forms.
-local function append_feed(feed, ev, run_id, body, size, retention_ms)
+-- id, stored: `event_id`), t (the type's code), r (the run id, stored, or ''), v (the vendor, or ''), b.
+-- `body`: the entry's own body where the event's key does not keep it for as long (an event kept nowhere
+-- else, and zero retention's), else nil and b holds `size`, the body's size in digits, so that a reader
+-- bounds its page's bytes before it reads the bodies. The caller gives the ids in their stored forms (bytes:
+-- arguments of their own) and the type's code.
+local function append_feed(feed, event_id, ev, run_id, body, size, retention_ms)
   -- Trimmed by Redis's clock, which also makes the entry ids: a worker's clock never trims early.
   local t = redis.call('TIME')
   local cutoff = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(retention_ms)
-  redis.call('XADD', feed, 'MINID', string.format('%d', cutoff), '*', 'e', ev['id'], 't', ev['type'],
+  redis.call('XADD', feed, 'MINID', string.format('%d', cutoff), '*', 'e', event_id, 't', ev['type'],
     'r', run_id, 'v', ev['vendor'] or '', 'b', body or tostring(size))
   redis.call('PEXPIRE', feed, retention_ms)
 end

@@ -13,7 +13,8 @@
 --   a page always has its first match), interval_ms and burst of the client's scan rate (KEYS[2], a GCRA
 --   in entries: _gcra.lua; interval 0 = none), need (the least it reads: with less left, it reads
 --   nothing): a read scans at most what the client has left of it, and is charged what it scanned
---   (at least 1); run_short (the run id as a new entry stores it).
+--   (at least 1); run_short and run_stored (the run id as the entries of the form before and a new one
+--   store it).
 -- Returns {'expired'} (entries after the iterator may be gone: it is older than the retention window and
 -- nothing at or before it is kept) | {'invalid'} (it points into the future) |
 -- {'throttled', ms} (the client's scan rate is spent: none may be scanned for ms) |
@@ -27,7 +28,7 @@ local types = cjson.decode(ARGV[5])
 local run_id, vendor, future = ARGV[6], ARGV[7], tonumber(ARGV[8])
 local max_bytes = tonumber(ARGV[9])
 local rate_key, interval, burst, need = KEYS[2], tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
-local run_short = ARGV[13]
+local run_short, run_stored = ARGV[13], ARGV[14]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -40,7 +41,7 @@ if after ~= '' then
 end
 
 local function wanted(h)
-  if run_id ~= '' and h['r'] ~= run_id and h['r'] ~= run_short then return false end
+  if run_id ~= '' and h['r'] ~= run_id and h['r'] ~= run_short and h['r'] ~= run_stored then return false end
   if vendor ~= '' and h['v'] ~= vendor then return false end
   if #types == 0 then return true end
   for _, ty in ipairs(types) do

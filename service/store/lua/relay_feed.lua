@@ -12,15 +12,16 @@
 --   1 and 2 stand in for by the feed).
 -- ARGV[1] JSON: mode, run_id, subs [the subscriptions fanned out to], sub_filter, mark_ms, retention_ms,
 --   entries [{v, events [{id, type, vendor?, body? (its position in ARGV: the feed keeps its body),
---   n (its size)}]}]; the run id, the event ids and the types in the feed's short forms
---   (service/store/feedform.py). ARGV[2..]: the bodies the feed keeps.
+--   n (its size)}]}]; the run id and each event id as their positions in ARGV, where they are in the feed's
+--   stored forms (bytes), and the types as their codes (service/store/feedform.py). ARGV[2..]: those ids and
+--   the bodies the feed keeps.
 -- Returns {'ok', appended} | {'stale'}.
 local q = cjson.decode(ARGV[1])
 local appended = 0
 if q['mode'] == 'test' then
   for _, entry in ipairs(q['entries']) do
     for _, ev in ipairs(entry['events']) do
-      append_feed(KEYS[3], ev, '', ev['body'] and ARGV[ev['body']], ev['n'], q['retention_ms'])
+      append_feed(KEYS[3], ARGV[ev['id']], ev, '', ev['body'] and ARGV[ev['body']], ev['n'], q['retention_ms'])
       appended = appended + 1
     end
   end
@@ -37,7 +38,8 @@ for _, entry in ipairs(q['entries']) do
   local v = tonumber(entry['v'] or '')
   if v == nil or v > mark then
     for _, ev in ipairs(entry['events']) do
-      append_feed(KEYS[3], ev, q['run_id'], ev['body'] and ARGV[ev['body']], ev['n'], q['retention_ms'])
+      append_feed(KEYS[3], ARGV[ev['id']], ev, ARGV[q['run_id']], ev['body'] and ARGV[ev['body']], ev['n'],
+        q['retention_ms'])
       appended = appended + 1
     end
   end
