@@ -260,9 +260,9 @@ def cmd_spell_out_runs(args: argparse.Namespace) -> None:
 
 
 def cmd_spell_out_events(args: argparse.Namespace) -> None:
-    """Rewrites every client's feed and every run's event bodies in the forms the versions before short
-    feed entries read, with every process of this version stopped (docs/deploy.md, "Upgrading from a
-    version before short feed entries"): what a rollback across that change needs."""
+    """Rewrites every client's feed, every run's event bodies and every delivery's attempt log in the forms
+    the versions before short feed entries read, with every process of this version stopped (docs/deploy.md,
+    "Upgrading from a version before short feed entries"): what a rollback across that change needs."""
     from service.store.layout import spell_out_events
 
     settings = _settings()
@@ -347,7 +347,8 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=cmd_spell_out_runs)
     p = sub.add_parser(
         "spell-out-events",
-        help="before a rollback across short feed entries: rewrite feeds and event bodies as earlier ones",
+        help="before a rollback across short feed entries: rewrite feeds, event bodies and attempt logs as "
+        "earlier ones",
     )
     p.set_defaults(func=cmd_spell_out_events)
     p = sub.add_parser("settings", help="print every setting with its default")

@@ -437,8 +437,9 @@ DELIVERY_HASH = {
 
 
 # The scripts' own bookkeeping fields of the hash, outside the record: whether the delivery is still in its
-# run's chain, and whether its end was counted against its event's pending count (zero retention).
-DELIVERY_HASH_INTERNAL = {"chained": "chained", "counted": "counted"}
+# run's chain, and whether its end was counted against its event's pending count (zero retention); and its
+# first attempt in its short form (Attempt.short), the head of its attempt log.
+DELIVERY_HASH_INTERNAL = {"chained": "chained", "counted": "counted", "first_attempt": "a1"}
 
 
 def public_delivery(d: Delivery) -> Json:
@@ -462,6 +463,33 @@ class Attempt(_Record):
     @classmethod
     def from_json(cls, raw: bytes | str) -> Attempt:
         return cls.model_validate_json(raw)
+
+    def short(self) -> str | None:
+        """The attempt as its delivery's hash keeps it when it is the first (most deliveries end at their
+        first, and need no list of their own): ``<at in ms>,<status code>,<duration_ms>``, 20-odd bytes
+        where its JSON takes ~70, past what a hash keeps in its compact encoding (64). None for one that
+        carries more (an error, a response body) or whose time would not read back the same: it goes to
+        the list."""
+        if self.error is not None or self.response_body:
+            return None
+        try:
+            ms = round(datetime.fromisoformat(self.at.replace("Z", "+00:00")).timestamp() * 1000)
+        except ValueError:
+            return None
+        if domain.rfc3339(ms) != self.at:
+            return None
+        code = "" if self.status_code is None else str(self.status_code)
+        return f"{ms},{code},{self.duration_ms!r}"
+
+    @classmethod
+    def from_short(cls, raw: bytes | str) -> Attempt:
+        """The attempt :meth:`short` wrote."""
+        ms, code, duration = (raw.decode() if isinstance(raw, bytes) else raw).split(",")
+        return cls(
+            at=domain.rfc3339(int(ms)) or "",
+            status_code=int(code) if code else None,
+            duration_ms=float(duration),
+        )
 
     def public(self) -> Json:
         return self.model_dump()

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from service.config.settings import Settings
 from service.core.domain import AttemptOutcome, DeliveryStatus
-from service.core.records import DELIVERY_HASH, Attempt, Delivery, Subscription
+from service.core.records import DELIVERY_HASH, DELIVERY_HASH_INTERNAL, Attempt, Delivery, Subscription
 from service.store import fanout, keys
 from service.store.base import Part, each_call
 from service.store.codec import ClaimedDelivery, claimed_deliveries, delivery_or_none, text, with_body
@@ -274,6 +274,8 @@ class Deliveries(Part):
         }
         if attempt is not None:
             ops["attempt"] = attempt.to_json()
+            if (short := attempt.short()) is not None:
+                ops["short"] = short
         if next_at_ms is not None:
             ops["next_at"] = next_at_ms
         for _ in range(fanout.STALE_TRIES):
@@ -318,8 +320,13 @@ class Deliveries(Part):
         return [delivery_or_none(raw) for raw in await self.hashes(map(keys.delivery, ids))]
 
     async def delivery_attempts(self, delivery_id: str) -> list[Attempt]:
-        raws = await self.redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)  # type: ignore[misc]
-        return [Attempt.from_json(a) for a in raws]
+        """The delivery's attempt log, oldest first: the first attempt in its short form when the hash keeps
+        it (delivery_result.lua), then the list's."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(keys.delivery(delivery_id), DELIVERY_HASH_INTERNAL["first_attempt"])
+        pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)
+        first, raws = await pipe.execute()
+        return ([Attempt.from_short(first)] if first else []) + [Attempt.from_json(a) for a in raws]
 
     async def list_deliveries(
         self,

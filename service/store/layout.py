@@ -31,7 +31,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
 
 from service.core import trail
-from service.core.records import DELIVERY_HASH, Run, replace
+from service.core.records import DELIVERY_HASH, DELIVERY_HASH_INTERNAL, Attempt, Run, replace
 from service.store import bodies, fanout, feedform, keys
 from service.store.codec import text
 
@@ -319,11 +319,13 @@ async def spell_out_events(redis: Redis, *, batch: int = 500) -> dict[str, int]:
     - Every body of a run's event packed against the run's id (``bodies.RUN_MARKS``) is packed as ``~2``:
       those the run's record names and its list of progress events name (under the events' own keys, their
       expiry kept), and those in its outbox (a relay that had not run).
+    - Every delivery's first attempt that its hash keeps (``Attempt.short``) goes to the head of its
+      attempt list, in the list's form, with the hash's expiry.
 
     Returns how many ``feeds`` were rewritten and ``feeds_kept`` (no entry of today's form), the
-    ``entries`` rewritten, the ``bodies`` packed again and those ``unreadable`` (left as they are). It can
-    be run again."""
-    counts = {"feeds": 0, "feeds_kept": 0, "entries": 0, "bodies": 0, "unreadable": 0}
+    ``entries`` rewritten, the ``bodies`` packed again and those ``unreadable`` (left as they are), and the
+    ``attempts`` moved. It can be run again."""
+    counts = {"feeds": 0, "feeds_kept": 0, "entries": 0, "bodies": 0, "unreadable": 0, "attempts": 0}
     feeds = [
         text(raw)
         async for raw in redis.scan_iter(match=f"{keys.ANY_SHARD}client:*:feed", count=batch, _type="stream")
@@ -333,6 +335,20 @@ async def spell_out_events(redis: Redis, *, batch: int = 500) -> dict[str, int]:
     # A run's own key (hb:{s}:run:{id}) is its one string whose name has ":run:".
     async for raw_name in redis.scan_iter(match=f"{keys.ANY_SHARD}run:*", count=batch, _type="string"):
         await _spell_out_run_bodies(redis, text(raw_name).rpartition(":run:")[2], counts)
+    first = DELIVERY_HASH_INTERNAL["first_attempt"]
+    async for raw_name in redis.scan_iter(match=f"{keys.ANY_SHARD}dlv:*", count=batch, _type="hash"):
+        delivery = text(raw_name)
+        if (short := await redis.hget(delivery, first)) is None:  # type: ignore[misc]
+            continue
+        attempts = keys.delivery_attempts(delivery.rpartition(":dlv:")[2])
+        ttl = await redis.pttl(delivery)
+        pipe = redis.pipeline(transaction=True)  # in the delivery's slot: both keys carry its shard's tag
+        pipe.lpush(attempts, Attempt.from_short(short).to_json())
+        pipe.hdel(delivery, first)
+        if ttl > 0:
+            pipe.pexpire(attempts, ttl)
+        await pipe.execute()
+        counts["attempts"] += 1
     return counts
 
 

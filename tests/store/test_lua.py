@@ -18,7 +18,7 @@ from structlog.testing import capture_logs
 
 from service.core import domain
 from service.core.lifecycle import Transition, new_run
-from service.core.records import Attempt, Delivery, Event, Run, Subscription, replace
+from service.core.records import DELIVERY_HASH_INTERNAL, Attempt, Delivery, Event, Run, Subscription, replace
 from service.store import Applied, Busy, Conflict, Missing, OverRate, Store, bodies, connect, keys
 from service.store.layout import spell_out_runs
 from service.store.scripts import _LUA, source, status_prelude
@@ -1030,16 +1030,53 @@ async def test_a_chain_makes_only_its_head_due_and_the_next_due_when_it_ends(sto
     assert not await store.redis.exists(keys.chain("sub_all", "run_a"))
 
 
-async def test_only_the_last_hundred_attempts_are_kept(store: Store) -> None:
+async def test_a_hundred_attempts_are_kept_the_first_and_the_latest(store: Store) -> None:
     dlv = await _one(store)
     for i in range(105):
         await store.deliveries.record_attempt(
             dlv, "retry", now_ms=T0 + i, attempt=_attempt(i), next_at_ms=T0 + i + 1
         )
     attempts = await store.deliveries.delivery_attempts(dlv)
-    assert len(attempts) == 100 and attempts[0] == _attempt(5)
+    assert (
+        len(attempts) == 100 and attempts[:2] == [_attempt(0), _attempt(6)] and attempts[-1] == _attempt(104)
+    )
     d = await store.deliveries.get_delivery(dlv)
     assert d is not None and d.attempts == 105
+
+
+async def test_a_first_attempt_with_an_error_starts_the_list_and_the_last_hundred_are_kept(
+    store: Store,
+) -> None:
+    dlv = await _one(store)
+    refused = Attempt(at="2027-01-15T08:00:00.000Z", duration_ms=1.0, error="refused")
+    await store.deliveries.record_attempt(dlv, "retry", now_ms=T0, attempt=refused, next_at_ms=T0 + 1)
+    for i in range(1, 105):
+        await store.deliveries.record_attempt(
+            dlv, "retry", now_ms=T0 + i, attempt=_attempt(i), next_at_ms=T0 + i + 1
+        )
+    attempts = await store.deliveries.delivery_attempts(dlv)
+    assert len(attempts) == 100 and attempts[0] == _attempt(5) and attempts[-1] == _attempt(104)
+    assert await store.redis.hget(keys.delivery(dlv), DELIVERY_HASH_INTERNAL["first_attempt"]) is None
+
+
+async def test_a_delivery_that_ends_at_its_first_attempt_keeps_it_in_its_hash_and_no_list(
+    store: Store,
+) -> None:
+    # Most deliveries: the attempt list (~260 bytes on Redis 7.0) is never made.
+    dlv = await _one(store)
+    await store.deliveries.record_attempt(dlv, "succeeded", now_ms=T0, attempt=_attempt(204), status_code=204)
+    assert not await store.redis.exists(keys.delivery_attempts(dlv))
+    stored = await store.redis.hget(keys.delivery(dlv), DELIVERY_HASH_INTERNAL["first_attempt"])
+    assert stored == b"1800000000000,204,1.0"
+    assert await store.redis.object("encoding", keys.delivery(dlv)) == b"listpack"
+    assert await store.deliveries.delivery_attempts(dlv) == [_attempt(204)]
+    # Sent again by hand: the next attempts go to the list, after it.
+    assert await store.deliveries.retry_delivery(dlv, T0 + 5) == Applied()
+    await store.deliveries.record_attempt(
+        dlv, "succeeded", now_ms=T0 + 6, attempt=_attempt(200), status_code=200
+    )
+    assert await store.deliveries.delivery_attempts(dlv) == [_attempt(204), _attempt(200)]
+    assert 0 < await store.redis.pttl(keys.delivery_attempts(dlv)) <= RETENTION_MS
 
 
 # retry_delivery.lua ---------------------------------------------------------------------------------
@@ -1053,10 +1090,10 @@ async def test_retry_delivery_sends_an_ended_delivery_again_on_a_new_series(stor
     assert d is not None and (d.status, d.series, d.next_attempt_at) == ("pending", 1, T0 + 20)
     assert (await _due_deliveries(store))[dlv] == T0 + 20
     assert dlv in await _active_deliveries(store)
-    assert (
-        await store.redis.pttl(keys.delivery(dlv)) == -1
-        and await store.redis.pttl(keys.delivery_attempts(dlv)) == -1
-    )
+    # Kept while pending again: the hash, with the first attempt in it (no attempt list yet).
+    assert await store.redis.pttl(keys.delivery(dlv)) == -1
+    assert not await store.redis.exists(keys.delivery_attempts(dlv))
+    assert await store.deliveries.delivery_attempts(dlv) == [_attempt()]
     assert await store.deliveries.retry_delivery("dlv_missing", T0) == Missing()
 
 

@@ -3,7 +3,8 @@ and bodies packed against their run's id needs, on a real redis-server (or a clu
 HB_TEST_CLUSTER): every client's feed rewritten in the form the versions before read
 (feedform.spelled_out), each entry under its own id, the expiry kept; every body of a run's event, under
 its key, in the feed or in an outbox, packed as ~2; all of it read by today's code as the same events; a
-second pass rewrites nothing."""
+second pass rewrites nothing; every first attempt a delivery's hash keeps goes back to the head of its
+attempt list."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from service.core import domain
+from service.core.domain import AttemptOutcome
 from service.core.lifecycle import Transition, new_run
-from service.core.records import Event, Run, replace
+from service.core.records import DELIVERY_HASH_INTERNAL, Attempt, Event, Run, Subscription, replace
 from service.store import Applied, Store, bodies, connect, feedform, keys
 from service.store.feed import Feed
 from service.store.layout import spell_out_events
@@ -97,7 +99,14 @@ async def test_every_feed_and_body_is_rewritten_as_earlier_versions_read_them(st
     counts = await spell_out_events(store.redis)
 
     # 4 run.submitted under their keys, 752 progress bodies in the feeds, 1 in the outbox and its key.
-    assert counts == {"feeds": 2, "feeds_kept": 0, "entries": 756, "bodies": 758, "unreadable": 0}
+    assert counts == {
+        "feeds": 2,
+        "feeds_kept": 0,
+        "entries": 756,
+        "bodies": 758,
+        "unreadable": 0,
+        "attempts": 0,
+    }
     for client in ("alice", "bob"):
         raw = await store.redis.xrange(keys.client_feed(client))
         assert [text.decode() for text, _ in raw] == [entry_id for entry_id, _, _ in before[client]]
@@ -120,7 +129,7 @@ async def test_every_feed_and_body_is_rewritten_as_earlier_versions_read_them(st
     assert await store.redis.exists(keys.client_feed("alice") + ":spelling") == 0
 
     again = await spell_out_events(store.redis)
-    assert again == {"feeds": 0, "feeds_kept": 2, "entries": 0, "bodies": 0, "unreadable": 0}
+    assert again == {"feeds": 0, "feeds_kept": 2, "entries": 0, "bodies": 0, "unreadable": 0, "attempts": 0}
 
 
 async def _record(store: Store, run_id: str) -> Run:
@@ -133,6 +142,36 @@ async def test_the_command_rewrites_them_and_says_how_many(store: Store, redis_u
     await _emit_run(store, "carol", 1)
     done = hookbridge_command(redis_url, "spell-out-events")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["feeds=1", "feeds_kept=0", "entries=2", "bodies=2", "unreadable=0"]
+    assert done.stdout.split() == [
+        "feeds=1", "feeds_kept=0", "entries=2", "bodies=2", "unreadable=0", "attempts=0"
+    ]  # fmt: skip
     [first, _] = await store.redis.xrange(keys.client_feed("carol"))
     assert feedform.spelled_out(first[1])["t"] == first[1][b"t"].decode() == "run.submitted"
+
+
+async def test_a_first_attempt_its_delivery_keeps_goes_back_to_the_head_of_its_list(store: Store) -> None:
+    # The versions before read a delivery's attempts from its list alone.
+    stored = {"id": "sub_1", "client": "dave", "url": "https://example.com/hook", "created": "1"}
+    sub = Subscription.from_hash({**stored, "event_types": json.dumps(["run.*"])})
+    assert await store.subscriptions.create_subscription(sub, max_count=10)
+    await _emit_run(store, "dave", 0)
+    [claimed], _ = await store.deliveries.claim_deliveries(domain.now_ms(), 10, 30_000)
+    dlv = claimed.delivery.id
+    first = Attempt(at=domain.rfc3339(domain.now_ms()) or "", status_code=204, duration_ms=2.5)
+    await store.deliveries.record_attempt(
+        claimed.delivery, AttemptOutcome.SUCCEEDED, now_ms=domain.now_ms(), attempt=first, status_code=204
+    )
+    field = DELIVERY_HASH_INTERNAL["first_attempt"]
+    assert await store.redis.hget(keys.delivery(dlv), field) is not None
+    assert not await store.redis.exists(keys.delivery_attempts(dlv))
+
+    counts = await spell_out_events(store.redis)
+
+    assert counts["attempts"] == 1
+    assert await store.redis.hget(keys.delivery(dlv), field) is None
+    assert await store.redis.lrange(keys.delivery_attempts(dlv), 0, -1) == [first.to_json().encode()]
+    assert (
+        0 < await store.redis.pttl(keys.delivery_attempts(dlv)) <= await store.redis.pttl(keys.delivery(dlv))
+    )
+    assert await store.deliveries.delivery_attempts(dlv) == [first]  # today's code reads the same
+    assert (await spell_out_events(store.redis))["attempts"] == 0

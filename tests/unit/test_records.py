@@ -10,6 +10,7 @@ from service.core import lifecycle
 from service.core.records import (
     STORED_NAMES,
     SUBSCRIPTION_HASH,
+    Attempt,
     Delivery,
     Run,
     Subscription,
@@ -199,3 +200,27 @@ def test_an_event_body_is_the_json_the_standard_library_reads_back(text: str) ->
     assert body["type"] == "run.progress"
     assert body["data"]["run"] == json.loads(json.dumps(public_run(run)))
     assert body["data"]["run"]["metadata"]["note"] == text
+
+
+@pytest.mark.parametrize(
+    ("attempt", "short"),
+    [
+        # What most deliveries' only attempt is: its time in ms, its status code, its duration.
+        (Attempt(at="2027-01-15T08:00:00.123Z", status_code=204, duration_ms=3.4), "1800000000123,204,3.4"),
+        (Attempt(at="2027-01-15T08:00:00.000Z", status_code=None, duration_ms=0.0), "1800000000000,,0.0"),
+        (Attempt(at="2027-01-15T08:00:00.000Z", status_code=500, duration_ms=12.0), "1800000000000,500,12.0"),
+        # More than that, or a time that would not read back the same: none (it goes to the list).
+        (Attempt(at="2027-01-15T08:00:00.000Z", status_code=None, duration_ms=1.0, error="refused"), None),
+        (Attempt(at="2027-01-15T08:00:00.000Z", status_code=500, duration_ms=1.0, response_body="no"), None),
+        (Attempt(at="2027-01-15T08:00:00Z", status_code=204, duration_ms=1.0), None),
+        (Attempt(at="2027-01-15T09:00:00.000+01:00", status_code=204, duration_ms=1.0), None),
+        (Attempt(at="yesterday", status_code=204, duration_ms=1.0), None),
+    ],
+)
+def test_an_attempt_has_a_short_form_only_when_it_reads_back_the_same(
+    attempt: Attempt, short: str | None
+) -> None:
+    assert attempt.short() == short
+    if short is not None:
+        assert len(short) <= 64  # what a hash keeps in its compact encoding
+        assert Attempt.from_short(short) == attempt and Attempt.from_short(short.encode()) == attempt

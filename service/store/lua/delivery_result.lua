@@ -8,7 +8,8 @@
 --   and pending count are not among them (they live in the run's shard): when a zero-retention delivery
 --   ends for good, the reply says so and the caller counts it down there (pending_done.lua).
 -- ARGV[1] JSON: sid, run_id, evt, client (as the caller read them), id, outcome (an OUTCOME: domain.AttemptOutcome, which says what
---   each means), next_at (for RETRY), attempt (JSON string, absent for SKIPPED without attempt), now,
+--   each means), next_at (for RETRY), attempt (JSON string, absent for SKIPPED without attempt), short
+--   (the attempt's short form, records.Attempt.short, when it has one), now,
 --   retention_ms, disable_after_ms, keep_attempts, status_code, default_max_in_flight
 -- Returns {'ok', next_in_chain | '', count_down (1: a zero-retention delivery ended for good)}
 -- | {'missing'} | {'stale'} (the record does not name what the caller read: nothing written, the caller
@@ -48,10 +49,17 @@ if parked[1] then
   redis.call('ZREM', parked_key, parked[1])
   redis.call('ZADD', KEYS[8], 'NX', math.min(tonumber(parked[2]), now), parked[1])
 end
+-- The attempt log: the first attempt in the hash, in its short form when it has one (most deliveries end
+-- at their first, and so keep no list), then the list; keep_attempts in all, the first and the latest.
 if ops['attempt'] then
   local akey = KEYS[2]
-  redis.call('RPUSH', akey, ops['attempt'])
-  redis.call('LTRIM', akey, -ops['keep_attempts'], '-1')
+  local first_kept = redis.call('HEXISTS', KEYS[1], DF.first_attempt) == 1
+  if ops['short'] and not first_kept and redis.call('EXISTS', akey) == 0 then
+    redis.call('HSET', KEYS[1], DF.first_attempt, ops['short'])
+  else
+    redis.call('RPUSH', akey, ops['attempt'])
+    redis.call('LTRIM', akey, -(tonumber(ops['keep_attempts']) - (first_kept and 1 or 0)), '-1')
+  end
   redis.call('HINCRBY', KEYS[1], DF.attempts, '1')
 end
 redis.call('HSET', KEYS[1], DF.updated_at, now)
