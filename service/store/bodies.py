@@ -175,28 +175,30 @@ RUN_MARKS = (RUN_MARK, TOKEN_MARK)  # the forms packed against their run's id
 _UUID_TOKEN = 1  # then the 16 bytes
 _TIME_TOKEN = 2  # then the time's 17 digits as a number, less the body's time before it, zigzag, LEB128
 _UUID_BYTE, _TIME_BYTE = bytes((_UUID_TOKEN,)), bytes((_TIME_TOKEN,))
+# The JSON string's quotes are the token's; its text is the split's group: 36 characters a UUID, 24 a time.
 _TOKENS = re.compile(
-    rb'"(?:([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})'
-    rb'|(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z)"'
+    rb'"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"'
 )
 _CONTROL = re.compile(rb"[\x00-\x1f]")
 _CONTROLS = bytes(range(0x20))
+_TIME_MARKS = b"-:.TZ"  # what a time has besides its 17 digits
 
 
 def tokenized(text: bytes) -> bytes:
-    """``text`` (no byte under 0x20) with its UUIDs and times as tokens: :func:`untokenized` gives it back."""
+    """``text`` (no byte under 0x20) with its UUIDs and times as tokens: :func:`untokenized` gives it back.
+    The regex splits the text in C; only the tokens are Python's (~6.4 us a ``run.progress`` where a
+    substitution's callbacks took ~8)."""
+    parts = _TOKENS.split(text)
     before = 0
-
-    def token(match: re.Match[bytes]) -> bytes:
-        nonlocal before
-        uuid = match[1]
-        if uuid is not None:
-            return _UUID_BYTE + binascii.unhexlify(uuid.replace(b"-", b""))
-        value = int(b"".join(match.groups()[1:]))
-        delta, before = value - before, value
-        return _TIME_BYTE + _leb128(delta << 1 if delta >= 0 else (~delta << 1) | 1)
-
-    return _TOKENS.sub(token, text)
+    for at in range(1, len(parts), 2):
+        token = parts[at]
+        if len(token) == 36:
+            parts[at] = _UUID_BYTE + binascii.unhexlify(token.replace(b"-", b""))
+        else:
+            value = int(token.translate(None, _TIME_MARKS))
+            delta, before = value - before, value
+            parts[at] = _TIME_BYTE + _leb128(delta << 1 if delta >= 0 else (~delta << 1) | 1)
+    return b"".join(parts)
 
 
 def _leb128(number: int) -> bytes:
