@@ -239,7 +239,7 @@ def untokenized(data: bytes) -> bytes:
                         break
                 before += number >> 1 if not number & 1 else ~(number >> 1)
                 d = b"%017d" % before
-                if len(d) != 17:
+                if before < 0 or len(d) != 17:  # no time of that shape: not a body tokenized() made
                     raise IndexError
                 out.append(
                     b'"%s-%s-%sT%s:%s:%s.%sZ"' % (d[:4], d[4:6], d[6:8], d[8:10], d[10:12], d[12:14], d[14:])

@@ -278,9 +278,17 @@ def test_a_body_with_a_control_character_is_packed_as_before() -> None:
 
 @pytest.mark.parametrize(
     "tokens",
-    [b"\x01" + b"\xab" * 15, b"[\x02\x80", b"\x03", b"\x00"],  # cut short, an unknown kind
+    [
+        b"\x01" + b"\xab" * 15,
+        b"[\x02\x80",
+        b"\x03",
+        b"\x00",
+        b"\x02\x01",
+        b"\x02\xff\xff\xff\xff\xff\xff\xff\xff\x7f",
+    ],
 )
 def test_a_token_cut_short_or_unknown_is_an_error(tokens: bytes) -> None:
+    # Cut short; an unknown kind; a time before the year 0 or past 17 digits.
     deflate = zlib.compressobj(
         3, zlib.DEFLATED, 12, 2, zlib.Z_DEFAULT_STRATEGY, bodies._DICTIONARY_4 + RUN_P.encode()
     )
