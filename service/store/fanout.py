@@ -200,11 +200,12 @@ def feed_call(
             body = event.body
             # n: its size in bytes (a feed page's bound); a body given as text is UTF-8
             size = len(body.encode()) if isinstance(body, str) else len(body)
-            # As the feed's entry stores them (feedform): the id (bytes, its place in ARGV), the type's code.
+            # As the feed's entry stores them (feedform): the id (bytes, its place in ARGV), the type's code,
+            # the vendor's.
             args.append(feedform.stored_event_id(event.id))
             row: dict[str, Any] = {"id": len(args), "type": feedform.type_code(event.type), "n": size}
             if event.vendor:
-                row["vendor"] = event.vendor
+                row["vendor"] = feedform.vendor_code(event.vendor)
             if dropped(event, fanned.deliveries[n]) or event.zr:
                 args.append(event.feed if event.feed is not None else event.body)
                 row["body"] = len(args)

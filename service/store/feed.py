@@ -142,6 +142,7 @@ class Feed:
         Raises IteratorTrimmed or IteratorInvalid."""
         scan = max(1, min(scan, SCAN))
         run_id, run_short, run_stored = feedform.run_filter(only.run_id)
+        vendor, vendor_code = feedform.vendor_filter(only.vendor)
         reply = await _whole(
             self._read(
                 keys=[keys.client_feed(client), keys.client_rate("feed_scan", client)],
@@ -152,7 +153,7 @@ class Feed:
                     now_ms - self._retention_ms,
                     json.dumps(feedform.types_filter(only.types)),
                     run_id,
-                    only.vendor,
+                    vendor,
                     FUTURE_MS,
                     max_bytes,
                     1000.0 / rate.per_s if rate else 0,
@@ -160,6 +161,7 @@ class Feed:
                     min(scan, rate.burst, MIN_SCAN) if rate else 0,
                     run_short,
                     run_stored,
+                    vendor_code,
                 ],
             )
         )

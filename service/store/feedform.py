@@ -11,7 +11,7 @@ The feed is most of what a run costs Redis while the vendor reports progress: on
   Crockford characters after the prefix (:func:`stored_event_id`); an id of another shape as it is;
 - ``t``: the type as one character (:data:`TYPE_CODES`), a type of no code as it is;
 - ``r``: the run id the same way, or ``""`` for an event of no run (``subscription.test``);
-- ``v``: the run's vendor, or ``""``;
+- ``v``: the run's vendor as one character (:data:`VENDOR_CODES`), a vendor of no code as it is, or ``""``;
 - ``b``: the packed body (``bodies.packed``: it starts with ``~``, or ``{`` when kept as it is) when the
   feed keeps it, else the body's size in decimal digits (the event's own key keeps it; a page's bound).
 
@@ -20,7 +20,8 @@ not once an entry. Together these take ~40 bytes off an entry of ~250 (``python 
 
 Entries written before still read, and match the same filters (each filter names every form):
 
-- the ids as 26 characters, without their prefix, where the stored form is now 17 bytes;
+- the vendor spelled out, where it is now one character (~7 bytes an entry);
+- before that, the ids as 26 characters, without their prefix, where the stored form is now 17 bytes;
 - before that, the ``evt_`` and ``run_`` kept, the type spelled out, ``r`` and ``v`` left out when empty,
   the size in a field ``n``.
 
@@ -47,6 +48,20 @@ TYPE_CODES: dict[str, str] = {
     domain.EVENT_TEST: "t",
 }
 TYPES = {code: event_type for event_type, code in TYPE_CODES.items()}
+# One character per vendor (service/vendors/), in the stream's field ``v``: its name took 5-12 of an entry's
+# ~160 bytes. Never change one: entries kept for RETENTION_S are read with these; a new vendor takes a new
+# code. A code is upper case and a vendor's name never is (service/vendors/registry.py), so a name of no
+# code, spelled out, is never read as one.
+VENDOR_CODES: dict[str, str] = {
+    "azure_di": "A",
+    "cloudsquid": "C",
+    "google_docai": "G",
+    "llamaparse": "L",
+    "nutrient": "N",
+    "textract": "T",
+    "uptiq": "U",
+}
+VENDORS = {code: vendor for vendor, code in VENDOR_CODES.items()}
 EVENT_PREFIX = "evt_"
 RUN_PREFIX = "run_"
 # What new_id puts after its prefix: an id of exactly that shape is stored without its prefix.
@@ -100,6 +115,17 @@ def type_code(event_type: str) -> str:
     return TYPE_CODES.get(event_type, event_type)
 
 
+def vendor_code(vendor: str) -> str:
+    """The vendor as the entry stores it (``v``; ``""`` stays empty)."""
+    return VENDOR_CODES.get(vendor, vendor)
+
+
+def vendor_filter(vendor: str) -> tuple[str, str]:
+    """A reader's vendor (``""``: any) as ``read_feed.lua`` matches it against ``v``: spelled out (the form
+    before) and stored."""
+    return vendor, vendor_code(vendor)
+
+
 def types_filter(types: Iterable[str]) -> list[str]:
     """A reader's types (exact types, or ``run.*``) as ``read_feed.lua`` matches them against ``t``: each
     type and its code, and for ``run.*`` (which matches a spelled-out ``run.`` type by its start) the
@@ -144,12 +170,12 @@ def entry(fields: Mapping[Any, Any]) -> Entry:
         size, body = int(body), None
     else:
         size = len(body) if body is not None else int(_text(got.get("n", "0")))
-    stored_type = _text(got.get("t", ""))
+    stored_type, stored_vendor = _text(got.get("t", "")), _text(got.get("v", ""))
     return Entry(
         event_id=event_id(got.get("e", "")),
         type=TYPES.get(stored_type, stored_type),
         run_id=run_id(got.get("r", "")),
-        vendor=_text(got.get("v", "")),
+        vendor=VENDORS.get(stored_vendor, stored_vendor),
         body=body,
         size=size,
     )
@@ -160,9 +186,10 @@ def _text(value: Any) -> str:
 
 
 def spelled_out(fields: Mapping[Any, Any]) -> dict[str, str | bytes]:
-    """An entry of either form as the versions before the short form wrote it (``hookbridge
-    spell-out-events``, before a rollback across this change): the ids with their prefixes, the type spelled
-    out, ``r`` and ``v`` only when not empty, the size in ``n`` when the event's key keeps the body."""
+    """An entry of any form as the versions before the short form wrote it (``hookbridge
+    spell-out-events``, before a rollback across this change): the ids with their prefixes, the type and
+    the vendor spelled out, ``r`` and ``v`` only when not empty, the size in ``n`` when the event's key
+    keeps the body."""
     full = entry(fields)
     out: dict[str, str | bytes] = {"e": full.event_id, "t": full.type}
     if full.run_id:

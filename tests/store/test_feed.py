@@ -229,7 +229,7 @@ async def test_a_new_entry_is_short_and_always_has_the_same_five_fields(store: S
     # The ids: a zero byte, then the 128 bits their 26 Crockford characters after the prefix stand for.
     assert kept[b"e"] == b"\x00" + domain.crockford_value(submitted_.id[4:]).to_bytes(16, "big")
     assert kept[b"r"] == b"\x00" + domain.crockford_value(run.id[4:]).to_bytes(16, "big")
-    assert (kept[b"t"], carried[b"t"]) == (b"s", b"p") and kept[b"v"] == b"nutrient"
+    assert (kept[b"t"], carried[b"t"]) == (b"s", b"p") and kept[b"v"] == carried[b"v"] == b"N"
     # The kept one's b: the size of its stored body (a page's bound); the other's: its packed body.
     assert int(kept[b"b"]) == len(bodies.packed(submitted_.body, run.id)) and carried[b"b"].startswith(
         bodies.RUN_MARKS
@@ -287,6 +287,26 @@ async def test_entries_written_before_the_short_form_read_alike_through_every_fi
     await store.redis.xadd(
         feed_key, {"e": mid_test.id[4:], "t": "t", "r": "", "v": "", "b": bodies.packed(test_body)}
     )
+    # As the version before this one wrote them: the ids as bits, the vendor spelled out.
+    bits_kept, bits_carried = (
+        _real_event(run, domain.EVENT_SUBMITTED, 7),
+        _real_event(run, domain.EVENT_PROGRESS, 8),
+    )
+    await store.redis.set(keys.event(bits_kept.id), bodies.packed(bits_kept.body, run.id))
+    bits = {"r": feedform.stored_run_id(run.id), "v": "nutrient"}
+    size = str(len(bodies.packed(bits_kept.body, run.id)))
+    await store.redis.xadd(
+        feed_key, {"e": feedform.stored_event_id(bits_kept.id), "t": "s", **bits, "b": size}
+    )
+    await store.redis.xadd(
+        feed_key,
+        {
+            "e": feedform.stored_event_id(bits_carried.id),
+            "t": "p",
+            **bits,
+            "b": bodies.packed(bits_carried.body, run.id),
+        },
+    )
     # Then the same kinds as this version writes them.
     new_kept, new_carried = (
         _real_event(run, domain.EVENT_SUBMITTED, 3),
@@ -305,17 +325,28 @@ async def test_entries_written_before_the_short_form_read_alike_through_every_fi
         mid_kept,
         mid_carried,
         mid_test,
+        bits_kept,
+        bits_carried,
         new_kept,
         new_carried,
         new_test,
     ]
-    of_the_run = [old_kept, old_carried, mid_kept, mid_carried, new_kept, new_carried]
+    of_the_run = [
+        old_kept,
+        old_carried,
+        mid_kept,
+        mid_carried,
+        bits_kept,
+        bits_carried,
+        new_kept,
+        new_carried,
+    ]
     cases: list[tuple[FeedFilter, list[Event]]] = [
         (FeedFilter(), everything),
-        (FeedFilter(types=(domain.EVENT_PROGRESS,)), [old_carried, mid_carried, new_carried]),
+        (FeedFilter(types=(domain.EVENT_PROGRESS,)), [old_carried, mid_carried, bits_carried, new_carried]),
         (
             FeedFilter(types=(domain.EVENT_SUBMITTED, domain.EVENT_TEST)),
-            [old_kept, old_test, mid_kept, mid_test, new_kept, new_test],
+            [old_kept, old_test, mid_kept, mid_test, bits_kept, new_kept, new_test],
         ),
         (FeedFilter(types=("run.*",)), of_the_run),
         (FeedFilter(run_id=run.id), of_the_run),
@@ -330,17 +361,22 @@ async def test_entries_written_before_the_short_form_read_alike_through_every_fi
         )
     # A page's bytes: the first match always, then it stops once the bound is reached, whichever form
     # gave the size (n, or b in digits).
-    for first, after in ((old_kept, ""), (mid_kept, raw[2][0].decode()), (new_kept, raw[5][0].decode())):
+    starts = [(old_kept, "")] + [
+        (x, raw[at][0].decode()) for x, at in ((mid_kept, 2), (bits_kept, 5), (new_kept, 7))
+    ]
+    for first, after in starts:
         only = FeedFilter(run_id=run.id)  # then the next of its run, which the bound leaves out
         page = await _read(feed, after, only=only, max_bytes=1)
         assert [e.event_id for e in page.events] == [first.id] and not page.done
     # The tool's view of each stored entry names the same events, types, runs and sizes.
     entries = [feedform.entry(fields) for _, fields in raw]
     assert [(x.event_id, x.type) for x in entries] == [(e.id, e.type) for e in everything]
-    assert [x.run_id for x in entries] == [run.id, run.id, ""] * 3
-    assert [(x.body is None, x.size) for x in (entries[0], entries[3], entries[6])] == [
+    assert [x.run_id for x in entries] == [run.id, run.id, ""] * 2 + [run.id] * 4 + [""]
+    assert [x.vendor for x in entries] == ["nutrient", "nutrient", ""] * 2 + ["nutrient"] * 4 + [""]
+    assert [(x.body is None, x.size) for x in (entries[0], entries[3], entries[6], entries[8])] == [
         (True, len(bodies.packed(old_kept.body))),
         (True, len(bodies.packed(mid_kept.body, run.id))),
+        (True, len(bodies.packed(bits_kept.body, run.id))),
         (True, len(bodies.packed(new_kept.body, run.id))),
     ]
 

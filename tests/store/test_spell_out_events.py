@@ -111,9 +111,10 @@ async def test_every_feed_and_body_is_rewritten_as_earlier_versions_read_them(st
         raw = await store.redis.xrange(keys.client_feed(client))
         assert [text.decode() for text, _ in raw] == [entry_id for entry_id, _, _ in before[client]]
         for _, fields in raw:
-            # As the versions before wrote an entry: the prefixes, the type's word, n for a kept body.
+            # As the versions before wrote an entry: the prefixes, the type's and the vendor's words, n for a
+            # kept body.
             assert fields[b"e"].startswith(b"evt_") and fields[b"r"].startswith(b"run_")
-            assert fields[b"t"] in {b"run.submitted", b"run.progress"}
+            assert fields[b"t"] in {b"run.submitted", b"run.progress"} and fields[b"v"] == b"nutrient"
             assert (b"n" in fields) == (fields[b"t"] == b"run.submitted") != (b"b" in fields)
         assert await _everything(feed, client) == before[client]  # today's code reads the same events
     # Nothing an earlier version cannot read is left, and each body reads as it did.

@@ -8,6 +8,7 @@ import pytest
 
 from service.core import domain
 from service.store import feedform
+from service.vendors import registry
 
 RUN = domain.new_id("run")
 EVENT = domain.new_id_beside("evt", RUN)
@@ -79,6 +80,24 @@ def test_every_event_type_has_its_own_one_character_code_and_the_codes_never_cha
     assert feedform.type_code("run.unknown") == "run.unknown"  # a type of no code, as it is
 
 
+def test_every_vendor_has_its_own_one_character_code_and_the_codes_never_change() -> None:
+    # Entries kept for RETENTION_S are read with these: a change would misname every one of them.
+    assert feedform.VENDOR_CODES == {
+        "azure_di": "A",
+        "cloudsquid": "C",
+        "google_docai": "G",
+        "llamaparse": "L",
+        "nutrient": "N",
+        "textract": "T",
+        "uptiq": "U",
+    }
+    assert set(feedform.VENDOR_CODES) == set(registry.vendors())  # a vendor added takes a code
+    assert not any(registry._NAME.match(code) for code in feedform.VENDORS)  # no name reads as a code
+    assert feedform.vendor_filter("textract") == ("textract", "T")
+    assert feedform.vendor_filter("acme_ocr") == ("acme_ocr", "acme_ocr")  # a vendor of no code, as it is
+    assert feedform.vendor_filter("") == ("", "")  # any
+
+
 @pytest.mark.parametrize(
     ("types", "matched"),
     [
@@ -96,7 +115,21 @@ def test_a_types_filter_names_each_type_in_both_forms(types: tuple[str, ...], ma
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
-        # This version's: five fields, the ids as bits; b a packed body, or its size in digits.
+        # This version's: five fields, the ids as bits, the vendor's code; b a packed body, or its size in
+        # digits.
+        (
+            {b"e": _bits(EVENT), b"t": b"p", b"r": _bits(RUN), b"v": b"N", b"b": b"~4xyz"},
+            feedform.Entry(EVENT, "run.progress", RUN, "nutrient", b"~4xyz", 5),
+        ),
+        (
+            {b"e": _bits(EVENT), b"t": b"d", b"r": _bits(RUN), b"v": b"G", b"b": b"480"},
+            feedform.Entry(EVENT, "run.succeeded", RUN, "google_docai", None, 480),
+        ),
+        (
+            {b"e": _bits(EVENT), b"t": b"p", b"r": _bits(RUN), b"v": b"acme_ocr", b"b": b"~4xyz"},
+            feedform.Entry(EVENT, "run.progress", RUN, "acme_ocr", b"~4xyz", 5),  # a vendor of no code
+        ),
+        # The version before: the vendor spelled out.
         (
             {b"e": _bits(EVENT), b"t": b"p", b"r": _bits(RUN), b"v": b"nutrient", b"b": b"~4xyz"},
             feedform.Entry(EVENT, "run.progress", RUN, "nutrient", b"~4xyz", 5),
@@ -105,7 +138,7 @@ def test_a_types_filter_names_each_type_in_both_forms(types: tuple[str, ...], ma
             {b"e": _bits(EVENT), b"t": b"t", b"r": b"", b"v": b"", b"b": b"{}"},
             feedform.Entry(EVENT, "subscription.test", "", "", b"{}", 2),
         ),
-        # The version before: the ids as their 26 characters.
+        # Before that: the ids as their 26 characters.
         (
             {b"e": EVENT[4:], b"t": b"p", b"r": RUN[4:], b"v": b"nutrient", b"b": b"~2xyz"},
             feedform.Entry(EVENT, "run.progress", RUN, "nutrient", b"~2xyz", 5),

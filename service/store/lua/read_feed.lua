@@ -4,7 +4,8 @@
 -- script may name: the feed's entries are data) answers `false` for it and its size counts as the size
 -- the entry carries (its b in digits; 'n' in an entry written before); the caller reads those bodies (one
 -- MGET) and skips an event whose body expired. Entries are stored as service/store/feedform.py says, in
--- either of its forms: the caller's filters name both (a type and its code, a run id long and short).
+-- any of its forms: the caller's filters name each (a type and its code, a run id long, short and stored,
+-- a vendor and its code).
 -- KEYS[1] the client's feed. ARGV: after (a stream id; '' = from the oldest kept), limit (matches at
 --   most), scan (entries read at most), cutoff_ms (now - retention), types (JSON list; [] = every type;
 --   'run.*' matches every run event spelled out; the caller adds the codes), run_id ('' = any),
@@ -14,7 +15,7 @@
 --   in entries: _gcra.lua; interval 0 = none), need (the least it reads: with less left, it reads
 --   nothing): a read scans at most what the client has left of it, and is charged what it scanned
 --   (at least 1); run_short and run_stored (the run id as the entries of the form before and a new one
---   store it).
+--   store it), vendor_code (the vendor as a new entry stores it).
 -- Returns {'expired'} (entries after the iterator may be gone: it is older than the retention window and
 -- nothing at or before it is kept) | {'invalid'} (it points into the future) |
 -- {'throttled', ms} (the client's scan rate is spent: none may be scanned for ms) |
@@ -28,7 +29,7 @@ local types = cjson.decode(ARGV[5])
 local run_id, vendor, future = ARGV[6], ARGV[7], tonumber(ARGV[8])
 local max_bytes = tonumber(ARGV[9])
 local rate_key, interval, burst, need = KEYS[2], tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
-local run_short, run_stored = ARGV[13], ARGV[14]
+local run_short, run_stored, vendor_code = ARGV[13], ARGV[14], ARGV[15]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -42,7 +43,7 @@ end
 
 local function wanted(h)
   if run_id ~= '' and h['r'] ~= run_id and h['r'] ~= run_short and h['r'] ~= run_stored then return false end
-  if vendor ~= '' and h['v'] ~= vendor then return false end
+  if vendor ~= '' and h['v'] ~= vendor and h['v'] ~= vendor_code then return false end
   if #types == 0 then return true end
   for _, ty in ipairs(types) do
     if ty == h['t'] or (ty == 'run.*' and string.sub(h['t'], 1, 4) == 'run.') then return true end
