@@ -168,7 +168,7 @@ def _ended(word: str) -> str:
     "reader_run",
     [
         "",  # read without its run: an error, never the packed bytes as a body
-        RUN_P,  # another run's id: the header's dictionary id does not match
+        RUN_P,  # another run's id: the check (the run's id and the body) does not match
         RUN_S[:-1] + ("A" if RUN_S[-1] != "A" else "B"),  # one character off
     ],
 )
@@ -226,20 +226,32 @@ def test_what_becomes_a_token(text: bytes, tokens: bytes) -> None:
     assert bodies.untokenized(tokens) == text
 
 
-def _packed_as(mark: bytes, dictionary: bytes, raw: bytes, run_id: str) -> bytes:
-    """``raw`` deflated as a form packed against its run is (``~3``, or ``~4`` given its tokens), by hand."""
-    deflate = zlib.compressobj(3, zlib.DEFLATED, 12, 2, zlib.Z_DEFAULT_STRATEGY, dictionary + run_id.encode())
+def _packed_as(mark: bytes, dictionary: bytes, raw: bytes, run_id: str, wbits: int = 12) -> bytes:
+    """``raw`` deflated as a form packed against its run is (``~3``, or ``~4`` given its tokens; raw
+    deflate with ``wbits`` -12), by hand."""
+    deflate = zlib.compressobj(
+        3, zlib.DEFLATED, wbits, 2, zlib.Z_DEFAULT_STRATEGY, dictionary + run_id.encode()
+    )
     return mark + deflate.compress(raw) + deflate.flush()
+
+
+def _as_5(raw: bytes, run_id: str, check: int | None = None) -> bytes:
+    """``raw`` in the ``~5`` form, by hand: the CRC-32 of the run's id and the body (or ``check``), then
+    ``raw``'s tokens deflated raw."""
+    if check is None:
+        check = zlib.crc32(run_id.encode() + raw)
+    tokens = _packed_as(b"", bodies._DICTIONARY_4, bodies.tokenized(raw), run_id, wbits=-12)
+    return bodies.RAW_MARK + check.to_bytes(4, "big") + tokens
 
 
 @pytest.mark.parametrize(
     ("body", "run_id", "fewer_than_2", "fewer_than_3"),
     [
-        (SUBMITTED, RUN_S, 15, 8),  # its vendor run id is not a UUID: against ~3, the times alone
-        (PROGRESS, RUN_P, 15, 25),
-        (_ended("succeeded"), RUN_S, 5, 12),
-        (_ended("failed"), RUN_S, 5, 12),
-        (_ended("canceled"), RUN_S, 5, 12),
+        (SUBMITTED, RUN_S, 21, 14),  # its vendor run id is not a UUID: against ~3, the times alone
+        (PROGRESS, RUN_P, 21, 31),
+        (_ended("succeeded"), RUN_S, 11, 18),
+        (_ended("failed"), RUN_S, 11, 18),
+        (_ended("canceled"), RUN_S, 11, 18),
     ],
 )
 def test_a_runs_event_is_stored_in_fewer_bytes_than_in_the_forms_before(
@@ -248,13 +260,39 @@ def test_a_runs_event_is_stored_in_fewer_bytes_than_in_the_forms_before(
     # The feed keeps a run.progress body for RETENTION_S (most of a run's bytes while the vendor reports
     # progress). Against ~2: its run's id, which no shared dictionary holds, took ~20 of its ~140 bytes
     # (every other kind is smaller too: the run's forms' own dictionary holds a failed run's error).
-    # Against ~3: a UUID took ~36 bytes and a time ~10, as literals.
+    # Against ~3: a UUID took ~36 bytes and a time ~10, as literals. Against ~4: the zlib format's header
+    # and trailer (10 bytes) where a CRC-32 takes 4.
     now = bodies.packed(body, run_id)
     as_3 = _packed_as(bodies.RUN_MARK, bodies._DICTIONARY_3, body.encode(), run_id)
-    assert now.startswith(bodies.TOKEN_MARK) and bodies.unpacked(now, run_id) == body.encode()
-    assert bodies.unpacked(as_3, run_id) == body.encode()  # ~3 still reads
+    as_4 = _packed_as(bodies.TOKEN_MARK, bodies._DICTIONARY_4, bodies.tokenized(body.encode()), run_id)
+    assert now == _as_5(body.encode(), run_id) and bodies.unpacked(now, run_id) == body.encode()
+    assert bodies.unpacked(as_3, run_id) == bodies.unpacked(as_4, run_id) == body.encode()  # both still read
     assert len(now) <= len(bodies.packed(body)) - fewer_than_2, (len(now), len(bodies.packed(body)))
     assert len(now) <= len(as_3) - fewer_than_3, (len(now), len(as_3))
+    assert len(now) == len(as_4) - 6
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        _as_5(PROGRESS.encode(), RUN_P)[:-3],  # cut short
+        _as_5(PROGRESS.encode(), RUN_P) + b"\x00",  # a byte past its end
+        _as_5(
+            PROGRESS.encode(), RUN_P, check=zlib.crc32(RUN_P.encode() + PROGRESS.encode()) ^ 1
+        ),  # its check
+        _as_5(PROGRESS.encode(), RUN_P, check=zlib.crc32(PROGRESS.encode())),  # a check without the run
+        _as_5(
+            PROGRESS.replace("ocr", "OCR").encode(),
+            RUN_P,
+            check=zlib.crc32(RUN_P.encode() + PROGRESS.encode()),
+        ),
+        bodies.RAW_MARK + b"\x00\x01",  # no deflate at all
+    ],
+)
+def test_a_damaged_raw_body_fails_its_check_never_reads_as_another(damaged: bytes) -> None:
+    with pytest.raises(ValueError):
+        bodies.unpacked(damaged, RUN_P)
+    assert bodies.unpacked_or_none(damaged, RUN_P) is None
 
 
 def test_a_body_with_a_control_character_is_packed_as_before() -> None:
