@@ -327,7 +327,9 @@ def _unpacked_raw(data: bytes, run_id: str) -> bytes:
     if not inflate.eof or inflate.unused_data or len(tokens) > MAX_PACKED:
         raise ValueError("a stored event body is cut short or longer than a packed body can be")
     body = untokenized(tokens)
-    if len(body) > MAX_PACKED or zlib.crc32(body, zlib.crc32(run)).to_bytes(4, "big") != data[2:6]:
+    if len(body) > MAX_PACKED:
+        raise ValueError("a stored event body is longer than a packed body can be")
+    if zlib.crc32(body, zlib.crc32(run)).to_bytes(4, "big") != data[2:6]:
         raise ValueError("a stored event body fails its check: damaged, or not the run's")
     return body
 

@@ -272,27 +272,41 @@ def test_a_runs_event_is_stored_in_fewer_bytes_than_in_the_forms_before(
     assert len(now) == len(as_4) - 6
 
 
+_RIGHT = zlib.crc32(RUN_P.encode() + PROGRESS.encode())
+
+
 @pytest.mark.parametrize(
-    "damaged",
+    ("damaged", "why"),
     [
-        _as_5(PROGRESS.encode(), RUN_P)[:-3],  # cut short
-        _as_5(PROGRESS.encode(), RUN_P) + b"\x00",  # a byte past its end
-        _as_5(
-            PROGRESS.encode(), RUN_P, check=zlib.crc32(RUN_P.encode() + PROGRESS.encode()) ^ 1
-        ),  # its check
-        _as_5(PROGRESS.encode(), RUN_P, check=zlib.crc32(PROGRESS.encode())),  # a check without the run
-        _as_5(
-            PROGRESS.replace("ocr", "OCR").encode(),
-            RUN_P,
-            check=zlib.crc32(RUN_P.encode() + PROGRESS.encode()),
-        ),
-        bodies.RAW_MARK + b"\x00\x01",  # no deflate at all
+        (_as_5(PROGRESS.encode(), RUN_P)[:-3], "cut short"),
+        (_as_5(PROGRESS.encode(), RUN_P) + b"\x00", "cut short"),  # a byte past its end: as unsure
+        (_as_5(PROGRESS.encode(), RUN_P, check=_RIGHT ^ 1), "fails its check"),
+        (_as_5(PROGRESS.encode(), RUN_P, check=zlib.crc32(PROGRESS.encode())), "fails its check"),  # no run
+        (_as_5(PROGRESS.replace("ocr", "OCR").encode(), RUN_P, check=_RIGHT), "fails its check"),
+        (bodies.RAW_MARK + b"\x00\x01", "cut short"),  # no deflate at all
+        (bodies.RAW_MARK + b"\x00" * 4 + b"\xff" * 8, "does not inflate"),
     ],
 )
-def test_a_damaged_raw_body_fails_its_check_never_reads_as_another(damaged: bytes) -> None:
-    with pytest.raises(ValueError):
+def test_a_damaged_raw_body_fails_its_check_never_reads_as_another(damaged: bytes, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
         bodies.unpacked(damaged, RUN_P)
     assert bodies.unpacked_or_none(damaged, RUN_P) is None
+    with pytest.raises(ValueError, match="read without it"):
+        bodies.unpacked(damaged)
+
+
+def test_a_raw_body_as_long_as_a_packed_body_can_be_reads_and_one_byte_more_is_refused() -> None:
+    edge = "y" * bodies.MAX_PACKED
+    assert bodies.packed(edge, RUN_P).startswith(bodies.RAW_MARK)
+    assert bodies.unpacked(bodies.packed(edge, RUN_P), RUN_P) == edge.encode()
+    # Not one of ours (packed() keeps a longer body as it is), built by hand with a right check.
+    over = "y" * (bodies.MAX_PACKED + 1)
+    with pytest.raises(ValueError, match="longer than a packed body"):
+        bodies.unpacked(_as_5(over.encode(), RUN_P), RUN_P)
+    # Tokens that spell out past it: each time token is two bytes for 26 characters.
+    spelled = '"2026-12-01T06:29:08.966Z"' * (bodies.MAX_PACKED // 26 + 1)
+    with pytest.raises(ValueError, match="longer than a packed body"):
+        bodies.unpacked(_as_5(spelled.encode(), RUN_P), RUN_P)
 
 
 def test_a_body_with_a_control_character_is_packed_as_before() -> None:

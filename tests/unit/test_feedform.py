@@ -34,6 +34,7 @@ def _bits(identifier: str) -> bytes:
         ("evt_" + "a" * 26, b"evt_" + b"a" * 26),  # not Crockford's (lower case)
         ("run_" + "A" * 26, b"run_" + b"A" * 26),  # another prefix
         ("evt_run_a_1_13", b"evt_run_a_1_13"),
+        ("evt_" + "B" * 13, b"evt_" + b"B" * 13),  # 17 bytes as text: not the bits' form (no zero byte)
     ],
 )
 def test_an_event_id_is_stored_as_bits_only_when_it_reads_back_the_same(full: str, stored: bytes) -> None:
