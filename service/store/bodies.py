@@ -6,8 +6,9 @@ few ids and times: a ``run.submitted`` of ~530 bytes deflates to ~110 against :d
 base64, with the mark). It is the largest key of a run in flight, so this takes ~400 bytes off each one in
 Redis (docs/performance.md, Redis memory). The body is given back byte for byte (:func:`unpacked`).
 
-A stored body is either a mark + the body deflated (zlib format) against the dictionary the mark names, or
-the body itself: bodies written before this (every JSON body starts with ``{``), and those over
+A stored body is either a mark + the body deflated against the dictionary the mark names (the zlib format,
+or from ``~5`` on raw deflate after a CRC-32: either way checked, never read as another body), or the body
+itself: bodies written before this (every JSON body starts with ``{``), and those over
 :data:`MAX_PACKED`, which stay as they are so that an inline result never holds the worker's event loop in
 deflate. A dictionary is frozen with its mark: a new one needs a new mark, and readers keep the old ones.
 
@@ -66,7 +67,7 @@ MARK = b"~2"  # "~" starts no JSON; "2" names the form and the dictionary bodies
 MAX_PACKED = 16 * 1024  # bytes of body; larger ones are stored as they are
 # The zlib format (a 2 KiB window for ~1, 4 KiB for ~2: the whole of each dictionary): its header names the
 # dictionary and its Adler-32 checks the body, so a damaged key is an error, never another body signed and
-# sent. 10 bytes more than raw deflate.
+# sent. 10 bytes more than raw deflate (~5 keeps 4 of them: a CRC-32).
 _WBITS = 11
 _WBITS_2 = 12
 _LEVEL = 6
