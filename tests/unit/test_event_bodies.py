@@ -212,6 +212,8 @@ def test_text_of_uuids_and_times_comes_back_byte_for_byte(pieces: list[str]) -> 
         # A time: its 17 digits as a number, less the time before it (zigzag, LEB128): 0, then +1 ms, -1 ms.
         (b'["0000-00-00T00:00:00.000Z"]', b"[\x02\x00]"),
         (b'["0000-00-00T00:00:00.001Z","0000-00-00T00:00:00.000Z"]', b"[\x02\x02,\x02\x01]"),
+        # Seven bits a byte, the last without its high bit: +64 ms (zigzag 128), then -64 (127, one byte).
+        (b'["0000-00-00T00:00:00.064Z","0000-00-00T00:00:00.000Z"]', b"[\x02\x80\x01,\x02\x7f]"),
         # Not a whole string, upper case, or another shape of time: text as it is.
         (b'{"a":"x5d41402a-bc4b-2a76-b971-9d911017c592"}', b'{"a":"x5d41402a-bc4b-2a76-b971-9d911017c592"}'),
         (b'"5D41402A-BC4B-2A76-B971-9D911017C592"', b'"5D41402A-BC4B-2A76-B971-9D911017C592"'),
@@ -266,6 +268,7 @@ def test_a_runs_event_is_stored_in_fewer_bytes_than_in_the_forms_before(
     as_3 = _packed_as(bodies.RUN_MARK, bodies._DICTIONARY_3, body.encode(), run_id)
     as_4 = _packed_as(bodies.TOKEN_MARK, bodies._DICTIONARY_4, bodies.tokenized(body.encode()), run_id)
     assert now == _as_5(body.encode(), run_id) and bodies.unpacked(now, run_id) == body.encode()
+    assert bodies.unpacked_or_none(now, run_id) == body.encode()
     assert bodies.unpacked(as_3, run_id) == bodies.unpacked(as_4, run_id) == body.encode()  # both still read
     assert len(now) <= len(bodies.packed(body)) - fewer_than_2, (len(now), len(bodies.packed(body)))
     assert len(now) <= len(as_3) - fewer_than_3, (len(now), len(as_3))
@@ -299,6 +302,8 @@ def test_a_raw_body_as_long_as_a_packed_body_can_be_reads_and_one_byte_more_is_r
     edge = "y" * bodies.MAX_PACKED
     assert bodies.packed(edge, RUN_P).startswith(bodies.RAW_MARK)
     assert bodies.unpacked(bodies.packed(edge, RUN_P), RUN_P) == edge.encode()
+    as_4 = _packed_as(bodies.TOKEN_MARK, bodies._DICTIONARY_4, edge.encode(), RUN_P)  # ~4 still reads it
+    assert bodies.unpacked(as_4, RUN_P) == edge.encode()
     # Not one of ours (packed() keeps a longer body as it is), built by hand with a right check.
     over = "y" * (bodies.MAX_PACKED + 1)
     with pytest.raises(ValueError, match="longer than a packed body"):
@@ -313,6 +318,7 @@ def test_a_body_with_a_control_character_is_packed_as_before() -> None:
     body = PROGRESS.replace("ocr", "o\x01cr")
     stored = bodies.packed(body, RUN_P)
     assert stored.startswith(bodies.RUN_MARK) and bodies.unpacked(stored, RUN_P) == body.encode()
+    assert bodies.unpacked_or_none(stored, RUN_S) is None  # against its run's id: another's fails
 
 
 @pytest.mark.parametrize(
