@@ -288,51 +288,43 @@ def unpacked(stored: bytes | str, run_id: str = "") -> bytes:
     Raises ValueError when a packed body does not inflate (a damaged key, or not the run's)."""
     data = stored.encode() if isinstance(stored, str) else bytes(stored)
     mark = data[:2]
-    if mark == RAW_MARK:
-        return _unpacked_raw(data, run_id)
     if mark in RUN_MARKS:
         if not run_id:
             raise ValueError("a stored event body packed against its run's id, read without it")
-        dictionary = _DICTIONARY_4 if mark == TOKEN_MARK else _DICTIONARY_3
-        packing: tuple[bytes, int, bool] | None = (dictionary + run_id.encode(), _WBITS_2, False)
+        run = run_id.encode()
+        if mark == RAW_MARK:  # after the mark, the CRC-32 of the run's id and the body, then raw deflate
+            body = untokenized(_inflated(data[6:], -_WBITS_2, _DICTIONARY_4 + run))
+            if len(body) <= MAX_PACKED and zlib.crc32(body, zlib.crc32(run)).to_bytes(4, "big") != data[2:6]:
+                raise ValueError("a stored event body fails its check: damaged, or not the run's")
+        elif mark == TOKEN_MARK:
+            body = untokenized(_inflated(data[2:], _WBITS_2, _DICTIONARY_4 + run))
+        else:
+            body = _inflated(data[2:], _WBITS_2, _DICTIONARY_3 + run)
+    elif (packing := _PACKINGS.get(mark)) is not None:
+        dictionary, wbits, base64_text = packing
+        try:
+            deflated = base64.b64decode(data[2:], validate=True) if base64_text else data[2:]
+        except binascii.Error as exc:
+            raise ValueError(f"a stored event body does not inflate: {exc}") from None
+        body = _inflated(deflated, wbits, dictionary)
     else:
-        packing = _PACKINGS.get(mark)
-    if packing is None:
         return data
-    dictionary, wbits, base64_text = packing
+    if len(body) > MAX_PACKED:  # tokens spelled out past it
+        raise ValueError("a stored event body is longer than a packed body can be")
+    return body
+
+
+def _inflated(deflated: bytes, wbits: int, dictionary: bytes) -> bytes:
+    """``deflated`` inflated whole against ``dictionary``: never more than a packed body can hold (a key
+    that inflates past it is not one of ours), nor a stream cut short or with bytes past its end."""
     try:
         inflate = zlib.decompressobj(wbits, dictionary)
-        deflated = base64.b64decode(data[2:], validate=True) if base64_text else data[2:]
-        # Never more than a packed body can hold: a key that inflates past it is not one of ours.
-        body = inflate.decompress(deflated, MAX_PACKED + 1)
-    except (binascii.Error, zlib.error) as exc:
-        raise ValueError(f"a stored event body does not inflate: {exc}") from None
-    if not inflate.eof or len(body) > MAX_PACKED:
-        raise ValueError("a stored event body is cut short or longer than a packed body can be")
-    if mark == TOKEN_MARK and len(body := untokenized(body)) > MAX_PACKED:
-        raise ValueError("a stored event body is longer than a packed body can be")
-    return body
-
-
-def _unpacked_raw(data: bytes, run_id: str) -> bytes:
-    """A ``~5`` body: its tokens inflated, spelled out, and checked against the CRC-32 it starts with."""
-    if not run_id:
-        raise ValueError("a stored event body packed against its run's id, read without it")
-    run = run_id.encode()
-    try:
-        inflate = zlib.decompressobj(-_WBITS_2, _DICTIONARY_4 + run)
-        # Never more than a packed body can hold: a key that inflates past it is not one of ours.
-        tokens = inflate.decompress(data[6:], MAX_PACKED + 1)
+        out = inflate.decompress(deflated, MAX_PACKED + 1)
     except zlib.error as exc:
         raise ValueError(f"a stored event body does not inflate: {exc}") from None
-    if not inflate.eof or inflate.unused_data or len(tokens) > MAX_PACKED:
+    if not inflate.eof or inflate.unused_data or len(out) > MAX_PACKED:
         raise ValueError("a stored event body is cut short or longer than a packed body can be")
-    body = untokenized(tokens)
-    if len(body) > MAX_PACKED:
-        raise ValueError("a stored event body is longer than a packed body can be")
-    if zlib.crc32(body, zlib.crc32(run)).to_bytes(4, "big") != data[2:6]:
-        raise ValueError("a stored event body fails its check: damaged, or not the run's")
-    return body
+    return out
 
 
 def unpacked_or_none(stored: bytes | str, run_id: str = "") -> bytes | None:

@@ -118,6 +118,7 @@ def test_a_body_over_the_limit_is_stored_as_it_is() -> None:
         b"~1AAAA",  # base64, not deflate
         bodies.MARK + b"\x00\x01 not deflate",
         bodies.packed(SUBMITTED)[:-8],  # cut short
+        bodies.packed(SUBMITTED) + b"\x00",  # a byte past its end
         bodies.MARK + bodies.packed(SUBMITTED)[len(bodies.MARK) :][::-1],
         SUBMITTED_1[:2].encode() + base64.b64encode(bodies.packed(SUBMITTED)[2:]),  # ~2's under ~1's mark
     ],
