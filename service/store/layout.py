@@ -341,12 +341,13 @@ async def spell_out_events(redis: Redis, *, batch: int = 500) -> dict[str, int]:
         if (short := await redis.hget(delivery, first)) is None:  # type: ignore[misc]
             continue
         attempts = keys.delivery_attempts(delivery.rpartition(":dlv:")[2])
-        ttl = await redis.pttl(delivery)
+        # Its expiry as a time, not a TTL: a TTL read now and set a moment later would outlive the hash.
+        expires_at = int(await redis.pexpiretime(delivery))  # type: ignore[misc]
         pipe = redis.pipeline(transaction=True)  # in the delivery's slot: both keys carry its shard's tag
         pipe.lpush(attempts, Attempt.from_short(short).to_json())
         pipe.hdel(delivery, first)
-        if ttl > 0:
-            pipe.pexpire(attempts, ttl)
+        if expires_at > 0:
+            pipe.pexpireat(attempts, expires_at)
         await pipe.execute()
         counts["attempts"] += 1
     return counts
