@@ -5,7 +5,8 @@ before that.
     .venv/bin/python -m bench.records_codec
 
 Prints microseconds per operation on a run in flight (running, with progress, adapter state and a full
-vendor trail), and checks that the struct and the pydantic twin store the same bytes.
+vendor trail), and checks that the struct and the pydantic twin store the same bytes; then the same run
+finished, whose record is stored compact (``service/core/compact.py``), against its plain form.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from service.core import trail
+from service.core import compact, trail
 from service.core.lifecycle import new_run
 from service.core.records import Run, replace
 
@@ -99,6 +100,21 @@ def main() -> None:
         f"encode {_us(lambda: json.dumps(as_dict, separators=(',', ':'))):5.1f} us  "
         f"change {_us(lambda: {**as_dict, 'version': 5, 'polls': 4}):5.1f} us"
     )
+    done = replace(run, status="succeeded", version=5, completed_at=run.updated_at, usage={"credits": 9.0})
+    stored, plain = done.to_json(), msgspec.json.encode(done)
+    assert compact.MARK in stored.encode() and Run.from_json(stored, done.id) == done
+    print(f"finished run: {len(stored)} bytes compact, {len(plain) - len(_ID) - len(done.id)} plain")
+    print(
+        f"compact (finished)      decode {_us(lambda: Run.from_json(stored, done.id)):5.1f} us  "
+        f"encode {_us(done.to_json):5.1f} us"
+    )
+    print(
+        f"plain (finished)        decode {_us(lambda: Run.from_json(plain)):5.1f} us  "
+        f"encode {_us(lambda: msgspec.json.encode(done)):5.1f} us"
+    )
+
+
+_ID = b'{"id":"",'
 
 
 if __name__ == "__main__":

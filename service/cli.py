@@ -249,9 +249,10 @@ async def _on_redis(settings: settings_mod.Settings, work: Callable[[Redis], Awa
 
 
 def cmd_spell_out_runs(args: argparse.Namespace) -> None:
-    """Rewrites every run record in the form the versions before run records without their id read, with
-    every process of this version stopped (docs/deploy.md, "Upgrading from a version before run records
-    without their id"): what a rollback across that change needs."""
+    """Rewrites every run record in the form the versions before run records without their id read (plain,
+    never compact), with every process of this version stopped (docs/deploy.md, "Upgrading from a version
+    before run records without their id", "... before compact finished runs"): what a rollback across
+    either change needs."""
     from service.store.layout import spell_out_runs
 
     settings = _settings()
@@ -342,7 +343,8 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=cmd_migrate_keys)
     p = sub.add_parser(
         "spell-out-runs",
-        help="before a rollback across run records without their id: rewrite them as earlier ones read them",
+        help="before a rollback across run records without their id or compact finished runs: rewrite them "
+        "as earlier ones read them",
     )
     p.set_defaults(func=cmd_spell_out_runs)
     p = sub.add_parser(

@@ -3,8 +3,9 @@
 Each record has one name per field, from the store to the API, and one codec each way:
 
 - a run is stored as JSON (``hb:run:{id}``), written by :meth:`Run.to_json` (fields at their default left
-  out, and the id, which the key names: a run in flight is most of Redis's memory) and read by
-  :meth:`Run.from_json` with the key's id;
+  out, and the id, which the key names: a run in flight is most of Redis's memory; a finished run's
+  fields after its version deflated, :mod:`service.core.compact`) and read by :meth:`Run.from_json` with
+  the key's id;
 - a subscription and a delivery are Redis hashes that the Lua scripts read and write field by field.
   Their storage names are the scripts' (short, and shared with every ``HSET`` in ``store/lua``), so
   :data:`SUBSCRIPTION_HASH` and :data:`DELIVERY_HASH` map each record field to its hash field: the only
@@ -31,7 +32,7 @@ from typing import Any, TypeVar
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.core import domain, shapes
+from service.core import compact, domain, shapes
 
 __all__ = [
     "DELIVERY_HASH",
@@ -164,17 +165,24 @@ class Run(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename=
 
     def to_json(self) -> str:
         """The stored form: JSON without the fields that hold their default, nor the id, which the key
-        names (``hb:run:{id}``; ~40 bytes a run)."""
+        names (``hb:run:{id}``; ~40 bytes a run); a finished run's compact (:mod:`service.core.compact`)
+        once nothing is left to tell its vendor, which ``repair.lua`` reads in the plain fields."""
         raw = _RUN_ENCODER.encode(self)
         # msgspec writes the fields in their order, the id first and always: {"id":"<id>",...
-        return "{" + raw[len(_ID_START) + len(_RUN_ENCODER.encode(self.id)) + 1 :].decode()
+        plain = b"{" + raw[len(_ID_START) + len(_RUN_ENCODER.encode(self.id)) + 1 :]
+        if self.terminal and not (self.vendor_cancel_pending or self.vendor_delete_pending):
+            return compact.compacted(plain).decode()
+        return plain.decode()
 
     @classmethod
     def from_json(cls, raw: bytes | str, run_id: str | None = None) -> Run:
-        """The run from its stored form, given ``run_id``, the id of the key it was read from (or from a
-        form that names its id itself: one written before the id was left out, one with the long names,
-        hookbridge 0.x's); raises ValueError for anything else."""
-        data = raw.encode() if isinstance(raw, str) else raw
+        """The run from its stored form (plain or compact), given ``run_id``, the id of the key it was read
+        from (or from a form that names its id itself: one written before the id was left out, one with the
+        long names, hookbridge 0.x's); raises ValueError for anything else."""
+        try:
+            data = compact.expanded(raw.encode() if isinstance(raw, str) else raw)
+        except ValueError as exc:
+            raise ValueError(f"not a run record: {exc}") from None
         if run_id is not None and not data.startswith(_ID_START):
             data = _ID_START + _RUN_ENCODER.encode(run_id) + b"," + data[1:]
         try:

@@ -262,8 +262,9 @@ async def _split(redis: Redis, name: str, shard_key: Callable[[int], str], batch
 
 
 async def spell_out_runs(redis: Redis, *, batch: int = 500) -> dict[str, int]:
-    """Before a rollback across run records without their id (docs/deploy.md): every run record rewritten in
-    the form the versions before read (its id written in it, its trail's kinds as words), its expiry kept.
+    """Before a rollback across run records without their id or compact finished runs (docs/deploy.md):
+    every run record rewritten in the form the versions before read (plain, its id written in it, its
+    trail's kinds as words), its expiry kept.
     With every process of this version stopped (one still writing would write today's form again). Returns
     how many were ``rewritten``, ``kept`` (in that form already), ``expired`` (between the scan and the
     rewrite) and ``unreadable`` (left as they are). At most ``batch`` records are held at once. It can be

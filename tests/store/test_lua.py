@@ -16,7 +16,7 @@ import pytest
 from redis.asyncio import RedisCluster
 from structlog.testing import capture_logs
 
-from service.core import domain
+from service.core import compact, domain
 from service.core.lifecycle import Transition, new_run
 from service.core.records import DELIVERY_HASH_INTERNAL, Attempt, Delivery, Event, Run, Subscription, replace
 from service.store import Applied, Busy, Conflict, Missing, OverRate, Store, bodies, connect, keys
@@ -1129,6 +1129,7 @@ async def test_repair_re_adds_lost_work_and_drops_finished_entries(store: Store)
     done = await store.runs.get_run("run_done")
     assert done is not None
     await store.runs.transition(Transition(_next(done, "succeeded"), 0))  # ended but still listed as active
+    assert compact.MARK in await r.get(keys.run("run_done"))  # stored compact: repair.lua reads its head
     await r.sadd(keys.active_runs(keys.shard_of("run_gone")), "run_gone")
     await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
     run = await _run(store, "run_c")

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from service.core import lifecycle, trail
+from service.core import compact, lifecycle, trail
 from service.core.lifecycle import Transition
-from service.core.records import Run
+from service.core.records import Run, replace
 from service.store import connect, keys
 from service.store.layout import spell_out_runs
 from service.vendors.registry import load_settings
@@ -93,3 +93,20 @@ async def test_the_command_rewrites_them_and_says_how_many(redis: Redis, redis_u
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["rewritten=1", "kept=0", "expired=0", "unreadable=0"]
     assert json.loads(await redis.get(keys.run("run_cli")) or b"{}")["id"] == "run_cli"
+
+
+async def test_a_finished_runs_compact_record_is_spelled_out_plain(redis: Redis) -> None:
+    # The versions before read only the plain form: a compact record (service/core/compact.py) would read
+    # there as a run without its vendor's id, trail or events.
+    ended = {"status": "succeeded", "completed_at": 1_800_000_100_000, "vendor_run_id": "v-1"}
+    run = replace(_run("run_done"), **ended, event_ids=["evt_1", "evt_2"])
+    assert compact.MARK in run.to_json().encode()
+    await redis.set(keys.run(run.id), run.to_json(), px=3_600_000)
+
+    assert await spell_out_runs(redis) == {"rewritten": 1, "kept": 0, "expired": 0, "unreadable": 0}
+    raw = await redis.get(keys.run(run.id))
+    stored = json.loads(raw)
+    assert "z" not in stored and stored["id"] == run.id and stored["vr"] == "v-1"
+    assert len(stored["t"]) == len(run.trail) and stored["e"] == run.event_ids
+    assert trail.public(Run.from_json(raw)) == trail.public(run)
+    assert 0 < await redis.pttl(keys.run(run.id)) <= 3_600_000
