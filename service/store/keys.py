@@ -13,7 +13,8 @@ script touches is passed in its ``KEYS``, built here. Values:
 key                                   type    holds
 ====================================  ======  =========================================================
 hb:<s>:run:{run}                      string  the run as JSON (``Run.to_json``: public fields and internals,
-                                              short names, not its id: the key's)
+                                              short names, not its id: the key's; once finished, all
+                                              but its head deflated: ``core/compact.py``)
 hb:<s>:doc:{run}                      string  the submitted document bytes, until the vendor accepted it
 hb:<s>:result:{run}                   string  the vendor's result as JSON (not kept with zero retention)
 hb:<s>:run:{run}:events               list    kept run.progress ids, oldest first (the rest: event_ids)
