@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import zlib
 from typing import Any
 
@@ -80,6 +81,11 @@ def _is_compact(stored: str) -> bool:
         # A tenant's text spelling the compact form's own marks: escaped in its values, never read as them.
         ({"client": 'a","version":1,"z":"', "metadata": {"version": "1", "z": "x"}}, True),
         ({"metadata": {"ключ": "значение 😀", "q": 'a"b\\c'}, "options": {"z": 1}}, True),
+        # A nested object with a version of its own, and a z after it: the head's version is the first.
+        ({"options": {"a": 1, "version": 2, "z": "x"}, "usage": {"b": 1, "version": 3}}, True),
+        ({"status": "running", "options": {"a": 1, "version": 2, "z": "eA=="}}, False),
+        ({"version": 7}, True),  # a version of one digit, and of three
+        ({"version": 123}, True),
         # Large values past the form's bound stay plain; just under it, compact.
         ({"metadata": {"big": "x" * (compact.MAX_REST + 1)}}, False),
         (
@@ -110,6 +116,20 @@ def test_the_fields_past_the_version_take_well_under_their_plain_bytes() -> None
     head = stored.index(compact.MARK)
     rest = plain[plain.index(b',"version":14,') + len(b',"version":14,') :]
     assert len(stored) - head < 0.65 * len(rest), (len(stored) - head, len(rest))
+
+
+def _rest_of(run: Run) -> bytes:
+    plain = msgspec.json.encode(run)
+    return plain[plain.index(b',"version":') :].split(b",", 2)[2]  # past the version and its comma
+
+
+@pytest.mark.parametrize(("over", "compact_form"), [(0, True), (1, False)])
+def test_a_rest_of_at_most_max_rest_bytes_is_packed(over: int, compact_form: bool) -> None:
+    short = _finished(metadata={"pad": ""})
+    run = _finished(metadata={"pad": "x" * (compact.MAX_REST - len(_rest_of(short)) + over)})
+    assert len(_rest_of(run)) == compact.MAX_REST + over
+    assert _is_compact(run.to_json()) is compact_form
+    assert Run.from_json(run.to_json(), run.id) == run
 
 
 def test_a_run_ended_with_no_field_past_its_version_stays_plain() -> None:
@@ -145,24 +165,37 @@ def _repacked(rest: bytes, crc: bytes | None = None) -> bytes:
     )
 
 
+_SHORT = "is cut short"
+_DAMAGED = "fails its check: damaged"
+_NOT_INFLATED = "does not inflate: .+"
+_SHORT_OR_LONG = "is cut short or longer than one can be"
+
+
 @pytest.mark.parametrize(
     ("stored", "why"),
     [
-        (_stored()[:-1], "cut short"),
-        (_stored()[:-2] + b'=="}', "does not inflate"),  # base64 padding in the middle
-        (_stored().replace(compact.MARK, compact.MARK + b"!"), "does not inflate"),  # not base64
-        (_with_packed(lambda p: p[:-3]), "cut short"),  # the deflate stream cut short
-        (_with_packed(lambda p: p + b"\x00"), "cut short"),  # a byte past its end
-        (_with_packed(lambda p: p[:4] + bytes([p[4] ^ 0x40]) + p[5:]), "inflate|check"),  # damaged
-        (_with_packed(lambda p: bytes([p[0] ^ 1]) + p[1:]), "fails its check"),  # its check damaged
-        (_with_packed(lambda p: p[:4]), "cut short"),  # nothing but its check
-        (_repacked(b'"n":1}', crc=b"\x00\x00\x00\x00"), "fails its check"),
-        (_repacked(b'"m":{"k":"' + b"x" * compact.MAX_REST + b'"}}'), "longer than one can be"),
+        (_stored()[:-1], _SHORT),
+        (_stored()[:-2] + b'=="}', _NOT_INFLATED),  # base64 padding in the middle
+        (_stored().replace(compact.MARK, compact.MARK + b"!"), _NOT_INFLATED),  # not base64
+        (_with_packed(lambda p: p[:-3]), _SHORT_OR_LONG),  # the deflate stream cut short
+        (_with_packed(lambda p: p + b"\x00"), _SHORT_OR_LONG),  # a byte past its end
+        (_with_packed(lambda p: p[:4] + bytes([p[4] ^ 0x40]) + p[5:]), f"{_NOT_INFLATED}|{_DAMAGED}"),
+        (_with_packed(lambda p: bytes([p[0] ^ 1]) + p[1:]), _DAMAGED),  # its check damaged
+        (_with_packed(lambda p: p[:4]), _SHORT_OR_LONG),  # nothing but its check
+        (_repacked(b'"n":1}', crc=b"\x00\x00\x00\x00"), _DAMAGED),
+        (_repacked(b'"m":{"k":"' + b"x" * compact.MAX_REST + b'"}}'), _SHORT_OR_LONG),  # past the bound
     ],
 )
 def test_a_damaged_compact_record_is_an_error_never_another_run(stored: bytes, why: str) -> None:
-    with pytest.raises(ValueError, match=f"not a run record: .*({why})"):
+    with pytest.raises(ValueError) as raised:
         Run.from_json(stored, "run_1")
+    assert re.fullmatch(f"not a run record: a compact run record ({why})", str(raised.value)), raised.value
+
+
+def test_a_compact_record_inflating_to_max_rest_bytes_reads() -> None:
+    rest = b'"m":{"k":"' + b"x" * (compact.MAX_REST - 13) + b'"}}'
+    assert len(rest) == compact.MAX_REST
+    assert Run.from_json(_repacked(rest), "run_1").metadata["k"] == "x" * (compact.MAX_REST - 13)
 
 
 def test_a_compact_record_with_a_rest_of_its_own_reads_as_that_rest() -> None:
