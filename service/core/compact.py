@@ -1,7 +1,7 @@
 """A finished run's record in its compact form: kept for ``RETENTION_S``, seldom read again.
 
 A run's record is written on every step while the run is in flight, so it stays plain JSON then: packing
-it would cost each poll ~10 us. Once the run has ended it is written once or twice more (its end; the
+it would cost each poll ~15 us (written and read once each). Once the run has ended it is written once or twice more (its end; the
 vendor told of a cancel or a delete) and read only by ``GET /v1/runs``, so its record is stored compact
 (``Run.to_json``; issue 30's lead "what could be compacted when the run ends"):
 
@@ -17,9 +17,9 @@ The CRC-32 makes a damaged record an error, never another run. A record whose re
 reader (``Run.from_json``) reads both forms; ``hookbridge spell-out-runs`` writes every record back plain
 (with its id) before a rollback to a version that reads only the plain form (docs/deploy.md).
 
-A finished run of ``bench.memory`` is stored in ~410 characters where the plain form took ~720: its
-``MEMORY USAGE`` drops two of the allocator's size classes. Packing takes ~8 us, reading ~4
-(``python -m bench.records_codec``).
+A finished run of ``bench.memory`` is stored in ~420 characters where the plain form took ~720: its
+``MEMORY USAGE`` drops two of the allocator's size classes. Writing one takes ~10 us more than the plain
+form, reading one ~5 us more (``python -m bench.records_codec``).
 """
 
 from __future__ import annotations
