@@ -3,8 +3,7 @@
 A run's record is written on every step while the run is in flight, so it stays plain JSON then: packing
 it would cost each poll ~15 us (written and read once each). Once the run has ended it is written once or
 twice more (its end; the vendor told of a cancel or a delete) and read only by ``GET /v1/runs``, so its
-record is stored compact
-(``Run.to_json``; issue 30's lead "what could be compacted when the run ends"):
+record is stored compact (``Run.to_json``; issue 30's lead "what could be compacted when the run ends"):
 
     {"c":"app1","vendor":"nutrient","op":"extract","ca":…,"ua":…,"status":"succeeded","version":14,"z":"…"}
 
