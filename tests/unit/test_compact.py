@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 import re
 import zlib
 from typing import Any
@@ -86,7 +87,9 @@ def _is_compact(stored: str) -> bool:
         ({"status": "running", "options": {"a": 1, "version": 2, "z": "eA=="}}, False),
         ({"version": 7}, True),  # a version of one digit, and of three
         ({"version": 123}, True),
-        # Large values past the form's bound stay plain; just under it, compact.
+        # A tenant's random text: the compact form would be longer, so it stays plain.
+        ({"metadata": {"r": base64.b64encode(random.Random(5).randbytes(3000)).decode()}}, False),
+        # Large values past the form's bound stay plain.
         ({"metadata": {"big": "x" * (compact.MAX_REST + 1)}}, False),
         (
             {
