@@ -165,8 +165,8 @@ class Run(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename=
 
     def to_json(self) -> str:
         """The stored form: JSON without the fields that hold their default, nor the id, which the key
-        names (``hb:run:{id}``; ~40 bytes a run); a finished run's compact (:mod:`service.core.compact`)
-        once nothing is left to tell its vendor, which ``repair.lua`` reads in the plain fields."""
+        names (``hb:run:{id}``; ~40 bytes a run). A finished run's is compact (:mod:`service.core.compact`)
+        once nothing is left to tell its vendor: the pending tells ``repair.lua`` reads stay plain fields."""
         raw = _RUN_ENCODER.encode(self)
         # msgspec writes the fields in their order, the id first and always: {"id":"<id>",...
         plain = b"{" + raw[len(_ID_START) + len(_RUN_ENCODER.encode(self.id)) + 1 :]

@@ -344,6 +344,8 @@ async def spell_out_events(redis: Redis, *, batch: int = 500) -> dict[str, int]:
         attempts = keys.delivery_attempts(delivery.rpartition(":dlv:")[2])
         # Its expiry as a time, not a TTL: a TTL read now and set a moment later would outlive the hash.
         expires_at = int(await redis.pexpiretime(delivery))  # type: ignore[misc]
+        if expires_at == -2:  # expired since: a list pushed now would have no expiry
+            continue
         pipe = redis.pipeline(transaction=True)  # in the delivery's slot: both keys carry its shard's tag
         pipe.lpush(attempts, Attempt.from_short(short).to_json())
         pipe.hdel(delivery, first)
