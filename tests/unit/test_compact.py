@@ -13,10 +13,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from service.core import compact, lifecycle
+from service.core import compact
 from service.core.records import STORED_NAMES, Run, replace
+from tests.unit.test_records import T0, _run
 
-T0 = 1_800_000_000_000
 _TRAIL = [
     [40, 0, "queued", 6],
     [2040, 3, "running", 4, "7% preprocessing"],
@@ -26,18 +26,7 @@ _TRAIL = [
 
 
 def _finished(**changes: Any) -> Run:
-    run = lifecycle.new_run(
-        run_id="run_1",
-        client="alice",
-        vendor="nutrient",
-        operation="extract",
-        document={"url": "https://example.com/a.pdf"},
-        options={},
-        metadata={"k": "v"},
-        subscription_ids=[],
-        zero_retention=False,
-        now_ms=T0,
-    )
+    run = _run()  # a queued run: test_records' own
     ended = {
         "status": "succeeded",
         "version": 14,
