@@ -1128,8 +1128,12 @@ async def test_repair_re_adds_lost_work_and_drops_finished_entries(store: Store)
     await _run(store, "run_done")
     done = await store.runs.get_run("run_done")
     assert done is not None
-    await store.runs.transition(Transition(_next(done, "succeeded"), 0))  # ended but still listed as active
-    assert compact.MARK in await r.get(keys.run("run_done"))  # stored compact: repair.lua reads its head
+    # Ended but still listed as active; with a vendor trail, so that its record is stored compact (a
+    # record this short alone would not pack shorter): repair.lua reads its head.
+    polled = [[2040 + 30_000 * n, 1, "running" if n == 0 else 0, 5] for n in range(8)]
+    ended = replace(_next(done, "succeeded"), vendor_run_id="job-1", vendor_status="done", trail=polled)
+    await store.runs.transition(Transition(ended, 0))
+    assert compact.MARK in await r.get(keys.run("run_done"))
     await r.sadd(keys.active_runs(keys.shard_of("run_gone")), "run_gone")
     await _sub(store, "sub_all", event_types=json.dumps(["run.*"]))
     run = await _run(store, "run_c")
