@@ -37,12 +37,45 @@ class DueShards:
     refreshed_ms: float = float("-inf")
     # Per shard, the ids its last claim saw still due: the next claim's candidates there, not read again.
     ahead: dict[int, list[str]] = field(default_factory=dict)
+    # The shards whose list in ``ahead`` is cut at the share the claim asked for: more may be due behind it.
+    cut: set[int] = field(default_factory=set)
 
     def to_read(self, now_ms: float) -> list[int]:
         shards = shards_to_read(self.next_due, now_ms, self.refreshed_ms, self.refresh_ms)
         if len(shards) == len(self.next_due):
             self.refreshed_ms = now_ms
         return shards
+
+    def left(self, shard: int, ids: list[str], share: int) -> None:
+        """What a claim's reply in ``shard`` saw still due: at most ``share`` ids, so a list of that many
+        may have more behind it."""
+        if ids:
+            self.ahead[shard] = ids
+        else:
+            self.ahead.pop(shard, None)
+        if len(ids) >= share > 0:
+            self.cut.add(shard)
+        else:
+            self.cut.discard(shard)
+
+    def unclaimed(self, shard: int, ids: list[str]) -> None:
+        """Ids read in ``shard`` and not claimed (past the claim's limit, or no budget slot): the next
+        claim's candidates there, with as many more behind them as may be."""
+        self.left(shard, ids, len(ids))
+
+    def take_ahead(self, shards: Sequence[int], limit: int) -> tuple[dict[int, list[str]], list[int]]:
+        """This claim's candidates among the ids the last ones left due in ``shards`` (at most ``limit`` a
+        shard), and the shards to read again instead. Together they may fill the claim: then they are all
+        taken. Short of ``limit``, a shard's list that was cut at its share is read again: behind it more
+        may have been due all along, and a claim that comes back short is taken as all there was (the
+        pump waits ``WORKER_CLAIM_GAP_S`` before the next one). In a burst's backlog, taking those short
+        lists alone made every other claim short, and the backlog drained at half its pace."""
+        lists = {s: ids for s in shards if (ids := self.ahead.pop(s, []))}
+        cut = [s for s in lists if s in self.cut]
+        self.cut.difference_update(lists)
+        if sum(len(ids) for ids in lists.values()) >= limit or not cut:
+            return {s: ids[:limit] for s, ids in lists.items()}, []
+        return {s: ids[:limit] for s, ids in lists.items() if s not in cut}, cut
 
     def join_look(self, now_ms: float) -> bool:
         """Whether this vendor's every-shard look goes with another vendor's made now: when its own is

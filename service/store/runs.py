@@ -761,17 +761,17 @@ class Runs(Part):
         start, count, probing = float(first), int(count), text(state) == "probe"
         if text(state) == "held":  # not before the pause ends; unknown while its probe is out
             for shard, ids in found.items():  # nothing claimed: the ids stay the next claim's
-                known.ahead[shard] = ids
+                known.unclaimed(shard, ids)
             return [], None if untl is None else float(untl)
         if count == 0:  # the budget's next slot is past the lookahead: runs are due, ask again
             for shard, ids in found.items():
-                known.ahead[shard] = ids
+                known.unclaimed(shard, ids)
             return [], float(now_ms)
         picked = picked[: 1 if probing else count]
         taken = {run_id for _, run_id in picked}
         for shard, ids in found.items():  # read but not taken: the next claim's, not read again
             if left := [i for i in ids if i not in taken]:
-                known.ahead[shard] = left
+                known.unclaimed(shard, left)
         claimed, used = await self._claim_in_shards(
             vendor, known, picked, now_ms, lease_ms, start, interval_ms if interval_ms > 0 else 0, limit
         )
@@ -810,17 +810,18 @@ class Runs(Part):
 
     async def _due_ids(self, vendor: str, known: DueShards, now_ms: int, limit: int) -> dict[int, list[str]]:
         """The due ids (at most ``limit`` a shard) of the shards ``known`` says to read: those its last
-        claim there left due, else read. A shard believed due is read at once (its ids and its head, one
+        claim there left due, else read (and read again when those lists are short of ``limit`` and cut
+        at their share: ``DueShards.take_ahead``). A shard believed due is read at once (its ids and its head, one
         round trip for them all); one that is only looked at again (the refresh of every shard) has its
         head read first, and its ids only when that is due: an idle worker reads one head a shard."""
-        found: dict[int, list[str]] = {}
         due: list[int] = []
         looked: list[int] = []
         shards = known.to_read(now_ms)
+        found, again = known.take_ahead(shards, limit)
         for shard in shards:
-            if ids := known.ahead.pop(shard, [])[:limit]:
-                found[shard] = ids
-            elif (nxt := known.next_due[shard]) is not None and nxt <= now_ms:
+            if shard in found:
+                continue
+            if shard in again or ((nxt := known.next_due[shard]) is not None and nxt <= now_ms):
                 due.append(shard)
             else:
                 looked.append(shard)
@@ -888,10 +889,7 @@ class Runs(Part):
             got, nxt = claimed_runs([reply[0], reply[1], False])
             claimed += got
             known.next_due[shard] = nxt
-            if reply[2]:
-                known.ahead[shard] = [text(i) for i in reply[2]]
-            else:
-                known.ahead.pop(shard, None)
+            known.left(shard, [text(i) for i in reply[2]], ahead)
             if len(reply[0]):
                 used = max(used, first_at + len(reply[0]) // 4)
         return claimed, used

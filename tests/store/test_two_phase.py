@@ -243,7 +243,7 @@ async def test_a_busy_claim_takes_the_ids_the_last_one_left_due_without_reading_
         assert [c.run.id for c in again] == IDS[:2] and sent.count("ZRANGEBYSCORE") == 1
 
 
-async def test_a_busy_claim_over_shards_takes_each_shards_ids_left_due_without_reading_them(
+async def test_a_busy_claim_over_shards_takes_the_ids_left_due_and_reads_a_cut_shard_again(
     store: Store,
 ) -> None:
     a = [_in(f"run_a{n}", SHARD) for n in range(5)]
@@ -269,16 +269,22 @@ async def test_a_busy_claim_over_shards_takes_each_shards_ids_left_due_without_r
             [ks] = calls
             assert {DUE, keys.due_runs("nutrient", OTHER)} <= set(ks)
             assert len({key_slot(k.encode()) for k in ks}) == 2
-            # Each shard's reply named its share of the next batch (4 / 2 shards) of the ids still due.
-            assert store.runs._due["nutrient"].ahead == {SHARD: a[2:4], OTHER: b[2:]}
+            # Each shard's reply named its share of the next batch (4 / 2 shards) of the ids still due:
+            # the busier shard's is cut at that share (more may be due behind it), the other's is all.
+            known = store.runs._due["nutrient"]
+            assert (known.ahead, known.cut) == ({SHARD: a[2:4], OTHER: b[2:]}, {SHARD})
             sent.clear()
             calls.clear()
+            # Three ids left due for a claim of four: the cut shard is read again, not the other, and the
+            # claim is full (had it taken the three, the pump would have waited its gap with a[4] due).
             second, _ = await store.runs.claim_runs("nutrient", T0 + 1, 4, LEASE, 0, 1000)
-            assert sorted(c.run.id for c in second) == sorted([a[2], a[3], b[2]]) and _reads(sent) == []
-            assert len(calls) == 1
-            third, _ = await store.runs.claim_runs("nutrient", T0 + 2, 4, LEASE, 0, 1000)
-            assert [c.run.id for c in third] == [a[4]] and _reads(sent) == []
-            assert len(calls) == 2 and set(calls[1]) == {DUE, keys.run(a[4])}  # the one shard left due
+            assert sorted(c.run.id for c in second) == sorted(a[2:] + b[2:])
+            assert sent.count("ZRANGEBYSCORE") == 1 and len(calls) == 1
+            assert (known.ahead, known.cut) == ({}, set())
+            # Nothing is left due, and the worker knows it: it reads nothing until the leases end.
+            sent.clear()
+            assert await store.runs.claim_runs("nutrient", T0 + 2, 4, LEASE, 0, 1000) == ([], T0 + LEASE)
+            assert _reads(sent) == [] and len(calls) == 1
     finally:
         store.runs.scripts.claims = original  # type: ignore[method-assign]
 

@@ -136,3 +136,66 @@ def test_a_joined_look_sets_every_shards_next_due_and_keeps_the_ids_left_due() -
     known.read(heads)
     assert known.next_due == heads and known.earliest() == 70
     assert known.ahead == {2: ["run_x"]}  # candidates the next claim checks in its script, as before
+
+
+# Six ids left due in each of 16 shards, each list cut at its share of a claim of 100.
+BURST = {s: ([f"r{s}_{n}" for n in range(6)], True) for s in range(16)}
+
+
+@pytest.mark.parametrize(
+    ("left", "shards", "limit", "taken", "again"),
+    [
+        # (per shard: its ids left due, and whether its claim's reply cut them at the share it asked for)
+        ({}, ALL4, 10, {}, []),
+        # Enough to fill the claim: all of them, none read, cut or not.
+        ({1: (["a", "b"], True), 2: (["c", "d"], True)}, ALL4, 4, {1: ["a", "b"], 2: ["c", "d"]}, []),
+        ({1: (["a", "b"], True), 2: (["c"], False)}, ALL4, 3, {1: ["a", "b"], 2: ["c"]}, []),
+        # A list longer than the claim: its first ids.
+        ({1: (["a", "b", "c"], True)}, ALL4, 2, {1: ["a", "b"]}, []),
+        # Short, and no list cut: that is all there was; no read.
+        ({1: (["a"], False), 2: (["c"], False)}, ALL4, 4, {1: ["a"], 2: ["c"]}, []),
+        # Short, with lists cut at their share: those shards are read again, the whole lists the others.
+        ({1: (["a", "b"], True), 2: (["c"], False)}, ALL4, 4, {2: ["c"]}, [1]),
+        ({1: (["a", "b"], True), 3: (["e", "f"], True)}, ALL4, 200, {}, [1, 3]),
+        # A burst: 16 shards with 6 ids each left by a claim of 100 (its free slots); the next claim of
+        # 200 reads them all again, where it took the 96 and came back short.
+        (BURST, list(range(16)), 200, {}, list(range(16))),
+        # Only the shards this claim reads: another's list stays for later.
+        ({1: (["a"], True), 3: (["e"], True)}, [3], 5, {}, [3]),
+    ],
+)
+def test_a_claim_takes_the_ids_left_due_or_reads_the_cut_shards_again(
+    left: dict[int, tuple[list[str], bool]],
+    shards: list[int],
+    limit: int,
+    taken: dict[int, list[str]],
+    again: list[int],
+) -> None:
+    known = DueShards(refresh_ms=50)
+    for shard, (ids, cut) in left.items():
+        known.left(shard, ids, len(ids) if cut else len(ids) + 1)
+    assert known.take_ahead(shards, limit) == (taken, again)
+    # What it took, or read again, is no longer left for the next claim; the other shards' lists are.
+    assert known.ahead == {s: ids for s, (ids, _) in left.items() if s not in shards}
+    assert known.cut == {s for s, (_, cut) in left.items() if cut and s not in shards}
+
+
+@pytest.mark.parametrize(
+    ("ids", "share", "ahead", "cut"),
+    [
+        ([], 4, {}, set()),  # nothing left due
+        (["a"], 4, {7: ["a"]}, set()),  # fewer than the share: all there was
+        (["a", "b", "c", "d"], 4, {7: ["a", "b", "c", "d"]}, {7}),  # as many as asked: maybe more
+        (["a"], 1, {7: ["a"]}, {7}),
+    ],
+)
+def test_a_claims_reply_leaves_its_ids_due_and_whether_more_may_be(
+    ids: list[str], share: int, ahead: dict[int, list[str]], cut: set[int]
+) -> None:
+    known = DueShards(refresh_ms=50)
+    known.left(7, ["x", "y"], 2)  # an earlier claim's, replaced
+    known.left(7, ids, share)
+    assert (known.ahead, known.cut) == (ahead, cut)
+    # Ids read and not claimed count as cut: more may be due behind them.
+    known.unclaimed(7, ["z"])
+    assert (known.ahead, known.cut) == ({7: ["z"]}, {7})
