@@ -24,7 +24,7 @@ from service.observability import logs
 from service.store import bodies, fanout, jsoncodec, keys
 from service.store.base import Part, batched, each_call, failed, scripts_in_turn, stored_event
 from service.store.codec import ClaimedRun, claimed_runs, run_or_none, text
-from service.store.due import DueShards, interleaved
+from service.store.due import DueShards, interleaved, read_per_shard
 from service.store.limits import OverRate
 from service.store.outcomes import Applied, Conflict, Missing, Outcome
 from service.store.pages import Listing, page
@@ -809,10 +809,10 @@ class Runs(Part):
         self._due.clear()
 
     async def _due_ids(self, vendor: str, known: DueShards, now_ms: int, limit: int) -> dict[int, list[str]]:
-        """The due ids (at most ``limit`` a shard) of the shards ``known`` says to read: those its last
-        claim there left due, else read (and read again when those lists are short of ``limit`` and cut
-        at their share: ``DueShards.take_ahead``). A shard believed due is read at once (its ids and its head, one
-        round trip for them all); one that is only looked at again (the refresh of every shard) has its
+        """The due ids of the shards ``known`` says to read (``read_per_shard`` in each): those its last
+        claim there left due, else read (and read again when those lists are short of ``limit`` and cut at
+        their share: ``DueShards.take_ahead``). A shard believed due is read at once (its ids and its head,
+        one round trip for them all); one that is only looked at again (the refresh of every shard) has its
         head read first, and its ids only when that is due: an idle worker reads one head a shard."""
         due: list[int] = []
         looked: list[int] = []
@@ -843,8 +843,9 @@ class Runs(Part):
             # The ids alone (with their scores redis-py would make a pair and a float of each, which cost
             # a poll more than the round trip does), and the head, for when none is due any more.
             pipe = self.redis.pipeline(transaction=False)
+            per = read_per_shard(limit, len(due))
             for shard in due:
-                pipe.zrangebyscore(keys.due_runs(vendor, shard), "-inf", now_ms, start=0, num=limit)
+                pipe.zrangebyscore(keys.due_runs(vendor, shard), "-inf", now_ms, start=0, num=per)
                 pipe.zrange(keys.due_runs(vendor, shard), 0, 0, withscores=True)
             read = await pipe.execute()
             for n, shard in enumerate(due):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from service.store import keys
-from service.store.due import DueShards, interleaved, shards_to_read
+from service.store.due import DueShards, interleaved, read_per_shard, shards_to_read
 
 N = None
 ALL4 = [0, 1, 2, 3]
@@ -199,3 +199,20 @@ def test_a_claims_reply_leaves_its_ids_due_and_whether_more_may_be(
     # Ids read and not claimed count as cut: more may be due behind them.
     known.unclaimed(7, ["z"])
     assert (known.ahead, known.cut) == ({7: ["z"]}, {7})
+
+
+@pytest.mark.parametrize(
+    ("limit", "shards", "per"),
+    [
+        (200, 16, 25),  # a busy vendor: 400 ids read for a claim of 200, not 3,200
+        (200, 1, 200),  # one shard due: the whole claim from it
+        (200, 2, 200),
+        (200, 3, 134),  # twice the share, rounded up
+        (4, 2, 4),
+        (1, 16, 1),
+        (0, 16, 0),
+        (200, 0, 200),  # no shard: never asked, and never a division by zero
+    ],
+)
+def test_a_claim_reads_twice_its_share_of_each_due_shard(limit: int, shards: int, per: int) -> None:
+    assert read_per_shard(limit, shards) == per
