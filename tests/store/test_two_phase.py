@@ -289,6 +289,24 @@ async def test_a_busy_claim_over_shards_takes_the_ids_left_due_and_reads_a_cut_s
         store.runs.scripts.claims = original  # type: ignore[method-assign]
 
 
+async def test_a_claim_after_one_cut_short_by_its_slots_reads_the_shards_again_and_comes_back_full(
+    store: Store,
+) -> None:
+    """A burst's backlog: a claim of 100 (its free slots) over 16 shards leaves in each its share of the ids
+    still due, cut there; the next claim, of 200, reads those shards again and takes 200. Taking the 112
+    left alone, it came back short, and the pump took that for all there was and waited its gap."""
+    runs = [_in(f"run_{shard}_{n}", shard) for shard in range(keys.SHARDS) for n in range(20)]
+    for run_id in runs:
+        await _run(store, run_id)
+    first, _ = await store.runs.claim_runs("nutrient", T0, 100, LEASE, 0, 1000)
+    assert len(first) == 100
+    known = store.runs._due["nutrient"]
+    assert sum(map(len, known.ahead.values())) == keys.SHARDS * 7 and known.cut == set(range(keys.SHARDS))
+    second, _ = await store.runs.claim_runs("nutrient", T0 + 1, 200, LEASE, 0, 1000)
+    assert len(second) == 200
+    assert not {c.run.id for c in first} & {c.run.id for c in second}
+
+
 async def test_a_delivery_claimed_between_the_read_and_the_script_is_not_claimed_twice(store: Store) -> None:
     run = await _run(store)
     await _sub(store, "sub_x", event_types=json.dumps(["run.*"]))
