@@ -45,16 +45,37 @@ async def repair(redis: Redis, scripts: Scripts, now_ms: int, vendors: Sequence[
 async def _repair_runs(
     redis: Redis, scripts: Scripts, ids: list[str], now_ms: int, vendors: Sequence[str]
 ) -> int:
-    """repair.lua per run, given every vendor's due set of its shard: the script picks the run's own (no
-    read first)."""
+    """repair.lua per run that has no place in a due set, given every vendor's due set of its shard: the
+    script picks the run's own (no read first).
+
+    A run in flight sits in its vendor's due set from its creation to its end (``create_run.lua`` adds
+    it to both sets, ``transition.lua`` takes it out of both at once), so what the sweeper is for is the
+    run that has none. One ``ZMSCORE`` per vendor asks the page's runs (its ids are one shard's) where a
+    script per run read and decoded every record: at 100,000 runs in flight that was 100,000 calls each
+    ``SWEEP_INTERVAL_S``, a tenth of the worker's CPU; the script still decides, atomically, for those
+    left (a run found in no due set, then added, ended or dropped meanwhile is checked again there)."""
+    by_shard: dict[int, list[str]] = {}
+    for run_id in ids:  # one shard's, but for an id put in another's set by hand
+        by_shard.setdefault(keys.shard_of(run_id), []).append(run_id)
+    pipe = redis.pipeline(transaction=False)
+    asked: list[list[str]] = []
+    for shard, members in by_shard.items():
+        for vendor in vendors:
+            pipe.zmscore(keys.due_runs(vendor, shard), members)
+            asked.append(members)
+    placed: set[str] = set()
+    for members, scores in zip(asked, await pipe.execute() if asked else [], strict=True):
+        placed.update(run_id for run_id, score in zip(members, scores, strict=True) if score is not None)
     calls = []
     for run_id in ids:
+        if run_id in placed:
+            continue
         shard = keys.shard_of(run_id)
         due_sets = [keys.due_runs(v, shard) for v in vendors]
         calls.append(
             ([keys.run(run_id), keys.active_runs(shard), *due_sets], ["run", now_ms, run_id, *vendors])
         )
-    return sum(int(r) for r in await each_call(redis, scripts.repair, calls))
+    return sum(int(r) for r in await each_call(redis, scripts.repair, calls)) if calls else 0
 
 
 _REPAIR_FIELDS = [

@@ -1156,6 +1156,35 @@ async def test_repair_re_adds_lost_work_and_drops_finished_entries(store: Store)
     assert await store.upkeep.repair(T0 + 200) == {"runs": 0, "deliveries": 0}  # NX: nothing moves twice
 
 
+async def test_repair_runs_its_script_only_for_the_runs_with_no_place_in_a_due_set(store: Store) -> None:
+    """A run in flight sits in its vendor's due set from its creation to its end: the sweeper asks the due
+    sets (a ZMSCORE per vendor for a page of a shard's runs) and calls repair.lua only for the runs found in
+    none. Before, every pass called it for every run in flight: at 100,000, 100,000 calls a pass."""
+    for i in range(20):
+        await _run(store, f"run_{i:02}")
+    await _run(store, "run_warm")
+    await store.redis.zrem(_due_key("run_warm"), "run_warm")
+    assert await store.upkeep.repair(T0 + 50) == {"runs": 1, "deliveries": 0}  # the script is loaded
+    await _run(store, "run_lost")
+    await store.redis.zrem(_due_key("run_lost"), "run_lost")
+
+    before = await command_calls(store.redis, "evalsha")
+    assert await store.upkeep.repair(T0 + 100) == {"runs": 1, "deliveries": 0}
+    assert await command_calls(store.redis, "evalsha") - before == 1  # run_lost's, not 22
+    assert (await _due_of(store))["run_lost"] == T0 + 100
+
+    # A run in place is not read: its record deleted by hand goes unseen by the pass. The claim drops it
+    # from its due set (a run with no record), and the pass after that from the active runs.
+    await store.redis.delete(keys.run("run_00"))
+    assert await store.upkeep.repair(T0 + 200) == {"runs": 0, "deliveries": 0}
+    assert "run_00" in await _active_runs(store)
+    claimed, _ = await store.runs.claim_runs("nutrient", T0 + 300, 50, LEASE, 0.0, 0)
+    assert len(claimed) == 21 and "run_00" not in await _due_of(store)
+    assert await store.upkeep.repair(T0 + 400) == {"runs": 0, "deliveries": 0}
+    assert "run_00" not in await _active_runs(store)
+    assert len(await _active_runs(store)) == 21
+
+
 async def test_repair_puts_each_run_in_its_own_vendors_due_set_without_reading_it_first(store: Store) -> None:
     """The sweeper declares every served vendor's due set and repair.lua picks the run's own; a run of a
     vendor this deployment does not serve is left where it is (no worker here would claim it)."""
