@@ -127,6 +127,7 @@ async def run(
             sample = await redis.zrange(keys.due_runs("nutrient", 0), 0, 49)  # one shard's: a sample
             in_flight_keys = await _breakdown(redis, sample)
             full_trail_extra = await _full_trail_extra(redis, sample)
+            sweep_in_flight = await _sweep_cost(cluster, redis_pid)
             await asyncio.wait_for(cluster.receiver.terminal.wait(), timeout=900)
             finished = time.time()
             m_end = await cluster.metrics()
@@ -136,7 +137,7 @@ async def run(
         after = await cluster.redis_memory()
         finished_keys = await _breakdown(redis, await redis.zrange(keys.client_runs("bench"), 0, 49))
         worker_mem = memory_kib(worker_pid)
-        sweep = await _sweep_cost(cluster)
+        sweep = await _sweep_cost(cluster, redis_pid)
 
     # Lateness in two windows: the ramp (the submits, and the polls made while their backlog of due steps
     # drains) and the steady state after it, while at least 90 % of the runs are still in flight.
@@ -274,6 +275,19 @@ async def run(
         Figure("every run called back", finished - t_start, "s", note=f"vendor durations {duration} s"),
         Figure("vendor polls per run", polls / n, "polls"),
     )
+    if "error" in sweep_in_flight:
+        result.notes.append(f"The sweeper's pass in flight was not timed: {sweep_in_flight['error']}")
+    else:
+        result.add(
+            Figure(
+                "one sweeper pass (Store.repair) with every run in flight: CPU of the calling process",
+                sweep_in_flight["cpu_s"],
+                "s",
+                note=f"{sweep_in_flight['active']:,} runs in the active sets, "
+                f"{sweep_in_flight['wall_s']:.2f} s wall, Redis CPU {sweep_in_flight['redis_cpu_s']:.2f} s "
+                "(the worker's steps share it); every SWEEP_INTERVAL_S",
+            )
+        )
     if "error" in sweep:
         result.notes.append(f"The sweeper's pass was not timed: {sweep['error']}")
     else:
@@ -350,9 +364,11 @@ def steady_window(
     return cleared, (full[-1] if len(full) > 1 else None)
 
 
-async def _sweep_cost(cluster: Cluster) -> dict[str, Any]:
+async def _sweep_cost(cluster: Cluster, redis_pid: int) -> dict[str, Any]:
     """Times one pass of the sweeper (``Store.repair``, what the worker's periodic job runs) in this
-    process, over everything Redis now holds: it visits every run and delivery key, finished or not."""
+    process, and the Redis server's CPU meanwhile (the worker's own steps' too: it is not stopped). A pass
+    walks the active sets (work in flight): run once every run is in flight, and once they have finished,
+    against the run and delivery keys still held."""
     try:
         from service.store import Store, connect
 
@@ -365,15 +381,20 @@ async def _sweep_cost(cluster: Cluster) -> dict[str, Any]:
             async for key in redis.scan_iter(match=pattern, count=1000):
                 name = key.decode() if isinstance(key, bytes) else key
                 count += not name.endswith((":events", ":attempts", ":outbox", ":deliveries"))
+        active = 0
+        for shard in range(keys.SHARDS):
+            active += await redis.scard(keys.active_runs(shard))
         try:
+            redis_cpu0 = cpu_seconds(redis_pid) if redis_pid else 0.0
             cpu0, t0 = cpu_seconds(os.getpid()), time.perf_counter()
             await store.upkeep.repair(int(time.time() * 1000))
             wall, cpu = time.perf_counter() - t0, cpu_seconds(os.getpid()) - cpu0
+            redis_cpu = (cpu_seconds(redis_pid) - redis_cpu0) if redis_pid else 0.0
         finally:
             await store.close()
     except Exception as exc:  # the store's interface may move under us; the rest of the figures stand
         return {"error": f"{type(exc).__name__}: {exc}"}
-    return {"keys": count, "wall_s": wall, "cpu_s": cpu}
+    return {"keys": count, "active": active, "wall_s": wall, "cpu_s": cpu, "redis_cpu_s": redis_cpu}
 
 
 def share_over(buckets: list[tuple[float, float]], bound: float) -> float:
