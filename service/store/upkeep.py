@@ -3,8 +3,9 @@ listing entries, and the gauges' samples (``observe``, ``due_counts``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from redis.asyncio import Redis
@@ -18,6 +19,9 @@ from service.store.codec import text
 from service.store.scripts import Scripts
 from service.store.subscriptions import OWNER_DISABLED
 
+# A walk's check of a page of ids (redis, scripts, ids, now_ms, vendors): how many it scheduled.
+_Fix = Callable[[Redis, Scripts, list[str], int, Sequence[str]], Awaitable[int]]
+
 
 async def repair(redis: Redis, scripts: Scripts, now_ms: int, vendors: Sequence[str]) -> dict[str, int]:
     """The sweeper: every unfinished run (of one of ``vendors``) and every pending delivery that should
@@ -26,7 +30,18 @@ async def repair(redis: Redis, scripts: Scripts, now_ms: int, vendors: Sequence[
     work, so a pass costs what is in flight, not the history kept for retention. Idempotent: ``ZADD NX``
     never moves work that is already scheduled or leased."""
     counts = {"runs": 0, "deliveries": 0}
-    walks = [("runs", keys.active_runs(shard), _repair_runs) for shard in range(keys.SHARDS)]
+    # The vendors with runs in each shard's due sets: only theirs are asked where a run is (an empty set
+    # holds none; a run added to one after this read is found in none, and its script sees it placed).
+    pipe = redis.pipeline(transaction=False)
+    for shard in range(keys.SHARDS):
+        for vendor in vendors:
+            pipe.zcard(keys.due_runs(vendor, shard))
+    sizes = iter(await pipe.execute() if vendors else [])
+    holding = {shard: [v for v in vendors if next(sizes)] for shard in range(keys.SHARDS)}
+    runs: _Fix = partial(_repair_runs, holding=holding)
+    walks: list[tuple[str, str, _Fix]] = [
+        ("runs", keys.active_runs(shard), runs) for shard in range(keys.SHARDS)
+    ]
     walks += [
         ("deliveries", keys.active_deliveries(shard), _repair_deliveries) for shard in range(keys.SHARDS)
     ]
@@ -43,7 +58,12 @@ async def repair(redis: Redis, scripts: Scripts, now_ms: int, vendors: Sequence[
 
 
 async def _repair_runs(
-    redis: Redis, scripts: Scripts, ids: list[str], now_ms: int, vendors: Sequence[str]
+    redis: Redis,
+    scripts: Scripts,
+    ids: list[str],
+    now_ms: int,
+    vendors: Sequence[str],
+    holding: Mapping[int, Sequence[str]] | None = None,
 ) -> int:
     """repair.lua per run that has no place in a due set, given every vendor's due set of its shard: the
     script picks the run's own (no read first).
@@ -53,14 +73,16 @@ async def _repair_runs(
     run that has none. One ``ZMSCORE`` per vendor asks the page's runs (its ids are one shard's) where a
     script per run read and decoded every record: at 100,000 runs in flight that was 100,000 calls each
     ``SWEEP_INTERVAL_S``, a tenth of the worker's CPU; the script still decides, atomically, for those
-    left (a run found in no due set, then added, ended or dropped meanwhile is checked again there)."""
+    left (a run found in no due set, then added, ended or dropped meanwhile is checked again there).
+    ``holding`` names, per shard, the vendors whose due set there held runs at the pass's start: only
+    those are asked (the others' sets were empty); without it, every vendor's."""
     by_shard: dict[int, list[str]] = {}
     for run_id in ids:  # one shard's, but for an id put in another's set by hand
         by_shard.setdefault(keys.shard_of(run_id), []).append(run_id)
     pipe = redis.pipeline(transaction=False)
     asked: list[list[str]] = []
     for shard, members in by_shard.items():
-        for vendor in vendors:
+        for vendor in vendors if holding is None else holding.get(shard, vendors):
             pipe.zmscore(keys.due_runs(vendor, shard), members)
             asked.append(members)
     placed: set[str] = set()

@@ -1169,8 +1169,14 @@ async def test_repair_runs_its_script_only_for_the_runs_with_no_place_in_a_due_s
     await store.redis.zrem(_due_key("run_lost"), "run_lost")
 
     before = await command_calls(store.redis, "evalsha")
+    asked = await command_calls(store.redis, "zmscore")
     assert await store.upkeep.repair(T0 + 100) == {"runs": 1, "deliveries": 0}
     assert await command_calls(store.redis, "evalsha") - before == 1  # run_lost's, not 22
+    # Asked only of the due sets that hold runs (nutrient's; the other six vendors' are empty): one
+    # ZMSCORE per shard with runs in place, where every served vendor's would be seven.
+    placed = {keys.shard_of(r) for r in await _due_of(store) if r != "run_lost"}
+    assert len(store.settings.vendors) == 7
+    assert await command_calls(store.redis, "zmscore") - asked == len(placed)
     assert (await _due_of(store))["run_lost"] == T0 + 100
 
     # A run in place is not read: its record deleted by hand goes unseen by the pass. The claim drops it
