@@ -208,6 +208,17 @@ async def run(
             ),
         ),
     )
+    sweep = data["sweep"]
+    result.add(
+        Figure(
+            "one sweeper pass (Store.repair) over the runs in flight: this process's CPU per run",
+            sweep["worker_us"],
+            "us",
+            higher_is_better=False,
+            note=f"and the Redis server's CPU per run, {sweep['redis_us']:.1f} us; every run in its due "
+            "set, as the scripts keep it; a pass every SWEEP_INTERVAL_S",
+        ),
+    )
     if cost.get("redis_instructions") is not None:
         result.add(
             Figure(
@@ -345,6 +356,15 @@ async def _measure(
         "trail": sum(len(current[r].trail) for r in probe) / len(probe),
         "feed_entries": await redis.xlen(keys.client_feed(CLIENT)) / n,
     }
+    # One pass of the sweeper (what the worker's periodic job runs every SWEEP_INTERVAL_S) over the runs
+    # in flight, every one of them in its due set: this process's CPU and the Redis server's, per run.
+    redis_cpu = await _redis_cpu_s(redis)
+    started = time.process_time()
+    await store.upkeep.repair(domain.now_ms())
+    sweep_cost = {
+        "worker_us": 1e6 * (time.process_time() - started) / n,
+        "redis_us": 1e6 * (await _redis_cpu_s(redis) - redis_cpu) / n,
+    }
 
     async def finish(batch: Sequence[str]) -> None:
         policy = settings.vendor(VENDOR)
@@ -391,6 +411,7 @@ async def _measure(
         {
             "baseline_bytes": baseline,
             "transition": transition_cost,
+            "sweep": sweep_cost,
             "in_flight": in_flight,
             "finished": finished,
         },
