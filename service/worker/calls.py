@@ -171,7 +171,10 @@ class VendorCalls:
         doc = run.document or {}
         filename = doc.get("filename") or "document"
         media_type = doc.get("media_type") or "application/octet-stream"
-        if doc.get("url") and isinstance(adapter, base.UploadsUrlInput) and adapter.uploads_url_input:
+        # The flag first: isinstance() against a runtime-checkable Protocol walks its members (~10 us a
+        # submit, a percent of the worker's CPU in a burst of submits).
+        uploads = getattr(adapter, "uploads_url_input", False)
+        if doc.get("url") and uploads and isinstance(adapter, base.UploadsUrlInput):
             # Fetched once and kept: every try (a replay after a lost answer) uploads the same bytes.
             kept = await self.store.get_document(run.id)
             if kept is None:
