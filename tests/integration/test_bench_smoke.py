@@ -117,10 +117,11 @@ async def test_the_scale_benchmark_times_a_sweeper_pass(store: Store, redis_url:
 
     await _run(store)
     try:
-        cost = await _sweep_cost(Started())  # type: ignore[arg-type]
+        cost = await _sweep_cost(Started(), 0)  # type: ignore[arg-type]  # no Redis process of its own
     finally:
         await client.aclose()
     assert "error" not in cost and cost["keys"] == 1 and cost["cpu_s"] >= 0
+    assert cost["active"] == 1 and cost["redis_cpu_s"] == 0.0  # the run in flight, in its active set
 
 
 @pytest.mark.slow
