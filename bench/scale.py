@@ -275,29 +275,17 @@ async def run(
         Figure("every run called back", finished - t_start, "s", note=f"vendor durations {duration} s"),
         Figure("vendor polls per run", polls / n, "polls"),
     )
-    if "error" in sweep_in_flight:
-        result.notes.append(f"The sweeper's pass in flight was not timed: {sweep_in_flight['error']}")
-    else:
+    # The sweeper's pass, with every run in flight and once they had finished (over the keys still held).
+    for when, cost in (("with every run in flight", sweep_in_flight), ("once the runs had finished", sweep)):
+        if "error" in cost:
+            result.notes.append(f"The sweeper's pass {when} was not timed: {cost['error']}")
+            continue
         result.add(
             Figure(
-                "one sweeper pass (Store.repair) with every run in flight: CPU of the calling process",
-                sweep_in_flight["cpu_s"],
+                f"one sweeper pass (Store.repair) {when}: CPU of the calling process",
+                cost["cpu_s"],
                 "s",
-                note=f"{sweep_in_flight['active']:,} runs in the active sets, "
-                f"{sweep_in_flight['wall_s']:.2f} s wall, Redis CPU {sweep_in_flight['redis_cpu_s']:.2f} s "
-                "(the worker's steps share it); every SWEEP_INTERVAL_S",
-            )
-        )
-    if "error" in sweep:
-        result.notes.append(f"The sweeper's pass was not timed: {sweep['error']}")
-    else:
-        result.add(
-            Figure(
-                "one sweeper pass (Store.repair) once the runs had finished: CPU of the calling process",
-                sweep["cpu_s"],
-                "s",
-                note=f"{sweep['keys']:,} run and delivery keys, {sweep['wall_s']:.2f} s wall; "
-                f"{sweep['cpu_s'] / max(1, sweep['keys']) * 1e6:.0f} µs per key, every SWEEP_INTERVAL_S",
+                note=_sweep_note(cost, in_flight=cost is sweep_in_flight),
             )
         )
     ramp, drain, rest = (
@@ -395,6 +383,18 @@ async def _sweep_cost(cluster: Cluster, redis_pid: int) -> dict[str, Any]:
     except Exception as exc:  # the store's interface may move under us; the rest of the figures stand
         return {"error": f"{type(exc).__name__}: {exc}"}
     return {"keys": count, "active": active, "wall_s": wall, "cpu_s": cpu, "redis_cpu_s": redis_cpu}
+
+
+def _sweep_note(cost: dict[str, Any], *, in_flight: bool) -> str:
+    if in_flight:
+        return (
+            f"{cost['active']:,} runs in the active sets, {cost['wall_s']:.2f} s wall, Redis CPU "
+            f"{cost['redis_cpu_s']:.2f} s (the worker's steps share it); every SWEEP_INTERVAL_S"
+        )
+    return (
+        f"{cost['keys']:,} run and delivery keys, {cost['wall_s']:.2f} s wall; "
+        f"{cost['cpu_s'] / max(1, cost['keys']) * 1e6:.0f} µs per key, every SWEEP_INTERVAL_S"
+    )
 
 
 def share_over(buckets: list[tuple[float, float]], bound: float) -> float:
