@@ -66,7 +66,7 @@ async def _repair_runs(
     holding: Mapping[int, Sequence[str]] | None = None,
 ) -> int:
     """repair.lua per run that has no place in a due set, given every vendor's due set of its shard: the
-    script picks the run's own (no read first).
+    script picks the run's own (the record is not read first).
 
     A run in flight sits in its vendor's due set from its creation to its end (``create_run.lua`` adds
     it to both sets, ``transition.lua`` takes it out of both at once), so what the sweeper is for is the
