@@ -371,7 +371,7 @@ async def _sweep_cost(cluster: Cluster, redis_pid: int) -> dict[str, Any]:
                 count += not name.endswith((":events", ":attempts", ":outbox", ":deliveries"))
         active = 0
         for shard in range(keys.SHARDS):
-            active += await redis.scard(keys.active_runs(shard))
+            active += await store.redis.scard(keys.active_runs(shard))  # type: ignore[misc]
         try:
             redis_cpu0 = cpu_seconds(redis_pid) if redis_pid else 0.0
             cpu0, t0 = cpu_seconds(os.getpid()), time.perf_counter()
