@@ -208,6 +208,21 @@ async def run(
             ),
         ),
     )
+    quiet = cost.get("quiet")
+    if quiet is not None:
+        result.add(
+            Figure(
+                "the same, one more poll of each run with its progress unchanged (no event, no relay): this "
+                "process's CPU per change",
+                quiet["worker_us"],
+                "us",
+                higher_is_better=False,
+                note=f"and the Redis server's, {quiet['redis_us']:.1f} us; the difference from the figure "
+                f"above is what a run.progress costs, its relay to the client's feed included: "
+                f"{cost['worker_us'] - quiet['worker_us']:.1f} us here and "
+                f"{cost['redis_us'] - quiet['redis_us']:.1f} us in Redis",
+            ),
+        )
     sweep = data["sweep"]
     result.add(
         Figure(
@@ -307,9 +322,11 @@ async def _measure(
         ]
         await _apply(store, current, changes)
 
-    async def poll(batch: Sequence[str]) -> None:
+    async def poll(batch: Sequence[str], quiet: bool = False) -> None:
+        """``polls`` polls of each run of ``batch``, its progress moved each time; ``quiet``: one, with
+        no progress."""
         policy = settings.vendor(VENDOR)
-        for k in range(polls):
+        for k in range(1 if quiet else polls):
             changes = []
             for r in batch:
                 run = current[r]
@@ -319,7 +336,7 @@ async def _measure(
                     base.RUNNING,
                     "running",
                     progress=base.Progress(percent=float(min(99, int(fraction * 100))), phase=phase)
-                    if progress
+                    if progress and not quiet
                     else None,
                 )
                 at = run.updated_at + int((run.delay_s or 2.0) * 1000)
@@ -342,7 +359,7 @@ async def _measure(
         counter.zero()
     await each_batch(poll)
     executed = counter.read() if counter else None
-    transition_cost = {
+    transition_cost: dict[str, Any] = {
         "worker_us": 1e6 * cpu["apply_s"] / max(1, cpu["changes"]),
         "redis_us": 1e6 * (await _redis_cpu_s(redis) - redis_cpu) / max(1, cpu["changes"]),
         "redis_instructions": executed / max(1, cpu["changes"]) if executed is not None else None,
@@ -356,6 +373,17 @@ async def _measure(
         "trail": sum(len(current[r].trail) for r in probe) / len(probe),
         "feed_entries": await redis.xlen(keys.client_feed(CLIENT)) / n,
     }
+    # One more poll of every run, its progress unchanged: a change with no event, so no relay. Beside the
+    # polls above it says what a run.progress's relay costs (its outbox entry, the feed, the bookkeeping).
+    if progress:
+        redis_cpu = await _redis_cpu_s(redis)
+        before = dict(cpu)
+        await each_batch(lambda batch: poll(batch, quiet=True))
+        quiet_changes = cpu["changes"] - before["changes"]
+        transition_cost["quiet"] = {
+            "worker_us": 1e6 * (cpu["apply_s"] - before["apply_s"]) / max(1, quiet_changes),
+            "redis_us": 1e6 * (await _redis_cpu_s(redis) - redis_cpu) / max(1, quiet_changes),
+        }
     # One pass of the sweeper (what the worker's periodic job runs every SWEEP_INTERVAL_S) over the runs
     # in flight, every one of them in its due set: this process's CPU and the Redis server's, per run.
     redis_cpu = await _redis_cpu_s(redis)

@@ -133,7 +133,8 @@ async def test_the_sweep_measures_each_size_and_plots_them(tmp_path: Path) -> No
     assert [r["runs"] for r in rows] == [20, 40]
     for row in rows:
         # so few runs have no steady state (the burst's backlog clears only as they end): that one may be None
-        assert all(row[key] is not None for key in sweep.PICK if key != "steady_p99_s"), row
+        unsteady = ("steady_p99_s", "cpu_poll_us")  # a steady state's figures
+        assert all(row[key] is not None for key in sweep.PICK if key not in unsteady), row
         assert row["in_flight_b"] > 0 and row["finished_b"] > 0 and row["rss_mib"] > 0
     report.write([result], machine(), tmp_path, command="python -m bench.run --only sweep", total_s=1.0)
     page = (tmp_path / "performance.md").read_text()
@@ -185,6 +186,10 @@ async def test_the_memory_benchmark_measures_a_finished_run_without_its_relay_ma
     assert marks == result.data["finished"]["marks_per_run"]
     finished = figures["Redis memory per finished run (called back, kept for RETENTION_S)"]
     assert finished is not None and finished > 500  # the record, its events, the delivery, ...
+    # The poll after the others, its progress unchanged, emits nothing: the feed gains only the run's end,
+    # so its figure is a change without a relay, set beside the polls with one.
+    assert result.data["finished"]["feed_entries"] == result.data["in_flight"]["feed_entries"] + 1
+    assert result.data["transition"]["quiet"]["worker_us"] > 0
 
 
 def test_the_soak_counts_arqs_own_keys_under_their_tag_as_lasting() -> None:
