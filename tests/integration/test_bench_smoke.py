@@ -172,6 +172,32 @@ def test_the_scale_benchmarks_steady_window(
     assert (cleared["t"], end["t"] if end is not None else None) == window
 
 
+@pytest.mark.parametrize(
+    ("rows", "end"),
+    [
+        # cleared at 3 s with every run in flight until 5 s: that window, to the last row before an end
+        ([(900, 1000), (800, 1000), (400, 1000), (5, 1000), (2, 1000), (0, 1000), (0, 990)], 5),
+        # a run ended at the row where the backlog cleared: no window of every run in flight
+        ([(900, 1000), (900, 1000), (5, 999), (0, 999), (0, 990)], None),
+        # every run in flight to the end of the timeline
+        ([(900, 1000), (5, 1000), (0, 1000), (0, 1000)], 3),
+        # one row of it is not a window
+        ([(900, 1000), (900, 1000), (5, 1000), (0, 999)], None),
+    ],
+)
+def test_the_scale_benchmarks_window_of_every_run_in_flight(
+    rows: list[tuple[int, int]], end: int | None
+) -> None:
+    """``bench.scale``'s second steady window: from the backlog cleared until the first run ended (the
+    90 % window also holds the first tenth of the ends, a burst of result fetches and callbacks)."""
+    from bench.scale import steady_window, whole_window_end
+
+    timeline = _timeline(rows)
+    cleared, _ = steady_window(timeline, at_vendor_s=0.5, n=1000)
+    found = whole_window_end(timeline, cleared, n=1000)
+    assert (found["t"] if found is not None else None) == end
+
+
 async def test_the_memory_benchmark_measures_a_finished_run_without_its_relay_marks() -> None:
     """``bench.memory`` on a few runs: per run in flight and finished, and the relay's marks (one key a
     run, gone 10 minutes after its last relay) measured apart from what is kept for RETENTION_S."""
