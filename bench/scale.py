@@ -165,7 +165,7 @@ async def run(
     # the first tenth of the runs' ends (a result fetched, a callback each), which come in a burst too.
     whole_end = whole_window_end(timeline, cleared, n)
     whole = histogram_delta(whole_end["lateness"], cleared["lateness"]) if whole_end is not None else []
-    whole99, whole_beyond = quantile(whole, 0.99) if whole_end is not None else (None, False)
+    whole99, whole_beyond = quantile(whole, 0.99)  # (None, False) with no such window
     # The worker's CPU per vendor poll in the same window: what one process pays a step at this scale
     # (every step of a run in flight, its relay and the claims included), against the raw client's.
     window_polls = window_end["polls"] - cleared["polls"]

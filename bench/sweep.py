@@ -58,6 +58,8 @@ async def run(
         for key, prefix in PICK.items():
             found = next((f for name, f in by_name.items() if name.startswith(prefix)), None)
             row[key] = found.value if found is not None else None
+        if row["steady_p99_s"] is None:  # scale's CPU figure is then over the whole run, not a steady state
+            row["cpu_poll_us"] = None
         rows.append(row)
     for row in rows:
         n = int(row["runs"] or 0)

@@ -135,6 +135,8 @@ async def test_the_sweep_measures_each_size_and_plots_them(tmp_path: Path) -> No
         # so few runs have no steady state (the burst's backlog clears only as they end): that one may be None
         unsteady = ("steady_p99_s", "cpu_poll_us")  # a steady state's figures
         assert all(row[key] is not None for key in sweep.PICK if key not in unsteady), row
+        # no steady state, no steady state's CPU a poll (scale's figure is then the whole run's)
+        assert (row["steady_p99_s"] is None) <= (row["cpu_poll_us"] is None), row
         assert row["in_flight_b"] > 0 and row["finished_b"] > 0 and row["rss_mib"] > 0
     report.write([result], machine(), tmp_path, command="python -m bench.run --only sweep", total_s=1.0)
     page = (tmp_path / "performance.md").read_text()
