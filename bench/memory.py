@@ -27,6 +27,12 @@ divided by the runs for the keys they share (the due set, the indexes, the feed)
 what each key costs a run. What neither accounts for is the main dictionary's and the expiry
 dictionary's entries and buckets.
 
+And the CPU of the polls' changes, this process's (with the garbage collector as a worker process has it,
+``runtime.tune_gc``) and the Redis server's, per change: with every poll's progress moved (a run.progress
+each, relayed to the client's feed), then for one more poll without (no event, no relay); of the first,
+what the relay after the transitions took of this process's (``Runs._relay_after``) and of the server's
+each script (the shares of their time in ``SLOWLOG``: one server only).
+
 ``--instructions`` runs Redis under valgrind's callgrind and counts the instructions it executes while the
 polls are applied, per change: the same count for the same work however busy the host is, where a CPU
 time moves by ±20 % between runs on a shared 2-core host (compare two trees by it; valgrind makes Redis
@@ -60,6 +66,7 @@ from service.dev.embedded_redis import EmbeddedRedis
 from service.store import Store, bodies, connect, keys
 from service.vendors import base
 from service.vendors.registry import load_settings
+from service.worker import runtime
 from tests.redis_cluster import RedisCluster
 
 CLIENT = "bench"
@@ -143,6 +150,7 @@ async def run(
             redis = aioredis.Redis.from_url(server.url, decode_responses=True)
         settings = load_settings(env)
         store = Store(connect(settings), settings)
+        runtime.tune_gc()  # the collector as the worker process has it (this process makes its changes)
         try:
             figures = await _measure(store, redis, settings, runs_n, polls, sample, progress, counter)
         finally:
@@ -245,6 +253,7 @@ async def run(
                 "valgrind's, not Redis's",
             ),
         )
+    result.notes.append(_poll_parts(cost))
     for phase in ("in_flight", "finished"):
         sizes = data[phase]["keys"]
         keys_note = ", ".join(f"{name} {size:,.0f}" for name, size in sizes.items())
@@ -357,12 +366,16 @@ async def _measure(
     redis_cpu = await _redis_cpu_s(redis)
     if counter:
         counter.zero()
+    scripts = await _ScriptTimes.start(store, redis)
+    relay = _timed_relay(store)
     await each_batch(poll)
     executed = counter.read() if counter else None
     transition_cost: dict[str, Any] = {
         "worker_us": 1e6 * cpu["apply_s"] / max(1, cpu["changes"]),
         "redis_us": 1e6 * (await _redis_cpu_s(redis) - redis_cpu) / max(1, cpu["changes"]),
         "redis_instructions": executed / max(1, cpu["changes"]) if executed is not None else None,
+        "relay_us": 1e6 * relay.pop() / max(1, cpu["changes"]),
+        "redis_by_script": await scripts.shares() if scripts is not None else None,
     }
     await _settle(redis)
     in_flight_bytes = await used_memory(redis) - baseline
@@ -444,6 +457,110 @@ async def _measure(
             "finished": finished,
         },
     )
+
+
+# The batched scripts of a poll's change, as the page names them.
+_SCRIPT_PARTS = {
+    "transitions": "the transition",
+    "relay_feeds": "the relay's feed step (relay_feed.lua)",
+    "relays_done": "its last step (relay_done.lua)",
+    "fanout_deliveries": "the deliveries' step",
+}
+
+
+def _poll_parts(cost: dict[str, Any]) -> str:
+    """Where a poll's change spends: this process's CPU in the relay after the transitions, against the
+    rest, and the Redis server's time by script."""
+    line = (
+        f"a poll's change, where the CPU goes: this process {cost['worker_us']:.1f} us a change, of which "
+        f"the relay after the transitions (Runs._relay_after: the outbox's events to the feed and the "
+        f"subscriptions) {cost['relay_us']:.1f} us"
+    )
+    shares = cost.get("redis_by_script")
+    if shares:
+        parts = ", ".join(
+            f"{_SCRIPT_PARTS.get(name, name)} {share * cost['redis_us']:.1f} us ({share:.0%})"
+            for name, share in shares.items()
+        )
+        line += (
+            f"; the Redis server {cost['redis_us']:.1f} us a change, by script (their shares of the "
+            f"scripts' time in SLOWLOG, of the server's CPU): {parts}"
+        )
+    return line
+
+
+def _timed_relay(store: Store) -> _Stopwatch:
+    """A stopwatch of this process's CPU in the relay that follows a batch's transitions (the
+    ``Runs._relay_after`` step: the outbox's events to the client's feed and to the subscriptions), wrapped
+    around that step of this store for the phase measured; ``pop()`` unwraps it and gives its seconds."""
+    runs_store = store.runs
+    inner = runs_store._relay_after
+    watch = _Stopwatch(lambda: delattr(runs_store, "_relay_after"))
+
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.process_time()
+        try:
+            return await inner(*args, **kwargs)
+        finally:
+            watch.seconds += time.process_time() - started
+
+    runs_store._relay_after = timed  # type: ignore[method-assign]
+    return watch
+
+
+class _Stopwatch:
+    def __init__(self, undo: Callable[[], None]) -> None:
+        self.seconds = 0.0
+        self._undo = undo
+
+    def pop(self) -> float:
+        self._undo()
+        return self.seconds
+
+
+class _ScriptTimes:
+    """The Redis server's time in each script over a phase, as shares of the time in all of them: every
+    EVALSHA the slow log holds (slower than ``SLOW_US``: a batch's scripts, hundreds of changes each; the
+    single commands, a microsecond or two, are left out so that the log stays small), by the script its
+    SHA names. One server only: a cluster's nodes each have their own log (None there). The log is emptied
+    and its settings put back at the end, so that its entries are not in the memory measured next."""
+
+    SLOW_US = 200
+    MAX_LEN = 100_000
+
+    def __init__(self, redis: aioredis.Redis, names: dict[str, str], saved: dict[str, Any]) -> None:
+        self.redis, self.names, self.saved = redis, names, saved
+
+    @classmethod
+    async def start(cls, store: Store, redis: aioredis.Redis) -> _ScriptTimes | None:
+        if isinstance(redis, aioredis.RedisCluster):
+            return None
+        names = {
+            script.sha: name
+            for name, script in vars(store.runs.scripts).items()
+            if isinstance(getattr(script, "sha", None), str)
+        }
+        saved = {
+            key: (await redis.config_get(key))[key] for key in ("slowlog-log-slower-than", "slowlog-max-len")
+        }
+        await redis.config_set("slowlog-log-slower-than", cls.SLOW_US)
+        await redis.config_set("slowlog-max-len", cls.MAX_LEN)
+        await redis.slowlog_reset()
+        return cls(redis, names, saved)
+
+    async def shares(self) -> dict[str, float]:
+        totals: dict[str, int] = {}
+        for entry in await self.redis.slowlog_get(self.MAX_LEN):
+            command = entry["command"]
+            words = (command.decode("latin-1") if isinstance(command, bytes) else command).split(" ", 2)
+            if len(words) > 1 and words[0].upper() == "EVALSHA":
+                name = self.names.get(words[1], "other")
+                totals[name] = totals.get(name, 0) + int(entry["duration"])
+        await self.redis.slowlog_reset()
+        for key, value in self.saved.items():
+            await self.redis.config_set(key, value)
+        whole = sum(totals.values()) or 1
+        return {name: t / whole for name, t in sorted(totals.items(), key=lambda kv: -kv[1])}
 
 
 async def _subscribe(store: Store) -> str:

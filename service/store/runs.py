@@ -419,7 +419,7 @@ class Runs(Part):
         entries = [
             (
                 entry.ops.get("v"),
-                [replace(e, before=True) for e in entry.events]
+                [e._replace(before=True) for e in entry.events]
                 if _at_or_below(entry.ops.get("v"), directory.mark)
                 else list(entry.events),
             )

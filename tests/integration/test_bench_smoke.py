@@ -218,6 +218,14 @@ async def test_the_memory_benchmark_measures_a_finished_run_without_its_relay_ma
     # so its figure is a change without a relay, set beside the polls with one.
     assert result.data["finished"]["feed_entries"] == result.data["in_flight"]["feed_entries"] + 1
     assert result.data["transition"]["quiet"]["worker_us"] > 0
+    # Where a poll's change spends: the relay is a part of this process's CPU for it, and the server's
+    # time splits over the transition's script and the relay's two (no subscription takes a progress).
+    cost = result.data["transition"]
+    assert 0 < cost["relay_us"] < cost["worker_us"]
+    shares = cost["redis_by_script"]
+    assert {"transitions", "relay_feeds", "relays_done"} <= set(shares)
+    assert abs(sum(shares.values()) - 1) < 1e-9
+    assert any(note.startswith("a poll's change, where the CPU goes") for note in result.notes)
 
 
 def test_the_soak_counts_arqs_own_keys_under_their_tag_as_lasting() -> None:
