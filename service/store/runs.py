@@ -21,7 +21,7 @@ from service.core import domain
 from service.core.domain import EVENT_PROGRESS, SUCCEEDED, TERMINAL
 from service.core.records import Run, Transition, result_in_event
 from service.observability import logs
-from service.store import bodies, fanout, jsoncodec, keys
+from service.store import bodies, fanout, feedform, jsoncodec, keys
 from service.store.base import Part, batched, each_call, failed, scripts_in_turn, stored_event
 from service.store.codec import ClaimedRun, claimed_runs, run_or_none, text
 from service.store.due import DueShards, interleaved, read_per_shard
@@ -129,6 +129,10 @@ class Runs(Part):
         # run, and the ids the last claim there saw still due, its next candidates (each is claimed only if
         # it is still due then, so a stale one costs nothing but its place in the batch).
         self._due: dict[str, DueShards] = {}
+        # On one Redis server a change's events that no subscription may want go to the client's feed in
+        # the change's own step (transition.lua's feed part); a cluster's slots keep the feed apart from
+        # the run, so there they always take the relay.
+        self._feed_in_transition = not isinstance(redis, RedisCluster)
 
     @staticmethod
     def new_run_id(client: str, idempotency_key: str | None) -> str:
@@ -313,7 +317,7 @@ class Runs(Part):
         ks, args, entry = self._transition_call(change)
         reply = await self.scripts.transition(keys=ks, args=args)
         outcome = _transition_outcome(change, reply)
-        if isinstance(outcome, Applied) and entry is not None:
+        if isinstance(outcome, Applied) and entry is not None and not _fed(reply):
             [(count, due_in)] = await self._relay_after([(change, entry, int(reply[1]))])
             return replace(outcome, deliveries=count, due_in=due_in)
         return outcome
@@ -353,7 +357,9 @@ class Runs(Part):
             for i, (change, reply) in enumerate(zip(changes, replies, strict=True))
         ]
         emitted = [
-            i for i, outcome in enumerate(out) if entries[i] is not None and isinstance(outcome, Applied)
+            i
+            for i, outcome in enumerate(out)
+            if entries[i] is not None and isinstance(outcome, Applied) and not _fed(replies[i])
         ]
         if emitted:
             counts = await self._relay_after(
@@ -686,7 +692,7 @@ class Runs(Part):
             }
             if change.events:
                 items, relay_ops = self._outbox_entry(change)
-                ops["relay"] = len(args) + 1
+                ops["relay"], ops["relay_n"] = len(args) + 1, len(items)
                 # A run.progress's body is the relay's to store (fanout.stored_by_relay): the outbox has it.
                 kept = [
                     (e, stored)
@@ -697,6 +703,8 @@ class Runs(Part):
                 ks += [keys.event(e.id) for e, _ in kept]
                 args += items
                 entry = _entry(items, relay_ops)  # as the relay would read it back, without the decode
+                if self._feed_in_transition and not run.zero_retention:
+                    ops["feed"] = _feed_part(run, entry, ops["relay"], ks, args)
             if change.ttl_ms is not None:
                 ops["ttl_ms"] = str(change.ttl_ms)
         args[0] = jsoncodec.dumps(ops)
@@ -923,8 +931,40 @@ def _raise_failed(replies: Sequence[Any]) -> None:
             raise ResponseError(message)
 
 
+def _feed_part(run: Run, entry: _Entry, relay_at: int, ks: list[str], args: list[Any]) -> dict[str, Any]:
+    """transition.lua's feed part for the events of ``entry`` (its items at ``relay_at`` in ARGV), as
+    relay_feed.lua would append them with no delivery made: the client's keys added to ``ks``, the ids'
+    stored forms to ``args`` (:func:`fanout.feed_call`'s rows, with each event's type as well, which the
+    script matches against the directory). The feed keeps a body that no other key keeps: a run.progress's
+    (``fanout.stored_by_relay``), whose packed body is already an item of the entry."""
+    k = len(ks) + 1
+    ks += [keys.client_subs(run.client), keys.client_sub_types(run.client), keys.client_feed(run.client)]
+    args.append(feedform.stored_run_id(run.id))
+    run_at = len(args)
+    rows = []
+    for event, stored in zip(entry.events, entry.ops["events"], strict=True):
+        args.append(feedform.stored_event_id(event.id))
+        row: dict[str, Any] = {
+            "id": len(args),
+            "etype": event.type,
+            "type": feedform.type_code(event.type),
+            "n": len(event.body),
+        }
+        if event.vendor:
+            row["vendor"] = feedform.vendor_code(event.vendor)
+        if fanout.stored_by_relay(event.type):
+            row["body"] = relay_at + stored["body"] - 1
+        rows.append(row)
+    return {"k": k, "sub_filter": list(run.subscription_ids), "run": run_at, "events": rows}
+
+
+def _fed(reply: Any) -> bool:
+    """Whether transition.lua put the change's events in the client's feed itself (nothing to relay)."""
+    return isinstance(reply, list) and len(reply) > 3 and int(reply[3]) == 1
+
+
 def _transition_outcome(change: Transition, reply: Any) -> Outcome:
-    # transition.lua's reply: {'ok', entries in the outbox, previous_status} | {'conflict', run} |
+    # transition.lua's reply: {'ok', entries in the outbox, previous_status, fed} | {'conflict', run} |
     # {'missing'}; the deliveries are the relay's to count.
     outcome = text(reply[0])
     if outcome == "conflict":

@@ -26,7 +26,8 @@ from redis.commands.core import AsyncScript
 from service.core import domain, records
 
 _LUA = files("service.store") / "lua"
-_SHARED = ("fanout_deliveries", "relay_feed")  # the scripts that fan events out (_fanout.lua)
+# The scripts that fan events out or append them to a client's feed (_fanout.lua).
+_SHARED = ("fanout_deliveries", "relay_feed", "transition")
 # The scripts that apply a client's rate (_gcra.lua).
 _LIMITED = ("accept_run", "submit_run", "rate_limit", "read_feed")
 # The scripts that apply another to each call of a batch (_batch.lua): one EVALSHA for many calls whose

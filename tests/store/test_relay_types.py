@@ -262,8 +262,10 @@ async def test_a_batch_of_relays_is_one_feed_call_and_one_last_step_on_one_serve
     store: Store,
 ) -> None:
     # On a cluster, a feed call per client and a last step per shard (base.batch_groups, tested as a table
-    # in tests/unit/test_batch_groups.py); this Redis is one server, which has no slots.
-    await _subscription(store)
+    # in tests/unit/test_batch_groups.py); this Redis is one server, which has no slots. The subscription
+    # asks for every run event, so that the progress events take the relay (on one server, those that no
+    # subscription may want go to the feed in their transition's step: test_feed_in_transition.py).
+    await _subscription(store, ("run.*",))
     polled = [await _polled(store) for _ in range(6)]
     feeds = Batches(store.runs.scripts.relay_feeds)
     done = Batches(store.runs.scripts.relays_done)
