@@ -204,3 +204,30 @@ async def test_a_batch_mixes_both_and_each_change_is_as_it_would_be_alone(store:
     )
     for run, _ in named_loud + named_quiet:
         assert await _outbox_clear(store, run)
+
+
+async def _calls(store: Store, command: str) -> int:
+    stats = await store.redis.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+async def test_a_directory_is_read_once_a_batch_whatever_its_size(store: Store) -> None:
+    # A client at its subscriptions' quota costs each change two commands, not one per subscription, and a
+    # batch's changes of one client ask its directory once (nothing else runs inside the batch's script).
+    for _ in range(30):
+        await _subscription(store, max_count=100)
+    accepted = [await _accepted(store) for _ in range(5)]
+    changes = [_progress(store, run, policy, 10.0) for run, policy in accepted]
+    hgetall, hget = await _calls(store, "hgetall"), await _calls(store, "hget")
+    with _relay_calls(store) as called:
+        outcomes = await store.runs.transitions(changes)
+    assert called == [] and all(isinstance(o, Applied) for o in outcomes)
+    assert await _calls(store, "hgetall") - hgetall == 1
+    assert await _calls(store, "hget") - hget == 0
+    # One more subscription that asks for progress, the last in the directory: the next batch relays.
+    await _subscription(store, ("run.progress",), max_count=100)
+    changes = [_progress(store, change.run, policy, 20.0) for change, (_, policy) in zip(changes, accepted)]
+    with _relay_calls(store) as called:
+        outcomes = await store.runs.transitions(changes)
+    assert "relay_feeds" in called
+    assert [o.deliveries if isinstance(o, Applied) else None for o in outcomes] == [1] * 5

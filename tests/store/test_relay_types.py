@@ -62,7 +62,9 @@ def counted(store: Store) -> Counted:
     return wrapped
 
 
-async def _subscription(store: Store, event_types: tuple[str, ...] | None = None) -> Subscription:
+async def _subscription(
+    store: Store, event_types: tuple[str, ...] | None = None, *, max_count: int = 10
+) -> Subscription:
     now = domain.now_ms()
     sub = Subscription(
         id=await store.subscriptions.new_subscription_id(CLIENT),
@@ -73,7 +75,7 @@ async def _subscription(store: Store, event_types: tuple[str, ...] | None = None
         updated_at=now,
         event_types=event_types,
     )
-    assert await store.subscriptions.create_subscription(sub, max_count=10)
+    assert await store.subscriptions.create_subscription(sub, max_count=max_count)
     return sub
 
 

@@ -1,6 +1,7 @@
 #!lua
--- Shared by fanout_deliveries.lua and relay_feed.lua (prepended by scripts.py, after DEFAULT_TYPES and
--- EVENT_TEST from service/core/domain.py): the event matcher, a delivery's creation, a feed entry.
+-- Shared by fanout_deliveries.lua, relay_feed.lua and transition.lua (prepended by scripts.py, after
+-- DEFAULT_TYPES and EVENT_TEST from service/core/domain.py): the event matcher, a delivery's creation, a feed
+-- entry, and whether a client's directory may want an event.
 
 -- The one event matcher: no list means DEFAULT_TYPES; 'run.*' matches every run event; the test event
 -- goes only to the subscription it was sent to (the caller names that one alone), whatever it asked for.
@@ -57,4 +58,34 @@ local function as_filter(list)
   local set = {}
   for _, v in ipairs(list) do set[v] = true end
   return set
+end
+
+-- Whether a subscription of the client (one of the run's, if it names any: `sub_filter`) may want one of
+-- `events` ({etype}), by the client's directory (`subs_key`, and `types_key`, which keeps each one's types,
+-- never narrower than its own): a subscription with none kept, or with an entry that is no list, may want
+-- anything. Reads the directory in two commands whatever its size (at most MAX_SUBSCRIPTIONS_PER_CLIENT),
+-- and remembers the answer for the rest of this script's call: a batch's changes of one client ask the
+-- same question of a directory that no other command can change meanwhile.
+local WANTED = {}
+local function may_be_wanted(subs_key, types_key, sub_filter, events)
+  local etypes = {}
+  for i, ev in ipairs(events) do etypes[i] = ev['etype'] end
+  local memo = subs_key .. '|' .. table.concat(sub_filter or {}, ',') .. '|' .. table.concat(etypes, ',')
+  if WANTED[memo] ~= nil then return WANTED[memo] end
+  local filter, kept, wanted = as_filter(sub_filter), {}, false
+  local flat = redis.call('HGETALL', types_key)
+  for i = 1, #flat, 2 do kept[flat[i]] = flat[i + 1] end
+  for _, sid in ipairs(redis.call('ZRANGE', subs_key, '0', '-1')) do
+    if filter == nil or filter[sid] then
+      local types = kept[sid]
+      if not types or types == '' or types == 'null' then wanted = true; break end
+      for _, etype in ipairs(etypes) do
+        local ok, hit = pcall(matches, etype, types)
+        if hit or not ok then wanted = true; break end
+      end
+      if wanted then break end
+    end
+  end
+  WANTED[memo] = wanted
+  return wanted
 end

@@ -61,26 +61,11 @@ end
 if ops['result'] then redis.call('SET', KEYS[4], ARGV[3], 'KEEPTTL') end
 if ops['del_doc'] then redis.call('DEL', KEYS[5]) end
 
--- Whether a subscription of the client (one of the run's, if it names any) may want one of the events.
-local function may_be_wanted(feed)
-  local filter = as_filter(feed['sub_filter'])
-  for _, sid in ipairs(redis.call('ZRANGE', KEYS[feed['k']], '0', '-1')) do
-    if filter == nil or filter[sid] then
-      local types = redis.call('HGET', KEYS[feed['k'] + 1], sid)
-      if not types or types == '' or types == 'null' then return true end
-      for _, ev in ipairs(feed['events']) do
-        local ok, hit = pcall(matches, ev['etype'], types)
-        if hit or not ok then return true end
-      end
-    end
-  end
-  return false
-end
-
 local pending, fed = 0, 0
 if ops['relay'] then
   local feed = ops['feed']
-  if feed and redis.call('LLEN', KEYS[7]) == 0 and not may_be_wanted(feed) then
+  if feed and redis.call('LLEN', KEYS[7]) == 0
+    and not may_be_wanted(KEYS[feed['k']], KEYS[feed['k'] + 1], feed['sub_filter'], feed['events']) then
     for _, ev in ipairs(feed['events']) do
       append_feed(KEYS[feed['k'] + 2], ARGV[ev['id']], ev, ARGV[feed['run']], ev['body'] and ARGV[ev['body']],
         ev['n'], ops['retention_ms'])
