@@ -226,7 +226,10 @@ async def test_a_directory_is_read_once_a_batch_whatever_its_size(store: Store) 
     assert await _calls(store, "hget") - hget == 0
     # One more subscription that asks for progress, the last in the directory: the next batch relays.
     await _subscription(store, ("run.progress",), max_count=100)
-    changes = [_progress(store, change.run, policy, 20.0) for change, (_, policy) in zip(changes, accepted)]
+    changes = [
+        _progress(store, change.run, policy, 20.0)
+        for change, (_, policy) in zip(changes, accepted, strict=True)
+    ]
     with _relay_calls(store) as called:
         outcomes = await store.runs.transitions(changes)
     assert "relay_feeds" in called
