@@ -313,7 +313,9 @@ class Runs(Part):
         """Applies ``change`` if the run is still at version ``expect_v``: :class:`Applied` (with the
         deliveries its events created, and whether it ended the run: the caller counts that end),
         :class:`Conflict` (with the stored run) or :class:`Missing`. A change with events puts them in the
-        run's outbox in the same step; they are relayed at once (:meth:`relay`)."""
+        run's outbox in the same step; they are relayed at once (:meth:`relay`). On one Redis server,
+        events that no subscription may want go to the client's feed in that step instead, when the
+        outbox is empty (``transition.lua``'s feed part: :func:`_feed_part`), and there is no relay."""
         ks, args, entry = self._transition_call(change)
         reply = await self.scripts.transition(keys=ks, args=args)
         outcome = _transition_outcome(change, reply)
@@ -326,7 +328,8 @@ class Runs(Part):
         """:meth:`transition` for many runs in one call of ``transitions`` (``_batch.lua`` around
         ``transition.lua``) per shard they are in on a cluster, one in all on a Redis server (one
         round trip for them all, each change still applied on its own, as it would be alone), then the
-        relays of those that emitted events, a round trip per step of the relay for them all.
+        relays of those that emitted events into their outboxes (not those whose events went to the feed
+        in their own step), a round trip per step of the relay for them all.
 
         Returns each change's outcome, or the error its step raised; a lost connection raises.
         """
